@@ -1,0 +1,38 @@
+# esreason: the whole setup is `make test` (or `make setup`), then `make reproduce`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+
+.PHONY: setup test reproduce figures notebooks claims clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "CPU machine: installing torch==2.13.0 (CPU wheel)"; \
+		$(PY) -m pip install --quiet torch==2.13.0; \
+	fi
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)" >/dev/null
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	$(PY) -m pytest -q
+
+reproduce: setup
+	$(PY) -m esreason_lib reproduce $(NOTEBOOKS)
+
+figures: setup
+	$(PY) -m esreason_lib reproduce --figures-only $(NOTEBOOKS)
+
+notebooks: setup
+	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
+
+claims: setup
+	$(PY) -m esreason_lib claims
+
+clean:
+	rm -rf build

@@ -1,0 +1,91 @@
+"""The Task protocol: examples, prompts, answer extraction, verification and reward shaping.
+
+Every task (synthetic or real) implements the same small interface so that generation, ES, GRPO and
+evaluation never know which task they run. Verifiers are total: any string, however hostile, returns a
+bool or a float and never raises.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+Example = dict[str, Any]
+"""One problem. Always has a stable string `id`; the other keys are task-specific (e.g. `numbers`, `target`)."""
+
+
+@dataclass(frozen=True)
+class RewardShaping:
+    """The paper's reward: `correct` if verified, `formatted` if well-formed but wrong, `invalid` otherwise."""
+
+    correct: float = 1.0
+    """Reward for a verified-correct completion."""
+    formatted: float = 0.1
+    """Reward for a completion whose answer could be extracted (well-formed) but is wrong."""
+    invalid: float = 0.0
+    """Reward for a completion with no extractable answer."""
+
+
+BINARY = RewardShaping(correct=1.0, formatted=0.0, invalid=0.0)
+"""A 0/1 reward, used where the paper reports plain accuracy."""
+
+
+class Task(abc.ABC):
+    """A verifiable reasoning task. Subclasses set `name` and implement the abstract methods."""
+
+    name: str = ""
+    stop: str | None = None
+    """A stop string for generation besides EOS (e.g. "</answer>"), or None."""
+    max_new_tokens: int = 32
+    """A sensible generation budget in tokens for the tiny character-level models."""
+
+    def __init__(self, shaping: RewardShaping = RewardShaping()):
+        self.shaping = shaping
+
+    @abc.abstractmethod
+    def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
+        """The first `n` examples of `split` ("train" or "test"; all when n is None), deterministic in `seed`."""
+
+    @abc.abstractmethod
+    def prompt(self, example: Example, tokenizer: Any = None) -> str:
+        """The prompt text. Plain text for tokenizers without a chat template; the chat template otherwise."""
+
+    @abc.abstractmethod
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer string found in `completion`, or None when there is none. Never raises."""
+
+    @abc.abstractmethod
+    def is_correct(self, completion: str, example: Example) -> bool:
+        """Whether `completion` answers `example` correctly. Never raises; unparseable means False."""
+
+    def is_well_formed(self, completion: str, example: Example) -> bool:
+        """Whether an answer can be extracted (the 0.1 tier of the reward)."""
+        try:
+            return self.extract_answer(completion) is not None
+        except Exception:
+            return False
+
+    def canonical_answer(self, completion: str, example: Example) -> str | None:
+        """A key that identifies *which* correct solution this is (for counting distinct correct answers).
+
+        Defaults to the extracted answer; Countdown overrides it with a normalised expression.
+        """
+        try:
+            return self.extract_answer(completion)
+        except Exception:
+            return None
+
+    def reward(self, completion: str, example: Example) -> float:
+        """Shaped reward: correct / well-formed but wrong / invalid. Never raises."""
+        try:
+            if self.is_correct(completion, example):
+                return self.shaping.correct
+            if self.is_well_formed(completion, example):
+                return self.shaping.formatted
+        except Exception:
+            pass
+        return self.shaping.invalid
+
+    def iter_examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> Iterator[Example]:
+        yield from self.examples(split, n=n, seed=seed)
