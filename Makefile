@@ -14,7 +14,6 @@ $(VENV)/.installed: pyproject.toml
 		$(PY) -m pip install --quiet torch==2.13.0; \
 	fi
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)" >/dev/null
 	touch $@
 
 setup: $(VENV)/.installed
@@ -25,10 +24,11 @@ test: setup
 reproduce: setup
 	$(PY) -m esreason_lib reproduce $(NOTEBOOKS)
 
-figures: setup
-	$(PY) -m esreason_lib reproduce --figures-only $(NOTEBOOKS)
+figures: setup  ## re-executes the notebooks; cached runs make this a redraw, missing runs are computed
+	$(PY) -m esreason_lib reproduce $(NOTEBOOKS)
 
 notebooks: setup
+	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
 
 claims: setup

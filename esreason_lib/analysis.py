@@ -1,0 +1,128 @@
+"""Where the updates went: parameter drift, magnitude-threshold resets, random controls, per-module summaries.
+
+All functions take plain state dicts (`{name: tensor}`, e.g. `model.state_dict()`) of a base and a tuned
+model with the same keys and shapes. "Changed" coordinates are those with a nonzero update delta = tuned - base;
+sparsity is always counted over changed coordinates, since ES changes nearly every weight a little while GRPO's
+Adam steps leave some exactly untouched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .seeding import torch_generator
+
+StateDict = dict[str, torch.Tensor]
+
+MODULE_TYPES = ("embedding", "attention", "mlp", "norm", "lm_head", "other")
+
+
+def module_type(name: str) -> str:
+    """Coarse module type of a Qwen2 parameter name (embedding, attention, mlp, norm, lm_head, other)."""
+    lowered = name.lower()
+    if "embed" in lowered:
+        return "embedding"
+    if "norm" in lowered:
+        return "norm"
+    if "self_attn" in lowered or any(k in lowered for k in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return "attention"
+    if "mlp" in lowered or any(k in lowered for k in ("gate_proj", "up_proj", "down_proj")):
+        return "mlp"
+    if "lm_head" in lowered:
+        return "lm_head"
+    return "other"
+
+
+def _check_pair(base: StateDict, tuned: StateDict) -> None:
+    if set(base) != set(tuned):
+        missing = sorted(set(base) ^ set(tuned))[:5]
+        raise ValueError(f"base and tuned state dicts differ in keys, e.g. {missing}")
+    for name in base:
+        if base[name].shape != tuned[name].shape:
+            raise ValueError(f"parameter {name!r}: base shape {tuple(base[name].shape)} != tuned "
+                             f"{tuple(tuned[name].shape)}")
+
+
+def _float_items(state: StateDict):
+    return [(k, v) for k, v in state.items() if torch.is_floating_point(v)]
+
+
+def update_deltas(base: StateDict, tuned: StateDict) -> StateDict:
+    """delta = tuned - base in float32 for every floating-point tensor."""
+    _check_pair(base, tuned)
+    return {k: tuned[k].float() - v.float() for k, v in _float_items(base)}
+
+
+def drift_table(base: StateDict, tuned: StateDict) -> pd.DataFrame:
+    """One row per tensor: name, module, numel, changed (count of nonzero deltas), delta_l2, base_l2,
+    rel_l2 = delta_l2 / base_l2, max_abs_delta."""
+    rows = []
+    for name, delta in update_deltas(base, tuned).items():
+        base_l2 = float(base[name].float().norm())
+        delta_l2 = float(delta.norm())
+        rows.append({"name": name, "module": module_type(name), "numel": delta.numel(),
+                     "changed": int((delta != 0).sum()), "delta_l2": delta_l2, "base_l2": base_l2,
+                     "rel_l2": delta_l2 / base_l2 if base_l2 > 0 else float("nan"),
+                     "max_abs_delta": float(delta.abs().max()) if delta.numel() else 0.0})
+    return pd.DataFrame(rows)
+
+
+def relative_drift(base: StateDict, tuned: StateDict) -> float:
+    """Overall ||theta - theta_0|| / ||theta_0|| over all floating-point tensors."""
+    table = drift_table(base, tuned)
+    return float(np.sqrt((table["delta_l2"] ** 2).sum()) / np.sqrt((table["base_l2"] ** 2).sum()))
+
+
+def module_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per module type: rel_l2 (module-level relative L2), share of the total squared update, fraction changed."""
+    g = table.assign(d2=table["delta_l2"] ** 2, b2=table["base_l2"] ** 2).groupby("module")
+    out = pd.DataFrame({"numel": g["numel"].sum(), "changed": g["changed"].sum(),
+                        "rel_l2": np.sqrt(g["d2"].sum()) / np.sqrt(g["b2"].sum()),
+                        "update_share": g["d2"].sum() / max(float((table["delta_l2"] ** 2).sum()), 1e-30)})
+    out["frac_changed"] = out["changed"] / out["numel"]
+    return out.reset_index().sort_values("update_share", ascending=False, ignore_index=True)
+
+
+def delta_quantiles(base: StateDict, tuned: StateDict, quantiles) -> np.ndarray:
+    """Quantiles of |delta| over changed coordinates (thresholds tau for `reset_small_updates`)."""
+    mags = torch.cat([d[d != 0].abs().flatten() for d in update_deltas(base, tuned).values()])
+    if mags.numel() == 0:
+        raise ValueError("tuned equals base: there are no changed coordinates to take quantiles of")
+    qs = np.asarray(quantiles, dtype=np.float64)
+    if np.any((qs < 0) | (qs > 1)):
+        raise ValueError(f"quantiles must lie in [0, 1], got {quantiles!r}")
+    return np.quantile(mags.numpy().astype(np.float64), qs)
+
+
+def reset_small_updates(base: StateDict, tuned: StateDict, tau: float) -> tuple[StateDict, float]:
+    """Reset every coordinate with 0 < |delta| <= tau to its base value.
+
+    Returns the new state dict and the sparsity: the fraction of changed coordinates that were reset.
+    """
+    if not tau >= 0:
+        raise ValueError(f"tau must be >= 0, got {tau!r}")
+    out, reset, changed = dict(tuned), 0, 0
+    for name, delta in update_deltas(base, tuned).items():
+        nonzero = delta != 0
+        small = nonzero & (delta.abs() <= tau)
+        changed += int(nonzero.sum())
+        reset += int(small.sum())
+        out[name] = torch.where(small, base[name], tuned[name])
+    return out, reset / max(changed, 1)
+
+
+def random_reset(base: StateDict, tuned: StateDict, sparsity: float, seed: int = 0) -> tuple[StateDict, float]:
+    """Control for `reset_small_updates`: reset a uniformly random `sparsity` fraction of changed coordinates."""
+    if not 0.0 <= sparsity <= 1.0:
+        raise ValueError(f"sparsity must lie in [0, 1], got {sparsity!r}")
+    out, reset, changed = dict(tuned), 0, 0
+    for name, delta in update_deltas(base, tuned).items():
+        gen = torch_generator(seed, "random_reset", name)
+        nonzero = delta != 0
+        pick = nonzero & (torch.rand(delta.shape, generator=gen) < sparsity)
+        changed += int(nonzero.sum())
+        reset += int(pick.sum())
+        out[name] = torch.where(pick, base[name], tuned[name])
+    return out, reset / max(changed, 1)

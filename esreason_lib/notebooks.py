@@ -1,0 +1,71 @@
+"""Run the jupytext notebooks with papermill: `make reproduce`, `make figures` and the notebook smoke tests.
+
+The notebooks live in `notebooks/NN_name.py` (jupytext percent format, one cell tagged `parameters`). Each is
+converted in memory, executed by papermill in the repository's Python (kernel `python3` of this interpreter)
+and written, executed, to `build/notebooks/NN_name.ipynb`. Heavy work inside a notebook is cached in the run
+store, so re-running a notebook only redraws what is already computed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+BUILD_DIR = REPO_ROOT / "build" / "notebooks"
+
+
+def list_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The numbered notebook sources `NN_*.py` in execution order."""
+    return sorted(p for p in Path(directory).glob("[0-9][0-9]_*.py"))
+
+
+def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
+                 kernel_name: str = "python3", progress: bool = True, timeout: int | None = None) -> Path:
+    """Execute one jupytext notebook with papermill; returns the executed `.ipynb` path.
+
+    `parameters` override the cell tagged `parameters` (papermill injects a cell after it). The notebook runs
+    with the repository root as working directory, so relative paths resolve the same as in `make reproduce`.
+    """
+    import jupytext
+    import papermill
+
+    source = Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"notebook source {str(source)!r} does not exist")
+    notebook = jupytext.read(source)
+    if not any("parameters" in cell.get("metadata", {}).get("tags", []) for cell in notebook.cells):
+        raise ValueError(f"notebook {source.name!r} has no cell tagged 'parameters'")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = out_dir / f"{source.stem}.input.ipynb"
+    jupytext.write(notebook, staged, fmt="ipynb")
+    output = out_dir / f"{source.stem}.ipynb"
+    try:
+        papermill.execute_notebook(
+            str(staged), str(output), parameters=parameters or {}, kernel_name=kernel_name,
+            progress_bar=progress, cwd=str(REPO_ROOT), execution_timeout=timeout,
+        )
+    finally:
+        staged.unlink(missing_ok=True)
+    return output
+
+
+def run_notebooks(sources: list[str | Path], *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
+                  progress: bool = True) -> dict[str, float]:
+    """Execute notebooks in order, printing each one's wall time; returns {name: seconds}."""
+    timings: dict[str, float] = {}
+    for source in sources:
+        start = time.perf_counter()
+        print(f"[reproduce] running {Path(source).name} ...", file=sys.stderr, flush=True)
+        run_notebook(source, parameters=parameters, out_dir=out_dir, progress=progress)
+        timings[Path(source).stem] = time.perf_counter() - start
+        print(f"[reproduce] {Path(source).name} done in {timings[Path(source).stem]:.0f} s", file=sys.stderr,
+              flush=True)
+    total = sum(timings.values())
+    print(f"[reproduce] {len(timings)} notebooks in {total / 60:.1f} min (cpu count {os.cpu_count()})",
+          file=sys.stderr, flush=True)
+    return timings

@@ -1,0 +1,127 @@
+"""Plot functions: each takes tidy tables, returns `(fig, ax)` and never saves. `save_figure` writes PNG + PDF.
+
+Style: seaborn's colorblind palette, one consistent color per method (`METHOD_COLORS`), CIs as bands.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from .notebooks import REPO_ROOT
+
+sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
+_PALETTE = sns.color_palette("colorblind")
+METHOD_COLORS = {"base": _PALETTE[7], "grpo": _PALETTE[0], "es": _PALETTE[1], "grpo->es": _PALETTE[2],
+                 "es->grpo": _PALETTE[4], "random": _PALETTE[5]}
+
+
+def color_for(label: str, index: int = 0):
+    """The method's fixed color, or the palette's `index`-th color for other labels."""
+    return METHOD_COLORS.get(str(label).lower().split(" ")[0], _PALETTE[index % len(_PALETTE)])
+
+
+def figures_dir() -> Path:
+    """`$ESREASON_FIGURES` or `<repo>/figures`."""
+    return Path(os.environ.get("ESREASON_FIGURES", REPO_ROOT / "figures"))
+
+
+def save_figure(fig, name: str, directory: str | Path | None = None) -> list[Path]:
+    """Write `fig` as `<directory>/<name>.png` (150 dpi) and `.pdf`; returns both paths."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"figure name must be a plain file stem, got {name!r}")
+    directory = Path(directory) if directory is not None else figures_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / f"{name}.png", directory / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    return paths
+
+
+def _axes(ax, figsize=(5.5, 3.8)):
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize)
+    return ax.figure, ax
+
+
+def plot_pass_at_k(curves: Mapping[str, pd.DataFrame], ax=None, logx: bool = True):
+    """Pass@K curves with bootstrap bands. `curves[label]` has columns k, pass_at_k, ci_low, ci_high."""
+    fig, ax = _axes(ax)
+    for i, (label, df) in enumerate(curves.items()):
+        c = color_for(label, i)
+        ax.plot(df["k"], df["pass_at_k"], marker="o", ms=3, label=label, color=c)
+        if {"ci_low", "ci_high"} <= set(df.columns):
+            ax.fill_between(df["k"], df["ci_low"], df["ci_high"], alpha=0.2, color=c, linewidth=0)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set(xlabel="K", ylabel="Pass@K", ylim=(0, 1.02))
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def plot_metric_curves(runs: Mapping[str, pd.DataFrame], key: str, ax=None, x: str = "step",
+                       smooth: int = 1, ylabel: str | None = None):
+    """One training metric over steps. `runs[label]` is a metrics table; several seeds of one method may share a
+    label prefix ("es seed=1"), and are drawn in the method's color. `smooth` is a centered rolling-mean window."""
+    fig, ax = _axes(ax)
+    seen = set()
+    for i, (label, df) in enumerate(runs.items()):
+        if key not in df:
+            continue
+        y = df[key].rolling(smooth, min_periods=1, center=True).mean() if smooth > 1 else df[key]
+        method = str(label).split(" ")[0]
+        ax.plot(df[x], y, color=color_for(label, i), alpha=0.85, lw=1.4,
+                label=method if method not in seen else None)
+        seen.add(method)
+    ax.set(xlabel=x, ylabel=ylabel or key)
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def plot_pass_plane(points: pd.DataFrame, x: str = "pass@1", y: str = "pass@K", label: str = "method", ax=None):
+    """Pass@1 vs Pass@K scatter; non-dominated points (Pareto front, higher is better) are outlined and joined."""
+    fig, ax = _axes(ax, figsize=(5, 4))
+    for i, (_, r) in enumerate(points.iterrows()):
+        ax.scatter(r[x], r[y], s=60, color=color_for(r[label], i), label=r[label], zorder=3,
+                   edgecolor="black" if bool(r.get("non_dominated", False)) else "none", linewidth=1.5)
+    if "non_dominated" in points:
+        front = points[points["non_dominated"]].sort_values(x)
+        ax.plot(front[x], front[y], ls="--", color="gray", zorder=2)
+    ax.set(xlabel=x, ylabel=y)
+    ax.legend(frameon=False, fontsize="small")
+    return fig, ax
+
+
+def plot_bars(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax=None, yerr: str | None = None):
+    """Grouped bar chart of a tidy table (optionally with an error column)."""
+    fig, ax = _axes(ax)
+    sns.barplot(data=table, x=x, y=y, hue=hue, ax=ax, errorbar=None)
+    if yerr is not None and hue is None:
+        ax.errorbar(np.arange(len(table)), table[y], yerr=table[yerr], fmt="none", color="black", capsize=3)
+    ax.tick_params(axis="x", rotation=20)
+    return fig, ax
+
+
+def plot_xy(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax=None, logx: bool = False,
+            logy: bool = False, marker: str = "o", reference: tuple[np.ndarray, np.ndarray, str] | None = None):
+    """Lines of y against x, one per `hue` value; `reference=(xs, ys, label)` adds a dashed reference line."""
+    fig, ax = _axes(ax)
+    groups = table.groupby(hue, sort=False) if hue else [(y, table)]
+    for i, (name, df) in enumerate(groups):
+        df = df.sort_values(x)
+        ax.plot(df[x], df[y], marker=marker, ms=4, label=str(name), color=color_for(str(name), i))
+    if reference is not None:
+        ax.plot(reference[0], reference[1], ls="--", color="gray", label=reference[2])
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set(xlabel=x, ylabel=y)
+    ax.legend(frameon=False, fontsize="small")
+    return fig, ax

@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+import torch
+
+from esreason_lib import analysis
+
+
+def _pair():
+    base = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+            "model.layers.0.mlp.up_proj.weight": torch.tensor([1.0, 1.0, 1.0, 1.0]),
+            "model.norm.weight": torch.tensor([1.0, 1.0])}
+    tuned = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+             "model.layers.0.mlp.up_proj.weight": torch.tensor([1.1, 1.0, 0.5, 1.01]),
+             "model.norm.weight": torch.tensor([1.0, 3.0])}
+    return base, tuned
+
+
+def test_module_type():
+    assert analysis.module_type("model.layers.3.self_attn.q_proj.weight") == "attention"
+    assert analysis.module_type("model.layers.3.mlp.down_proj.weight") == "mlp"
+    assert analysis.module_type("model.layers.3.input_layernorm.weight") == "norm"
+    assert analysis.module_type("model.embed_tokens.weight") == "embedding"
+    assert analysis.module_type("lm_head.weight") == "lm_head"
+    assert analysis.module_type("something") == "other"
+
+
+def test_update_deltas_and_drift_table():
+    base, tuned = _pair()
+    deltas = analysis.update_deltas(base, tuned)
+    assert torch.allclose(deltas["model.norm.weight"], torch.tensor([0.0, 2.0]))
+    table = analysis.drift_table(base, tuned).set_index("name")
+    assert table.loc["model.norm.weight", "changed"] == 1
+    assert table.loc["model.norm.weight", "rel_l2"] == pytest.approx(2.0 / np.sqrt(2.0))
+    assert table.loc["model.embed_tokens.weight", "changed"] == 0
+    assert table.loc["model.layers.0.mlp.up_proj.weight", "changed"] == 3
+
+
+def test_relative_drift_hand_computed():
+    base, tuned = _pair()
+    d2 = 0.1 ** 2 + 0.5 ** 2 + 0.01 ** 2 + 2.0 ** 2
+    b2 = 1 + 4 + 9 + 16 + 4 + 2
+    assert analysis.relative_drift(base, tuned) == pytest.approx(np.sqrt(d2 / b2), rel=1e-6)
+
+
+def test_module_summary_shares_sum_to_one():
+    base, tuned = _pair()
+    summary = analysis.module_summary(analysis.drift_table(base, tuned))
+    assert summary["update_share"].sum() == pytest.approx(1.0)
+    assert summary.iloc[0]["module"] == "norm"  # the 2.0 update dominates
+
+
+def test_reset_small_updates_counts_over_changed():
+    base, tuned = _pair()
+    new, sparsity = analysis.reset_small_updates(base, tuned, tau=0.1 + 1e-6)
+    # changed coordinates: 0.1, -0.5, 0.01, 2.0 -> 0.1 and 0.01 are reset
+    assert sparsity == pytest.approx(2 / 4)
+    assert torch.allclose(new["model.layers.0.mlp.up_proj.weight"], torch.tensor([1.0, 1.0, 0.5, 1.0]))
+    assert torch.equal(new["model.norm.weight"], tuned["model.norm.weight"])
+    _, none = analysis.reset_small_updates(base, tuned, tau=0.0)
+    assert none == 0.0
+    with pytest.raises(ValueError, match="tau"):
+        analysis.reset_small_updates(base, tuned, tau=-1.0)
+
+
+def test_delta_quantiles():
+    base, tuned = _pair()
+    q = analysis.delta_quantiles(base, tuned, [0.0, 1.0])
+    assert q[0] == pytest.approx(0.01, rel=1e-4) and q[1] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="no changed"):
+        analysis.delta_quantiles(base, base, [0.5])
+
+
+def test_random_reset_matches_sparsity_in_expectation():
+    g = torch.Generator().manual_seed(0)
+    base = {"w": torch.zeros(20000)}
+    tuned = {"w": torch.randn(20000, generator=g)}
+    new, sparsity = analysis.random_reset(base, tuned, 0.3, seed=1)
+    assert sparsity == pytest.approx(0.3, abs=0.02)
+    assert (new["w"] == 0).float().mean().item() == pytest.approx(sparsity, abs=1e-6)
+    again, _ = analysis.random_reset(base, tuned, 0.3, seed=1)
+    assert torch.equal(new["w"], again["w"])
+    with pytest.raises(ValueError, match="sparsity"):
+        analysis.random_reset(base, tuned, 1.5)
+
+
+def test_mismatched_state_dicts_error():
+    base, tuned = _pair()
+    with pytest.raises(ValueError, match="keys"):
+        analysis.update_deltas(base, {"x": torch.zeros(1)})
+    bad = dict(tuned, **{"model.norm.weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match="shape"):
+        analysis.update_deltas(base, bad)

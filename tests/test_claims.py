@@ -1,0 +1,26 @@
+import pytest
+
+from esreason_lib import claims
+
+
+def test_record_and_render_claims(tmp_path):
+    home = tmp_path / "runs"
+    table = claims.render_claims(home)
+    assert table.count("not run yet") == len(claims.FINDINGS)
+    claims.record_finding("05_forgetting", "Delta pass@1 on addition +0.01 | sorting -0.02", preset="smoke", home=home)
+    table = claims.render_claims(home)
+    assert "Delta pass@1 on addition +0.01 / sorting -0.02" in table  # pipes escaped for Markdown
+    assert table.count("not run yet") == len(claims.FINDINGS) - 1
+    with pytest.raises(ValueError, match="finding_id"):
+        claims.record_finding("99_nope", "x", preset="smoke", home=home)
+
+
+def test_write_claims_updates_readme_block(tmp_path):
+    home = tmp_path / "runs"
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- claims:start -->\nold\n<!-- claims:end -->\nrest\n")
+    claims.record_finding("00_base_models", "greedy 0.30", preset="tiny", home=home)
+    claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
+    text = readme.read_text()
+    assert "old" not in text and "greedy 0.30" in text and text.endswith("rest\n")
+    assert "greedy 0.30" in (tmp_path / "claims.md").read_text()

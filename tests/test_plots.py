@@ -1,0 +1,47 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from esreason_lib import plots  # noqa: E402
+
+
+def _curve(shift):
+    return pd.DataFrame({"k": [1, 2, 4], "pass_at_k": [0.2 + shift, 0.4 + shift, 0.6 + shift],
+                         "ci_low": [0.1, 0.3, 0.5], "ci_high": [0.3, 0.5, 0.7]})
+
+
+def test_save_figure_writes_png_and_pdf(tmp_path):
+    fig, ax = plots.plot_pass_at_k({"base": _curve(0), "es": _curve(0.1)})
+    paths = plots.save_figure(fig, "demo", directory=tmp_path)
+    assert [p.suffix for p in paths] == [".png", ".pdf"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    with pytest.raises(ValueError, match="figure name"):
+        plots.save_figure(fig, "../escape", directory=tmp_path)
+
+
+def test_plot_functions_return_fig_ax_and_draw_data():
+    fig, ax = plots.plot_pass_at_k({"base": _curve(0), "grpo": _curve(0.05)})
+    assert len(ax.lines) == 2 and ax.get_ylabel() == "Pass@K"
+    metrics = {"es seed=0": pd.DataFrame({"step": [0, 1, 2], "policy/entropy": [1.0, 0.9, 0.8]}),
+               "es seed=1": pd.DataFrame({"step": [0, 1, 2], "policy/entropy": [1.0, 0.95, 0.9]}),
+               "grpo seed=0": pd.DataFrame({"step": [0, 1, 2], "reward/mean": [0.1, 0.2, 0.3]})}
+    fig, ax = plots.plot_metric_curves(metrics, "policy/entropy", smooth=2)
+    assert len(ax.lines) == 2  # grpo has no entropy column here
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["es"]
+    points = pd.DataFrame({"method": ["base", "es", "grpo"], "pass@1": [0.2, 0.3, 0.35],
+                           "pass@K": [0.8, 0.9, 0.7], "non_dominated": [False, True, True]})
+    fig, ax = plots.plot_pass_plane(points)
+    assert len(ax.collections) == 3
+    fig, ax = plots.plot_bars(pd.DataFrame({"m": ["a", "b"], "v": [1.0, 2.0], "e": [0.1, 0.1]}), "m", "v", yerr="e")
+    assert len(ax.patches) >= 2
+    fig, ax = plots.plot_xy(pd.DataFrame({"x": [1, 2, 3] * 2, "y": [1, 4, 9, 2, 3, 4], "h": ["a"] * 3 + ["b"] * 3}),
+                            "x", "y", hue="h", logx=True, reference=([1, 3], [1, 9], "ref"))
+    assert len(ax.lines) == 3 and ax.get_xscale() == "log"
+
+
+def test_color_for_is_stable_per_method():
+    assert plots.color_for("es seed=3") == plots.color_for("ES")
+    assert plots.color_for("grpo") != plots.color_for("es")
