@@ -126,3 +126,13 @@ def random_reset(base: StateDict, tuned: StateDict, sparsity: float, seed: int =
         reset += int(pick.sum())
         out[name] = torch.where(pick, base[name], tuned[name])
     return out, reset / max(changed, 1)
+
+
+def non_dominated(x, y) -> np.ndarray:
+    """Mask of points not dominated in (x, y), higher is better in both: no other point is >= in both and > in one."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"x and y must be 1-D of equal length, got shapes {x.shape} and {y.shape}")
+    ge = (x[None, :] >= x[:, None]) & (y[None, :] >= y[:, None])  # [i, j]: j is at least as good as i
+    gt = (x[None, :] > x[:, None]) | (y[None, :] > y[:, None])
+    return ~np.any(ge & gt, axis=1)

@@ -90,3 +90,10 @@ def test_mismatched_state_dicts_error():
     bad = dict(tuned, **{"model.norm.weight": torch.zeros(3)})
     with pytest.raises(ValueError, match="shape"):
         analysis.update_deltas(base, bad)
+
+
+def test_non_dominated():
+    mask = analysis.non_dominated([0.2, 0.3, 0.35, 0.1, 0.3], [0.8, 0.9, 0.7, 0.95, 0.9])
+    assert mask.tolist() == [False, True, True, True, True]
+    with pytest.raises(ValueError, match="equal length"):
+        analysis.non_dominated([1, 2], [1])
