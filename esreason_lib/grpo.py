@@ -1,0 +1,372 @@
+"""GRPO: group-relative policy optimisation, the gradient baseline ES is compared against.
+
+After DeepSeekMath (Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
+Language Models", arXiv 2402.03300, Sec. 4.1): for each prompt sample a group of G completions from the old
+policy, score them with the verifier, use the group-normalised reward as every token's advantage, and
+maximise a PPO clipped surrogate minus beta * KL(pi || pi_ref).
+
+Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
+- No reward model: rewards come from the task's rule-based verifier (`Task.reward`, shaped
+  correct / well-formed / invalid), i.e. outcome supervision only, no process supervision.
+- No value model (as in GRPO) and no iterative reward-model retraining (the paper's "iterative RL").
+- Rollout reuse: each batch of rollouts is used for `ppo_epochs` full-batch optimiser steps (the paper's
+  mu). With ppo_epochs=1 the importance ratio is 1 (on-policy, the common "single-sample" setting); the
+  clipped ratio is still computed through `completion_logprobs` under autograd so the code path is one.
+  The old log-probs are those recorded while sampling (temperature applied, before any top-p cut, which is
+  what `completion_logprobs` computes), so ratio = 1 up to KV-cache float noise at the first epoch.
+- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 (Schulman 2020) added to the per-token loss, as
+  in the paper, but only when beta > 0 (beta = 0 skips the reference model entirely, as in DAPO/Dr.GRPO).
+- Aggregation: "seq-mean-token-mean" is the paper's 1/G sum_i 1/|o_i| sum_t; "token-mean" (DAPO) divides
+  the sum over all tokens by the number of tokens, so long completions are not down-weighted.
+- Advantage scale: "group" divides by the group's standard deviation (paper); "none" only centres
+  (Dr.GRPO, Liu et al. 2025), removing the difficulty bias. Std is the population std (ddof=0).
+- AdamW with global grad-norm clipping; one optimiser step per epoch over the whole batch (gradient
+  accumulation over `micro_batch_size` chunks is exact, not a mini-batch split).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from esreason_lib.seeding import derive_seed, numpy_rng
+
+SCALES = ("group", "none")
+AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
+
+
+def group_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """Group-relative advantages: A_i = r_i - mean(group), divided by (std(group) + eps) when scale="group".
+
+    `rewards` [B] (tensor, array or list), rows grouped by prompt (row i -> group i // group_size). The std is
+    the population std (ddof=0). Groups whose rewards are all equal get advantage exactly 0 (no signal).
+    Returns a float32 tensor [B] (float64 input stays float64).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    r = torch.as_tensor(rewards)
+    out_dtype = r.dtype if r.dtype == torch.float64 else torch.float32
+    r = r.to(torch.float64).reshape(-1)  # [B]
+    if r.numel() % group_size != 0:
+        raise ValueError(f"len(rewards)={r.numel()} is not a multiple of group_size={group_size}")
+    g = r.view(-1, group_size)  # [P, G]
+    adv = g - g.mean(dim=1, keepdim=True)  # [P, G]
+    if scale == "group":
+        adv = adv / (g.std(dim=1, unbiased=False, keepdim=True) + eps)  # [P, G]
+    flat = (g.amax(dim=1) == g.amin(dim=1)).unsqueeze(1)  # [P, 1]
+    adv = adv.masked_fill(flat, 0.0)  # [P, G]
+    return adv.reshape(-1).to(out_dtype)  # [B]
+
+
+def policy_loss(logp, old_logp, ref_logp, adv, mask, clip_eps: float, beta: float,
+                aggregation: str = "seq-mean-token-mean") -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO objective for one batch, as a loss to minimise, and detached diagnostics.
+
+    Per token t of completion i: ratio = exp(logp - old_logp),
+    l = -min(ratio * A_i, clip(ratio, 1 - clip_eps, 1 + clip_eps) * A_i) + beta * k3, with
+    k3 = exp(ref - logp) - (ref - logp) - 1 >= 0 (zero exactly when the policies agree).
+    Shapes: logp, old_logp, ref_logp, mask [B, T]; adv [B]. Gradients flow only through `logp`.
+    `ref_logp` may be None only when beta == 0. Sequences with no masked-in token are ignored.
+    Metrics (token means over the mask): `policy/clip_frac` (tokens where the clipped branch is active),
+    `policy/kl` (mean k3; nan when ref_logp is None), `policy/ratio_mean`, `loss/policy` (the loss value).
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta!r}")
+    if beta > 0 and ref_logp is None:
+        raise ValueError(f"ref_logp is required when beta > 0 (beta={beta!r})")
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or adv.shape != logp.shape[:1]:
+        raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
+                         f"mask {tuple(mask.shape)}, adv {tuple(adv.shape)}")
+    mask = mask.bool()  # [B, T]
+    m = mask.to(logp.dtype)  # [B, T]
+    a = adv.detach().to(logp.dtype).unsqueeze(1)  # [B, 1]
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    log_ratio = torch.where(mask, logp - old_logp.detach(), zero)  # [B, T] (0 where masked, even if inf there)
+    ratio = torch.exp(log_ratio)  # [B, T]
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, T]
+    per_tok = -torch.minimum(ratio * a, clipped * a)  # [B, T]
+    kl = None
+    if ref_logp is not None:
+        d = torch.where(mask, ref_logp.detach() - logp, zero)  # [B, T]
+        kl = torch.exp(d) - d - 1.0  # [B, T] k3 estimator of KL(pi || pi_ref)
+        if beta > 0:
+            per_tok = per_tok + beta * kl  # [B, T]
+    lens = m.sum(dim=1)  # [B]
+    n_tok = lens.sum().clamp(min=1.0)  # []
+    if aggregation == "seq-mean-token-mean":
+        seq = (per_tok * m).sum(dim=1) / lens.clamp(min=1.0)  # [B]
+        live = (lens > 0).to(logp.dtype)  # [B]
+        loss = (seq * live).sum() / live.sum().clamp(min=1.0)  # []
+    else:
+        loss = (per_tok * m).sum() / n_tok  # []
+    with torch.no_grad():
+        is_clipped = ((ratio > 1.0 + clip_eps) & (a > 0)) | ((ratio < 1.0 - clip_eps) & (a < 0))  # [B, T]
+        metrics = {
+            "policy/clip_frac": float((is_clipped.to(m.dtype) * m).sum() / n_tok),
+            "policy/kl": float((kl * m).sum() / n_tok) if kl is not None else math.nan,
+            "policy/ratio_mean": float((ratio * m).sum() / n_tok),
+            "loss/policy": float(loss),
+        }
+    return loss, metrics
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Everything that defines a GRPO run (its hash names the run directory). Defaults follow DeepSeekMath
+    where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
+
+    model: str = "tiny"
+    """Base model: a zoo name from `esreason_lib.models.ZOO`, a local directory, or a hub id."""
+    task: str = "countdown"
+    """Task name for `esreason_lib.tasks.get_task`."""
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for `get_task` (reward shaping is set by the `reward_*` fields instead)."""
+    group_size: int = 8
+    """G: completions sampled per prompt; advantages are normalised within each group."""
+    lr: float = 1e-4
+    """AdamW learning rate (DeepSeekMath used 1e-6 for a 7B model; tiny models need far more)."""
+    clip_eps: float = 0.2
+    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
+    beta: float = 0.04
+    """Weight of the k3 KL penalty against the frozen base model; 0 disables it and the reference copy."""
+    temperature: float = 1.0
+    """Sampling temperature; the policy log-probs in the loss use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 = off)."""
+    prompts_per_step: int = 8
+    """Prompts drawn (without replacement when possible) from the train split per iteration."""
+    ppo_epochs: int = 1
+    """mu: optimiser steps taken on the same rollouts (1 = on-policy, importance ratio 1)."""
+    iterations: int = 100
+    """Number of sample-score-update iterations (one `step` in the metrics log each)."""
+    max_new_tokens: int | None = None
+    """Generation budget in tokens; None uses the task's `max_new_tokens`."""
+    scale: str = "group"
+    """Advantage scaling: "group" (divide by group std, DeepSeekMath) or "none" (Dr.GRPO)."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: "seq-mean-token-mean" (DeepSeekMath) or "token-mean" (DAPO)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    max_grad_norm: float | None = 1.0
+    """Global gradient-norm clip; None disables clipping (the norm is still logged)."""
+    reward_correct: float = 1.0
+    """Reward for a verified-correct completion."""
+    reward_formatted: float = 0.1
+    """Reward for a well-formed but wrong completion."""
+    reward_invalid: float = 0.0
+    """Reward for a completion with no extractable answer."""
+    train_size: int | None = None
+    """Number of train-split examples to draw prompts from (None = the whole split)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
+    checkpoint_every: int = 25
+    """Save a resumable checkpoint every this many iterations (0 = never)."""
+    device: str = "auto"
+    """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
+    dtype: str = "float32"
+    """Model parameter dtype: "float32" or "bfloat16"."""
+    seed: int = 0
+    """Run seed; prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
+
+    def __post_init__(self):
+        def bad(name, why):
+            raise ValueError(f"GRPOConfig.{name} {why}, got {getattr(self, name)!r}")
+
+        for name in ("group_size", "prompts_per_step", "ppo_epochs", "iterations"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, "must be a positive int")
+        if self.group_size < 2:
+            bad("group_size", "must be >= 2 (advantages are relative within a group)")
+        for name in ("max_new_tokens", "train_size", "micro_batch_size"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                bad(name, "must be None or a positive int")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
+            bad("checkpoint_every", "must be an int >= 0")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            bad("lr", "must be a positive finite float")
+        if not 0 < self.clip_eps < 1:
+            bad("clip_eps", "must be in (0, 1)")
+        if not (self.beta >= 0 and math.isfinite(self.beta)):
+            bad("beta", "must be a finite float >= 0")
+        if not self.temperature > 0:
+            bad("temperature", "must be > 0")
+        if not 0 < self.top_p <= 1:
+            bad("top_p", "must be in (0, 1]")
+        if self.scale not in SCALES:
+            bad("scale", f"must be one of {SCALES}")
+        if self.aggregation not in AGGREGATIONS:
+            bad("aggregation", f"must be one of {AGGREGATIONS}")
+        if not self.weight_decay >= 0:
+            bad("weight_decay", "must be >= 0")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            bad("max_grad_norm", "must be None or > 0")
+        if self.dtype not in _DTYPES:
+            bad("dtype", f"must be one of {tuple(_DTYPES)}")
+        if not isinstance(self.model, str) or not self.model:
+            bad("model", "must be a non-empty string")
+        if not isinstance(self.task, str) or not self.task:
+            bad("task", "must be a non-empty string")
+        if not isinstance(self.task_kwargs, dict):
+            bad("task_kwargs", "must be a dict")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            bad("seed", "must be an int")
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _chunks(n: int, size: int | None) -> list[slice]:
+    size = size or n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
+    """One GRPO iteration: draw prompts, sample G completions each, score, and take `ppo_epochs` steps.
+
+    Returns the metrics for this iteration (see `train_grpo`). Deterministic in (config.seed, iteration).
+    """
+    from esreason_lib.generation import completion_logprobs, generate
+    from esreason_lib.metrics import mean_token_entropy
+
+    t0 = time.perf_counter()
+    c, G = config, config.group_size
+    device = next(model.parameters()).device
+    rng = numpy_rng(c.seed, "grpo", "prompts", iteration)
+    idx = rng.choice(len(examples), size=c.prompts_per_step, replace=c.prompts_per_step > len(examples))  # [P]
+    ro = generate(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
+                  max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
+                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
+    rewards = np.array([task.reward(s, examples[idx[i // G]]) for i, s in enumerate(ro.completions)])  # [B]
+    adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
+    p_ids, p_mask = ro.prompt_ids.to(device), ro.prompt_mask.to(device)  # [B, Lp]
+    c_ids, c_mask = ro.completion_ids.to(device), ro.completion_mask.to(device)  # [B, Lc]
+    B, parts = c_ids.shape[0], _chunks(c_ids.shape[0], c.micro_batch_size)
+
+    def logprobs_of(net, grad: bool, sl: slice) -> torch.Tensor:
+        with torch.set_grad_enabled(grad):
+            lp, _ = completion_logprobs(net, p_ids[sl], p_mask[sl], c_ids[sl], c_mask[sl],
+                                        temperature=c.temperature)
+        return lp.float()  # [b, Lc]
+
+    old = ro.logprobs.to(device).float()  # [B, Lc] pi_old at sampling time (temperature, before top-p cut)
+    ref_lp = torch.cat([logprobs_of(ref, False, sl) for sl in parts]) if ref is not None else None  # [B, Lc]
+    lens = c_mask.sum(dim=1)  # [B]
+    n_tok, n_live = lens.sum().clamp(min=1), (lens > 0).sum().clamp(min=1)  # [], []
+
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    acc: dict[str, float] = {}
+    for _ in range(c.ppo_epochs):
+        opt.zero_grad(set_to_none=True)
+        for sl in parts:
+            logp = logprobs_of(model, True, sl)  # [b, Lc]
+            loss, m = policy_loss(logp, old[sl], None if ref_lp is None else ref_lp[sl], adv[sl], c_mask[sl],
+                                  c.clip_eps, c.beta, c.aggregation)
+            w_tok = float(lens[sl].sum() / n_tok)
+            w = w_tok if c.aggregation == "token-mean" else float((lens[sl] > 0).sum() / n_live)
+            (loss * w if len(parts) > 1 else loss).backward()
+            for k, v in m.items():  # token-weighted average over chunks and epochs
+                acc[k] = acc.get(k, 0.0) + (w if k == "loss/policy" else w_tok) * v / c.ppo_epochs
+        gn = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm or math.inf)
+        opt.step()
+    model.eval()
+
+    groups = rewards.reshape(-1, G)  # [P, G]
+    out = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "policy/entropy": float(mean_token_entropy(ro.entropies, ro.completion_mask)),
+        **{k: v for k, v in acc.items() if not math.isnan(v)},
+        "policy/grad_norm": float(gn),
+        "grpo/zero_std_frac": float((groups.max(axis=1) == groups.min(axis=1)).mean()),
+        "completion/length": float(lens.float().mean()),
+        "grpo/generations": (iteration + 1) * B,
+        "time/step_s": time.perf_counter() - t0,
+    }
+    return out
+
+
+def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
+               progress: bool = True):
+    """Train `config.model` on `config.task` with GRPO; returns the `Run` (immediately if already complete).
+
+    `model`/`tokenizer` override loading `config.model` (the model is trained in place); `task` (a `Task`)
+    overrides `get_task(config.task, ...)` and its own reward shaping is then used. With `resume`, training
+    continues from the run's last checkpoint and ends bit-identical to an uninterrupted run; without it, any
+    earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
+    iteration): reward/mean, reward/std, policy/entropy, policy/kl (beta > 0), policy/clip_frac,
+    policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
+    grpo/generations (cumulative), time/step_s.
+    """
+    from tqdm.auto import tqdm
+
+    from esreason_lib.runs import Run
+
+    run = Run.open("grpo", config, seed=config.seed, home=home)
+    if run.is_complete():
+        return run
+    device = _resolve_device(config.device)
+    if model is None:
+        from esreason_lib.models import load_model
+
+        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype])
+        tokenizer = tokenizer or loaded_tok
+    elif tokenizer is None:
+        raise ValueError("train_grpo: a tokenizer is required when a model is passed")
+    model.to(device=device, dtype=_DTYPES[config.dtype])
+    if task is None:
+        from esreason_lib.tasks import get_task
+        from esreason_lib.tasks.base import RewardShaping
+
+        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
+        task = get_task(config.task, shaping=shaping, **config.task_kwargs)
+    examples = task.examples("train", n=config.train_size, seed=0)
+    if not examples:
+        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+    start = 0
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
+        step, state = ckpt
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        start = int(state["iteration"])
+        run.truncate_metrics(step)
+    else:
+        run.truncate_metrics(0)
+
+    bar = tqdm(range(start, config.iterations), initial=start, total=config.iterations, disable=not progress,
+               desc=f"grpo {config.task}")
+    for it in bar:
+        m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)
+        run.log(it + 1, m)
+        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
+        if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+            run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                         "iteration": it + 1, "torch_rng": torch.get_rng_state()})
+    model.save_pretrained(run.model_dir)
+    tokenizer.save_pretrained(run.model_dir)
+    run.finish()
+    return run
