@@ -1,0 +1,260 @@
+"""Evaluation metrics as plain functions over documented numpy / torch shapes (no I/O).
+
+Shapes: `P` problems (prompts), `n` samples per problem, `N` population members, `S` samples per member,
+`B, T` batch and token positions, `V` vocabulary. Per-problem functions return arrays, aggregates floats.
+
+Pass@K (Chen et al. 2021, unbiased): 1 - C(n-c, K) / C(n, K) = 1 - prod_{i=n-c+1}^{n} (1 - K / i).
+Lemma 2 quantities (population of N members with per-member success probabilities p_i on one problem):
+    JS_succ = h(p_bar) - mean_i h(p_i)  (binary entropy h in nats),   P_pop = 1 - prod_i (1 - p_i),
+    P_same = 1 - (1 - p_bar)^N,   P_pop - P_same ~= N p_bar (1 - p_bar)^(N-1) JS_succ  (small spread).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+# --------------------------------------------------------------------------------------------- Pass@K
+
+
+def _as_count_array(name: str, x) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iub" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+        raise ValueError(f"{name} must hold integers, got {x!r}")
+    arr = arr.astype(np.int64)
+    if np.any(arr < 0):
+        raise ValueError(f"{name} must be >= 0, got {arr[arr < 0][:5].tolist()}")
+    return arr
+
+
+def pass_at_k(n, c, k: int):
+    """Unbiased Pass@k per problem from n samples of which c are correct.
+
+    `n`, `c`: ints or integer arrays that broadcast (e.g. [P]); `k`: int with 1 <= k <= n.
+    Returns 1 - C(n-c, k)/C(n, k) computed as 1 - prod_{i=n-c+1}^{n}(1 - k/i) (1.0 when n - c < k):
+    a float for scalar inputs, else an array of the broadcast shape.
+    """
+    n_arr, c_arr = _as_count_array("n", n), _as_count_array("c", c)
+    if isinstance(k, bool) or int(k) != k:
+        raise ValueError(f"k must be an integer, got {k!r}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got k={k}")
+    n_arr, c_arr = np.broadcast_arrays(n_arr, c_arr)
+    if np.any(c_arr > n_arr):
+        bad = np.argwhere(c_arr > n_arr)[0]
+        raise ValueError(f"c must be <= n, got c={c_arr[tuple(bad)]} > n={n_arr[tuple(bad)]}")
+    if np.any(k > n_arr):
+        raise ValueError(f"k must be <= n, got k={k} > n={int(n_arr.min())}")
+    pairs, inverse = np.unique(np.stack([n_arr.ravel(), c_arr.ravel()], axis=1), axis=0, return_inverse=True)
+    values = np.empty(len(pairs))
+    for j, (nn, cc) in enumerate(pairs):
+        values[j] = 1.0 if nn - cc < k else 1.0 - np.prod(1.0 - k / np.arange(nn - cc + 1, nn + 1))
+    out = values[np.asarray(inverse).reshape(-1)].reshape(n_arr.shape)
+    return float(out) if out.ndim == 0 else out
+
+
+def pass_at_k_curve(n, c, ks: Sequence[int]) -> np.ndarray:
+    """Mean over problems of Pass@k for each k in `ks`: array [len(ks)]. `n`, `c`: [P] (or broadcastable)."""
+    return np.array([float(np.mean(pass_at_k(n, c, k))) for k in ks])
+
+
+def bootstrap_ci(values, n_boot: int = 1000, alpha: float = 0.05, random_state=0,
+                 statistic: Callable[[np.ndarray], object] | None = None):
+    """Percentile bootstrap CI resampling problems (axis 0) with replacement.
+
+    `values`: [P] or [P, ...] per-problem values; `statistic(resampled [P, ...])` defaults to the mean over
+    axis 0. `random_state`: int seed or np.random.Generator. Returns (low, high): floats, or arrays of the
+    statistic's shape. The resampling indices are identical for the default and a custom statistic.
+    """
+    vals = np.asarray(values, dtype=np.float64)
+    if vals.ndim == 0 or vals.shape[0] == 0:
+        raise ValueError(f"values must have at least one problem on axis 0, got shape {vals.shape}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    n_problems = vals.shape[0]
+    idx = rng.integers(0, n_problems, size=(n_boot, n_problems))
+    if statistic is None:
+        flat = vals.reshape(n_problems, -1)
+        chunk = max(1, 4_000_000 // (n_problems * flat.shape[1]))
+        stats = np.concatenate([flat[idx[i:i + chunk]].mean(axis=1) for i in range(0, n_boot, chunk)])
+        stats = stats.reshape((n_boot,) + vals.shape[1:])
+    else:
+        stats = np.stack([np.asarray(statistic(vals[row]), dtype=np.float64) for row in idx])
+    low, high = np.quantile(stats, [alpha / 2, 1 - alpha / 2], axis=0)
+    return (float(low), float(high)) if np.ndim(low) == 0 else (low, high)
+
+
+def pass_at_k_table(n, c, ks: Sequence[int], n_boot: int = 1000, random_state=0,
+                    alpha: float = 0.05) -> pd.DataFrame:
+    """Pass@k curve with bootstrap-over-problems CIs: columns k, pass_at_k, ci_low, ci_high (one row per k)."""
+    n_arr, c_arr = np.broadcast_arrays(np.atleast_1d(n), np.atleast_1d(c))
+    per_problem = np.stack([np.atleast_1d(pass_at_k(n_arr, c_arr, k)) for k in ks], axis=1)  # [P, K]
+    low, high = bootstrap_ci(per_problem, n_boot=n_boot, alpha=alpha, random_state=random_state)
+    return pd.DataFrame({"k": [int(k) for k in ks], "pass_at_k": per_problem.mean(axis=0),
+                         "ci_low": np.atleast_1d(low), "ci_high": np.atleast_1d(high)})
+
+
+# --------------------------------------------------------------------------------------------- Maj@K
+
+
+def _majority_score(answers: Sequence, correct: Sequence[bool]) -> float:
+    """Expected correctness of a majority vote over these samples (ties broken uniformly at random)."""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return 0.0
+    top = max(votes.values())
+    winners = [a for a, v in votes.items() if v == top]
+    scores = [np.mean([bool(ok) for a, ok in zip(answers, correct) if a == w]) for w in winners]
+    return float(np.mean(scores))
+
+
+def maj_at_k(answers: Sequence[Sequence], correct: Sequence[Sequence[bool]], k: int, *,
+             method: str = "resample", n_resamples: int = 200, random_state=0) -> np.ndarray:
+    """Maj@k per problem: is the majority answer among k samples correct? Returns [P] floats in [0, 1].
+
+    `answers[p][s]`: canonical answer of sample s of problem p (hashable; None = unparseable, never votes);
+    `correct[p][s]`: whether that sample is correct (same ragged shape). The vote picks the most frequent
+    non-None answer; ties are broken uniformly at random and scored by their expectation; the winning answer
+    scores the mean correctness of its samples; no parseable answer scores 0.
+    `method="first"`: exactly on the first k samples (deterministic). `method="resample"` (default): the
+    expectation over uniformly random k-subsets (without replacement), exact when k == n, otherwise estimated
+    with `n_resamples` subsets drawn from `random_state` (int seed or np.random.Generator).
+    """
+    if len(answers) != len(correct):
+        raise ValueError(f"answers and correct must have the same number of problems, got "
+                         f"{len(answers)} and {len(correct)}")
+    if method not in ("resample", "first"):
+        raise ValueError(f"method must be 'resample' or 'first', got {method!r}")
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    out = np.empty(len(answers))
+    for p, (ans, ok) in enumerate(zip(answers, correct)):
+        ans, ok = list(ans), list(ok)
+        if len(ans) != len(ok):
+            raise ValueError(f"problem {p}: {len(ans)} answers but {len(ok)} correctness flags")
+        if k > len(ans):
+            raise ValueError(f"k must be <= number of samples, got k={k} > n={len(ans)} for problem {p}")
+        if method == "first" or k == len(ans):
+            out[p] = _majority_score(ans[:k], ok[:k])
+        else:
+            subsets = [rng.choice(len(ans), size=k, replace=False) for _ in range(n_resamples)]
+            out[p] = np.mean([_majority_score([ans[i] for i in s], [ok[i] for i in s]) for s in subsets])
+    return out
+
+
+# --------------------------------------------------------------------------------------------- entropy
+
+
+def mean_token_entropy(entropies, mask) -> float:
+    """Masked mean of per-token entropies: `entropies` [B, T], `mask` [B, T] bool (numpy or torch).
+    Returns NaN when the mask selects nothing."""
+    ent = entropies.detach().cpu().double().numpy() if torch.is_tensor(entropies) else np.asarray(entropies, float)
+    msk = mask.detach().cpu().numpy() if torch.is_tensor(mask) else np.asarray(mask)
+    if ent.shape != msk.shape:
+        raise ValueError(f"entropies shape {ent.shape} != mask shape {msk.shape}")
+    msk = msk.astype(bool)
+    return float(ent[msk].mean()) if msk.any() else float("nan")
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of softmax(logits) over the last axis: [..., V] -> [...]; stable, -inf logits allowed."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [..., V]
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------- Lemma 2
+
+
+def _as_prob(name: str, p) -> np.ndarray:
+    arr = np.asarray(p, dtype=np.float64)
+    if np.any(~((arr >= 0) & (arr <= 1))):
+        raise ValueError(f"{name} must lie in [0, 1], got {arr[~((arr >= 0) & (arr <= 1))][:5].tolist()}")
+    return arr
+
+
+def _out(x: np.ndarray):
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def binary_entropy(p):
+    """h(p) = -p log p - (1-p) log(1-p) in nats, elementwise, with h(0) = h(1) = 0."""
+    p = _as_prob("p", p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0) - np.where(p < 1, (1 - p) * np.log1p(-p), 0.0)
+    return _out(h)
+
+
+def js_success(p):
+    """Success-level JS diversity h(mean_i p_i) - mean_i h(p_i) over the last axis.
+    `p`: [N] -> float, or [P, N] -> [P] (per-member success probabilities per problem)."""
+    p = _as_prob("p", p)
+    return _out(binary_entropy(p.mean(axis=-1)) - np.mean(binary_entropy(p), axis=-1))
+
+
+def pass_population(p):
+    """P_pop = 1 - prod_i (1 - p_i) over the last axis: [N] -> float, [P, N] -> [P]."""
+    return _out(1.0 - np.prod(1.0 - _as_prob("p", p), axis=-1))
+
+
+def pass_same(p_bar, N: int):
+    """P_same = 1 - (1 - p_bar)^N: N independent draws from one policy with success p_bar."""
+    if N < 1:
+        raise ValueError(f"N must be >= 1, got {N}")
+    return _out(1.0 - (1.0 - _as_prob("p_bar", p_bar)) ** N)
+
+
+def pass_gap_approx(p):
+    """Leading-order P_pop - P_same for small spread: N p_bar (1 - p_bar)^(N-1) JS_succ, over the last axis.
+
+    Derivation (d_i = p_i - p_bar, V = mean_i d_i^2): sum_i log(1 - p_i) = N log(1 - p_bar)
+    - N V / (2 (1 - p_bar)^2) + O(d^3), so P_pop - P_same = (1-p_bar)^N - prod_i(1-p_i)
+    ~= (N/2) (1 - p_bar)^(N-2) V; and JS_succ ~= V / (2 p_bar (1 - p_bar)) since h'' = -1/(p(1-p)).
+    Eliminating V gives N p_bar (1 - p_bar)^(N-1) JS_succ, i.e. the issue's formula holds as stated.
+    """
+    p = _as_prob("p", p)
+    n_members, p_bar = p.shape[-1], p.mean(axis=-1)
+    return _out(n_members * p_bar * (1 - p_bar) ** (n_members - 1) * np.asarray(js_success(p)))
+
+
+# --------------------------------------------------------------------------------------------- JS_pol
+
+
+def js_policy(logp_members, *, per_prompt: bool = False):
+    """Policy-level JS diversity JS_pol = (1/N) sum_i KL(pi_i || pi_bar), pi_bar = (1/N) sum_j pi_j, by Monte Carlo.
+
+    `logp_members`: [N, N, S] or [..., N, N, S] (leading axes: prompts); entry [i, j, s] = log pi_j(y_{i,s}|x),
+    the sequence log-prob under member j of the s-th sample drawn from member i. Estimator:
+    mean_i mean_s [logp[i,i,s] - logsumexp_j logp[i,j,s] + log N] (unbiased for each KL).
+    Returns the mean over prompts (float), or with `per_prompt=True` an array of the leading shape.
+    """
+    lp = logp_members.detach().cpu().double().numpy() if torch.is_tensor(logp_members) \
+        else np.asarray(logp_members, dtype=np.float64)
+    if lp.ndim < 3 or lp.shape[-3] != lp.shape[-2]:
+        raise ValueError(f"logp_members must have shape [..., N, N, S], got {lp.shape}")
+    n_members = lp.shape[-2]
+    own = np.diagonal(lp, axis1=-3, axis2=-2)  # [..., S, N]
+    m = lp.max(axis=-2, keepdims=True)
+    lse = (m + np.log(np.exp(lp - m).sum(axis=-2, keepdims=True))).squeeze(-2)  # [..., N, S]
+    js = (np.swapaxes(own, -1, -2) - lse + np.log(n_members)).mean(axis=(-2, -1))  # [...]
+    return js if per_prompt else float(np.mean(js))
+
+
+def js_policy_exact(probs):
+    """Exact JS_pol for categorical members: `probs` [N, V] (rows sum to 1) -> float, or [..., N, V] -> [...]."""
+    pr = _as_prob("probs", probs)
+    if pr.ndim < 2 or not np.allclose(pr.sum(axis=-1), 1.0, atol=1e-6):
+        raise ValueError(f"probs must have shape [..., N, V] with rows summing to 1, got shape {pr.shape}")
+    mix = pr.mean(axis=-2, keepdims=True)  # [..., 1, V]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(pr > 0, pr * (np.log(pr) - np.log(mix)), 0.0).sum(axis=-1)  # [..., N]
+    return _out(kl.mean(axis=-1))

@@ -1,0 +1,132 @@
+"""The run store, always under tmp_path."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from esreason_lib import runs as R
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    lr: float = 0.1
+    """learning rate"""
+    sizes: tuple = (1, 2)
+    """a tuple (stored as a list)"""
+    seed: int = 0
+    """run seed"""
+
+
+def test_config_hash_canonical():
+    a = R.config_hash(_Cfg())
+    assert len(a) == 10 and all(ch in "0123456789abcdef" for ch in a)
+    assert a == R.config_hash({"seed": 0, "sizes": [1, 2], "lr": 0.1})  # dataclass == dict, keys sorted
+    assert a != R.config_hash(_Cfg(lr=0.2))
+    assert R.canonical_config({"p": Path("/x"), "n": np.int64(3), "t": (1, (2,))}) == \
+        {"p": "/x", "n": 3, "t": [1, [2]]}
+    with pytest.raises(TypeError, match="config.bad"):
+        R.config_hash({"bad": object()})
+    with pytest.raises(TypeError, match="dataclass instance or a dict"):
+        R.config_hash([1, 2])
+
+
+def test_esreason_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
+    assert R.esreason_home() == tmp_path
+    monkeypatch.delenv("ESREASON_HOME")
+    assert R.esreason_home() == Path(R.__file__).resolve().parent.parent / "runs"
+
+
+def test_open_layout_and_reopen(tmp_path):
+    run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
+    assert run.path == tmp_path / f"es-{R.config_hash(_Cfg())}"
+    assert run.config == {"lr": 0.1, "sizes": [1, 2], "seed": 0} and run.kind == "es"
+    assert json.loads((run.path / "config.json").read_text()) == run.config
+    started = json.loads((run.path / "started.json").read_text())
+    assert started["seed"] == 0 and started["started"]
+    assert run.model_dir == run.path / "model"
+    assert not run.is_complete() and not R.run_exists("es", _Cfg(), home=tmp_path)
+    run.log(0, {"reward/mean": 0.5})
+    again = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)  # never wipes
+    assert again.path == run.path and len(again.metrics()) == 1
+    assert json.loads((run.path / "started.json").read_text())["started"] == started["started"]
+    with pytest.raises(ValueError, match="seed=1 disagrees"):
+        R.Run.open("es", _Cfg(), seed=1, home=tmp_path)
+    R.Run.open("grpo", {"a": 1}, seed=3, home=tmp_path)
+    with pytest.raises(ValueError, match="started with seed=3"):
+        R.Run.open("grpo", {"a": 1}, seed=4, home=tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["", "ES", "a/b", "../x", "a b", None, "x" * 65])
+def test_bad_kind(kind, tmp_path):
+    with pytest.raises(ValueError, match="kind must be a simple slug"):
+        R.Run.open(kind, {}, seed=0, home=tmp_path)
+
+
+def test_log_metrics_and_truncate(tmp_path):
+    run = R.Run.open("grpo", {"x": 1}, seed=0, home=tmp_path)
+    assert run.metrics().empty and "step" in run.metrics().columns
+    for step in range(5):
+        run.log(step, {"reward/mean": np.float32(step / 10), "policy/kl": torch.tensor(step * 1.0)})
+    df = run.metrics()
+    assert isinstance(df, pd.DataFrame) and list(df["step"]) == [0, 1, 2, 3, 4]
+    assert df["reward/mean"].iloc[3] == pytest.approx(0.3) and df["policy/kl"].iloc[4] == 4.0
+    run.truncate_metrics(2)
+    assert list(run.metrics()["step"]) == [0, 1, 2]
+    with open(run.path / "metrics.jsonl", "a") as fh:  # a line torn by a crash
+        fh.write('{"step": 3, "rew')
+    run.log(3, {"reward/mean": 1.0})
+    assert list(run.metrics()["step"]) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="step"):
+        run.log(4, {"step": 1})
+    with pytest.raises(ValueError, match="metric 'v' must be a number"):
+        run.log(4, {"v": [1, 2]})
+
+
+def test_checkpoints_keep_last_two(tmp_path):
+    run = R.Run.open("es", {"x": 2}, seed=0, home=tmp_path)
+    assert run.latest_checkpoint() is None
+    for step in (1, 2, 10):
+        path = run.save_checkpoint(step, {"theta": torch.full((3,), float(step)), "rng": [step]})
+        assert path.name == f"step-{step:06d}.pt"
+    names = sorted(p.name for p in (run.path / "checkpoints").iterdir())
+    assert names == ["step-000002.pt", "step-000010.pt"]
+    step, state = run.latest_checkpoint()
+    assert step == 10 and torch.equal(state["theta"], torch.full((3,), 10.0)) and state["rng"] == [10]
+    (run.path / "checkpoints" / "step-000010.pt").write_bytes(b"corrupt")
+    assert run.latest_checkpoint()[0] == 2  # falls back to the previous one
+
+
+def test_tables(tmp_path):
+    run = R.Run.open("eval", {"x": 3}, seed=0, home=tmp_path)
+    assert run.read_table("per_problem") is None
+    df = pd.DataFrame({"id": ["a", "b"], "correct": [1, 0]})
+    path = run.write_table("per_problem", df)
+    assert path == run.path / "results" / "per_problem.csv"
+    pd.testing.assert_frame_equal(run.read_table("per_problem"), df)
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(ValueError, match="table name"):
+        run.write_table("../evil", df)
+
+
+def test_finish_manifest(tmp_path):
+    run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
+    run.finish(wall_s=1.5)
+    manifest = run.manifest()
+    assert manifest["status"] == "complete" and manifest["seed"] == 0 and manifest["kind"] == "es"
+    assert manifest["config"] == run.config and manifest["config_hash"] == R.config_hash(_Cfg())
+    assert set(manifest["versions"]) == {"python", "torch", "transformers", "numpy", "esreason"}
+    assert manifest["versions"]["torch"] and manifest["versions"]["numpy"] == np.__version__
+    assert manifest["git_sha"] is None or len(manifest["git_sha"]) >= 40
+    assert manifest["started"] and manifest["ended"] and manifest["wall_s"] == 1.5
+    assert run.is_complete() and R.run_exists("es", _Cfg(), home=tmp_path)
+    assert not R.run_exists("es", _Cfg(lr=0.5), home=tmp_path)
+    with pytest.raises(ValueError, match="reserved"):
+        run.finish(status="complete", seed=3)
+    run.finish(status="failed")
+    assert not run.is_complete() and not R.run_exists("es", _Cfg(), home=tmp_path)
