@@ -1,0 +1,121 @@
+"""Command line: `python -m esreason_lib <command>` (also installed as `esreason`).
+
+    train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume]
+    pretrain NAME                      build a zoo model (reused when already built)
+    reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/
+    claims                             write papers/claims.md and the README findings table
+
+`--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
+as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import sys
+from typing import Sequence
+
+from .presets import PRESETS, get_preset
+
+
+def parse_assignments(items: Sequence[str], config) -> dict:
+    """`["sigma=0.002", ...]` -> {"sigma": 0.002}, checking each key is a field of the dataclass `config`."""
+    fields = {f.name for f in dataclasses.fields(config)}
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().split(".")[-1]
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        if key not in fields:
+            raise ValueError(f"--set {key!r} is not a field of {type(config).__name__}; fields: {sorted(fields)}")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        out[key] = value
+    return out
+
+
+def _train(args) -> int:
+    from .sequence import sequence_stages, train_sequence
+
+    preset = get_preset(args.preset)
+    if args.method == "sequence":
+        es = dataclasses.replace(preset.es, **parse_assignments([s for s in args.set if s.startswith("es.")], preset.es))
+        grpo = dataclasses.replace(preset.grpo,
+                                   **parse_assignments([s for s in args.set if s.startswith("grpo.")], preset.grpo))
+        order = [m.strip() for m in args.order.split(",")]
+        stages = sequence_stages(order, args.budget or preset.update_budget)
+        runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
+        for run in runs:
+            print(run.path)
+        return 0
+    config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
+    if args.method == "es":
+        from .es import train_es as trainer
+    else:
+        from .grpo import train_grpo as trainer
+    run = trainer(config, resume=not args.no_resume, progress=True)
+    print(run.path)
+    return 0
+
+
+def _pretrain(args) -> int:
+    from .pretrain import pretrain
+
+    print(pretrain(args.name, progress=True))
+    return 0
+
+
+def _reproduce(args) -> int:
+    from .notebooks import list_notebooks, run_notebooks
+
+    sources = args.notebooks or list_notebooks()
+    parameters = {"preset": args.preset} if args.preset else None
+    run_notebooks(sources, parameters=parameters)
+    from .claims import write_claims
+
+    write_claims()
+    return 0
+
+
+def _claims(args) -> int:
+    from .claims import write_claims
+
+    print(write_claims())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train ES, GRPO or a sequence of both")
+    train.add_argument("method", choices=["es", "grpo", "sequence"])
+    train.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
+    train.add_argument("--budget", type=int, default=None, help="total updates of a sequence (default: preset)")
+    train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
+    train.set_defaults(func=_train)
+    pre = sub.add_parser("pretrain", help="build a zoo model")
+    pre.add_argument("name")
+    pre.set_defaults(func=_pretrain)
+    rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
+    rep.add_argument("notebooks", nargs="*")
+    rep.add_argument("--preset", default=None, choices=sorted(PRESETS), help="override every notebook's preset")
+    rep.set_defaults(func=_reproduce)
+    cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
+    cl.set_defaults(func=_claims)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:  # bad user input: one clear line, no traceback
+        print(f"esreason: error: {err}", file=sys.stderr)
+        return 2

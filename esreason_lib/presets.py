@@ -1,0 +1,204 @@
+"""Named presets: every hyperparameter of every notebook, as data.
+
+- `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
+- `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
+- `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
+- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, ES sampling at temperature 0.6 (GPUs).
+
+`get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
+configs (`get_preset("tiny", **{"es.sigma": 0.002})`), and an unknown name or key is a clear error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .es import ESConfig
+from .grpo import GRPOConfig
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """How trained and base models are evaluated (Pass@K from n samples per held-out problem)."""
+
+    n_problems: int | None = 200
+    """Held-out test problems per task (None = the whole test split)."""
+    n_samples: int = 64
+    """Samples per problem at `temperature`; Pass@K is reported for every K <= n_samples in `ks`."""
+    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    """The K values of the Pass@K curve."""
+    temperature: float = 1.0
+    """Sampling temperature of the evaluation (fixed across methods)."""
+    top_p: float = 1.0
+    """Nucleus threshold of the evaluation."""
+    greedy: bool = True
+    """Also record greedy-decoding accuracy per problem."""
+    max_new_tokens: int | None = None
+    """Generation budget; None uses the task's default."""
+    n_boot: int = 1000
+    """Bootstrap resamples (over problems) for the Pass@K confidence bands."""
+    seed: int = 0
+    """Seed of the test-problem draw and the sampling."""
+
+    def __post_init__(self):
+        if self.n_problems is not None and self.n_problems < 1:
+            raise ValueError(f"EvalSpec.n_problems must be None or >= 1, got {self.n_problems!r}")
+        if self.n_samples < 1:
+            raise ValueError(f"EvalSpec.n_samples must be >= 1, got {self.n_samples!r}")
+        bad = [k for k in self.ks if not 1 <= k <= self.n_samples]
+        if bad or not self.ks:
+            raise ValueError(f"EvalSpec.ks must be non-empty values in [1, n_samples={self.n_samples}], "
+                             f"got {self.ks!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"EvalSpec.temperature must be > 0, got {self.temperature!r}")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything the notebooks and the CLI need for one scale."""
+
+    name: str
+    """The preset's name (`smoke`, `tiny`, `paper-easy`, `paper-hard`)."""
+    base_model: str
+    """The base model every method starts from: a zoo name, a local directory or a hub id."""
+    control_model: str | None
+    """A second base shown beside the first as a control (the clean zoo model beside the habit one), or None."""
+    task: str
+    """Training and evaluation task (`esreason_lib.tasks.get_task`)."""
+    task_kwargs: dict[str, Any]
+    """Keyword arguments of the task."""
+    heldout_tasks: tuple[str, ...]
+    """Tasks the training never sees (forgetting study)."""
+    es: ESConfig
+    """ES hyperparameters (its `model` and `task` fields are set from this preset)."""
+    grpo: GRPOConfig
+    """GRPO hyperparameters (its `model` and `task` fields are set from this preset)."""
+    eval: EvalSpec
+    """The evaluation protocol shared by every method."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Training seeds for the ES vs GRPO comparison (spread shown across them)."""
+    update_budget: int = 100
+    """Total parameter updates of the sequential study (split 50/50 between the two stages)."""
+    grpo_update_budget: int | None = None
+    """GRPO's share of the budget in GRPO iterations when its iterations are cheaper than ES's (None = same)."""
+    scaling_models: tuple[str, ...] = ()
+    """Zoo sizes of the population-scaling study, smallest first."""
+    scaling_populations: tuple[int, ...] = (4, 8, 16, 32)
+    """Population sizes N of the scaling study."""
+    scaling_iterations: int = 50
+    """ES iterations per cell of the scaling study and the normalization / antithetic ablations."""
+    lemma1_sigmas: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+    """Perturbation scales at which Lemma 1 is checked."""
+    lemma1_prompts: int = 8
+    """Prompts over which the Lemma 1 check averages."""
+    lemma1_samples: int = 32
+    """Samples per member and prompt for the JS_pol estimate and the Fisher trace."""
+    sparsity_quantiles: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
+    """Quantiles of |delta| used as reset thresholds tau in the sparsity study."""
+    device: str = "auto"
+    """Torch device for evaluation ("auto" picks CUDA when available)."""
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("Preset.seeds must name at least one seed, got ()")
+        if self.update_budget < 2:
+            raise ValueError(f"Preset.update_budget must be >= 2, got {self.update_budget!r}")
+        for name, cfg in (("es", self.es), ("grpo", self.grpo)):
+            if cfg.model != self.base_model or cfg.task != self.task:
+                raise ValueError(f"Preset.{name} must use the preset's base_model and task "
+                                 f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
+
+    def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
+        """The preset's ES or GRPO config with `changes` applied (validated)."""
+        if method not in ("es", "grpo"):
+            raise ValueError(f"method must be 'es' or 'grpo', got {method!r}")
+        return replace(getattr(self, method), **changes)
+
+
+def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict, grpo: dict, **rest) -> Preset:
+    es_cfg = ESConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **es)
+    grpo_cfg = GRPOConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **grpo)
+    return Preset(name=name, base_model=base_model, task=task, task_kwargs=dict(task_kwargs), es=es_cfg,
+                  grpo=grpo_cfg, **rest)
+
+
+_BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
+_PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+
+PRESETS: dict[str, Preset] = {
+    "smoke": _make(
+        "smoke", base_model="smoke", control_model=None, task="countdown", task_kwargs={},
+        heldout_tasks=("addition", "sorting"),
+        es=dict(population_size=4, sigma=3e-3, alpha=1e-3, iterations=3, prompts_per_step=4, antithetic=True,
+                checkpoint_every=2, device="cpu", **_BINARY),
+        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2,
+                  device="cpu", **_BINARY),
+        eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
+        seeds=(0,), update_budget=2, scaling_models=("smoke",), scaling_populations=(2, 4), scaling_iterations=2,
+        lemma1_sigmas=(1e-3, 1e-2), lemma1_prompts=2, lemma1_samples=4, sparsity_quantiles=(0.5, 0.9),
+        device="cpu"),
+    "tiny": _make(
+        "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
+        heldout_tasks=("addition", "sorting"),
+        es=dict(population_size=16, sigma=3e-3, alpha=1.2e-3, iterations=150, prompts_per_step=64,
+                antithetic=True, checkpoint_every=25, device="cpu", **_BINARY),
+        grpo=dict(group_size=8, lr=2e-5, clip_eps=0.2, beta=0.0, prompts_per_step=8, iterations=400,
+                  temperature=1.0, checkpoint_every=100, device="cpu", **_BINARY),
+        eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
+        seeds=(0, 1, 2), update_budget=150, grpo_update_budget=400,
+        scaling_models=("qwen2-s-habit", "qwen2-m-habit", "qwen2-l-habit"), scaling_populations=(4, 8, 16, 32),
+        scaling_iterations=40, device="cpu"),
+    "paper-easy": _make(
+        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
+        heldout_tasks=("math",),
+        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
+                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", **_PAPER_REWARD),
+        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
+                  iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
+                  **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=None, n_samples=64, max_new_tokens=512),
+        scaling_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
+        update_budget=234, scaling_iterations=100),
+    "paper-hard": _make(
+        "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
+        task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
+        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
+                greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
+                **_PAPER_REWARD),
+        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
+                  iterations=234, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16", micro_batch_size=8,
+                  **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=500, n_samples=64, temperature=0.6, max_new_tokens=4096),
+        update_budget=234, scaling_iterations=100),
+}
+
+
+def _set_field(obj, key: str, value, where: str):
+    names = {f.name for f in dataclasses.fields(obj)}
+    head, _, rest = key.partition(".")
+    if head not in names:
+        raise ValueError(f"{where}: unknown field {head!r}; valid fields: {sorted(names)}")
+    if rest:
+        return replace(obj, **{head: _set_field(getattr(obj, head), rest, value, f"{where}.{head}")})
+    return replace(obj, **{head: value})
+
+
+def get_preset(name: str, **overrides) -> Preset:
+    """The named preset with dotted-key `overrides` applied (e.g. `**{"es.sigma": 2e-3, "seeds": (0,)}`).
+
+    Changing `base_model` or `task` propagates to the ES and GRPO configs.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r} is not one of {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    for key, value in overrides.items():
+        key = key.replace("__", ".")
+        if key in ("base_model", "task", "task_kwargs"):
+            target = {"base_model": "model"}.get(key, key)
+            preset = replace(preset, **{key: value, "es": replace(preset.es, **{target: value}),
+                                        "grpo": replace(preset.grpo, **{target: value})})
+        else:
+            preset = _set_field(preset, key, value, f"preset {name!r}")
+    return preset

@@ -1,0 +1,66 @@
+"""Sequential post-training: one method's output is the next one's base (GRPO->ES, ES->GRPO, ...).
+
+The paper compares sequences against single methods at an equal *update budget*: the total number of
+parameter updates (ES iterations and GRPO optimizer iterations each count one). `split_budget` gives the
+paper's 50/50 split by default. Every stage is an ordinary, cached, resumable run in the run store, whose
+config names the previous stage's saved model directory as its base, so a finished stage is never retrained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from .es import ESConfig, train_es
+from .grpo import GRPOConfig, train_grpo
+from .runs import Run
+
+METHODS = ("es", "grpo")
+
+
+def split_budget(total: int, fractions: Sequence[float] = (0.5, 0.5)) -> tuple[int, ...]:
+    """Split `total` updates by `fractions` (summing to 1) into integers that add up to exactly `total`."""
+    if isinstance(total, bool) or not isinstance(total, int) or total < len(fractions):
+        raise ValueError(f"total must be an int >= the number of stages ({len(fractions)}), got {total!r}")
+    if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise ValueError(f"fractions must be positive and sum to 1, got {tuple(fractions)!r}")
+    parts = [int(total * f) for f in fractions]
+    parts[-1] = total - sum(parts[:-1])
+    return tuple(parts)
+
+
+def sequence_stages(order: Sequence[str], total: int, fractions: Sequence[float] | None = None) -> list[tuple[str, int]]:
+    """`(method, budget)` stages for `order` (e.g. ("grpo", "es")) sharing `total` updates (equal split by default)."""
+    for method in order:
+        if method not in METHODS:
+            raise ValueError(f"method {method!r} is not one of {METHODS}")
+    fractions = fractions or [1.0 / len(order)] * len(order)
+    return list(zip(order, split_budget(total, fractions)))
+
+
+def train_sequence(stages: Sequence[tuple[str, int]], *, es: ESConfig, grpo: GRPOConfig,
+                   base_model: str | Path | None = None, home=None, resume: bool = True,
+                   progress: bool = True) -> list[Run]:
+    """Train `stages` in order; stage i+1 starts from stage i's saved model. Returns the stage runs.
+
+    `es` and `grpo` give each method's hyperparameters; their `model` and `iterations` fields are replaced by the
+    chain's current base and the stage's budget. The chain starts from `base_model` (default: the first stage's
+    config model).
+    """
+    if not stages:
+        raise ValueError("stages must name at least one (method, budget) pair")
+    configs = {"es": es, "grpo": grpo}
+    trainers = {"es": train_es, "grpo": train_grpo}
+    current = str(base_model) if base_model is not None else configs[stages[0][0]].model
+    runs: list[Run] = []
+    for method, budget in stages:
+        if method not in METHODS:
+            raise ValueError(f"stage method {method!r} is not one of {METHODS}")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"stage {method!r} budget must be a positive int, got {budget!r}")
+        config = replace(configs[method], model=current, iterations=budget)
+        run = trainers[method](config, home=home, resume=resume, progress=progress)
+        runs.append(run)
+        current = str(run.model_dir)
+    return runs
