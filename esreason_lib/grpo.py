@@ -29,13 +29,18 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
+from esreason_lib.generation import completion_logprobs, generate
+from esreason_lib.metrics import mean_token_entropy
+from esreason_lib.models import DEFAULT_BASE, load_model
+from esreason_lib.runs import Run
 from esreason_lib.seeding import derive_seed, numpy_rng
+from esreason_lib.tasks.base import RewardShaping
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
@@ -125,12 +130,13 @@ class GRPOConfig:
     """Everything that defines a GRPO run (its hash names the run directory). Defaults follow DeepSeekMath
     where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
 
-    model: str = "tiny"
+    model: str = DEFAULT_BASE
     """Base model: a zoo name from `esreason_lib.models.ZOO`, a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
-    task_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for `get_task` (reward shaping is set by the `reward_*` fields instead)."""
+    task_kwargs: tuple = ()
+    """Extra `get_task` keyword arguments as sorted (key, value) pairs; a dict is accepted and converted
+    (reward shaping is set by the `reward_*` fields instead)."""
     group_size: int = 8
     """G: completions sampled per prompt; advantages are normalised within each group."""
     lr: float = 1e-4
@@ -214,12 +220,20 @@ class GRPOConfig:
             bad("max_grad_norm", "must be None or > 0")
         if self.dtype not in _DTYPES:
             bad("dtype", f"must be one of {tuple(_DTYPES)}")
-        if not isinstance(self.model, str) or not self.model:
-            bad("model", "must be a non-empty string")
-        if not isinstance(self.task, str) or not self.task:
-            bad("task", "must be a non-empty string")
-        if not isinstance(self.task_kwargs, dict):
-            bad("task_kwargs", "must be a dict")
+        for name in ("model", "task"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                bad(name, "must be a non-empty string")
+        if isinstance(self.task_kwargs, dict):
+            object.__setattr__(self, "task_kwargs", tuple(sorted(self.task_kwargs.items())))
+        if isinstance(self.task_kwargs, list):
+            object.__setattr__(self, "task_kwargs", tuple(map(tuple, self.task_kwargs)))
+        if not (isinstance(self.task_kwargs, tuple) and all(
+                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.task_kwargs)):
+            bad("task_kwargs", "must be a dict or a tuple of (str, value) pairs")
+        try:
+            hash(self.task_kwargs)
+        except TypeError:
+            bad("task_kwargs", "must have hashable values (use tuples, not lists or dicts)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             bad("seed", "must be an int")
 
@@ -243,9 +257,6 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
     Returns the metrics for this iteration (see `train_grpo`). Deterministic in (config.seed, iteration).
     """
-    from esreason_lib.generation import completion_logprobs, generate
-    from esreason_lib.metrics import mean_token_entropy
-
     t0 = time.perf_counter()
     c, G = config, config.group_size
     device = next(model.parameters()).device
@@ -305,10 +316,10 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
-               progress: bool = True):
+               progress: bool = True) -> Run:
     """Train `config.model` on `config.task` with GRPO; returns the `Run` (immediately if already complete).
 
-    `model`/`tokenizer` override loading `config.model` (the model is trained in place); `task` (a `Task`)
+    `model`/`tokenizer` override loading `config.model` (the model is moved to config.device/dtype and trained in place); `task` (a `Task`)
     overrides `get_task(config.task, ...)` and its own reward shaping is then used. With `resume`, training
     continues from the run's last checkpoint and ends bit-identical to an uninterrupted run; without it, any
     earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
@@ -316,28 +327,22 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/step_s.
     """
-    from tqdm.auto import tqdm
-
-    from esreason_lib.runs import Run
-
     run = Run.open("grpo", config, seed=config.seed, home=home)
     if run.is_complete():
         return run
     device = _resolve_device(config.device)
     if model is None:
-        from esreason_lib.models import load_model
-
-        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype])
+        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype], home=home,
+                                       progress=progress)
         tokenizer = tokenizer or loaded_tok
     elif tokenizer is None:
         raise ValueError("train_grpo: a tokenizer is required when a model is passed")
     model.to(device=device, dtype=_DTYPES[config.dtype])
     if task is None:
-        from esreason_lib.tasks import get_task
-        from esreason_lib.tasks.base import RewardShaping
+        from esreason_lib.tasks import get_task  # noqa: PLC0415 (lazy until the tasks package lands)
 
         shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-        task = get_task(config.task, shaping=shaping, **config.task_kwargs)
+        task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
     examples = task.examples("train", n=config.train_size, seed=0)
     if not examples:
         raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from esreason_lib.grpo import GRPOConfig, group_advantages, policy_loss
+from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, train_grpo
+from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.tasks.base import BINARY, Task
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and they thrash on a shared CPU; restore afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------- group_advantages
@@ -132,3 +149,142 @@ def test_config_is_frozen_with_sane_defaults():
     with pytest.raises(Exception):
         c.lr = 1.0  # type: ignore[misc]
     assert c.scale == "group" and c.aggregation == "seq-mean-token-mean" and c.max_new_tokens is None
+    assert GRPOConfig(task_kwargs={"b": 2, "a": 1}).task_kwargs == (("a", 1), ("b", 2))
+    hash(GRPOConfig(task_kwargs={"a": 1}))
+    with pytest.raises(ValueError, match="GRPOConfig.task_kwargs must have hashable values"):
+        GRPOConfig(task_kwargs={"a": [1]})
+
+
+# ---------------------------------------------------------------- the loop
+class ParenTask(Task):
+    """Sanity objective: reward 1 iff the completion starts with "(" (about 1 in 97 at random init)."""
+
+    name = "paren"
+    stop = None
+    max_new_tokens = 4
+
+    def __init__(self):
+        super().__init__(BINARY)
+
+    def examples(self, split="test", n=None, seed=0):
+        ex = [{"id": f"{split}-{i}", "text": f"{i:02d}>"} for i in range(16)]
+        return ex[:n] if n else ex
+
+    def prompt(self, example, tokenizer=None):
+        return example["text"]
+
+    def extract_answer(self, completion):
+        return completion[:1] or None
+
+    def is_correct(self, completion, example):
+        return completion.startswith("(")
+
+
+def paren_config(**kw) -> GRPOConfig:
+    base = dict(model="tiny-random", task="paren", group_size=8, prompts_per_step=4, lr=3e-2, beta=0.04,
+                iterations=30, checkpoint_every=0, device="cpu", seed=0)
+    return GRPOConfig(**{**base, **kw})
+
+
+def _fresh():
+    tok = build_char_tokenizer()
+    return tiny_random_qwen2(len(tok), seed=0), tok
+
+
+def _step_once(sgd=False, **kw):
+    model, tok = _fresh()
+    cfg, task = paren_config(**kw), ParenTask()
+    ex = task.examples("train")
+    ref = copy.deepcopy(model).requires_grad_(False) if cfg.beta > 0 else None
+    opt = torch.optim.SGD(model.parameters(), lr=1.0) if sgd else torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    m = grpo_step(model, ref, opt, tok, task, ex, [task.prompt(e) for e in ex], cfg, iteration=3)
+    return model, m
+
+
+def test_grpo_step_micro_batches_match_full_batch():
+    for agg in ("seq-mean-token-mean", "token-mean"):
+        full, m_full = _step_once(sgd=True, aggregation=agg)  # SGD(lr=1): the update is the (clipped) gradient
+        micro, m_micro = _step_once(sgd=True, aggregation=agg, micro_batch_size=5)  # 7 uneven chunks of 32 rows
+        for (name, a), b in zip(full.named_parameters(), micro.parameters()):
+            assert torch.allclose(a, b, atol=1e-6), name
+        assert m_micro["loss/policy"] == pytest.approx(m_full["loss/policy"], abs=1e-6)
+
+
+def test_grpo_step_metrics_and_ppo_epochs():
+    _, m = _step_once(beta=0.0)
+    assert "policy/kl" not in m  # no reference model when beta == 0
+    assert m["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: only KV-cache float noise
+    assert m["grpo/generations"] == 4 * 32 and 0 <= m["grpo/zero_std_frac"] <= 1
+    assert 0 < m["policy/entropy"] <= math.log(99) and m["completion/length"] == 4.0
+    _, m = _step_once(ppo_epochs=4, lr=0.1)  # later epochs are off-policy: the ratio moves and clips
+    assert m["policy/kl"] > 0 and m["policy/clip_frac"] > 0 and m["policy/ratio_mean"] != pytest.approx(1.0)
+
+
+def test_train_grpo_reward_rises_on_sanity_objective(tmp_path):
+    model, tok = _fresh()
+    t0 = time.perf_counter()
+    run = train_grpo(paren_config(), model=model, tokenizer=tok, task=ParenTask(), home=tmp_path, progress=False)
+    elapsed = time.perf_counter() - t0
+    df = run.metrics()
+    assert list(df["step"]) == list(range(1, 31))
+    first, last = df["reward/mean"].iloc[:5].mean(), df["reward/mean"].iloc[-5:].mean()
+    print(f"sanity: reward {first:.3f} -> {last:.3f}, entropy {df['policy/entropy'].iloc[0]:.2f} -> "
+          f"{df['policy/entropy'].iloc[-1]:.2f} in {elapsed:.1f}s")
+    assert first < 0.2 and last > 0.8
+    assert df["policy/entropy"].iloc[-5:].mean() < df["policy/entropy"].iloc[:5].mean()
+    for key in ("reward/std", "policy/kl", "policy/clip_frac", "grpo/zero_std_frac", "completion/length",
+                "time/step_s", "grpo/generations"):
+        assert key in df.columns, key
+    assert df["grpo/generations"].iloc[-1] == 30 * 32
+    assert run.is_complete() and (run.model_dir / "config.json").exists()
+    assert (run.model_dir / "tokenizer_config.json").exists()
+    # a complete run is returned immediately, without touching the model
+    again = train_grpo(paren_config(), model=None, tokenizer=None, task=ParenTask(), home=tmp_path)
+    assert again.path == run.path
+    assert elapsed < 30
+
+
+_CHILD = """
+import os, signal, sys, torch
+sys.path.insert(0, {tests!r})
+torch.set_num_threads({threads})
+from esreason_lib.runs import Run
+from test_grpo import ParenTask, _fresh, paren_config
+from esreason_lib.grpo import train_grpo
+save = Run.save_checkpoint
+def save_then_die(self, step, state):
+    path = save(self, step, state)
+    os.kill(os.getpid(), signal.SIGKILL)  # a hard crash right after the first checkpoint
+Run.save_checkpoint = save_then_die
+model, tok = _fresh()
+train_grpo(paren_config(**{kw!r}), model=model, tokenizer=tok, task=ParenTask(), home={home!r}, progress=False)
+"""
+
+
+def test_kill_and_resume_is_bit_identical(tmp_path):
+    kw = dict(iterations=8, checkpoint_every=3, ppo_epochs=2)
+    t0 = time.perf_counter()
+    model_a, tok = _fresh()
+    run_a = train_grpo(paren_config(**kw), model=model_a, tokenizer=tok, task=ParenTask(), home=tmp_path / "a",
+                       progress=False)
+    child = _CHILD.format(tests=str(Path(__file__).parent), threads=torch.get_num_threads(), kw=kw,
+                          home=str(tmp_path / "b"))
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    (run_dir,) = (tmp_path / "b").iterdir()
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000003.pt"]
+    assert not (run_dir / "manifest.json").exists()
+    model_b, tok = _fresh()
+    run_b = train_grpo(paren_config(**kw), model=model_b, tokenizer=tok, task=ParenTask(), home=tmp_path / "b",
+                       progress=False)
+    assert run_b.is_complete()
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+    ma, mb = run_a.metrics(), run_b.metrics()
+    assert list(mb["step"]) == list(range(1, 9))
+    cols = [c for c in ma.columns if c != "time/step_s"]
+    assert ma[cols].equals(mb[cols])
+    assert time.perf_counter() - t0 < 60
