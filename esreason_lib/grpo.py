@@ -40,7 +40,7 @@ from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models import DEFAULT_BASE, load_model
 from esreason_lib.runs import Run
 from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.tasks.base import RewardShaping
+from esreason_lib.tasks import RewardShaping, get_task
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
@@ -319,8 +319,9 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
                progress: bool = True) -> Run:
     """Train `config.model` on `config.task` with GRPO; returns the `Run` (immediately if already complete).
 
-    `model`/`tokenizer` override loading `config.model` (the model is moved to config.device/dtype and trained in place); `task` (a `Task`)
-    overrides `get_task(config.task, ...)` and its own reward shaping is then used. With `resume`, training
+    `model`/`tokenizer` override loading `config.model` (the model is moved to config.device/dtype and
+    trained in place); `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping
+    is then used. With `resume`, training
     continues from the run's last checkpoint and ends bit-identical to an uninterrupted run; without it, any
     earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
     iteration): reward/mean, reward/std, policy/entropy, policy/kl (beta > 0), policy/clip_frac,
@@ -339,8 +340,6 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         raise ValueError("train_grpo: a tokenizer is required when a model is passed")
     model.to(device=device, dtype=_DTYPES[config.dtype])
     if task is None:
-        from esreason_lib.tasks import get_task  # noqa: PLC0415 (lazy until the tasks package lands)
-
         shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
         task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
     examples = task.examples("train", n=config.train_size, seed=0)

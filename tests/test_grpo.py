@@ -288,3 +288,23 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
     cols = [c for c in ma.columns if c != "time/step_s"]
     assert ma[cols].equals(mb[cols])
     assert time.perf_counter() - t0 < 60
+
+
+def test_train_grpo_builds_named_task_with_shaping(tmp_path, monkeypatch):
+    import esreason_lib.grpo as grpo
+
+    seen = {}
+    real = grpo.get_task
+
+    def spy(name, **kw):
+        seen.update(name=name, **kw)
+        return real(name, **kw)
+
+    monkeypatch.setattr(grpo, "get_task", spy)
+    model, tok = _fresh()
+    cfg = paren_config(task="countdown", iterations=2, group_size=2, prompts_per_step=2, max_new_tokens=6,
+                       reward_formatted=0.25, train_size=5, checkpoint_every=1)
+    run = train_grpo(cfg, model=model, tokenizer=tok, home=tmp_path, progress=False)
+    assert seen["name"] == "countdown" and seen["shaping"].formatted == 0.25
+    assert run.is_complete() and list(run.metrics()["step"]) == [1, 2]
+    assert run.metrics()["completion/length"].max() <= 6
