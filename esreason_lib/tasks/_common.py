@@ -1,0 +1,157 @@
+"""Small helpers shared by the task modules: splits, answer spans, prompts, sampling and data loading."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from ..seeding import derive_seed, numpy_rng
+
+SPLITS = ("train", "test")
+"""The split names every task accepts."""
+
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+
+def check_split(split: str) -> str:
+    """`split` itself when it is "train" or "test"; a ValueError naming it otherwise."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split
+
+
+def split_of(task: str, key: str, test_fraction: float) -> str:
+    """The split ("train"/"test") a problem belongs to: a fixed hash of `task` and the problem `key`.
+
+    The assignment ignores the run seed, so no test problem is ever drawn for training, under any seed.
+    """
+    return "test" if derive_seed(0, "split", task, key) / 2.0**63 < test_fraction else "train"
+
+
+def check_fraction(test_fraction: float) -> float:
+    """`test_fraction` when 0 < f < 1; a ValueError naming it otherwise."""
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    return float(test_fraction)
+
+
+def answer_span(completion: Any) -> str:
+    """The text a verifier reads, stripped: the content of the last `<answer>` (up to `</answer>` or the end,
+    since generation may stop on the closing tag), else the first line. "" for a non-string. Never raises."""
+    if not isinstance(completion, str):
+        return ""
+    i = completion.rfind(ANSWER_OPEN)
+    if i >= 0:
+        rest = completion[i + len(ANSWER_OPEN) :]
+        j = rest.find(ANSWER_CLOSE)
+        return (rest if j < 0 else rest[:j]).strip()
+    return completion.split("\n", 1)[0].strip()
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether `tokenizer` carries a chat template (so the prompt should go through it)."""
+    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_prompt(plain: str, instruction: str, tokenizer: Any) -> str:
+    """`plain` for tokenizers without a chat template; else a one-turn user chat with `instruction`."""
+    if not has_chat_template(tokenizer):
+        return plain
+    messages = [{"role": "user", "content": instruction}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def sample_distinct(
+    task: str,
+    split: str,
+    n: int,
+    seed: int,
+    draw: Callable[[np.random.Generator, str], tuple[Hashable, dict] | None],
+    max_misses: int = 20000,
+) -> list[dict]:
+    """`n` examples with distinct problem keys from `draw(rng, split)` (which returns (key, example) or None).
+
+    The stream is `numpy_rng(seed, task, split)`, so the list is a deterministic function of the arguments and
+    a prefix of the list for a larger `n`. Raises ValueError when the split runs out of distinct problems.
+    """
+    check_split(split)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a non-negative int or None, got {n!r}")
+    rng = numpy_rng(seed, task, split)
+    seen: set[Hashable] = set()
+    out: list[dict] = []
+    misses = 0
+    while len(out) < n:
+        got = draw(rng, split)
+        if got is None or got[0] in seen:
+            misses += 1
+            if misses > max_misses:
+                raise ValueError(
+                    f"{task}: asked for n={n} distinct {split!r} problems but found only {len(out)}; "
+                    "lower n, widen the task's ranges or change test_fraction"
+                )
+            continue
+        misses = 0
+        seen.add(got[0])
+        out.append(got[1])
+    return out
+
+
+def data_root() -> Path | None:
+    """Where local datasets live: $ESREASON_DATA, else `<repo>/../shared/data` when it exists, else None."""
+    env = os.environ.get("ESREASON_DATA")
+    if env:
+        return Path(env).expanduser()
+    default = Path(__file__).resolve().parents[3] / "shared" / "data"
+    return default if default.is_dir() else None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """All JSON objects of a .jsonl file (blank lines skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def local_file(path: str | os.PathLike | None, subdir: str, split: str) -> Path | None:
+    """The local jsonl for `split`: `path` itself if it is a file (it then serves every split),
+    `path/<split>.jsonl` if `path` is a folder, else `<data_root>/<subdir>/<split>.jsonl` when present.
+    An explicit `path` that does not exist is a FileNotFoundError."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if p.is_file():
+            return p
+        if p.is_dir():
+            f = p / f"{split}.jsonl"
+            if f.is_file():
+                return f
+            raise FileNotFoundError(f"path={str(p)!r} is a folder without {split}.jsonl")
+        raise FileNotFoundError(f"path={str(p)!r} does not exist")
+    root = data_root()
+    if root is not None and (root / subdir / f"{split}.jsonl").is_file():
+        return root / subdir / f"{split}.jsonl"
+    return None
+
+
+def hub_rows(repo_id: str, config: str | None, split: str) -> list[dict]:
+    """Rows of a Hugging Face dataset split via `datasets` (the optional extra `esreason[hub]`)."""
+    try:
+        import datasets  # noqa: PLC0415 (optional dependency, imported on demand)
+    except ImportError as err:
+        raise ImportError(
+            f"no local copy of {repo_id!r} (split {split!r}) was found and the optional package `datasets` is "
+            "not installed: `pip install 'esreason[hub]'`, or pass path= / set ESREASON_DATA to a local folder"
+        ) from err
+    ds = datasets.load_dataset(repo_id, config, split=split) if config else datasets.load_dataset(repo_id, split=split)
+    return [dict(row) for row in ds]
+
+
+def shuffled_prefix(rows: list[dict], n: int | None, seed: int, *names: object) -> list[dict]:
+    """The first `n` of `rows` (all when None) in an order shuffled by `numpy_rng(seed, *names)`."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
+        raise ValueError(f"n must be a non-negative int or None, got {n!r}")
+    order = numpy_rng(seed, *names).permutation(len(rows))
+    return [rows[i] for i in order[: len(rows) if n is None else int(n)]]
