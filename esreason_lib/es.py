@@ -1,0 +1,329 @@
+"""Evolution Strategies for LLM fine-tuning, in evosax's ask/tell shape (Qiu et al. 2025's ES, the paper's
+Algorithm 1).
+
+One iteration: `ask()` draws N member seeds; a backend (`es_backends`) scores each member theta + sigma * eps_i
+on a batch of prompts; `tell(population, rewards)` shapes the rewards into z_i and updates, in place,
+
+    theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
+
+This is the paper's convention: the learning rate alpha absorbs the 1/sigma of the textbook ES gradient
+estimator g = 1/(N sigma) sum_i z_i eps_i (so alpha here = lr * sigma). With z-scored fitness the sum of N
+roughly independent unit-variance terms has per-coordinate size ~ sqrt(N), so each coordinate moves by about
+alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +1), (seed, -1) sharing one
+noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
+
+Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
+from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) for the step's prompts,
+("es", "sample", it) for sampling. So a run resumed from a checkpoint ends bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, SequentialBackend,  # noqa: F401
+                                      sample_seed, score_examples)
+from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
+from esreason_lib.seeding import numpy_rng
+
+
+def zscore(rewards: np.ndarray) -> np.ndarray:
+    """(r - mean) / (std + 1e-8) with the population std (ddof=0); all-equal rewards give exactly zeros."""
+    r = np.asarray(rewards, dtype=np.float64)  # [N]
+    if r.max() == r.min():
+        return np.zeros_like(r)
+    return (r - r.mean()) / (r.std() + 1e-8)
+
+
+def centered_ranks(rewards: np.ndarray) -> np.ndarray:
+    """Ranks mapped linearly to [-0.5, 0.5] (OpenAI-ES, Salimans et al. 2017). Tied rewards share their average
+    rank (OpenAI-ES breaks ties by index, which invents a signal), so all-equal rewards give zeros."""
+    r = np.asarray(rewards, dtype=np.float64)  # [N]
+    if r.size < 2:
+        return np.zeros_like(r)
+    ranks = np.empty(r.size)
+    ranks[np.argsort(r, kind="stable")] = np.arange(r.size)  # [N] 0..N-1
+    _, inv = np.unique(r, return_inverse=True)
+    ranks = (np.bincount(inv, ranks) / np.bincount(inv))[inv]  # [N] average rank within ties
+    return ranks / (r.size - 1) - 0.5
+
+
+def raw(rewards: np.ndarray) -> np.ndarray:
+    """The rewards unchanged (as float64)."""
+    return np.asarray(rewards, dtype=np.float64).copy()
+
+
+FITNESS_SHAPING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"zscore": zscore, "rank": centered_ranks,
+                                                                  "none": raw}
+"""Named fitness-shaping functions rewards [N] -> z [N]; add an entry to make a new name valid in ESConfig."""
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    """Everything that defines an ES run (its hash names the run directory). Defaults are Qiu et al.'s
+    (N=30, sigma=1e-3, alpha=5e-4, z-scored fitness, greedy decoding); tiny CPU models want larger sigma/alpha."""
+
+    model: str = "tiny"
+    """Base model: a zoo name from `esreason_lib.models.ZOO`, a local directory, or a hub id."""
+    task: str = "countdown"
+    """Task name for `esreason_lib.tasks.get_task`."""
+    task_kwargs: tuple = ()
+    """Extra `get_task` keyword arguments as sorted (key, value) pairs; a dict is accepted and converted."""
+    population_size: int = 30
+    """N: members per iteration (pairs of members share a seed when `antithetic`)."""
+    sigma: float = 1e-3
+    """Perturbation scale: member i is evaluated at theta + sign_i * sigma * eps_i, eps_i ~ N(0, I)."""
+    alpha: float = 5e-4
+    """Learning rate in the paper's convention theta += alpha/N * sum_i z_i eps_i (alpha absorbs 1/sigma)."""
+    iterations: int = 100
+    """Number of ask-evaluate-tell iterations (one `step` in the metrics log each)."""
+    prompts_per_step: int = 8
+    """P: train prompts every member is scored on per iteration (drawn without replacement when possible)."""
+    normalization: str = "zscore"
+    """Fitness shaping, a key of `FITNESS_SHAPING`: "zscore", "rank" (centered ranks) or "none" (raw)."""
+    antithetic: bool = False
+    """Mirrored sampling: members (seed, +1) and (seed, -1) share noise; requires an even population_size."""
+    greedy: bool = True
+    """Greedy decoding (the paper's ES setting); False samples at `temperature`."""
+    temperature: float = 1.0
+    """Sampling temperature when not `greedy`."""
+    max_new_tokens: int | None = None
+    """Generation budget in tokens; None uses the task's `max_new_tokens`."""
+    reward_correct: float = 1.0
+    """Reward for a verified-correct completion."""
+    reward_formatted: float = 0.1
+    """Reward for a well-formed but wrong completion."""
+    reward_invalid: float = 0.0
+    """Reward for a completion with no extractable answer."""
+    train_size: int | None = None
+    """Number of train-split examples to draw prompts from (None = the whole split)."""
+    checkpoint_every: int = 25
+    """Save a resumable checkpoint every this many iterations (0 = never)."""
+    device: str = "auto"
+    """Torch device ("cpu", "cuda", ...); "auto" picks cuda when available."""
+    dtype: str = "float32"
+    """Model parameter dtype: "float32" or "bfloat16" (perturb/restore stays bit-exact in both)."""
+    seed: int = 0
+    """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
+
+    def __post_init__(self):
+        def bad(name, why):
+            raise ValueError(f"ESConfig.{name} {why}, got {getattr(self, name)!r}")
+
+        def is_int(v):
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+        if isinstance(self.task_kwargs, dict):
+            object.__setattr__(self, "task_kwargs", tuple(sorted(self.task_kwargs.items())))
+        if isinstance(self.task_kwargs, list):
+            object.__setattr__(self, "task_kwargs", tuple(map(tuple, self.task_kwargs)))
+        if not (isinstance(self.task_kwargs, tuple) and all(
+                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.task_kwargs)):
+            bad("task_kwargs", "must be a dict or a tuple of (str, value) pairs")
+        try:
+            hash(self.task_kwargs)
+        except TypeError:
+            bad("task_kwargs", "must have hashable values (use tuples, not lists or dicts)")
+        for name in ("population_size", "iterations", "prompts_per_step"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                bad(name, "must be a positive int")
+        if self.population_size < 2:
+            bad("population_size", "must be >= 2 (fitness is relative within the population)")
+        if self.antithetic and self.population_size % 2:
+            bad("population_size", "must be even when antithetic=True (members come in +/- pairs)")
+        for name in ("sigma", "alpha", "temperature"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+                bad(name, "must be a positive finite float")
+        if self.normalization not in FITNESS_SHAPING:
+            bad("normalization", f"must be one of {tuple(FITNESS_SHAPING)}")
+        for name in ("antithetic", "greedy"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be a bool")
+        for name in ("max_new_tokens", "train_size"):
+            v = getattr(self, name)
+            if v is not None and (not is_int(v) or v < 1):
+                bad(name, "must be None or a positive int")
+        for name in ("reward_correct", "reward_formatted", "reward_invalid"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                bad(name, "must be a finite float")
+        if not is_int(self.checkpoint_every) or self.checkpoint_every < 0:
+            bad("checkpoint_every", "must be an int >= 0")
+        if self.dtype not in _DTYPES:
+            bad("dtype", f"must be one of {tuple(_DTYPES)}")
+        for name in ("model", "task", "device"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                bad(name, "must be a non-empty string")
+        if not is_int(self.seed):
+            bad("seed", "must be an int")
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True, eq=False)
+class Population:
+    """One iteration's members: member i is theta + signs[i] * sigma * eps(seeds[i])."""
+
+    seeds: np.ndarray
+    """[N] int64 noise seeds; with antithetic sampling rows 2k and 2k+1 share a seed."""
+    signs: np.ndarray
+    """[N] int64 in {+1, -1} (all +1 without antithetic sampling)."""
+    iteration: int = -1
+    """The ES iteration that asked for it (-1 when built by hand)."""
+
+    def __post_init__(self):
+        seeds = np.asarray(self.seeds, dtype=np.int64).reshape(-1)  # [N]
+        signs = np.asarray(self.signs, dtype=np.int64).reshape(-1)  # [N]
+        if seeds.shape != signs.shape or not np.isin(signs, (1, -1)).all():
+            raise ValueError(f"Population: signs must be +1/-1 and match seeds, got seeds {seeds.shape}, "
+                             f"signs {signs.tolist()!r:.80}")
+        object.__setattr__(self, "seeds", seeds)
+        object.__setattr__(self, "signs", signs)
+
+    def __len__(self) -> int:
+        return int(self.seeds.size)
+
+
+class ES:
+    """Ask/tell ES over named tensors (a model's parameters or a dict), updated in place by `tell`."""
+
+    def __init__(self, config: ESConfig, params, *, fitness_shaping: Callable | None = None, iteration: int = 0):
+        self.config = config
+        self.params = named_params(params)
+        self.shaping = fitness_shaping or FITNESS_SHAPING[config.normalization]
+        self.iteration = int(iteration)
+
+    def ask(self) -> Population:
+        """This iteration's members, from the stream (seed, "es", "ask", iteration)."""
+        n = self.config.population_size
+        rng = numpy_rng(self.config.seed, "es", "ask", self.iteration)
+        seeds = rng.integers(0, 2**63 - 1, size=n // 2 if self.config.antithetic else n, dtype=np.int64)
+        if self.config.antithetic:
+            return Population(np.repeat(seeds, 2), np.tile([1, -1], n // 2), self.iteration)  # [N], [N]
+        return Population(seeds, np.ones(n, dtype=np.int64), self.iteration)
+
+    def tell(self, population, rewards) -> dict[str, float]:
+        """Shape `rewards` [N] and update the parameters in place; advances `iteration`. `population` is a
+        `Population` or a plain array of seeds (all signs +1). Returns reward and update statistics."""
+        pop = population if isinstance(population, Population) else Population(population, np.ones(len(population)))
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)  # [N]
+        if r.size != len(pop):
+            raise ValueError(f"tell: got {r.size} rewards for a population of {len(pop)}")
+        if not np.isfinite(r).all():
+            raise ValueError(f"tell: rewards must be finite, got {r.tolist()!r:.200}")
+        z = np.asarray(self.shaping(r), dtype=np.float64).reshape(-1)  # [N]
+        coef: dict[int, float] = {}  # seed -> sum of z_i * sign_i over members sharing it (insertion order)
+        for s, sign, zi in zip(pop.seeds.tolist(), pop.signs.tolist(), z.tolist()):
+            coef[s] = coef.get(s, 0.0) + zi * sign
+        norm = apply_update(self.params, list(coef), list(coef.values()), self.config.alpha / len(pop))
+        self.iteration += 1
+        return {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/max": float(r.max()),
+                "reward/min": float(r.min()), "es/update_norm": norm}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state: just the iteration (every stream derives from (config.seed, iteration))."""
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+
+
+def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
+    """||theta - theta_0|| / ||theta_0|| over all parameters (float64 accumulation)."""
+    num = sum(float((p.detach().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
+    den = sum(float(t.double().pow(2).sum()) for t in theta0.values())
+    return math.sqrt(num / den) if den > 0 else math.nan
+
+
+def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend: PopulationEvaluator | None = None,
+             home=None, resume: bool = True, progress: bool = True):
+    """Train `config.model` on `config.task` with ES; returns the `Run` (immediately if already complete).
+
+    `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
+    `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
+    overrides `SequentialBackend.from_config`. With `resume`, training continues from the run's last checkpoint
+    and ends bit-identical to an uninterrupted run; without it, earlier metrics are dropped and training starts
+    from the base. Logs per iteration (step = 1-based iteration): reward/mean, reward/std, reward/max,
+    reward/min (population fitness), reward/center (the unperturbed model on the same prompts, same sampling
+    seed; a diagnostic, not counted in es/generations), es/js_succ (`metrics.js_success` over members, per prompt,
+    averaged over prompts), es/drift_rel (||theta - theta_0|| / ||theta_0||), es/update_norm, es/fixup_frac,
+    es/generations (cumulative population completions), time/step_s.
+    """
+    from tqdm.auto import tqdm
+
+    from esreason_lib.metrics import js_success
+    from esreason_lib.runs import Run
+
+    run = Run.open("es", config, seed=config.seed, home=home)
+    if run.is_complete():
+        return run
+    device = torch.device(config.device if config.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    if model is None:
+        from esreason_lib.models import load_model
+
+        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype])
+        tokenizer = tokenizer or loaded_tok
+    elif tokenizer is None:
+        raise ValueError("train_es: a tokenizer is required when a model is passed")
+    model.to(device=device, dtype=_DTYPES[config.dtype]).eval()
+    if task is None:
+        from esreason_lib.tasks import get_task
+        from esreason_lib.tasks.base import RewardShaping
+
+        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
+        task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
+    examples = task.examples("train", n=config.train_size, seed=0)
+    if not examples:
+        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    backend = backend or SequentialBackend.from_config(config, task, tokenizer)
+    max_new = config.max_new_tokens or task.max_new_tokens
+    es = ES(config, model)
+    theta0 = {k: p.detach().clone() for k, p in es.params.items()}  # the base, before any checkpoint is loaded
+
+    generations = 0
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
+        step, state = ckpt
+        model.load_state_dict(state["params"])
+        es.load_state_dict({"iteration": state["iteration"]})
+        torch.set_rng_state(state["rng"]["torch"])
+        generations = int(state["generations"])
+        run.truncate_metrics(step)
+    else:
+        run.truncate_metrics(0)
+
+    n, p = config.population_size, config.prompts_per_step
+    bar = tqdm(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
+               disable=not progress, desc=f"es {config.task}")
+    for it in bar:
+        t0 = time.perf_counter()
+        idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
+        batch = [examples[i] for i in idx]  # [P]
+        center, _ = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
+                                   temperature=config.temperature, max_new_tokens=max_new,
+                                   seed=sample_seed(config.seed, it))  # [P]
+        pop = es.ask()
+        ev = backend(model, pop, batch, iteration=it)
+        m = es.tell(pop, ev.rewards)
+        generations += ev.generations
+        m.update({"reward/center": float(center.mean()), "es/js_succ": float(np.mean(js_success(ev.correct.T))),
+                  "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac,
+                  "es/generations": generations, "time/step_s": time.perf_counter() - t0})
+        run.log(it + 1, m)
+        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
+        if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+            run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,
+                                         "rng": {"torch": torch.get_rng_state()}})
+    model.save_pretrained(run.model_dir)
+    tokenizer.save_pretrained(run.model_dir)
+    run.finish()
+    return run

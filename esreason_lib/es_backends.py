@@ -1,0 +1,96 @@
+"""Population evaluators: seeds in, rewards out. The ES update (`es.ES.tell`) never knows which one ran.
+
+A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
+perturbs the one model in place member by member (exact restore, see `es_noise`), generates on the step's
+prompts and scores with the task. A population-batched or Ray backend implements the same protocol.
+
+All members and the center model share one sampling seed per iteration, `derive_seed(seed, "es", "sample",
+iteration)` (common random numbers): with temperature sampling, reward differences between members then come
+from their weights rather than from independent sampling luck. With greedy decoding the seed is unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from esreason_lib.es_noise import named_params, perturbed
+from esreason_lib.seeding import derive_seed
+
+
+@dataclass
+class Evaluation:
+    """The scores of one population on one batch of prompts."""
+
+    rewards: np.ndarray
+    """[N] float64: each member's mean shaped reward over the step's prompts (the fitness given to `tell`)."""
+    correct: np.ndarray
+    """[N, P] float64: each member's fraction of correct completions per prompt (0/1 with one greedy sample)."""
+    fixup_frac: float = 0.0
+    """Mean over members of the fraction of weights the exact restore had to fix up (0 for remote backends)."""
+    generations: int = 0
+    """Completions generated for this evaluation."""
+
+
+@runtime_checkable
+class PopulationEvaluator(Protocol):
+    """Scores every member (seed, sign) of `population` at theta + sign * sigma * eps(seed) on `examples`.
+
+    Must leave `model` bit-identical to how it found it and be deterministic in (population, examples,
+    iteration)."""
+
+    def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
+
+
+def sample_seed(seed: int, iteration: int) -> int:
+    """The sampling seed shared by every member (and the center) at `iteration` of the run seeded `seed`."""
+    return derive_seed(int(seed), "es", "sample", int(iteration))
+
+
+def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool, temperature: float,
+                   max_new_tokens: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64."""
+    from esreason_lib.generation import generate
+
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
+    ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,
+                  max_new_tokens=max_new_tokens, stop=task.stop, seed=seed)
+    rewards = np.array([task.reward(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)  # [P]
+    correct = np.array([task.is_correct(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)
+    return rewards, correct  # [P], [P]
+
+
+class SequentialBackend:
+    """Evaluate members one after another on the single in-memory model (perturb, generate, score, restore)."""
+
+    def __init__(self, task, tokenizer, *, sigma: float, greedy: bool = True, temperature: float = 1.0,
+                 max_new_tokens: int | None = None, seed: int = 0):
+        if not sigma > 0:
+            raise ValueError(f"SequentialBackend: sigma must be > 0, got {sigma!r}")
+        self.task, self.tokenizer, self.sigma = task, tokenizer, float(sigma)
+        self.greedy, self.temperature, self.seed = bool(greedy), float(temperature), int(seed)
+        self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
+
+    @classmethod
+    def from_config(cls, config: Any, task, tokenizer) -> "SequentialBackend":
+        """The backend an `ESConfig` describes."""
+        return cls(task, tokenizer, sigma=config.sigma, greedy=config.greedy, temperature=config.temperature,
+                   max_new_tokens=config.max_new_tokens, seed=config.seed)
+
+    def score(self, model, examples: list[dict], *, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        """The unperturbed model's (rewards [P], correct [P]) at `iteration`."""
+        return score_examples(model, self.tokenizer, self.task, examples, greedy=self.greedy,
+                              temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                              seed=sample_seed(self.seed, iteration))
+
+    def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
+        params = named_params(model)
+        n, p = len(population), len(examples)
+        rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
+        for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
+            with perturbed(params, seed, int(sign), self.sigma) as fx:
+                r, c = self.score(model, examples, iteration=iteration)  # [P], [P]
+            rewards[i], correct[i], fix[i] = r.mean(), c, fx.fraction
+        return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)

@@ -1,0 +1,173 @@
+"""ES noise from seeds, the in-place update, and exact perturb/restore of model weights.
+
+Noise is never stored: member `seed` and a tensor's `name` give that tensor's Gaussian noise through
+`derive_seed(seed, name)`, drawn in float32 on the tensor's device with its own `torch.Generator`. Each tensor
+therefore gets an independent stream (Qiu et al.'s reference code seeds every tensor with the same member seed,
+which makes same-shaped layers receive *identical* noise; we do not). The numbers are a pure function of
+(seed, name, shape, device type), so any process can regenerate any member's perturbation.
+
+Why adding then subtracting noise is not exact: floating-point addition rounds. y = fl(x + d) keeps only the
+bits of x + d that fit the format, so fl(y - d) differs from x in the last bit(s) whenever the rounding of
+x + d discarded information (typically when |d| and |x| differ in exponent, and far more often in bfloat16,
+whose 8-bit mantissa rounds almost every sum). Over thousands of evaluations these one-ulp errors would random-
+walk the weights. `perturb` therefore computes, tensor by tensor, x_hat = fl(fl(x + d) - d) exactly as
+`restore` later will, and records the (few) indices where x_hat != x bitwise together with the original bits;
+`restore` subtracts the regenerated noise with the identical kernel and writes those bits back. The result is
+bit-identical to the original weights (verified over 1000 cycles in tests/test_es_restore.py), at the cost of
+one temporary tensor copy during perturb and a sparse fix-up list (`FixUp.fraction` of the elements). The
+fraction grows with sigma relative to the weights (measured on the tiny random Qwen2, weights ~0.02, in float32
+and bfloat16 alike: ~1% at sigma=1e-4, ~5% at 1e-3, ~23% at 1e-2, ~67% at 0.1); a tensor whose list would
+outgrow a plain copy of it keeps the copy instead, so the held memory never exceeds one copy of the weights.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+import torch
+
+from esreason_lib.seeding import derive_seed
+
+_INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,
+             torch.float16: torch.int16}
+
+
+def named_params(model_or_params) -> dict[str, torch.Tensor]:
+    """The tensors ES perturbs, by name: a module's `named_parameters()` (tied weights appear once) or a dict.
+
+    A dict whose entries share storage (e.g. a `state_dict()` with tied embeddings) is rejected, since the shared
+    tensor would be perturbed twice.
+    """
+    if isinstance(model_or_params, torch.nn.Module):
+        return dict(model_or_params.named_parameters())
+    if not isinstance(model_or_params, Mapping):
+        raise TypeError(f"expected an nn.Module or a dict of tensors, got {type(model_or_params).__name__}")
+    params, seen = dict(model_or_params), {}
+    for name, t in params.items():
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"parameter {name!r} must be a floating-point tensor, got {t!r:.60}")
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            raise ValueError(f"parameters {seen[ptr]!r} and {name!r} share storage (tied weights); pass each once")
+        seen[ptr] = name
+    return params
+
+
+def noise(seed: int, name: str, like: torch.Tensor) -> torch.Tensor:
+    """Standard normal noise for tensor `name` of member `seed`: float32, shaped and placed like `like`."""
+    gen = torch.Generator(device=like.device)
+    gen.manual_seed(derive_seed(int(seed), name))
+    return torch.randn(like.shape, generator=gen, device=like.device, dtype=torch.float32)  # like.shape
+
+
+def _shift_(t: torch.Tensor, eps: torch.Tensor, c: float) -> torch.Tensor:
+    """t <- fl(t + c * eps) in t's dtype, in place. The one kernel used by perturb, its check, and restore."""
+    return t.add_(eps.to(t.dtype), alpha=c)
+
+
+@dataclass
+class FixUp:
+    """What `restore` needs besides the seeds: the member (seed, sign, sigma) and, per tensor, the flat indices
+    whose round trip x -> x + d -> (x + d) - d is not bit-exact, with the original bits at those indices."""
+
+    seed: int
+    """Member noise seed."""
+    coef: float
+    """sign * sigma: the perturbation is theta + coef * eps."""
+    fixes: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = field(default_factory=dict)
+    """name -> (flat indices [k] int32/int64, original bits [k] as the dtype's integer view); indices None and
+    all original bits [numel] when the sparse list would take at least as much memory as a plain copy."""
+    n_fixed: int = 0
+    """Total number of elements needing a fix-up."""
+    n_total: int = 0
+    """Total number of perturbed elements."""
+    restored: bool = False
+    """Set once `restore` has run (restoring twice would corrupt the weights)."""
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of all perturbed elements that the fix-up list corrects."""
+        return self.n_fixed / max(self.n_total, 1)
+
+
+def _int_view(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype not in _INT_VIEW:
+        raise TypeError(f"unsupported parameter dtype {t.dtype} (supported: {sorted(map(str, _INT_VIEW))})")
+    if not t.is_contiguous():
+        raise ValueError(f"parameter of shape {tuple(t.shape)} is not contiguous; exact restore needs contiguous")
+    return t.view(_INT_VIEW[t.dtype]).view(-1)
+
+
+@torch.no_grad()
+def perturb(model_or_params, seed: int, sign: int, sigma: float) -> FixUp:
+    """theta <- theta + sign * sigma * eps(seed), in place; returns the `FixUp` that `restore` needs."""
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign!r}")
+    fx = FixUp(seed=int(seed), coef=float(sign) * float(sigma))
+    for name, p in named_params(model_or_params).items():
+        x = _int_view(p).clone()  # [numel] original bits
+        eps = noise(fx.seed, name, p)  # p.shape
+        _shift_(p, eps, fx.coef)
+        x_hat = _shift_(p.clone(), eps, -fx.coef)  # p.shape, exactly what restore will compute
+        bad = (_int_view(x_hat) != x).nonzero().squeeze(1)  # [k]
+        idx = bad.to(torch.int32) if p.numel() < 2**31 else bad  # [k]
+        if bad.numel() * (idx.element_size() + x.element_size()) >= x.numel() * x.element_size():
+            fx.fixes[name] = (None, x)  # the sparse list would outgrow a plain copy: keep the copy
+        elif bad.numel():
+            fx.fixes[name] = (idx, x[bad].clone())
+        fx.n_fixed += bad.numel()
+        fx.n_total += p.numel()
+        del x, eps, x_hat
+    return fx
+
+
+@torch.no_grad()
+def restore(model_or_params, fixup: FixUp) -> None:
+    """Undo `perturb` bit-exactly: subtract the regenerated noise, then write back the recorded original bits."""
+    if fixup.restored:
+        raise RuntimeError(f"FixUp for seed {fixup.seed} was already restored")
+    for name, p in named_params(model_or_params).items():
+        idx, bits = fixup.fixes.get(name, (0, None))
+        if idx is None:  # dense: the original bits were kept whole
+            _int_view(p).copy_(bits)
+            continue
+        _shift_(p, noise(fixup.seed, name, p), -fixup.coef)
+        if bits is not None:
+            _int_view(p)[idx.long()] = bits
+    fixup.restored = True
+
+
+@contextmanager
+def perturbed(model_or_params, seed: int, sign: int, sigma: float) -> Iterator[FixUp]:
+    """Context manager: weights are theta + sign * sigma * eps(seed) inside, bit-identical to before after
+    (also when the body raises). Yields the `FixUp` (its `fraction` is the fix-up fraction)."""
+    fx = perturb(model_or_params, seed, sign, sigma)
+    try:
+        yield fx
+    finally:
+        restore(model_or_params, fx)
+
+
+@torch.no_grad()
+def apply_update(model_or_params, seeds, coefs, scale: float) -> float:
+    """theta <- theta + scale * sum_k coefs[k] * eps(seeds[k]), tensor by tensor, in place.
+
+    The sum is accumulated in float32 (one noise tensor and one accumulator alive at a time) and added to the
+    parameter with a single rounding to its dtype. Returns the L2 norm of the applied float32 step.
+    """
+    seeds, coefs = np.asarray(seeds, dtype=np.int64), np.asarray(coefs, dtype=np.float64)  # [K], [K]
+    if seeds.shape != coefs.shape or seeds.ndim != 1:
+        raise ValueError(f"seeds and coefs must be matching 1-D arrays, got {seeds.shape} and {coefs.shape}")
+    sq = 0.0
+    for name, p in named_params(model_or_params).items():
+        acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # p.shape
+        for s, c in zip(seeds.tolist(), coefs.tolist()):
+            if c != 0.0:
+                acc.add_(noise(s, name, p), alpha=c)
+        acc.mul_(scale)
+        sq += float(acc.double().pow(2).sum())
+        p.copy_((p.float() + acc).to(p.dtype))
+    return sq**0.5

@@ -1,0 +1,180 @@
+"""Exact perturb/restore: after any number of member evaluations the weights are bit-identical."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from esreason_lib.es_noise import _INT_VIEW, FixUp, named_params, noise, perturb, perturbed, restore
+from esreason_lib.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
+
+
+def _bits(model) -> dict[str, torch.Tensor]:
+    return {k: p.detach().view(_INT_VIEW[p.dtype]).clone() for k, p in named_params(model).items()}
+
+
+def _same_bits(model, bits) -> bool:
+    return all(torch.equal(p.detach().view(_INT_VIEW[p.dtype]), bits[k]) for k, p in named_params(model).items())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_1000_cycles_are_bit_identical(dtype):
+    model = tiny_random_qwen2(98, seed=0).to(dtype)
+    bits = _bits(model)
+    rng = np.random.default_rng(0)
+    fracs = []
+    for cycle in range(1000):
+        seed, sign = int(rng.integers(0, 2**63 - 1)), int(rng.choice([1, -1]))
+        sigma = float(rng.choice([1e-4, 1e-3, 1e-2, 0.1]))
+        with perturbed(model, seed, sign, sigma) as fx:
+            if cycle % 100 == 0:  # the perturbation really is there, with the regenerated noise
+                w = model.model.layers[0].mlp.up_proj.weight
+                assert not _same_bits(model, bits)
+                eps = noise(seed, "model.layers.0.mlp.up_proj.weight", w)  # float32
+                base = bits["model.layers.0.mlp.up_proj.weight"].view(dtype).float()
+                torch.testing.assert_close(w.detach().float(), base + sign * sigma * eps, rtol=1e-2, atol=sigma / 50)
+        fracs.append(fx.fraction)
+        assert fx.restored and _same_bits(model, bits), f"cycle {cycle} not bit-identical"
+    assert 0 < np.mean(fracs) < 1
+    print(f"{dtype}: mean fix-up fraction {np.mean(fracs):.4f}")
+
+
+def test_plain_add_subtract_is_not_exact():
+    """Why the fix-up list exists: fl(fl(x + d) - d) != x for a sizeable share of elements."""
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(10_000, generator=torch.Generator().manual_seed(0)).to(dtype) * 0.02
+        d = (1e-3 * torch.randn(10_000, generator=torch.Generator().manual_seed(1))).to(dtype)
+        assert ((x + d) - d != x).float().mean() > 0.01, dtype
+
+
+def test_tied_weights_are_perturbed_once_and_restored():
+    model = init_qwen2(qwen2_config(98, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                                    intermediate_size=32), seed=1)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    bits = _bits(model)
+    emb = model.model.embed_tokens.weight
+    for seed in range(50):
+        with perturbed(model, seed, 1, 0.01):
+            eps = noise(seed, "model.embed_tokens.weight", emb)
+            torch.testing.assert_close(emb.detach(), bits["model.embed_tokens.weight"].view(torch.float32) + 0.01 * eps)
+        assert _same_bits(model, bits)
+
+
+def test_forward_changes_inside_and_is_identical_after():
+    model = tiny_random_qwen2(98, seed=2)
+    ids = torch.arange(2, 20).unsqueeze(0)  # [1, 18]
+    with torch.no_grad():
+        before = model(ids).logits
+        with perturbed(model, 5, -1, 0.05):
+            inside = model(ids).logits
+        after = model(ids).logits
+    assert not torch.equal(before, inside) and torch.equal(before, after)
+
+
+def test_special_values_and_exceptions():
+    t = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3.4e38, -1.0, 1e-8])
+    params = {"w": t.clone(), "h": torch.tensor([1.0, -0.0, 65504.0]).to(torch.bfloat16)}
+    bits = {k: v.view(_INT_VIEW[v.dtype]).clone() for k, v in params.items()}
+    with pytest.raises(KeyError):
+        with perturbed(params, 3, 1, 1.0):
+            raise KeyError("evaluation crashed")
+    for k, v in params.items():
+        assert torch.equal(v.view(_INT_VIEW[v.dtype]), bits[k])
+    assert torch.signbit(params["w"][1]) and torch.isnan(params["w"][2])
+
+
+def test_fixup_bookkeeping_and_double_restore():
+    params = {"w": torch.randn(1000) * 0.02}
+    fx = perturb(params, 9, 1, 1e-3)
+    assert isinstance(fx, FixUp) and fx.n_total == 1000 and fx.fraction == fx.n_fixed / 1000
+    assert fx.coef == 1e-3 and fx.seed == 9
+    restore(params, fx)
+    with pytest.raises(RuntimeError, match="already restored"):
+        restore(params, fx)
+    with pytest.raises(ValueError, match="sign must be"):
+        perturb(params, 9, 0, 1e-3)
+
+
+def test_dense_fallback_when_the_sparse_list_would_outgrow_a_copy():
+    params = {"w": torch.randn(1000) * 0.02, "b": torch.randn(1000).to(torch.bfloat16)}
+    bits = {k: v.view(_INT_VIEW[v.dtype]).clone() for k, v in params.items()}
+    fx = perturb(params, 4, -1, 0.5)  # sigma >> weights: nearly every round trip is inexact
+    assert fx.fraction > 0.5
+    assert fx.fixes["w"][0] is None and torch.equal(fx.fixes["w"][1], bits["w"].view(-1))
+    restore(params, fx)
+    assert all(torch.equal(v.view(_INT_VIEW[v.dtype]), bits[k]) for k, v in params.items())
+    small = perturb(params, 4, 1, 1e-6)  # sigma << weights: sparse (or empty) list
+    assert all(idx is not None for idx, _ in small.fixes.values())
+    restore(params, small)
+    assert all(torch.equal(v.view(_INT_VIEW[v.dtype]), bits[k]) for k, v in params.items())
+
+
+# ---------------------------------------------------------------- kill -9 and resume: bit-identical to uninterrupted
+_CHILD = '''
+import os, signal, sys
+import numpy as np, torch
+torch.set_num_threads(1)
+from esreason_lib.es import ESConfig, train_es
+from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.runs import Run
+
+class Hash:  # a reward that varies across members from the first step, so every update moves the weights
+    name, stop, max_new_tokens = "hash", None, 4
+    def examples(self, split="test", n=None, seed=0):
+        rng = np.random.default_rng(0)
+        return [{"id": str(i), "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(32)]
+    def prompt(self, example, tokenizer=None):
+        return example["text"] + "="
+    def is_correct(self, completion, example):
+        return sum(map(ord, completion)) % 3 == 0
+    def reward(self, completion, example):
+        return sum(map(ord, completion)) % 10 / 10
+
+home, kill_at = sys.argv[1], int(sys.argv[2])
+if kill_at:  # die by SIGKILL right after logging step `kill_at` (past the step-2 checkpoint)
+    log = Run.log
+    def log_then_die(self, step, metrics):
+        log(self, step, metrics)
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    Run.log = log_then_die
+tok = build_char_tokenizer()
+cfg = ESConfig(model="tiny-random", task="hash", population_size=8, sigma=0.02, alpha=0.01, iterations=6,
+               prompts_per_step=4, antithetic=True, checkpoint_every=2, device="cpu", seed=5)
+train_es(cfg, model=tiny_random_qwen2(len(tok), seed=0), tokenizer=tok, task=Hash(), home=home, progress=False)
+'''
+
+
+def test_kill_and_resume_is_bit_identical(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+    def child(home, kill_at):
+        return subprocess.run([sys.executable, str(script), str(home), str(kill_at)], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    assert child(tmp_path / "a", 0).returncode == 0
+    killed = child(tmp_path / "b", 3)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run_b,) = (tmp_path / "b").iterdir()
+    assert not (run_b / "manifest.json").exists() and (run_b / "checkpoints" / "step-000002.pt").exists()
+    assert sum(1 for _ in open(run_b / "metrics.jsonl")) == 3  # step 3 was logged past the checkpoint
+    resumed = child(tmp_path / "b", 0)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (run_a,) = (tmp_path / "a").iterdir()
+    wa, wb = load_file(run_a / "model" / "model.safetensors"), load_file(run_b / "model" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    base = tiny_random_qwen2(len(build_char_tokenizer()), seed=0).state_dict()
+    assert all(not torch.equal(wa[k], base[k]) for k in wa)  # training moved every tensor
+    ma, mb = ([__import__("json").loads(line) for line in open(r / "metrics.jsonl")] for r in (run_a, run_b))
+    assert [m["step"] for m in mb] == list(range(1, 7))
+    drop = lambda m: {k: v for k, v in m.items() if k != "time/step_s"}  # noqa: E731
+    assert [drop(m) for m in ma] == [drop(m) for m in mb]
