@@ -193,7 +193,10 @@ class Population:
 
 
 class ES:
-    """Ask/tell ES over named tensors (a model's parameters or a dict), updated in place by `tell`."""
+    """Ask/tell ES over named tensors (a model's parameters or a dict), updated in place by `tell`.
+
+    `fitness_shaping` (rewards [N] -> z [N]) overrides `FITNESS_SHAPING[config.normalization]`; `iteration`
+    is where the member-seed stream starts (restored from a checkpoint with `load_state_dict`)."""
 
     def __init__(self, config: ESConfig, params, *, fitness_shaping: Callable | None = None, iteration: int = 0):
         self.config = config
@@ -220,6 +223,9 @@ class ES:
         if not np.isfinite(r).all():
             raise ValueError(f"tell: rewards must be finite, got {r.tolist()!r:.200}")
         z = np.asarray(self.shaping(r), dtype=np.float64).reshape(-1)  # [N]
+        if z.shape != r.shape or not np.isfinite(z).all():
+            raise ValueError(f"tell: fitness shaping must map {r.size} rewards to as many finite values, "
+                             f"got {z.tolist()!r:.200}")
         coef: dict[int, float] = {}  # seed -> sum of z_i * sign_i over members sharing it (insertion order)
         for s, sign, zi in zip(pop.seeds.tolist(), pop.signs.tolist(), z.tolist()):
             coef[s] = coef.get(s, 0.0) + zi * sign

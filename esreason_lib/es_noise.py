@@ -80,6 +80,8 @@ class FixUp:
     fixes: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = field(default_factory=dict)
     """name -> (flat indices [k] int32/int64, original bits [k] as the dtype's integer view); indices None and
     all original bits [numel] when the sparse list would take at least as much memory as a plain copy."""
+    names: list[str] = field(default_factory=list)
+    """The tensors perturbed so far, in order (restore undoes exactly these)."""
     n_fixed: int = 0
     """Total number of elements needing a fix-up."""
     n_total: int = 0
@@ -106,22 +108,33 @@ def perturb(model_or_params, seed: int, sign: int, sigma: float) -> FixUp:
     """theta <- theta + sign * sigma * eps(seed), in place; returns the `FixUp` that `restore` needs."""
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1, got {sign!r}")
-    fx = FixUp(seed=int(seed), coef=float(sign) * float(sigma))
-    for name, p in named_params(model_or_params).items():
-        x = _int_view(p).clone()  # [numel] original bits
-        eps = noise(fx.seed, name, p)  # p.shape
-        _shift_(p, eps, fx.coef)
-        x_hat = _shift_(p.clone(), eps, -fx.coef)  # p.shape, exactly what restore will compute
-        bad = (_int_view(x_hat) != x).nonzero().squeeze(1)  # [k]
-        idx = bad.to(torch.int32) if p.numel() < 2**31 else bad  # [k]
-        if bad.numel() * (idx.element_size() + x.element_size()) >= x.numel() * x.element_size():
-            fx.fixes[name] = (None, x)  # the sparse list would outgrow a plain copy: keep the copy
-        elif bad.numel():
-            fx.fixes[name] = (idx, x[bad].clone())
-        fx.n_fixed += bad.numel()
-        fx.n_total += p.numel()
-        del x, eps, x_hat
+    fx, params = FixUp(seed=int(seed), coef=float(sign) * float(sigma)), named_params(model_or_params)
+    for p in params.values():
+        _int_view(p)  # check every dtype and layout before touching any tensor
+    try:
+        for name, p in params.items():
+            _perturb_one(fx, name, p)
+    except BaseException:  # e.g. out of memory midway: undo the tensors already perturbed, then re-raise
+        restore(params, fx)
+        raise
     return fx
+
+
+def _perturb_one(fx: FixUp, name: str, p: torch.Tensor) -> None:
+    x = _int_view(p).clone()  # [numel] original bits
+    fx.fixes[name] = (None, x)  # until the sparse list is known, a failure restores from the plain copy
+    fx.names.append(name)
+    eps = noise(fx.seed, name, p)  # p.shape
+    _shift_(p, eps, fx.coef)
+    x_hat = _shift_(p.clone(), eps, -fx.coef)  # p.shape, exactly what restore will compute
+    bad = (_int_view(x_hat) != x).nonzero().squeeze(1)  # [k]
+    idx = bad.to(torch.int32) if p.numel() < 2**31 else bad  # [k]
+    if bad.numel() * (idx.element_size() + x.element_size()) < x.numel() * x.element_size():
+        fx.fixes[name] = (idx, x[bad].clone())  # sparse is smaller (otherwise keep the plain copy)
+    if not bad.numel():
+        del fx.fixes[name]
+    fx.n_fixed += bad.numel()
+    fx.n_total += p.numel()
 
 
 @torch.no_grad()
@@ -129,8 +142,9 @@ def restore(model_or_params, fixup: FixUp) -> None:
     """Undo `perturb` bit-exactly: subtract the regenerated noise, then write back the recorded original bits."""
     if fixup.restored:
         raise RuntimeError(f"FixUp for seed {fixup.seed} was already restored")
-    for name, p in named_params(model_or_params).items():
-        idx, bits = fixup.fixes.get(name, (0, None))
+    params = named_params(model_or_params)
+    for name in fixup.names:
+        p, (idx, bits) = params[name], fixup.fixes.get(name, (0, None))
         if idx is None:  # dense: the original bits were kept whole
             _int_view(p).copy_(bits)
             continue

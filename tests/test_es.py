@@ -22,6 +22,9 @@ def test_config_is_frozen_hashable_and_json_able():
     assert c.task_kwargs == (("a", (1, 2)), ("b", 2))
     hash(c)
     json.dumps(dataclasses.asdict(c))
+    from esreason_lib.runs import config_hash
+
+    assert config_hash(c) == config_hash(ESConfig(task_kwargs=(("a", (1, 2)), ("b", 2)))) != config_hash(ESConfig())
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.sigma = 1.0
 
@@ -149,6 +152,9 @@ def test_tell_accepts_plain_seeds_a_callable_shaping_and_checks_lengths():
         es.tell(np.array([1, 2, 3]), [0.0, 1.0])
     with pytest.raises(ValueError, match="finite"):
         es.tell(np.array([1, 2, 3]), [0.0, 1.0, np.nan])
+    bad = ES(ESConfig(population_size=3), params, fitness_shaping=lambda r: r[:2])
+    with pytest.raises(ValueError, match="fitness shaping must map 3 rewards"):
+        bad.tell(np.array([1, 2, 3]), [0.0, 1.0, 2.0])
     with pytest.raises(ValueError, match="signs"):
         Population([1, 2], [1, 0])
 
@@ -285,3 +291,25 @@ def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
     assert __import__("time").perf_counter() - t < 1.0 and len(run.metrics()) == 40
     with pytest.raises(ValueError, match="tokenizer is required"):
         train_es(dataclasses.replace(cfg, seed=1), model=make(), home=tmp_path)
+
+
+def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatch):
+    import esreason_lib.es_backends as backends
+    from esreason_lib.es import train_es
+
+    tok, make = tiny
+    seen = []
+    real = backends.score_examples
+
+    def spy(model, tokenizer, task, examples, **kw):
+        seen.append((task, next(model.parameters()).dtype))
+        return real(model, tokenizer, task, examples, **kw)
+
+    monkeypatch.setattr(backends, "score_examples", spy)
+    cfg = ESConfig(model="tiny-random", task="countdown", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
+                   prompts_per_step=2, max_new_tokens=3, reward_formatted=0.25, dtype="bfloat16",
+                   checkpoint_every=1, device="cpu")
+    run = train_es(cfg, model=make(), tokenizer=tok, home=tmp_path, progress=False)
+    assert run.is_complete() and len(run.metrics()) == 2
+    assert seen and all(t.name == "countdown" and t.shaping.formatted == 0.25 and d == torch.bfloat16 for t, d in seen)
+    assert len(list((run.path / "checkpoints").iterdir())) == 1  # step 1 only; the last step is the final model

@@ -178,3 +178,26 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
     assert [m["step"] for m in mb] == list(range(1, 7))
     drop = lambda m: {k: v for k, v in m.items() if k != "time/step_s"}  # noqa: E731
     assert [drop(m) for m in ma] == [drop(m) for m in mb]
+
+
+def test_failure_midway_through_perturb_restores_what_was_done(monkeypatch):
+    import esreason_lib.es_noise as es_noise
+
+    params = {"a": torch.randn(100) * 0.02, "b": torch.randn(100) * 0.02, "c": torch.randn(100) * 0.02}
+    bits = {k: v.view(torch.int32).clone() for k, v in params.items()}
+    real, calls = es_noise.noise, []
+
+    def flaky(seed, name, like):
+        calls.append(name)
+        if name == "b" and len(calls) == 2:  # perturbing "b" fails after "a" was perturbed
+            raise MemoryError("simulated OOM")
+        return real(seed, name, like)
+
+    monkeypatch.setattr(es_noise, "noise", flaky)
+    with pytest.raises(MemoryError):
+        perturb(params, 1, 1, 1e-3)  # small sigma: "a" keeps a sparse list, so its restore regenerates noise
+    assert calls == ["a", "b", "a"]  # restore regenerated only "a"; "b" came back from its plain copy
+    assert all(torch.equal(v.view(torch.int32), bits[k]) for k, v in params.items())
+    with pytest.raises(TypeError, match="unsupported parameter dtype"):
+        perturb({"a": params["a"], "x": torch.zeros(3, dtype=torch.float8_e4m3fn)}, 1, 1, 0.1)
+    assert torch.equal(params["a"].view(torch.int32), bits["a"])  # checked before anything was touched
