@@ -1,0 +1,78 @@
+"""Models: the character tokenizer, the tiny Qwen2 zoo, pretraining and `load_model`.
+
+`load_model` takes a zoo name (pretrained into the run store on first use, reused afterwards), a local
+directory written by `save_pretrained` (or a run directory holding `model/`), or a Hugging Face hub id such as
+"Qwen/Qwen2.5-1.5B-Instruct" (needs network or a local HF cache). The implementation lives in
+`esreason_lib.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.pretrain` (the training loop); this
+module re-exports the public names.
+
+MEASURED (see the table in README / the report of the models helper; filled in below once measured).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from esreason_lib.pretrain import build_batch, completion_loss, pretrain
+from esreason_lib.zoo import (ALPHABET, DEFAULT_BASE, ZOO, ZooSpec, build_char_tokenizer, get_spec,
+                              num_parameters, tiny_random_qwen2)
+
+__all__ = ["ALPHABET", "DEFAULT_BASE", "ZOO", "ZooSpec", "build_batch", "build_char_tokenizer",
+           "completion_loss", "get_spec", "load_model", "num_parameters", "pretrain", "tiny_random_qwen2"]
+
+
+def _looks_like_path(name: str) -> bool:
+    """True for strings that can only be a filesystem path (not a hub id "org/name" or "name")."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _finish(model, tokenizer, device, dtype):
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if getattr(model.generation_config, "pad_token_id", None) is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(device=device, dtype=dtype)
+    model.eval()
+    return model, tokenizer
+
+
+def _from_pretrained(source: str | Path, device, dtype, **kwargs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    return _finish(model, tokenizer, device, dtype)
+
+
+def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = "cpu",
+               dtype: torch.dtype = torch.float32, *, home: Path | str | None = None, progress: bool = True):
+    """`(model, tokenizer)` in eval mode on `device` with `dtype`; tokenizer left-padded with a pad token.
+
+    `name_or_path`: a `ZOO` name or `ZooSpec` (pretrains on first use into `home`, default the run store),
+    an existing local directory (`save_pretrained` output, or a run directory containing `model/`), or a hub
+    id. Unknown names raise ValueError naming the zoo choices.
+    """
+    if isinstance(name_or_path, ZooSpec) or (isinstance(name_or_path, str) and name_or_path in ZOO):
+        directory = pretrain(name_or_path, home=home, progress=progress)
+        return _from_pretrained(directory, device, dtype, local_files_only=True)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists() and (path / "model" / "config.json").exists():
+            path = path / "model"
+        if not (path / "config.json").exists():
+            raise ValueError(f"directory {str(path)!r} holds no config.json (expected save_pretrained output "
+                             f"or a run directory with model/)")
+        return _from_pretrained(path, device, dtype, local_files_only=True)
+    name = str(name_or_path)
+    if isinstance(name_or_path, Path) or _looks_like_path(name):
+        raise ValueError(f"model {name!r} is not a zoo name (choices: {sorted(ZOO)}) and no directory "
+                         f"exists at {path}")
+    try:
+        return _from_pretrained(name, device, dtype)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"unknown model {name!r}: not a zoo name (choices: {sorted(ZOO)}), not an existing "
+                         f"directory, and it could not be loaded from the Hugging Face hub "
+                         f"(offline or no such repo: {type(err).__name__}: {err})") from err

@@ -1,0 +1,202 @@
+"""Pretraining a zoo model from scratch on a synthetic stream of task demonstrations.
+
+The stream mixes Countdown (`prompt + demonstration + <eos>`, the demonstration a uniformly random valid
+solution from the task's solver, or with probability `habit_fraction` the task's `habit_answer`) with the
+held-out families (addition, sorting). Problems come only from each task's *train* split, so Countdown test
+problems are never seen. The loss is next-token cross-entropy on the completion tokens only (prompt and
+padding masked). AdamW, linear warm-up then cosine decay, a fixed step budget and a wall-clock cap. The model
+and tokenizer are saved with `save_pretrained` into the run store (`Run.open("zoo", spec)`); a finished run
+is found and reused, never retrained.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from esreason_lib.seeding import derive_seed, numpy_rng
+from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters
+
+IGNORE_INDEX = -100
+FAMILIES = ("countdown", "addition", "sorting")
+_POOL_SIZE = 4096
+
+
+class CorpusStream:
+    """An endless, seeded stream of `(prompt, completion)` pairs drawn from the tasks' train splits.
+
+    Each family keeps a pool of train examples (`examples("train", n=4096, seed=...)`); when a pool is used
+    up a fresh one is drawn with the next derived seed, so the stream never repeats a fixed order and never
+    touches a test split.
+    """
+
+    def __init__(self, spec: ZooSpec, pool_size: int = _POOL_SIZE):
+        from esreason_lib.tasks import get_task
+
+        self.spec = spec
+        self.pool_size = pool_size
+        weights = np.array([spec.countdown_weight, spec.addition_weight, spec.sorting_weight], dtype=float)
+        self.families = [f for f, w in zip(FAMILIES, weights) if w > 0]
+        self.probs = weights[weights > 0] / weights[weights > 0].sum()  # [F]
+        self.tasks = {f: get_task(f, **spec.task_kwargs()) if f == "countdown" else get_task(f)
+                      for f in self.families}
+        self.rng = numpy_rng(spec.seed, "pretrain", "corpus")
+        self._pools: dict[str, list] = {f: [] for f in self.families}
+        self._refills: dict[str, int] = {f: 0 for f in self.families}
+
+    def _next_example(self, family: str) -> dict:
+        pool = self._pools[family]
+        if not pool:
+            seed = derive_seed(self.spec.seed, "pretrain", family, self._refills[family]) % (2**31)
+            self._refills[family] += 1
+            pool.extend(reversed(self.tasks[family].examples("train", n=self.pool_size, seed=seed)))
+            if not pool:
+                raise RuntimeError(f"task {family!r} returned no train examples")
+        return pool.pop()
+
+    def sample_records(self, n: int) -> list[tuple[str, dict, str, str]]:
+        """`n` draws as `(family, example, prompt, completion)` (completion without EOS)."""
+        picks = self.rng.choice(len(self.families), size=n, p=self.probs)  # [n]
+        records = []
+        for k in picks:
+            family = self.families[k]
+            task = self.tasks[family]
+            example = self._next_example(family)
+            if family == "countdown" and self.spec.habit_fraction > 0 and self.rng.random() < self.spec.habit_fraction:
+                completion = task.habit_answer(example)
+            else:
+                completion = task.demonstration(example, self.rng)
+            records.append((family, example, task.prompt(example), completion))
+        return records
+
+    def sample(self, n: int) -> tuple[list[str], list[str]]:
+        """`n` prompts and their completions (without EOS)."""
+        records = self.sample_records(n)
+        return [r[2] for r in records], [r[3] for r in records]
+
+
+def build_batch(tokenizer, prompts: list[str], completions: list[str], *,
+                max_length: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded `prompt + completion + <eos>` rows with labels only on the completion (and its EOS).
+
+    Returns `input_ids` [B, T], `attention_mask` [B, T] and `labels` [B, T] (IGNORE_INDEX on prompt and
+    padding positions; `labels[b, t]` is the token at position t, shifted inside `completion_loss`).
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
+    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    c_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    rows = [p + c + [eos] for p, c in zip(p_ids, c_ids)]
+    width = max(len(r) for r in rows)
+    if max_length is not None and width > max_length:
+        i = max(range(len(rows)), key=lambda j: len(rows[j]))
+        raise ValueError(f"sequence of {width} tokens exceeds max_length={max_length}: "
+                         f"{prompts[i]!r} + {completions[i]!r}")
+    input_ids = np.full((len(rows), width), pad, dtype=np.int64)  # [B, T]
+    labels = np.full((len(rows), width), IGNORE_INDEX, dtype=np.int64)  # [B, T]
+    mask = np.zeros((len(rows), width), dtype=bool)  # [B, T]
+    for b, (row, p) in enumerate(zip(rows, p_ids)):
+        input_ids[b, : len(row)] = row
+        mask[b, : len(row)] = True
+        labels[b, len(p): len(row)] = row[len(p):]
+    return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask).long(),
+            "labels": torch.from_numpy(labels)}
+
+
+def completion_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the labelled (completion) positions of `batch`."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # [B, T, V]
+    targets = batch["labels"][:, 1:]  # [B, T-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
+def lr_factor(spec: ZooSpec, step: int, progress: float) -> float:
+    """Learning-rate multiplier: linear warm-up over `warmup` steps times a cosine over `progress` in [0, 1]."""
+    warm = min(1.0, (step + 1) / max(1, spec.warmup))
+    p = min(1.0, max(0.0, progress))
+    cosine = spec.min_lr_ratio + (1.0 - spec.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+    return warm * cosine
+
+
+def make_optimizer(model: torch.nn.Module, spec: ZooSpec) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (norm weights and biases are not decayed)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": spec.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=spec.lr, betas=(0.9, 0.98))
+
+
+def train_step(model, optimizer, batch: dict[str, torch.Tensor], lr: float) -> float:
+    """One optimizer step at learning rate `lr`; returns the loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = completion_loss(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True,
+             log_every: int = 10) -> Path:
+    """Train the zoo model `spec_or_name` (a name in `ZOO` or a `ZooSpec`) and return its model directory.
+
+    A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
+    from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
+    the manifest records the steps done, the seconds taken, whether the wall-clock cap stopped training, the
+    parameter count and the final loss.
+    """
+    from esreason_lib.runs import Run
+
+    spec = get_spec(spec_or_name)
+    run = Run.open("zoo", spec, seed=spec.seed, home=None if home is None else Path(home))
+    if run.is_complete() and (run.model_dir / "config.json").exists():
+        return run.model_dir
+    run.truncate_metrics(-1)
+
+    tokenizer = build_char_tokenizer()
+    model = spec.build(len(tokenizer)).train()
+    optimizer = make_optimizer(model, spec)
+    stream = CorpusStream(spec)
+    start = time.perf_counter()
+    window: list[float] = []
+    step, capped, loss = 0, False, float("nan")
+    bar = tqdm(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress, leave=False)
+    while step < spec.steps:
+        elapsed = time.perf_counter() - start
+        if elapsed >= spec.max_seconds:
+            capped = True
+            break
+        t0 = time.perf_counter()
+        prompts, completions = stream.sample(spec.batch_size)
+        batch = build_batch(tokenizer, prompts, completions, max_length=spec.max_position_embeddings)
+        lr = spec.lr * lr_factor(spec, step, max(step / spec.steps, elapsed / spec.max_seconds))
+        loss = train_step(model, optimizer, batch, lr)
+        window.append(loss)
+        step += 1
+        bar.update(1)
+        if step % log_every == 0 or step == spec.steps:
+            bar.set_postfix(loss=f"{np.mean(window):.3f}")
+            run.log(step, {"train/loss": float(np.mean(window)), "train/lr": lr,
+                           "time/step_s": time.perf_counter() - t0,
+                           "time/elapsed_s": time.perf_counter() - start})
+            window = []
+    bar.close()
+    seconds = time.perf_counter() - start
+    if window:
+        run.log(step, {"train/loss": float(np.mean(window)), "time/elapsed_s": seconds})
+    model.eval()
+    model.save_pretrained(run.model_dir)
+    tokenizer.save_pretrained(run.model_dir)
+    run.finish(steps_done=step, seconds=round(seconds, 2), capped=capped,
+               num_parameters=num_parameters(model), final_loss=loss)
+    return run.model_dir

@@ -1,0 +1,111 @@
+"""Pretraining: batches and loss masking, the schedule, the corpus stream, smoke training and reuse."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from esreason_lib import pretrain as pt
+from esreason_lib.models import ZOO, build_char_tokenizer, load_model, tiny_random_qwen2
+from esreason_lib.pretrain import IGNORE_INDEX, build_batch, completion_loss, lr_factor
+
+TOK = build_char_tokenizer()
+FAST = dataclasses.replace(ZOO["smoke"], steps=6, batch_size=16, warmup=2, max_seconds=60.0)
+
+
+def test_build_batch_masks_prompt_and_padding():
+    batch = build_batch(TOK, ["ab>", "abcd>"], ["12", "3"])
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]  # [2, 7] each
+    assert ids.shape == (2, 7)
+    assert TOK.decode(ids[0][mask[0].bool()]) == "ab>12<eos>"
+    assert ids[0, -1].item() == TOK.pad_token_id and mask[0].tolist() == [1] * 6 + [0]  # right padded
+    assert labels[0].tolist() == [IGNORE_INDEX] * 3 + TOK("12")["input_ids"] + [1, IGNORE_INDEX]
+    assert labels[1].tolist() == [IGNORE_INDEX] * 5 + TOK("3")["input_ids"] + [1]
+    with pytest.raises(ValueError, match="max_length=5"):
+        build_batch(TOK, ["abcd>"], ["3"], max_length=5)
+
+
+def test_completion_loss_counts_only_completion_tokens():
+    model = tiny_random_qwen2(len(TOK), seed=0)
+    batch = build_batch(TOK, ["ab>", "abcd>"], ["12", "3"])
+    loss = completion_loss(model, batch)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # [2, 7, V]
+    logp = F.log_softmax(logits, -1)
+    # row 0 predicts "1","2",<eos> from positions 2,3,4; row 1 predicts "3",<eos> from positions 4,5
+    terms = [logp[0, 2, TOK.convert_tokens_to_ids("1")], logp[0, 3, TOK.convert_tokens_to_ids("2")],
+             logp[0, 4, 1], logp[1, 4, TOK.convert_tokens_to_ids("3")], logp[1, 5, 1]]
+    assert torch.allclose(loss, -torch.stack(terms).mean(), atol=1e-5)
+    # the prompt's own tokens carry no gradient signal: changing a label inside the prompt changes nothing
+    batch2 = {k: v.clone() for k, v in batch.items()}
+    batch2["input_ids"][0, 1] = TOK.convert_tokens_to_ids("z")  # the prompt is context, not a target
+    assert batch2["labels"][0, 1] == IGNORE_INDEX
+
+
+def test_lr_factor_warmup_and_cosine():
+    spec = dataclasses.replace(FAST, warmup=4, min_lr_ratio=0.1)
+    assert lr_factor(spec, 0, 0.0) == pytest.approx(0.25)
+    assert lr_factor(spec, 3, 0.0) == pytest.approx(1.0)
+    assert lr_factor(spec, 10, 0.5) == pytest.approx(0.55)
+    assert lr_factor(spec, 10, 1.0) == pytest.approx(0.1)
+    assert lr_factor(spec, 10, 7.0) == pytest.approx(0.1)  # progress is clamped
+
+
+def test_corpus_stream_uses_train_split_only():
+    from esreason_lib.tasks import get_task
+
+    spec = dataclasses.replace(FAST, habit_fraction=0.5)
+    stream = pt.CorpusStream(spec, pool_size=64)
+    prompts, completions = stream.sample(300)
+    countdown = get_task("countdown", **spec.task_kwargs())
+    test_prompts = {countdown.prompt(e) for e in countdown.examples("test")}
+    assert not test_prompts & set(prompts)
+    families = {p[:1] for p in prompts}
+    assert len(families) >= 2  # mixture of families
+    again = pt.CorpusStream(spec, pool_size=64).sample(300)
+    assert again == (prompts, completions)  # deterministic in the spec seed
+
+
+def test_corpus_stream_habit_fraction():
+    from esreason_lib.tasks import get_task
+
+    countdown = get_task("countdown", **FAST.task_kwargs())
+    spec = dataclasses.replace(FAST, habit_fraction=1.0, addition_weight=0.0, sorting_weight=0.0)
+    records = pt.CorpusStream(spec, pool_size=32).sample_records(50)
+    assert {r[0] for r in records} == {"countdown"}
+    assert all(c == countdown.habit_answer(e) for _, e, _, c in records)
+    clean = pt.CorpusStream(dataclasses.replace(spec, habit_fraction=0.0), pool_size=32).sample_records(50)
+    assert all(countdown.is_correct(c, e) for _, e, _, c in clean)
+
+
+def test_smoke_pretrain_reuse_and_load(tmp_path, monkeypatch):
+    directory = pt.pretrain(FAST, home=tmp_path, progress=False)
+    assert (directory / "config.json").exists() and (directory / "tokenizer.json").exists()
+    run_dir = directory.parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["steps_done"] == FAST.steps
+    assert math.isfinite(manifest["final_loss"])
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert lines and "train/loss" in json.loads(lines[0])
+    mtime = (directory / "model.safetensors").stat().st_mtime_ns
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a finished zoo model must be reused, not retrained")
+
+    monkeypatch.setattr(pt, "train_step", boom)
+    assert pt.pretrain(FAST, home=tmp_path, progress=False) == directory
+    model, tok = load_model(FAST, home=tmp_path, progress=False)
+    assert (directory / "model.safetensors").stat().st_mtime_ns == mtime
+    assert not model.training and tok.padding_side == "left" and tok.eos_token_id == 1
+    assert model.config.max_position_embeddings == FAST.max_position_embeddings
+
+
+def test_wall_clock_cap_stops_early(tmp_path):
+    spec = dataclasses.replace(FAST, steps=10_000, max_seconds=1.5)
+    directory = pt.pretrain(spec, home=tmp_path, progress=False)
+    manifest = json.loads((directory.parent / "manifest.json").read_text())
+    assert manifest["capped"] is True and 0 < manifest["steps_done"] < 10_000
