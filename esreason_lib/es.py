@@ -244,7 +244,7 @@ class ES:
 
 def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
     """||theta - theta_0|| / ||theta_0|| over all parameters (float64 accumulation)."""
-    num = sum(float((p.detach().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
+    num = sum(float((p.detach().cpu().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
     den = sum(float(t.double().pow(2).sum()) for t in theta0.values())
     return math.sqrt(num / den) if den > 0 else math.nan
 
@@ -259,7 +259,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     and ends bit-identical to an uninterrupted run; without it, earlier metrics are dropped and training starts
     from the base. Logs per iteration (step = 1-based iteration): reward/mean, reward/std, reward/max,
     reward/min (population fitness), reward/center (the unperturbed model on the same prompts, same sampling
-    seed; a diagnostic, not counted in es/generations), es/js_succ (`metrics.js_success` over members, per prompt,
+    seed; a diagnostic, not counted in es/generations), policy/entropy (the center model's mean full-distribution
+    token entropy at its own generated positions), es/js_succ (`metrics.js_success` over members, per prompt,
     averaged over prompts), es/drift_rel (||theta - theta_0|| / ||theta_0||), es/update_norm, es/fixup_frac,
     es/generations (cumulative population completions), time/step_s.
     """
@@ -293,7 +294,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     backend = backend or SequentialBackend.from_config(config, task, tokenizer)
     max_new = config.max_new_tokens or task.max_new_tokens
     es = ES(config, model)
-    theta0 = {k: p.detach().clone() for k, p in es.params.items()}  # the base, before any checkpoint is loaded
+    theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
 
     generations = 0
     ckpt = run.latest_checkpoint() if resume else None
@@ -314,14 +315,15 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         t0 = time.perf_counter()
         idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
         batch = [examples[i] for i in idx]  # [P]
-        center, _ = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
-                                   temperature=config.temperature, max_new_tokens=max_new,
-                                   seed=sample_seed(config.seed, it))  # [P]
+        center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
+                                                   temperature=config.temperature, max_new_tokens=max_new,
+                                                   seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
         pop = es.ask()
         ev = backend(model, pop, batch, iteration=it)
         m = es.tell(pop, ev.rewards)
         generations += ev.generations
-        m.update({"reward/center": float(center.mean()), "es/js_succ": float(np.mean(js_success(ev.correct.T))),
+        m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
+                  "es/js_succ": float(np.mean(js_success(ev.correct.T))),
                   "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac,
                   "es/generations": generations, "time/step_s": time.perf_counter() - t0})
         run.log(it + 1, m)

@@ -50,15 +50,21 @@ def sample_seed(seed: int, iteration: int) -> int:
 
 
 def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool, temperature: float,
-                   max_new_tokens: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64."""
+                   max_new_tokens: int, seed: int, with_entropy: bool = False):
+    """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64.
+
+    With `with_entropy`, also returns the mean full-distribution token entropy (nats) over generated tokens.
+    """
     from esreason_lib.generation import generate
+    from esreason_lib.metrics import mean_token_entropy
 
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,
                   max_new_tokens=max_new_tokens, stop=task.stop, seed=seed)
     rewards = np.array([task.reward(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)  # [P]
     correct = np.array([task.is_correct(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)
+    if with_entropy:
+        return rewards, correct, mean_token_entropy(ro.entropies, ro.completion_mask)
     return rewards, correct  # [P], [P]
 
 

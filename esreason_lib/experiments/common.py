@@ -1,0 +1,69 @@
+"""Shared pieces of the experiments: model references, cached evaluation, cached training by method and seed.
+
+A *model reference* is a string `load_model` understands: a zoo name, a hub id, or a trained run's
+`model` directory. Evaluations are runs of kind `eval` keyed by (reference, task, EvalSpec), so an evaluation
+is computed once and reloaded by every notebook and by `make figures`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..es import train_es
+from ..evaluate import EvalResult, evaluate
+from ..grpo import train_grpo
+from ..models import load_model
+from ..presets import EvalSpec, Preset
+from ..runs import Run
+from ..tasks import get_task
+
+TRAINERS = {"es": train_es, "grpo": train_grpo}
+
+
+def resolve_device(name: str) -> str:
+    """"auto" -> "cuda" when available, else "cpu"; other names pass through."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def model_ref(run_or_name: Run | str | Path) -> str:
+    """The `load_model` reference of a trained run (its saved model directory) or a name/path as given."""
+    return str(run_or_name.model_dir) if isinstance(run_or_name, Run) else str(run_or_name)
+
+
+def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, device: str = "cpu", home=None,
+                 progress: bool = True, model=None, tokenizer=None) -> EvalResult:
+    """Evaluate model `ref` on `task`'s held-out problems under `spec`; cached as an `eval` run.
+
+    `model`/`tokenizer` may be passed when already in memory (e.g. a masked model in the sparsity study); the
+    cache key is still `ref`, so give such a model a distinct `ref`.
+    """
+    config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": asdict(spec)}
+    run = Run.open("eval", config, seed=spec.seed, home=home)
+    task_obj = get_task(task, **dict(task_kwargs))
+    examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
+    if model is None and not run.is_complete():
+        model, tokenizer = load_model(ref, device=resolve_device(device))
+    result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
+                      top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
+                      seed=spec.seed, run=run, name="eval", progress=progress)
+    if not run.is_complete():
+        run.finish(**{k: float(v) for k, v in result.summary().items()})
+    return result
+
+
+def train(preset: Preset, method: str, *, seed: int = 0, home=None, progress: bool = True, **changes) -> Run:
+    """Train `method` ("es" or "grpo") with the preset's hyperparameters, `seed` and `changes`; cached."""
+    config = replace(preset.config(method, **changes), seed=seed)
+    return TRAINERS[method](config, home=home, progress=progress)
+
+
+def tidy_metrics(runs: dict[tuple[str, int], Run]) -> pd.DataFrame:
+    """All runs' metrics.jsonl stacked, with `method` and `seed` columns."""
+    frames = [run.metrics().assign(method=method, seed=seed) for (method, seed), run in runs.items()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,63 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · The base models
+#
+# Every experiment starts from a base model. The paper post-trains pretrained LLMs (Qwen2.5, DeepSeek-R1-Distill)
+# whose *sampled* answers already contain many correct solutions that greedy decoding misses. At tiny scale
+# the library pretrains real `Qwen2ForCausalLM` models from scratch on synthetic Countdown problems (plus the
+# held-out addition and sorting families), so that ES and GRPO face the same situation: a capability that
+# sampling finds (high Pass@16) but greedy decoding does not use (low greedy accuracy).
+#
+# The default base is trained with a *habit* (25% of its Countdown answers replaced by the numbers summed in
+# prompt order): a plausible wrong answer that greedy decoding prefers. The clean model is shown beside it as
+# a control. Targets for the default base: 0.10 <= Pass@1 <= 0.50 and Pass@16 >= 2 x Pass@1 on held-out prompts.
+
+# %% tags=["parameters"]
+preset = "tiny"
+
+# %%
+import matplotlib.pyplot as plt
+
+from esreason_lib.claims import record_finding
+from esreason_lib.experiments.base_models import base_model_report, describe_base
+from esreason_lib.plots import plot_pass_at_k, save_figure
+from esreason_lib.presets import get_preset
+
+config = get_preset(preset)
+curves, summary = base_model_report(config)
+summary.round(3)
+
+# %% [markdown]
+# Pass@K on held-out Countdown problems (left) and on the held-out task families (right), from
+# `n_samples` samples per problem at the evaluation temperature; bands are 95% bootstrap intervals over problems.
+
+# %%
+fig, axes = plt.subplots(1, 1 + len(config.heldout_tasks), figsize=(5 * (1 + len(config.heldout_tasks)), 3.8))
+for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
+    sub = curves[curves["task"] == task]
+    plot_pass_at_k({m: g for m, g in sub.groupby("model", sort=False)}, ax=ax)
+    ax.set_title(task)
+save_figure(fig, "00_base_passk")
+
+# %%
+finding = describe_base(summary, config)
+record_finding("00_base_models", finding, preset=preset)
+print(finding)
+
+# %% [markdown]
+# **What this run shows.** The line printed above is computed from the table: it states, for the default base
+# and its clean control, greedy accuracy, Pass@1 and Pass@16 on held-out Countdown problems and whether the
+# default base sits in the target regime. When it says "NOT in", the later notebooks start from a base that
+# differs from the paper's situation, and their conclusions should be read with that in mind.

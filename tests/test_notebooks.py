@@ -1,0 +1,46 @@
+"""Smoke runs: every notebook executes under papermill with `preset="smoke"` (tiny model, seconds of training).
+
+All notebooks share one temporary run store, so the smoke zoo model is pretrained once and later notebooks reuse
+earlier notebooks' runs, exactly as in `make reproduce`.
+"""
+
+import json
+
+import pytest
+
+from esreason_lib.notebooks import list_notebooks, run_notebook
+
+NOTEBOOKS = list_notebooks()
+
+
+@pytest.fixture(scope="module")
+def smoke_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("notebooks")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "runs"))
+    mp.setenv("ESREASON_FIGURES", str(root / "figures"))
+    yield root
+    mp.undo()
+
+
+def test_every_notebook_has_a_parameters_cell_with_a_preset():
+    import jupytext
+
+    assert NOTEBOOKS, "no notebooks found"
+    for path in NOTEBOOKS:
+        nb = jupytext.read(path)
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, path.name
+        assert 'preset = "tiny"' in tagged[0].source, path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_with_smoke_preset(path, smoke_env):
+    out = run_notebook(path, parameters={"preset": "smoke"}, out_dir=smoke_env / "build", progress=False)
+    nb = json.loads(out.read_text())
+    errors = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
+    assert list((smoke_env / "figures").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
+    assert (smoke_env / "runs" / "findings" / f"{path.stem}.json").is_file(), "the notebook recorded no finding"
