@@ -1,0 +1,163 @@
+"""Evaluation: model x task x examples -> a per-problem table and a Pass@k curve, cached in a run directory.
+
+Each problem gets `n` samples (temperature / top-p) and, optionally, one greedy decode. The per-problem
+table counts correct samples `c` (the input of the unbiased Pass@k estimator), distinct correct answers
+(coverage of the solution space), mean reward, token entropy and length; the curve holds Pass@k with
+bootstrap-over-problems confidence intervals from `esreason_lib.metrics`.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from esreason_lib import metrics
+from esreason_lib.generation import generate
+from esreason_lib.seeding import derive_seed
+
+PROBLEM_COLUMNS = ("problem_id", "n", "c", "greedy_correct", "distinct_correct", "mean_reward", "mean_entropy",
+                   "mean_length")
+"""Columns of `EvalResult.table`, in order."""
+CURVE_COLUMNS = ("k", "pass_at_k", "ci_low", "ci_high")
+"""Columns of `EvalResult.curve`, in order."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The outcome of `evaluate`: one row per problem and one row per k."""
+
+    table: pd.DataFrame
+    """Per problem: problem_id (str), n, c (correct samples), greedy_correct (bool; NaN without greedy),
+    distinct_correct (distinct `task.canonical_answer` among correct samples), mean_reward, mean_entropy
+    (nats per token), mean_length (tokens per completion, EOS included)."""
+    curve: pd.DataFrame
+    """Per k: k, pass_at_k (mean unbiased Pass@k over problems), ci_low, ci_high (bootstrap over problems)."""
+
+    def summary(self) -> dict[str, float]:
+        """Headline numbers: `eval/greedy` (when computed), `eval/pass@k` for every k, `eval/mean_reward`,
+        `eval/entropy`, `eval/length` and `eval/distinct_correct` (means over problems)."""
+        out: dict[str, float] = {}
+        greedy = pd.to_numeric(self.table["greedy_correct"], errors="coerce")
+        if greedy.notna().any():
+            out["eval/greedy"] = float(greedy.mean())
+        for k, p in zip(self.curve["k"], self.curve["pass_at_k"]):
+            out[f"eval/pass@{int(k)}"] = float(p)
+        out["eval/mean_reward"] = float(self.table["mean_reward"].mean())
+        out["eval/entropy"] = float(self.table["mean_entropy"].mean())
+        out["eval/length"] = float(self.table["mean_length"].mean())
+        out["eval/distinct_correct"] = float(self.table["distinct_correct"].mean())
+        return out
+
+
+def _progress(iterable, enabled: bool, desc: str, total: int):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+    return tqdm(iterable, desc=desc, total=total, leave=False)
+
+
+def _normalise_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Column order and dtypes (also for tables read back from CSV)."""
+    df = df.loc[:, list(PROBLEM_COLUMNS)].copy()
+    df["problem_id"] = df["problem_id"].astype(str)
+    for col in ("n", "c", "distinct_correct"):
+        df[col] = df[col].astype(np.int64)
+    greedy = df["greedy_correct"]
+    if greedy.notna().all():
+        df["greedy_correct"] = greedy.map(lambda v: str(v).lower() in ("true", "1", "1.0")).astype(bool)
+    else:
+        df["greedy_correct"] = np.nan
+    for col in ("mean_reward", "mean_entropy", "mean_length"):
+        df[col] = df[col].astype(np.float64)
+    return df.reset_index(drop=True)
+
+
+def _reload(run, name: str, ids: list[str]) -> EvalResult | None:
+    """The cached result in `run`, or None when absent or computed for other problems."""
+    table, curve = run.read_table(f"{name}_problems"), run.read_table(f"{name}_curve")
+    if table is None or curve is None or len(table) != len(ids):
+        return None
+    table = table.copy()
+    # read_csv may have parsed the ids (e.g. "007" -> 7): compare with the expected ids parsed the same way
+    expected = pd.read_csv(io.StringIO(pd.DataFrame({"problem_id": ids}).to_csv(index=False)))["problem_id"]
+    if table["problem_id"].astype(str).tolist() != expected.astype(str).tolist():
+        return None
+    table["problem_id"] = ids
+    curve = curve.loc[:, list(CURVE_COLUMNS)].copy()
+    curve["k"] = curve["k"].astype(np.int64)
+    return EvalResult(table=_normalise_table(table), curve=curve.astype({c: np.float64 for c in CURVE_COLUMNS[1:]}))
+
+
+def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
+             greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
+             progress=True) -> EvalResult:
+    """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
+
+    Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
+    `max_new_tokens` defaults to `task.max_new_tokens`. `ks` larger than `n` are dropped. Samples are drawn
+    `batch_size` rows at a time, chunk i with seed `derive_seed(seed, "eval", i)`, so results are
+    deterministic for given `seed` and `batch_size`. With `run`, the tables are stored as
+    `<name>_problems` / `<name>_curve` and reloaded (not recomputed) when present for the same problem ids.
+    """
+    examples = list(examples)
+    if not examples:
+        raise ValueError("examples must not be empty")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    ks = sorted({int(k) for k in ks if int(k) <= n})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must hold at least one k with 1 <= k <= n={n}, got {ks!r}")
+    ids = [str(ex["id"]) for ex in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError("examples must have distinct ids")
+    if run is not None and (cached := _reload(run, name, ids)) is not None:
+        return cached
+    max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
+    P = len(prompts)
+    per_chunk = max(1, batch_size // n)  # prompts per sampling call, so one call is one forward batch
+    c = np.zeros(P, dtype=np.int64)
+    answers: list[set] = [set() for _ in range(P)]  # distinct canonical answers among correct samples
+    reward_sum, entropy_sum, token_count = np.zeros(P), np.zeros(P), np.zeros(P)
+    starts = range(0, P, per_chunk)
+    for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts))):
+        ro = generate(model, tokenizer, prompts[s: s + per_chunk], n=n, temperature=temperature, top_p=top_p,
+                      max_new_tokens=max_new_tokens, stop=task.stop, seed=derive_seed(seed, "eval", i),
+                      batch_size=batch_size)
+        lengths = ro.completion_mask.sum(1).cpu().numpy()  # [b]
+        ent_rows = ro.entropies.double().sum(1).cpu().numpy()  # [b]
+        for j, (text, p) in enumerate(zip(ro.completions, ro.prompt_index())):
+            q = s + int(p)
+            ex = examples[q]
+            token_count[q] += lengths[j]
+            entropy_sum[q] += ent_rows[j]
+            reward_sum[q] += task.reward(text, ex)
+            if task.is_correct(text, ex):
+                c[q] += 1
+                answers[q].add(task.canonical_answer(text, ex))
+    distinct = np.array([len(a - {None}) for a in answers], dtype=np.int64)
+    greedy_correct = np.full(P, np.nan, dtype=object)
+    if greedy:
+        gstarts = range(0, P, batch_size)
+        for s in _progress(gstarts, progress, f"{name}: greedy", len(gstarts)):
+            ro = generate(model, tokenizer, prompts[s: s + batch_size], greedy=True, max_new_tokens=max_new_tokens,
+                          stop=task.stop, batch_size=batch_size)
+            for j, text in enumerate(ro.completions):
+                greedy_correct[s + j] = bool(task.is_correct(text, examples[s + j]))
+    table = _normalise_table(pd.DataFrame({
+        "problem_id": ids, "n": np.full(P, n), "c": c, "greedy_correct": greedy_correct,
+        "distinct_correct": distinct, "mean_reward": reward_sum / n,
+        "mean_entropy": entropy_sum / np.maximum(token_count, 1), "mean_length": token_count / n}))
+    curve = metrics.pass_at_k_table(table["n"].to_numpy(), table["c"].to_numpy(), ks,
+                                    random_state=derive_seed(seed, "eval", "bootstrap"))
+    curve = curve.loc[:, list(CURVE_COLUMNS)]
+    result = EvalResult(table=table, curve=curve)
+    if run is not None:
+        run.write_table(f"{name}_problems", table)
+        run.write_table(f"{name}_curve", curve)
+    return result

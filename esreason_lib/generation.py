@@ -1,0 +1,319 @@
+"""Batched generation with a KV cache: greedy and temperature/top-p sampling, logprobs and entropies.
+
+One code path serves the tiny character-level Qwen2 models on CPU and Qwen2.5 on GPUs. Rows are grouped by
+prompt (row i belongs to prompt i // n), prompts are left-padded, and every forward pass gets the attention
+mask and position ids derived from it, so padding never changes a row's distribution. `generate` records
+the log-probability of each sampled token under the temperature-scaled distribution (before top-p
+truncation), which is exactly what `completion_logprobs` recomputes in one differentiable forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import transformers
+
+from esreason_lib.seeding import torch_generator
+
+_COMPACT_FRACTION = 0.25
+"""Drop finished rows from the running batch (and its KV cache) once this fraction of it is finished."""
+
+
+@dataclass
+class Rollouts:
+    """Completions for `prompts`, `n` rows per prompt (row i -> prompt i // n), with per-token statistics."""
+
+    prompts: list[str]
+    """[P] the input prompts."""
+    n: int
+    """Samples per prompt."""
+    completions: list[str]
+    """[B] decoded completion text (special tokens removed; cut right after a stop string)."""
+    prompt_ids: torch.LongTensor
+    """[B, Lp] prompt tokens, left-padded with pad_token_id."""
+    prompt_mask: torch.BoolTensor
+    """[B, Lp] True on real prompt tokens."""
+    completion_ids: torch.LongTensor
+    """[B, Lc] generated tokens, right-padded with pad_token_id (the EOS that stopped a row is kept)."""
+    completion_mask: torch.BoolTensor
+    """[B, Lc] True on generated tokens, including the EOS that stopped the row."""
+    logprobs: torch.FloatTensor
+    """[B, Lc] log pi(token) under the temperature-scaled distribution (T=1 when greedy); 0 where masked."""
+    entropies: torch.FloatTensor
+    """[B, Lc] entropy (nats) of the full temperature-scaled next-token distribution; 0 where masked."""
+
+    def prompt_index(self) -> np.ndarray:
+        """[B] int: the prompt index of each row."""
+        return np.arange(len(self.completions)) // self.n
+
+
+def _special_ids(model, tokenizer) -> tuple[int, set[int]]:
+    """(pad id, set of EOS ids): the tokenizer's EOS plus any in the model's generation config."""
+    eos = set()
+    if tokenizer.eos_token_id is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        eos.update(int(e) for e in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
+    if not eos:
+        raise ValueError("tokenizer.eos_token_id is None: generation needs an EOS token")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    return int(pad), eos
+
+
+def _encode(tokenizer, texts: list[str], field: str) -> list[list[int]]:
+    """Token ids of each text, without special tokens (chat templates already carry their own)."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"{field} must be a list of str, got {type(texts).__name__}")
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+
+
+def _left_pad(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, L] and mask [B, L]."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # [B, L]
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)  # [B, L]
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = True
+    return ids.to(device), mask.to(device)
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids [B, L] from an attention mask [B, L]: index among real tokens (pads clamp to 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering of probs [b, V]: keep the smallest top set with mass >= top_p (at least one token)."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)  # [b, V]
+    drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p  # [b, V] mass before this token already reaches top_p
+    drop[:, 0] = False
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_p)  # [b, V] unnormalised
+
+
+def _cut_at_stop(text: str, stop: str | None) -> str:
+    if stop:
+        at = text.find(stop)
+        if at >= 0:
+            return text[: at + len(stop)]
+    return text
+
+
+def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
+                  pad, eos, gen, use_cache=True):
+    """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
+    the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
+    its rows. Returns (tokens, valid, logprobs, entropies), each [b, T]."""
+    b = expand.shape[0]
+    device = ids.device
+    eos_t = torch.tensor(sorted(eos), device=device)  # [E]
+    temp = 1.0 if greedy else float(temperature)
+    stop_window = len(stop) if stop else 0  # a stop string of k chars spans at most k tokens
+    tokens = torch.full((b, max_new_tokens), pad, dtype=torch.long, device=device)  # [b, T]
+    valid = torch.zeros((b, max_new_tokens), dtype=torch.bool, device=device)  # [b, T]
+    logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
+    ents = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
+    rows = torch.arange(b, device=device)  # [r] chunk row of each running row
+    seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
+    pos = _positions(attn)  # [r, L]
+    cache = transformers.DynamicCache(config=model.config) if use_cache else None
+    step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
+    done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
+    for t in range(max_new_tokens):
+        if use_cache and t == 0:  # prefill the distinct prompts, then give each row its prompt's cache
+            out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), cache=cache,
+                        use_cache=True, logits_to_keep=1)
+            cache = out.cache
+            cache.batch_select_indices(expand)
+            last = out.logits[expand, -1]  # [r, V]
+        else:
+            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+                        use_cache=use_cache, logits_to_keep=1)
+            cache = out.cache if use_cache else None
+            last = out.logits[:, -1]  # [r, V]
+        logits = last.float() / temp  # [r, V]
+        # a diverged model (e.g. a wild ES member) gives non-finite logits: that row samples uniformly
+        logits = torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)  # [r, V]
+        logp = torch.log_softmax(logits, dim=-1)  # [r, V]
+        probs = logp.exp()  # [r, V]
+        entropy = -(probs * logp).nan_to_num().sum(-1)  # [r]
+        if greedy:
+            tok = logits.argmax(-1)  # [r]
+        else:
+            weights = _top_p_filter(probs, top_p) if top_p < 1.0 else probs  # [r, V]
+            tok = torch.multinomial(weights, 1, generator=gen).squeeze(-1)  # [r]
+        live = ~done  # [r]
+        tok = torch.where(live, tok, torch.full_like(tok, pad))  # [r]
+        tokens[rows, t] = tok
+        valid[rows, t] = live
+        logps[rows, t] = torch.where(live, logp.gather(-1, tok[:, None]).squeeze(-1), 0.0)
+        ents[rows, t] = torch.where(live, entropy, 0.0)
+        done = done | torch.isin(tok, eos_t)
+        if stop_window:  # every row was live at some point of this step (all-done breaks the loop)
+            lo = max(0, t + 1 - stop_window)
+            check = torch.nonzero(live & ~done).squeeze(-1)  # [c] running rows that may have hit the stop
+            if len(check):
+                tails = tokenizer.batch_decode(tokens[rows[check], lo: t + 1].tolist(), skip_special_tokens=True)
+                hit = torch.tensor([stop in s for s in tails], dtype=torch.bool, device=device)  # [c]
+                done[check] = done[check] | hit
+        n_done = int(done.sum())  # the one host sync per step
+        if n_done == len(rows):
+            break
+        seq = torch.cat([seq, tok[:, None]], dim=1)  # [r, L+1]
+        attn = torch.cat([attn, live[:, None]], dim=1)  # [r, L+1]
+        pos = torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
+        if n_done >= max(1, _COMPACT_FRACTION * len(rows)):
+            keep = torch.nonzero(~done).squeeze(-1)  # [r']
+            rows, seq, attn, pos, done = rows[keep], seq[keep], attn[keep], pos[keep], done[keep]
+            if use_cache:
+                cache.batch_select_indices(keep)
+        step_ids, step_pos = (seq[:, -1:], pos[:, -1:]) if use_cache else (seq, pos)
+    return tokens, valid, logps, ents
+
+
+def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
+              stop=None, seed=0, batch_size=512, use_cache=True) -> Rollouts:
+    """`generate` with a switch for the KV cache (`use_cache=False` recomputes the full prefix every step)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not greedy and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if stop is not None and (not isinstance(stop, str) or not stop):
+        raise ValueError(f"stop must be a non-empty str or None, got {stop!r}")
+    encoded = _encode(tokenizer, prompts, "prompts")
+    if not encoded:
+        raise ValueError("prompts must not be empty")
+    for i, e in enumerate(encoded):
+        if not e:
+            raise ValueError(f"prompts[{i}] = {prompts[i]!r} encodes to no tokens")
+    pad, eos = _special_ids(model, tokenizer)
+    device = model.device
+    n_rows = len(encoded) * n  # B, rows grouped by prompt
+    gen = torch_generator(seed, "generate", device=device)
+    was_training = model.training
+    model.eval()
+    parts = []
+    try:
+        with torch.no_grad():
+            for start in range(0, n_rows, batch_size):
+                which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
+                uniq, expand = np.unique(which, return_inverse=True)  # [u], [b]
+                ids, mask = _left_pad([encoded[i] for i in uniq], pad, device)  # [u, Lp]
+                expand = torch.as_tensor(expand, device=device)  # [b]
+                parts.append((ids[expand], mask[expand]) + _decode_chunk(
+                    model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
+                    max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache))
+    finally:
+        model.train(was_training)
+    lp = max(p[0].shape[1] for p in parts)
+    lc = max(max(int(p[3].sum(1).max()) if p[3].numel() else 0 for p in parts), 1)
+
+    def cat(idx, width, fill, left):
+        out = []
+        for p in parts:
+            x = p[idx][:, :width] if not left else p[idx]
+            gap = width - x.shape[1]
+            if gap:
+                filler = torch.full((x.shape[0], gap), fill, dtype=x.dtype, device=x.device)
+                x = torch.cat([filler, x] if left else [x, filler], dim=1)
+            out.append(x)
+        return torch.cat(out, dim=0)
+
+    prompt_ids, prompt_mask = cat(0, lp, pad, True), cat(1, lp, False, True)  # [B, Lp]
+    completion_ids, completion_mask = cat(2, lc, pad, False), cat(3, lc, False, False)  # [B, Lc]
+    logprobs, entropies = cat(4, lc, 0.0, False), cat(5, lc, 0.0, False)  # [B, Lc]
+    texts = tokenizer.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
+    return Rollouts(prompts=list(prompts), n=n, completions=[_cut_at_stop(s, stop) for s in texts],
+                    prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
+                    completion_mask=completion_mask, logprobs=logprobs, entropies=entropies)
+
+
+def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
+             stop=None, seed=0, batch_size=512) -> Rollouts:
+    """Sample `n` completions per prompt (or decode greedily), `batch_size` rows per forward batch.
+
+    Rows stop at an EOS (kept as their last token) or once their text contains `stop` (kept in the text);
+    finished rows emit pad and are masked. Greedy ignores `temperature` and `top_p`; its logprobs and
+    entropies are those of the T=1 distribution. Runs under no_grad in eval mode (the mode is restored);
+    deterministic for a given `seed` and `batch_size` (one torch generator, stream "generate").
+    """
+    return _generate(model, tokenizer, prompts, n=n, temperature=temperature, top_p=top_p, greedy=greedy,
+                     max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size)
+
+
+def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
+                        with_entropy=False):
+    """Per-token log pi(completion token) [B, Lc] (and entropies [B, Lc] or None), differentiable.
+
+    One forward pass over [prompt_ids, completion_ids] with the joint attention mask and position ids from
+    it; the log-softmax of logits / temperature (in float32) is gathered at the completion tokens. Entries
+    where `completion_mask` is False are 0.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
+        raise ValueError(f"ids/mask shapes differ: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
+                         f"completion {tuple(completion_ids.shape)} vs {tuple(completion_mask.shape)}")
+    lc = completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1).to(model.device)  # [B, Lp+Lc]
+    mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(model.device)  # [B, Lp+Lc]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
+                logits_to_keep=lc + 1)
+    logits = out.logits[:, :-1].float() / temperature  # [B, Lc, V] logits predicting each completion token
+    cmask = completion_mask.bool().to(logits.device)  # [B, Lc]
+    targets = completion_ids.to(logits.device)[..., None]  # [B, Lc, 1]
+    # gather - logsumexp: no second [B, Lc, V] tensor kept for backward (matters for 150k-token vocabularies)
+    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, Lc]
+    logp = torch.where(cmask, logp, 0.0)
+    entropy = None
+    if with_entropy:
+        logp_all = torch.log_softmax(logits, dim=-1)  # [B, Lc, V]
+        ent = -(logp_all.exp() * logp_all).nan_to_num().sum(-1)  # [B, Lc]
+        entropy = torch.where(cmask, ent, 0.0)
+    return logp, entropy
+
+
+def sequence_logprobs(model, tokenizer, prompts, completions, *, temperature=1.0, batch_size=256) -> np.ndarray:
+    """[B] summed log pi(completion + EOS | prompt) for each (prompt, completion) pair, under no_grad."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"prompts and completions differ in length: {len(prompts)} vs {len(completions)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    pad, _ = _special_ids(model, tokenizer)
+    eos_id = int(tokenizer.eos_token_id)
+    p_enc = _encode(tokenizer, prompts, "prompts")
+    c_enc = [c + [eos_id] for c in _encode(tokenizer, completions, "completions")]
+    for i, e in enumerate(p_enc):
+        if not e:
+            raise ValueError(f"prompts[{i}] = {prompts[i]!r} encodes to no tokens")
+    out = np.zeros(len(p_enc), dtype=np.float64)  # [B]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for s in range(0, len(p_enc), batch_size):
+                pids, pmask = _left_pad(p_enc[s: s + batch_size], pad, model.device)  # [b, Lp]
+                chunk = c_enc[s: s + batch_size]
+                width = max(len(c) for c in chunk)
+                cids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [b, Lc]
+                cmask = torch.zeros((len(chunk), width), dtype=torch.bool)  # [b, Lc]
+                for i, c in enumerate(chunk):
+                    cids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+                    cmask[i, : len(c)] = True
+                logp, _ = completion_logprobs(model, pids, pmask, cids.to(model.device), cmask.to(model.device),
+                                              temperature=temperature)
+                out[s: s + len(chunk)] = logp.double().sum(-1).cpu().numpy()
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,187 @@
+"""Tests for esreason_lib.evaluate on a stub task whose verdicts are computable by hand from the samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from esreason_lib import metrics
+from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS, EvalResult, evaluate
+from esreason_lib.generation import generate
+from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.runs import Run
+from esreason_lib.seeding import derive_seed
+from esreason_lib.tasks.base import RewardShaping, Task
+
+DIGITS = set("0123456789")
+
+
+class FirstCharTask(Task):
+    """A completion is correct when its first character is in the example's `ok` set (None: always correct);
+    well-formed when non-empty. The canonical answer is the first character."""
+
+    name = "firstchar"
+    stop = None
+    max_new_tokens = 6
+
+    def __init__(self):
+        super().__init__(RewardShaping(correct=1.0, formatted=0.1, invalid=0.0))
+        self._examples = [
+            {"id": "007", "prompt": "A12+5=", "ok": None},  # always correct (numeric-looking id on purpose)
+            {"id": "never", "prompt": "Sxq", "ok": set()},  # never correct
+            {"id": "digit", "prompt": "03 12 07>022=", "ok": DIGITS},
+            {"id": "upper", "prompt": "hello!", "ok": set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")},
+        ]
+
+    def examples(self, split="test", n=None, seed=0):
+        return self._examples[:n]
+
+    def prompt(self, example, tokenizer=None):
+        return example["prompt"]
+
+    def extract_answer(self, completion):
+        return completion[:1] or None
+
+    def is_correct(self, completion, example):
+        if example["ok"] is None:
+            return True
+        return bool(completion) and completion[0] in example["ok"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    m = tiny_random_qwen2(len(tok), seed=1)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(6.0)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def task():
+    return FirstCharTask()
+
+
+def _by_hand(model, tok, task, n, seed, batch_size):
+    """Regenerate the samples exactly as evaluate draws them (one chunk) and score them by hand."""
+    exs = task.examples()
+    ro = generate(model, tok, [e["prompt"] for e in exs], n=n, max_new_tokens=task.max_new_tokens,
+                  seed=derive_seed(seed, "eval", 0), batch_size=batch_size)
+    rows = []
+    for q, ex in enumerate(exs):
+        texts = ro.completions[q * n:(q + 1) * n]
+        ok = [ex["ok"] is None or (t[:1] != "" and t[0] in ex["ok"]) for t in texts]
+        rows.append(dict(c=sum(ok), distinct=len({t[:1] for t, o in zip(texts, ok) if o and t}),
+                         reward=np.mean([1.0 if o else (0.1 if t else 0.0) for t, o in zip(texts, ok)]),
+                         length=float(ro.completion_mask[q * n:(q + 1) * n].sum()) / n))
+    return rows
+
+
+def test_table_matches_hand_computation(model, tok, task):
+    res = evaluate(model, tok, task, task.examples(), n=8, ks=(1, 2, 8), seed=3, batch_size=64, progress=False)
+    assert isinstance(res, EvalResult)
+    assert list(res.table.columns) == list(PROBLEM_COLUMNS)
+    assert res.table["problem_id"].tolist() == ["007", "never", "digit", "upper"]
+    hand = _by_hand(model, tok, task, 8, 3, 64)
+    assert res.table["n"].tolist() == [8] * 4
+    assert res.table["c"].tolist() == [h["c"] for h in hand]
+    assert res.table.loc[0, "c"] == 8 and res.table.loc[1, "c"] == 0
+    assert res.table["distinct_correct"].tolist() == [h["distinct"] for h in hand]
+    np.testing.assert_allclose(res.table["mean_reward"], [h["reward"] for h in hand])
+    np.testing.assert_allclose(res.table["mean_length"], [h["length"] for h in hand])
+    assert np.all(res.table["mean_entropy"] > 0)
+    # greedy column: the first greedy character decides
+    g = generate(model, tok, [e["prompt"] for e in task.examples()], greedy=True, max_new_tokens=6)
+    expected = [task.is_correct(t, e) for t, e in zip(g.completions, task.examples())]
+    assert res.table["greedy_correct"].tolist() == expected
+    assert res.table.loc[0, "greedy_correct"] and not res.table.loc[1, "greedy_correct"]
+
+
+def test_curve_and_summary(model, tok, task):
+    res = evaluate(model, tok, task, task.examples(), n=8, ks=(1, 2, 4, 8, 16), seed=0, batch_size=64,
+                   progress=False)
+    assert list(res.curve.columns) == list(CURVE_COLUMNS)
+    assert res.curve["k"].tolist() == [1, 2, 4, 8]  # k > n dropped
+    n, c = res.table["n"].to_numpy(), res.table["c"].to_numpy()
+    np.testing.assert_allclose(res.curve["pass_at_k"], metrics.pass_at_k_curve(n, c, [1, 2, 4, 8]))
+    assert np.all(res.curve["ci_low"] <= res.curve["pass_at_k"] + 1e-12)
+    assert np.all(res.curve["pass_at_k"] <= res.curve["ci_high"] + 1e-12)
+    assert np.all(np.diff(res.curve["pass_at_k"]) >= -1e-12)  # Pass@k is monotone in k
+    s = res.summary()
+    assert s["eval/pass@1"] == pytest.approx(c.sum() / (8 * 4))
+    assert s["eval/greedy"] == pytest.approx(res.table["greedy_correct"].mean())
+    assert {"eval/pass@8", "eval/mean_reward", "eval/entropy", "eval/length", "eval/distinct_correct"} <= set(s)
+
+
+def test_two_problem_curve_is_exact(model, tok, task):
+    """One always-correct and one never-correct problem: Pass@k = 0.5 for every k."""
+    res = evaluate(model, tok, task, task.examples(n=2), n=4, ks=(1, 2, 4), progress=False)
+    np.testing.assert_allclose(res.curve["pass_at_k"], [0.5, 0.5, 0.5])
+
+
+def test_no_greedy_and_determinism(model, tok, task):
+    a = evaluate(model, tok, task, task.examples(), n=4, greedy=False, seed=5, batch_size=8, progress=False)
+    b = evaluate(model, tok, task, task.examples(), n=4, greedy=False, seed=5, batch_size=8, progress=False)
+    assert a.table["greedy_correct"].isna().all() and "eval/greedy" not in a.summary()
+    pd.testing.assert_frame_equal(a.table, b.table)
+    pd.testing.assert_frame_equal(a.curve, b.curve)
+
+
+def test_run_cache_roundtrip(model, tok, task, tmp_path):
+    run = Run.open("eval-test", {"x": 1}, seed=0, home=tmp_path)
+    res = evaluate(model, tok, task, task.examples(), n=4, seed=2, run=run, name="final", progress=False)
+    assert (run.read_table("final_problems") is not None) and (run.read_table("final_curve") is not None)
+    # a second call reloads: the model is never touched (None would fail inside generate)
+    again = evaluate(None, tok, task, task.examples(), n=4, seed=2, run=run, name="final", progress=False)
+    pd.testing.assert_frame_equal(again.table, res.table)
+    pd.testing.assert_frame_equal(again.curve, res.curve, check_exact=False, rtol=1e-12)
+    assert again.summary() == pytest.approx(res.summary())
+    # other problems under the same name are recomputed (and overwrite the cache)
+    fresh = evaluate(model, tok, task, task.examples(n=2), n=4, seed=2, run=run, name="final", progress=False)
+    assert fresh.table["problem_id"].tolist() == ["007", "never"]
+    assert len(run.read_table("final_problems")) == 2
+
+
+def test_no_greedy_roundtrip(model, tok, task, tmp_path):
+    run = Run.open("eval-test", {"x": 2}, seed=0, home=tmp_path)
+    res = evaluate(model, tok, task, task.examples(), n=2, greedy=False, run=run, progress=False)
+    again = evaluate(None, tok, task, task.examples(), n=2, greedy=False, run=run, progress=False)
+    pd.testing.assert_frame_equal(again.table, res.table)
+
+
+def test_progress_bar_runs(model, tok, task):
+    res = evaluate(model, tok, task, task.examples(n=2), n=2, batch_size=2, progress=True)
+    assert len(res.table) == 2
+
+
+@pytest.mark.parametrize("kwargs,match", [({"n": 0}, "n must"), ({"ks": (32,)}, "ks"),
+                                          ({"batch_size": 0}, "batch_size")])
+def test_evaluate_validates(model, tok, task, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        evaluate(model, tok, task, task.examples(), progress=False, **{"n": 4, **kwargs})
+
+
+def test_evaluate_rejects_empty_and_duplicate_examples(model, tok, task):
+    with pytest.raises(ValueError, match="empty"):
+        evaluate(model, tok, task, [], progress=False)
+    ex = task.examples(n=1)
+    with pytest.raises(ValueError, match="distinct ids"):
+        evaluate(model, tok, task, ex + ex, progress=False)
+
+
+@pytest.mark.parametrize("name", ["countdown", "addition", "sorting"])
+def test_real_synthetic_tasks_smoke(model, tok, name):
+    from esreason_lib.tasks import get_task
+
+    real = get_task(name)
+    exs = real.examples("test", n=3)
+    res = evaluate(model, tok, real, exs, n=2, ks=(1, 2), batch_size=8, progress=False)
+    assert res.table["problem_id"].tolist() == [str(e["id"]) for e in exs]
+    assert res.table["mean_length"].max() <= real.max_new_tokens
+    assert set(res.summary()) >= {"eval/greedy", "eval/pass@1", "eval/pass@2"}
