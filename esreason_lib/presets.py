@@ -99,6 +99,19 @@ class Preset:
     """Quantiles of |delta| used as reset thresholds tau in the sparsity study."""
     device: str = "auto"
     """Torch device for evaluation ("auto" picks CUDA when available)."""
+    sparsity_eval: EvalSpec | None = None
+    """Evaluation protocol of each model in the sparsity reset sweep (None = `eval`); the sweep evaluates
+    2 x len(sparsity_quantiles) + 1 models per method, so it is cheaper than `eval`."""
+    sparsity_methods: tuple[str, ...] = ("es", "grpo")
+    """Methods whose first-seed model is reset-swept in the sparsity study (drift is shown for every seed)."""
+    forgetting_eval: EvalSpec | None = None
+    """Evaluation protocol on the held-out tasks in the forgetting study (None = `eval`)."""
+    forgetting_kl_prompts: int = 64
+    """Held-out prompts per task on which the per-token KL to the base model is estimated."""
+    forgetting_kl_samples: int = 8
+    """Completions sampled from the tuned model per prompt for the KL estimate."""
+    forgetting_lm_sequences: int = 512
+    """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
 
     def __post_init__(self):
         if not self.seeds:
@@ -138,7 +151,10 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
         seeds=(0,), update_budget=2, scaling_models=("smoke",), scaling_populations=(2, 4), scaling_iterations=2,
         lemma1_sigmas=(1e-3, 1e-2), lemma1_prompts=2, lemma1_samples=4, sparsity_quantiles=(0.5, 0.9),
-        device="cpu"),
+        device="cpu",
+        sparsity_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
+        forgetting_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
+        forgetting_kl_prompts=4, forgetting_kl_samples=2, forgetting_lm_sequences=32),
     "tiny": _make(
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
@@ -149,7 +165,10 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
         seeds=(0, 1, 2), update_budget=150, grpo_update_budget=400,
         scaling_models=("qwen2-s-habit", "qwen2-m-habit", "qwen2-l-habit"), scaling_populations=(4, 8, 16, 32),
-        scaling_iterations=40, device="cpu"),
+        scaling_iterations=40, device="cpu",
+        sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
+        forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
+        forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
@@ -160,7 +179,9 @@ PRESETS: dict[str, Preset] = {
                   **_PAPER_REWARD),
         eval=EvalSpec(n_problems=None, n_samples=64, max_new_tokens=512),
         scaling_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
-        update_budget=234, scaling_iterations=100),
+        update_budget=234, scaling_iterations=100,
+        sparsity_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
@@ -171,7 +192,11 @@ PRESETS: dict[str, Preset] = {
                   iterations=234, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16", micro_batch_size=8,
                   **_PAPER_REWARD),
         eval=EvalSpec(n_problems=500, n_samples=64, temperature=0.6, max_new_tokens=4096),
-        update_budget=234, scaling_iterations=100),
+        update_budget=234, scaling_iterations=100,
+        sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                               max_new_tokens=4096),
+        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                                 max_new_tokens=2048)),
 }
 
 
