@@ -125,3 +125,66 @@ def plot_xy(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax=None
     ax.set(xlabel=x, ylabel=y)
     ax.legend(frameon=False, fontsize="small")
     return fig, ax
+
+
+def plot_pass_at_k_seeds(mean: pd.DataFrame, per_seed: pd.DataFrame | None = None, label: str = "method", ax=None,
+                         logx: bool = True):
+    """Seed-averaged Pass@K per method (thick line, band from `ci_low`/`ci_high`) over thin per-seed lines.
+
+    `mean` has columns `label`, k, pass_at_k, ci_low, ci_high (one row per method and k); `per_seed` (optional)
+    has `label`, seed, k, pass_at_k. The legend names each method once, with its seed count when > 1."""
+    fig, ax = _axes(ax)
+    for i, (name, df) in enumerate(mean.groupby(label, sort=False)):
+        c = color_for(name, i)
+        seeds = per_seed[per_seed[label] == name] if per_seed is not None else None
+        n_seeds = seeds["seed"].nunique() if seeds is not None else 1
+        if seeds is not None and n_seeds > 1:
+            for _, s in seeds.groupby("seed"):
+                s = s.sort_values("k")
+                ax.plot(s["k"], s["pass_at_k"], color=c, lw=0.8, alpha=0.4)
+        df = df.sort_values("k")
+        ax.plot(df["k"], df["pass_at_k"], marker="o", ms=3, lw=2, color=c,
+                label=f"{name} ({n_seeds} seeds)" if n_seeds > 1 else str(name))
+        ax.fill_between(df["k"], df["ci_low"], df["ci_high"], alpha=0.2, color=c, linewidth=0)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set(xlabel="K", ylabel="Pass@K", ylim=(0, 1.02))
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def plot_bars_spread(table: pd.DataFrame, x: str, y: str, low: str | None = None, high: str | None = None, ax=None):
+    """Bars of `y` per `x` (one row each, in table order, method colors) with asymmetric whiskers from the
+    `low`/`high` columns (default `<y>_min` / `<y>_max`, e.g. the spread over seeds)."""
+    fig, ax = _axes(ax)
+    low, high = low or f"{y}_min", high or f"{y}_max"
+    pos = np.arange(len(table))
+    ax.bar(pos, table[y], color=[color_for(v, i) for i, v in enumerate(table[x])], width=0.7)
+    ax.errorbar(pos, table[y], yerr=[table[y] - table[low], table[high] - table[y]], fmt="none", color="black",
+                capsize=3)
+    ax.set_xticks(pos, [str(v) for v in table[x]])
+    ax.set(xlabel=x, ylabel=y)
+    return fig, ax
+
+
+def plot_scatter(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax=None, logx: bool = False,
+                 logy: bool = False, diagonal: bool = True):
+    """Scatter of y against x, one color per `hue` value; `diagonal` adds the dashed line y = x over the data."""
+    fig, ax = _axes(ax)
+    groups = table.groupby(hue, sort=True) if hue else [(y, table)]
+    for i, (name, df) in enumerate(groups):
+        ax.scatter(df[x], df[y], s=14, alpha=0.7, label=f"{hue}={name}" if hue else str(name),
+                   color=color_for(str(name), i))
+    if diagonal and len(table):
+        vals = pd.concat([table[x], table[y]])
+        vals = vals[vals > 0] if (logx or logy) else vals
+        if len(vals):
+            lo, hi = float(vals.min()), float(vals.max())
+            ax.plot([lo, hi], [lo, hi], ls="--", color="gray", label="y = x")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set(xlabel=x, ylabel=y)
+    ax.legend(frameon=False, fontsize="small")
+    return fig, ax

@@ -45,3 +45,15 @@ def test_plot_functions_return_fig_ax_and_draw_data():
 def test_color_for_is_stable_per_method():
     assert plots.color_for("es seed=3") == plots.color_for("ES")
     assert plots.color_for("grpo") != plots.color_for("es")
+
+
+def test_plot_pass_at_k_seeds_and_bars_spread():
+    mean = pd.concat([_curve(0).assign(method="base"), _curve(0.1).assign(method="es")], ignore_index=True)
+    per_seed = pd.concat([_curve(0).assign(method="base", seed=-1), _curve(0.05).assign(method="es", seed=0),
+                          _curve(0.15).assign(method="es", seed=1)], ignore_index=True)
+    fig, ax = plots.plot_pass_at_k_seeds(mean, per_seed)
+    assert len(ax.lines) == 2 + 2  # two thick means, two thin es seeds (a single-seed base draws no thin line)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base", "es (2 seeds)"]
+    table = pd.DataFrame({"method": ["base", "es"], "v": [1.0, 2.0], "v_min": [1.0, 1.5], "v_max": [1.0, 2.5]})
+    fig, ax = plots.plot_bars_spread(table, "method", "v")
+    assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()] == ["base", "es"]
