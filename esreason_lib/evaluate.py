@@ -75,10 +75,12 @@ def _normalise_table(df: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _reload(run, name: str, ids: list[str]) -> EvalResult | None:
-    """The cached result in `run`, or None when absent or computed for other problems."""
+def _reload(run, name: str, ids: list[str], n: int, ks: list[int]) -> EvalResult | None:
+    """The cached result in `run`, or None when absent or computed for other problems, n or ks."""
     table, curve = run.read_table(f"{name}_problems"), run.read_table(f"{name}_curve")
     if table is None or curve is None or len(table) != len(ids):
+        return None
+    if (table["n"] != n).any() or curve["k"].astype(int).tolist() != ks:
         return None
     table = table.copy()
     # read_csv may have parsed the ids (e.g. "007" -> 7): compare with the expected ids parsed the same way
@@ -100,7 +102,8 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     `max_new_tokens` defaults to `task.max_new_tokens`. `ks` larger than `n` are dropped. Samples are drawn
     `batch_size` rows at a time, chunk i with seed `derive_seed(seed, "eval", i)`, so results are
     deterministic for given `seed` and `batch_size`. With `run`, the tables are stored as
-    `<name>_problems` / `<name>_curve` and reloaded (not recomputed) when present for the same problem ids.
+    `<name>_problems` / `<name>_curve` and reloaded (not recomputed) when present for the same problem ids,
+    `n` and `ks` (other settings are not checked: put them in the run's config).
     """
     examples = list(examples)
     if not examples:
@@ -115,7 +118,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     ids = [str(ex["id"]) for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError("examples must have distinct ids")
-    if run is not None and (cached := _reload(run, name, ids)) is not None:
+    if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompts = [task.prompt(ex, tokenizer) for ex in examples]

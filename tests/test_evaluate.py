@@ -142,6 +142,9 @@ def test_run_cache_roundtrip(model, tok, task, tmp_path):
     pd.testing.assert_frame_equal(again.table, res.table)
     pd.testing.assert_frame_equal(again.curve, res.curve, check_exact=False, rtol=1e-12)
     assert again.summary() == pytest.approx(res.summary())
+    # another n under the same name is recomputed
+    more = evaluate(model, tok, task, task.examples(), n=2, seed=2, run=run, name="final", progress=False)
+    assert more.table["n"].tolist() == [2] * 4
     # other problems under the same name are recomputed (and overwrite the cache)
     fresh = evaluate(model, tok, task, task.examples(n=2), n=4, seed=2, run=run, name="final", progress=False)
     assert fresh.table["problem_id"].tolist() == ["007", "never"]
