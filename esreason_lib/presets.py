@@ -112,6 +112,12 @@ class Preset:
     """Completions sampled from the tuned model per prompt for the KL estimate."""
     forgetting_lm_sequences: int = 512
     """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+    scaling_prompts_per_step: int | None = None
+    """Prompts per ES iteration in the population-scaling study and its ablations (None = `es.prompts_per_step`);
+    the study trains len(scaling_models) x len(scaling_populations) + 3 runs, so the CPU presets use fewer."""
+    scaling_eval: EvalSpec | None = None
+    """Evaluation of every scaling / ablation model: greedy accuracy on held-out problems (None = 200 problems,
+    one sample, greedy)."""
 
     def __post_init__(self):
         if not self.seeds:
@@ -154,7 +160,8 @@ PRESETS: dict[str, Preset] = {
         device="cpu",
         sparsity_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
         forgetting_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-        forgetting_kl_prompts=4, forgetting_kl_samples=2, forgetting_lm_sequences=32),
+        forgetting_kl_prompts=4, forgetting_kl_samples=2, forgetting_lm_sequences=32,
+        scaling_prompts_per_step=4, scaling_eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20)),
     "tiny": _make(
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
@@ -165,10 +172,11 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
         seeds=(0, 1, 2), update_budget=150, grpo_update_budget=400,
         scaling_models=("qwen2-s-habit", "qwen2-m-habit", "qwen2-l-habit"), scaling_populations=(4, 8, 16, 32),
-        scaling_iterations=40, device="cpu",
+        scaling_iterations=16, device="cpu",
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
         forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
-        forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512),
+        forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512,
+        scaling_prompts_per_step=32, scaling_eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100)),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
@@ -181,7 +189,8 @@ PRESETS: dict[str, Preset] = {
         scaling_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
         update_budget=234, scaling_iterations=100,
         sparsity_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
-        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
+        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+        scaling_eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
@@ -196,7 +205,8 @@ PRESETS: dict[str, Preset] = {
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                max_new_tokens=4096),
         forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
-                                 max_new_tokens=2048)),
+                                 max_new_tokens=2048),
+        scaling_eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
 }
 
 
