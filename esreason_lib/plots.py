@@ -188,3 +188,24 @@ def plot_scatter(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax
     ax.set(xlabel=x, ylabel=y)
     ax.legend(frameon=False, fontsize="small")
     return fig, ax
+
+
+def plot_grouped_bars(table: pd.DataFrame, x: str, y: str, hue: str, ax=None, yerr: str | None = None):
+    """Bars of `y` per `x` value, one bar per `hue` value side by side in the method colors; rows sharing an
+    (x, hue) pair are averaged; `yerr` names a column of symmetric whiskers (its mean per pair)."""
+    fig, ax = _axes(ax)
+    cols = [y] + ([yerr] if yerr else [])
+    means = table.groupby([x, hue], sort=False)[cols].mean()
+    xs, hues = list(dict.fromkeys(table[x])), list(dict.fromkeys(table[hue]))
+    width = 0.8 / len(hues)
+    for j, h in enumerate(hues):
+        rows = [(i, means.loc[(v, h)]) for i, v in enumerate(xs) if (v, h) in means.index]
+        pos = np.array([i for i, _ in rows]) - 0.4 + width * (j + 0.5)
+        ax.bar(pos, [r[y] for _, r in rows], width=width, color=color_for(str(h), j), label=str(h))
+        if yerr:
+            ax.errorbar(pos, [r[y] for _, r in rows], yerr=[r[yerr] for _, r in rows], fmt="none", color="black",
+                        capsize=3)
+    ax.set_xticks(np.arange(len(xs)), [str(v) for v in xs])
+    ax.set(xlabel=x, ylabel=y)
+    ax.legend(frameon=False, fontsize="small", title=hue)
+    return fig, ax

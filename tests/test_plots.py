@@ -57,3 +57,15 @@ def test_plot_pass_at_k_seeds_and_bars_spread():
     table = pd.DataFrame({"method": ["base", "es"], "v": [1.0, 2.0], "v_min": [1.0, 1.5], "v_max": [1.0, 2.5]})
     fig, ax = plots.plot_bars_spread(table, "method", "v")
     assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()] == ["base", "es"]
+
+
+def test_plot_grouped_bars_averages_pairs_and_uses_method_colors():
+    table = pd.DataFrame({"module": ["mlp", "mlp", "norm", "mlp", "norm"], "method": ["es", "es", "es", "grpo", "grpo"],
+                          "v": [1.0, 3.0, 0.5, 4.0, 0.2], "e": [0.1, 0.3, 0.0, 0.1, 0.1]})
+    fig, ax = plots.plot_grouped_bars(table, "module", "v", hue="method", yerr="e")
+    heights = sorted(p.get_height() for p in ax.patches)
+    assert heights == pytest.approx([0.2, 0.5, 2.0, 4.0])  # es/mlp is the mean of its two rows
+    es_bar = next(p for p in ax.patches if p.get_height() == pytest.approx(2.0))
+    assert es_bar.get_facecolor()[:3] == pytest.approx(tuple(plots.color_for("es")))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["mlp", "norm"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["es", "grpo"]
