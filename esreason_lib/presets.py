@@ -112,6 +112,20 @@ class Preset:
     """Completions sampled from the tuned model per prompt for the KL estimate."""
     forgetting_lm_sequences: int = 512
     """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+    lemma1_population: int = 8
+    """N: iid members (no mirroring) per population in the Lemma 1-2 check (its cost grows as N^2)."""
+    lemma1_repeats: int = 4
+    """Independent populations per sigma in the Lemma 1-2 check (Lemma 1 is an expectation over the draws)."""
+    lemma1_fisher_samples: int = 64
+    """Samples per prompt from the unperturbed model for the Fisher trace of Lemma 1 (one backward each)."""
+    prop1_iterations: int = 20
+    """ES iterations along which Lemma 3 and Proposition 1 are evaluated (the first of the seed-0 run)."""
+    prop1_probe_prompts: int = 32
+    """Fixed held-out probe prompts of the Proposition 1 check."""
+    prop1_samples: int = 8
+    """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
+    prop1_ks: tuple[int, ...] = (1, 4, 16)
+    """The K values at which Proposition 1's condition is evaluated."""
     scaling_prompts_per_step: int | None = None
     """Prompts per ES iteration in the population-scaling study and its ablations (None = `es.prompts_per_step`);
     the study trains len(scaling_models) x len(scaling_populations) + 3 runs, so the CPU presets use fewer."""
@@ -161,6 +175,8 @@ PRESETS: dict[str, Preset] = {
         sparsity_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
         forgetting_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
         forgetting_kl_prompts=4, forgetting_kl_samples=2, forgetting_lm_sequences=32,
+        lemma1_population=3, lemma1_repeats=2, lemma1_fisher_samples=4, prop1_iterations=2,
+        prop1_probe_prompts=3, prop1_samples=4, prop1_ks=(1, 2),
         scaling_prompts_per_step=4, scaling_eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20)),
     "tiny": _make(
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
@@ -176,6 +192,8 @@ PRESETS: dict[str, Preset] = {
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
         forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
         forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512,
+        lemma1_population=8, lemma1_repeats=4, lemma1_samples=8, lemma1_fisher_samples=64, prop1_iterations=20,
+        prop1_probe_prompts=32, prop1_samples=8, prop1_ks=(1, 4, 16),
         scaling_prompts_per_step=32, scaling_eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100)),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
@@ -190,6 +208,8 @@ PRESETS: dict[str, Preset] = {
         update_budget=234, scaling_iterations=100,
         sparsity_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
         forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+        lemma1_population=8, lemma1_repeats=2, lemma1_fisher_samples=16, prop1_iterations=20,
+        prop1_probe_prompts=64, prop1_samples=8, prop1_ks=(1, 4, 16),
         scaling_eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
@@ -206,6 +226,8 @@ PRESETS: dict[str, Preset] = {
                                max_new_tokens=4096),
         forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                  max_new_tokens=2048),
+        lemma1_population=8, lemma1_repeats=2, lemma1_fisher_samples=16, prop1_iterations=20,
+        prop1_probe_prompts=64, prop1_samples=8, prop1_ks=(1, 4, 16),
         scaling_eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
 }
 

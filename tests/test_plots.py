@@ -69,3 +69,12 @@ def test_plot_grouped_bars_averages_pairs_and_uses_method_colors():
     assert es_bar.get_facecolor()[:3] == pytest.approx(tuple(plots.color_for("es")))
     assert [t.get_text() for t in ax.get_xticklabels()] == ["mlp", "norm"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["es", "grpo"]
+
+
+def test_plot_scatter_groups_by_hue_and_draws_the_diagonal():
+    table = pd.DataFrame({"x": [1e-3, 1e-2, 2e-3, 3e-2], "y": [5e-4, 8e-3, 1e-3, 2e-2], "s": [1, 1, 2, 2]})
+    fig, ax = plots.plot_scatter(table, "x", "y", hue="s", logx=True, logy=True)
+    assert len(ax.collections) == 2 and len(ax.lines) == 1  # two groups, one y = x line
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    fig, ax = plots.plot_scatter(table.iloc[:0], "x", "y")  # empty: no diagonal, no error
+    assert not ax.lines

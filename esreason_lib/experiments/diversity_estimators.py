@@ -1,0 +1,207 @@
+"""Estimators behind notebook 02 (`experiments.diversity`): plain functions over documented shapes.
+
+Shapes: `M` scoring members, `N` drawing members, `P` prompts, `S` samples per member and prompt, `B` rows
+(samples), `T` completion positions, `V` vocabulary, `D` parameters, `K` directions.
+
+- `tokenwise_kl`: JS_pol by the token-level (Rao-Blackwellised) chain rule, KL(pi_i || pi_bar) =
+  E_{y ~ pi_i} sum_t KL(pi_i(.|y<t) || pi_bar(.|y<t)), where the mixture's next-token law is the posterior-
+  weighted mixture pi_bar(.|y<t) = sum_j a_j(y<t) pi_j(.|y<t), a_j propto pi_j(y<t). Unbiased like the
+  sequence-level Monte Carlo `metrics.js_policy`, but each sample contributes a positive O(sigma^2) quantity
+  instead of an O(sigma) log-ratio, so the small-sigma end of a log-log plot is measurable with few samples.
+  It needs the full next-token distribution of every member (`full_logprobs`): tiny vocabularies only.
+- `mis_success`: member success probabilities by self-normalised deterministic-mixture importance sampling
+  over all the prompt's samples; `is_success`: from samples of one base policy. Shared samples keep the
+  *differences* between members free of independent sampling noise (which would inflate JS_succ), and self-
+  normalisation keeps estimates in [0, 1] and equal when all samples agree (no spurious spread near p = 0, 1).
+- `fisher_projections`: per-sample ||grad log pi(y)||^2 (the Fisher trace, as `theory.fisher_trace`) and the
+  gradient's projections on given directions (the drawn noise), giving each drawn population's own
+  second-order prediction of JS_pol.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..es_noise import named_params, noise
+from ..generation import completion_logprobs
+
+
+def token_logprobs(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token log-probs of the sampled tokens under every member: logp [M, B, T, V], tokens/mask [B, T]
+    -> [M, B, T] (0 where masked)."""
+    idx = tokens[None, :, :, None].expand(logp.shape[0], -1, -1, 1)  # [M, B, T, 1]
+    return torch.where(mask[None], logp.gather(-1, idx).squeeze(-1), 0.0)  # [M, B, T]
+
+
+def tokenwise_kl(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """Rao-Blackwellised estimate of KL(pi_owner || pi_bar) per sampled row, pi_bar = (1/M) sum_j pi_j.
+
+    `logp` [M, B, T, V]: log pi_j(. | x, y<t) for every member j at every position of every row; `tokens`,
+    `mask` [B, T]: the sampled completions (row b drawn from member owner[b]); `owner` [B] long.
+    Returns [B]: sum_t KL(pi_owner(.|y<t) || pi_bar(.|y<t)) over the row's masked positions; its mean over
+    rows drawn from member i is an unbiased estimate of KL(pi_i || pi_bar) between sequence distributions.
+    """
+    tok = token_logprobs(logp, tokens, mask)  # [M, B, T]
+    prefix = torch.cumsum(tok, dim=-1) - tok  # [M, B, T] log pi_j(y<t)
+    log_a = prefix - torch.logsumexp(prefix, dim=0, keepdim=True)  # [M, B, T] posterior over members
+    log_q = torch.logsumexp(log_a[..., None] + logp, dim=0)  # [B, T, V] mixture's next-token law
+    own = logp[owner, torch.arange(logp.shape[1])]  # [B, T, V]
+    kl_t = (own.exp() * (own - log_q)).sum(-1)  # [B, T]
+    return torch.where(mask, kl_t, 0.0).sum(-1)  # [B]
+
+
+def mis_success(seq_logp, correct) -> np.ndarray:
+    """Self-normalised deterministic-mixture importance-sampling success probability of each member.
+
+    `seq_logp` [M, B]: log pi_j(y_b) for rows drawn equally often from every member (so they are draws from
+    pi_bar); `correct` [B] 0/1. Returns p [M] = sum_b r_jb c_b / sum_b r_jb with r_jb = pi_j(y_b) / pi_bar(y_b):
+    in [0, 1] by construction, exactly equal across members when every sample (or none) is correct."""
+    return is_success(seq_logp, _log_mean_exp(np.asarray(seq_logp, dtype=np.float64)), correct)
+
+
+def _log_mean_exp(lp: np.ndarray) -> np.ndarray:
+    """log mean_j exp(lp[j]) over axis 0: [M, B] -> [B]."""
+    m = lp.max(axis=0)
+    return m + np.log(np.exp(lp - m).mean(axis=0))
+
+
+def is_success(seq_logp, base_logp, correct) -> np.ndarray:
+    """Self-normalised importance-sampling success probability of each target from samples of a base policy.
+
+    `seq_logp` [M, B]: log pi_j(y_b) under M targets; `base_logp` [B]: log of the sampling density of y_b;
+    `correct` [B]. Returns p [M] = sum_b r_jb c_b / sum_b r_jb, r_jb = exp(lp_jb - lp_0b) (bias O(1/B))."""
+    lw = np.asarray(seq_logp, dtype=np.float64) - np.asarray(base_logp, dtype=np.float64)[None]  # [M, B]
+    w = np.exp(lw - lw.max(axis=1, keepdims=True))  # [M, B]
+    return (w * np.asarray(correct, dtype=np.float64)[None]).sum(axis=1) / w.sum(axis=1)
+
+
+def ess_fraction(seq_logp, base_logp) -> np.ndarray:
+    """Effective sample size / B of the importance weights pi_j / pi_0 for each target: [M, B], [B] -> [M]."""
+    lw = np.asarray(seq_logp, dtype=np.float64) - np.asarray(base_logp, dtype=np.float64)[None]  # [M, B]
+    w = np.exp(lw - lw.max(axis=1, keepdims=True))
+    return w.sum(axis=1) ** 2 / (w ** 2).sum(axis=1) / lw.shape[1]
+
+
+def fitness_weights(z, scheme: str = "positive", temperature: float = 1.0) -> np.ndarray:
+    """Normalised member weights from shaped fitness z [N] (the simplex weights of Lemma 3 / Proposition 1).
+
+    "positive": w_i propto max(z_i, 0), the members the ES update moves toward (uniform when no z_i > 0);
+    "softmax": w_i propto exp(z_i / temperature)."""
+    z = np.asarray(z, dtype=np.float64).reshape(-1)  # [N]
+    if scheme == "positive":
+        pos = np.maximum(z, 0.0)
+        return pos / pos.sum() if pos.sum() > 0 else np.full(z.size, 1.0 / z.size)
+    if scheme == "softmax":
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        e = np.exp((z - z.max()) / temperature)
+        return e / e.sum()
+    raise ValueError(f"scheme must be 'positive' or 'softmax', got {scheme!r}")
+
+
+def bernoulli_kl(a, b, floor: float = 1e-12):
+    """KL(Bern(a) || Bern(b)) in nats, elementwise; 0 where a == b, otherwise b is clipped to [floor, 1 - floor]
+    so that it stays finite."""
+    a, b_raw = np.asarray(a, dtype=np.float64), b
+    b = np.clip(np.asarray(b, dtype=np.float64), floor, 1 - floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(a > 0, a * np.log(a / b), 0.0) + np.where(a < 1, (1 - a) * np.log((1 - a) / (1 - b)), 0.0)
+    kl = np.where(a == np.asarray(b_raw, dtype=np.float64), 0.0, kl)  # exact equality (also at 0 or 1): 0
+    return float(kl) if kl.ndim == 0 else kl
+
+
+def pass_k(p, k: int):
+    """Plug-in Pass@K 1 - (1 - p)^K of per-prompt success probabilities p (any shape)."""
+    return 1.0 - (1.0 - np.asarray(p, dtype=np.float64)) ** k
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of log y against log x (positive finite pairs only; NaN with fewer than 2)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+# ------------------------------------------------------------------------------------------ model pieces
+
+
+@torch.no_grad()
+def full_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+                  batch_size: int = 256) -> torch.Tensor:
+    """log pi(. | x, y<t) over the whole vocabulary at every completion position: [B, Lc, V] float64.
+
+    Inputs as in `generation.Rollouts` (prompts left-padded, completions right-padded)."""
+    lc, out = completion_ids.shape[1], []
+    for s in range(0, completion_ids.shape[0], batch_size):
+        ids = torch.cat([prompt_ids[s:s + batch_size], completion_ids[s:s + batch_size]], 1).to(model.device)
+        mask = torch.cat([prompt_mask[s:s + batch_size], completion_mask[s:s + batch_size]], 1).bool().to(model.device)
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [b, Lp+Lc]
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                       logits_to_keep=lc + 1).logits[:, :-1]  # [b, Lc, V]
+        out.append(torch.log_softmax(logits.double(), dim=-1).cpu())
+    return torch.cat(out)  # [B, Lc, V]
+
+
+def stack_rollouts(rollouts, pad_id: int):
+    """Concatenate rollouts over the same prompts: (prompt_ids, prompt_mask, completion_ids, completion_mask),
+    rows in order (rollout, row); completions right-padded with `pad_id` to the longest."""
+    lp = {r.prompt_ids.shape[1] for r in rollouts}
+    if len(lp) != 1:
+        raise ValueError(f"rollouts must share their prompt padding, got widths {sorted(lp)}")
+    lc = max(r.completion_ids.shape[1] for r in rollouts)
+
+    def right(x, fill):
+        gap = lc - x.shape[1]
+        return torch.cat([x, torch.full((x.shape[0], gap), fill, dtype=x.dtype, device=x.device)], 1) if gap else x
+
+    return (torch.cat([r.prompt_ids for r in rollouts]), torch.cat([r.prompt_mask for r in rollouts]),
+            torch.cat([right(r.completion_ids, pad_id) for r in rollouts]),
+            torch.cat([right(r.completion_mask, False) for r in rollouts]))
+
+
+@torch.no_grad()
+def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+                  batch_size: int = 512) -> np.ndarray:
+    """Summed log pi(completion | prompt) of each row under `model` (T = 1): [B] float64."""
+    out = []
+    for s in range(0, completion_ids.shape[0], batch_size):
+        sl = slice(s, s + batch_size)
+        logp, _ = completion_logprobs(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl], completion_mask[sl])
+        out.append(logp.double().sum(-1).cpu().numpy())  # [b]
+    return np.concatenate(out)
+
+
+def flat_directions(model, seeds) -> torch.Tensor:
+    """The ES noise eps(seed) of each seed flattened over `named_params(model)` in order: [K, D] float32."""
+    params = named_params(model)
+    return torch.stack([torch.cat([noise(int(s), name, p).reshape(-1) for name, p in params.items()])
+                        for s in seeds])  # [K, D]
+
+
+def fisher_projections(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                       directions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample squared gradient norms and gradient projections (T = 1; one backward per row).
+
+    For each row b, g_b = grad_theta log pi(y_b | x_b) over `named_params(model)` (flattened like
+    `flat_directions`). Returns (sq [B] = ||g_b||^2, proj [B, K] = directions @ g_b). With rows sampled from the
+    model itself, mean sq estimates tr I_x and mean (d . g)^2 estimates d^T I_x d."""
+    params = list(named_params(model).values())
+    was = model.training
+    model.eval()
+    sq, proj = np.zeros(completion_ids.shape[0]), np.zeros((completion_ids.shape[0], directions.shape[0]))
+    try:
+        for b in range(completion_ids.shape[0]):
+            sl = slice(b, b + 1)
+            logp, _ = completion_logprobs(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl],
+                                          completion_mask[sl])  # [1, Lc]
+            grads = torch.autograd.grad(logp.sum(), params, allow_unused=True)
+            g = torch.cat([(gr if gr is not None else torch.zeros_like(p)).reshape(-1).float().cpu()
+                           for gr, p in zip(grads, params)])  # [D]
+            sq[b] = float(g.double().square().sum())
+            proj[b] = (directions @ g).double().numpy()  # [K]
+    finally:
+        model.train(was)
+    return sq, proj

@@ -1,0 +1,242 @@
+"""Notebook 02's experiment module: the estimators on hand-computable cases, and the pipeline on a tiny model."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from esreason_lib.es import ESConfig
+from esreason_lib.es_noise import perturbed
+from esreason_lib.experiments import diversity as div
+from esreason_lib.experiments import diversity_estimators as est
+from esreason_lib.metrics import js_policy_exact
+from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.tasks import get_task
+from esreason_lib.tasks.base import RewardShaping
+from esreason_lib.theory import fisher_trace
+
+# ----------------------------------------------------------------------------------- token-level JS_pol
+
+
+def _log_softmax(x):
+    return torch.log_softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1)
+
+
+def test_tokenwise_kl_one_token_is_exact_categorical_js():
+    rng = np.random.default_rng(0)
+    probs = _log_softmax(rng.normal(size=(3, 5)))  # [M, V]
+    logp = probs[:, None, None, :].expand(3, 3, 1, 5).clone()  # [M, B=3 rows, T=1, V]
+    tokens, mask = torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool)
+    kl = est.tokenwise_kl(logp, tokens, mask, torch.arange(3))  # row b drawn from member b
+    assert float(kl.mean()) == pytest.approx(js_policy_exact(probs.exp().numpy()), rel=1e-12)
+
+
+def test_tokenwise_kl_two_tokens_averages_to_the_exact_sequence_kl():
+    rng = np.random.default_rng(1)
+    m, v = 2, 3
+    first = _log_softmax(rng.normal(size=(m, v)))  # [M, V] log p_j(a)
+    second = _log_softmax(rng.normal(size=(m, v, v)))  # [M, V(a), V(b)] log q_j(b | a)
+    seqs = list(itertools.product(range(v), range(v)))  # all 9 sequences (a, b)
+    logp = torch.stack([torch.stack([torch.stack([first[j], second[j, a]]) for a, _ in seqs]) for j in range(m)])
+    tokens = torch.tensor(seqs)  # [9, 2]
+    mask = torch.ones(9, 2, dtype=torch.bool)
+    seq_p = np.array([[float((first[j, a] + second[j, a, b]).exp()) for a, b in seqs] for j in range(m)])  # [M, 9]
+    exact = js_policy_exact(seq_p)
+    estimate = 0.0
+    for i in range(m):  # E_{y ~ pi_i} of the per-row estimate, by enumeration
+        kl = est.tokenwise_kl(logp, tokens, mask, torch.full((9,), i)).numpy()
+        estimate += (seq_p[i] * kl).sum() / m
+    assert estimate == pytest.approx(exact, rel=1e-10)
+
+
+def test_token_logprobs_masks_and_gathers():
+    logp = _log_softmax(torch.zeros(1, 2, 2, 4))  # uniform over 4
+    tok = est.token_logprobs(logp, torch.tensor([[1, 2], [3, 0]]), torch.tensor([[True, False], [True, True]]))
+    assert tok.shape == (1, 2, 2)
+    assert tok[0, 0, 1] == 0 and tok[0, 1, 1] == pytest.approx(-np.log(4))
+
+
+# ----------------------------------------------------------------------------------- success estimates
+
+
+def test_mis_success_hand_case_and_edges():
+    lp = np.log([[0.2, 0.6], [0.6, 0.2]])  # [M=2, B=2]; pi_bar = 0.4 on both rows
+    # member 0: ratios (0.5, 1.5), member 1: (1.5, 0.5); only row 0 correct
+    np.testing.assert_allclose(est.mis_success(lp, [1, 0]), [0.5 / 2.0, 1.5 / 2.0])
+    np.testing.assert_allclose(est.mis_success(lp, [1, 1]), [1.0, 1.0])
+    np.testing.assert_allclose(est.mis_success(lp, [0, 0]), [0.0, 0.0])
+    same = np.zeros((3, 4))  # identical members: the plain fraction correct
+    np.testing.assert_allclose(est.mis_success(same, [1, 0, 0, 1]), [0.5] * 3)
+
+
+def test_is_success_and_ess():
+    base = np.log([0.5, 0.5])
+    target = np.log([[0.25, 0.75]])
+    assert est.is_success(target, base, [0, 1])[0] == pytest.approx(0.75)
+    assert est.ess_fraction(np.zeros((1, 5)), np.zeros(5))[0] == pytest.approx(1.0)
+    assert est.ess_fraction(np.array([[50.0, 0, 0, 0]]), np.zeros(4))[0] == pytest.approx(0.25, rel=1e-6)
+
+
+def test_fitness_weights():
+    np.testing.assert_allclose(est.fitness_weights([1.0, -1.0, 2.0, 0.0]), [1 / 3, 0, 2 / 3, 0])
+    np.testing.assert_allclose(est.fitness_weights([0.0, 0.0]), [0.5, 0.5])
+    w = est.fitness_weights([0.0, np.log(3.0)], "softmax")
+    np.testing.assert_allclose(w, [0.25, 0.75])
+    with pytest.raises(ValueError, match="scheme"):
+        est.fitness_weights([1.0], "rank")
+
+
+def test_bernoulli_kl_pass_k_and_slope():
+    assert est.bernoulli_kl(0.5, 0.25) == pytest.approx(0.5 * np.log(4 / 3))
+    assert est.bernoulli_kl(0.0, 0.0) == 0.0 and est.bernoulli_kl(1.0, 1.0) == 0.0
+    assert np.isfinite(est.bernoulli_kl(0.5, 0.0)) and est.bernoulli_kl(0.5, 0.0) > 10
+    np.testing.assert_allclose(est.bernoulli_kl([0.1, 0.3], [0.1, 0.3]), [0.0, 0.0])
+    assert est.pass_k(0.5, 2) == pytest.approx(0.75)
+    x = np.array([1e-4, 1e-3, 1e-2])
+    assert est.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
+    assert est.loglog_slope([1e-3, 1e-2, 0.1], [1e-6, 1e-4, -1.0]) == pytest.approx(2.0)
+    assert np.isnan(est.loglog_slope([1.0], [1.0]))
+
+
+# ----------------------------------------------------------------------------------- model pieces
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = build_char_tokenizer()
+    return tiny_random_qwen2(len(tok), seed=0), tok
+
+
+def _rollouts(model, tok, n=2, seed=0):
+    from esreason_lib.generation import generate
+
+    return generate(model, tok, ["12+3=", "7+8="], n=n, max_new_tokens=5, seed=seed)
+
+
+def test_full_logprobs_and_sequence_logp_agree_with_generation(tiny):
+    model, tok = tiny
+    ro = _rollouts(model, tok)
+    batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    full = est.full_logprobs(model, *batch)  # [B, T, V]
+    assert full.shape[:2] == ro.completion_ids.shape and full.dtype == torch.float64
+    seq = est.token_logprobs(full[None], ro.completion_ids, ro.completion_mask).sum(-1)[0].numpy()
+    np.testing.assert_allclose(seq, est.sequence_logp(model, *batch), atol=1e-4)
+    np.testing.assert_allclose(seq, ro.logprobs.sum(-1).double().numpy(), atol=1e-4)
+
+
+def test_stack_rollouts_pads_completions(tiny):
+    model, tok = tiny
+    a, b = _rollouts(model, tok, seed=0), _rollouts(model, tok, seed=1)
+    pid, pmask, cid, cmask = est.stack_rollouts([a, b], tok.pad_token_id)
+    assert pid.shape[0] == cid.shape[0] == 8
+    assert cid.shape[1] == max(a.completion_ids.shape[1], b.completion_ids.shape[1])
+    assert int(cmask.sum()) == int(a.completion_mask.sum() + b.completion_mask.sum())
+
+
+def test_fisher_projections_match_fisher_trace_and_finite_differences(tiny):
+    model, tok = tiny
+    ro = _rollouts(model, tok)
+    batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    directions = est.flat_directions(model, [11, 12])  # [2, D]
+    sq, proj = est.fisher_projections(model, *batch, directions)
+    np.testing.assert_allclose(sq, fisher_trace(model, *batch, per_sample=True), rtol=1e-5)
+    h = 1e-3
+    with perturbed(model, 11, 1, h):
+        up = est.sequence_logp(model, *batch)
+    with perturbed(model, 11, -1, h):
+        down = est.sequence_logp(model, *batch)
+    np.testing.assert_allclose(proj[:, 0], (up - down) / (2 * h), rtol=0.05, atol=1e-2)
+
+
+# ----------------------------------------------------------------------------------- pipeline and tables
+
+
+def test_lemma_cells_on_a_tiny_model(tiny):
+    model, tok = tiny
+    task = get_task("countdown")
+    examples = task.examples("test", n=2, seed=0)
+    before = [p.detach().clone() for p in model.parameters()]
+    cells, members = div.lemma_cells(model, tok, task, examples, sigmas=(1e-3, 1e-2), population=3, repeats=2,
+                                     samples=2, fisher_samples=2, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # exact restore
+    assert len(cells) == 2 * 2 * 2 and len(members) == 3 * len(cells)
+    assert (cells["js_pol"] > 0).all() and (cells["p_pop"] >= cells["p_same"] - 1e-12).all()
+    assert (cells["n_samples"] == 6).all()
+    table = div.lemma1_table(cells)
+    assert list(table["sigma"]) == [1e-3, 1e-2]
+    assert np.isfinite(table[["ratio", "ratio_pop", "js_pol_se"]].to_numpy()).all()
+    # same draws at both sigmas: the second-order predictions scale exactly as sigma^2
+    assert table["prediction_pop"].iloc[1] / table["prediction_pop"].iloc[0] == pytest.approx(100.0)
+
+
+def test_prop1_step_hand_case():
+    rows = div.prop1_step([[0.2, 0.4]], np.array([0.5, 0.5]), [0.1], [0.3], ks=(1, 2))
+    r1 = rows[rows["k"] == 1].iloc[0]
+    assert r1["jk_w"] == pytest.approx(0.3) and r1["eps"] == pytest.approx(0.0, abs=1e-12)
+    assert r1["margin"] == pytest.approx(0.2)
+    assert r1["condition"] and r1["rose"] and r1["lemma3_err"] < 1e-15 and r1["lift"] == pytest.approx(0.0)
+    r2 = rows[rows["k"] == 2].iloc[0]
+    assert r2["jk_theta"] == pytest.approx(1 - 0.9**2)
+    rows = div.prop1_step([[0.2, 0.4]], np.array([0.0, 1.0]), [0.3], [0.3], ks=(1,))
+    r = rows.iloc[0]
+    assert r["lift"] == pytest.approx(0.1) and r["eps"] > 0 and r["threshold"] == pytest.approx(np.sqrt(r["eps"] / 2))
+    assert not r["rose"]
+
+
+def test_prop1_trajectory_on_a_tiny_model(tiny):
+    model, tok = tiny
+    model = tiny_random_qwen2(len(tok), seed=1)  # trained in place: a fresh copy
+    task = get_task("countdown", shaping=RewardShaping(1.0, 0.0, 0.0))
+    config = ESConfig(model="unused", population_size=2, sigma=1e-2, alpha=1e-2, iterations=2, prompts_per_step=2,
+                      antithetic=True, device="cpu")
+    table = div.prop1_trajectory(config, model, tok, task, task.examples("test", n=2, seed=0), samples=2, ks=(1, 2),
+                                 progress=False)
+    assert len(table) == 4 and list(table["iteration"].unique()) == [1, 2]
+    assert table["ess_min"].between(0, 1).all() and (table["lemma3_err"] < 1e-12).all()
+    summary = div.prop1_summary(table)
+    assert list(summary.columns) == ["k", "iterations", "condition", "rose_given_condition", "rose"]
+
+
+def test_small_sigmas():
+    assert div.small_sigmas([1e-2, 1e-4, 3e-4, 1e-3, 3e-3]) == [1e-4, 3e-4, 1e-3]
+    assert div.small_sigmas([1e-3, 1e-2]) == [1e-3, 1e-2]
+    assert div.small_sigmas([1e-3]) == [1e-3]
+
+
+def _cells():
+    rows = []
+    for sigma in (1e-3, 1e-2):
+        for rep in (0, 1):
+            for p in (0, 1):
+                js = 50 * sigma**2 * (1 + 0.1 * rep)
+                rows.append({"sigma": sigma, "repeat": rep, "prompt": p, "fisher_trace": 100.0,
+                             "prediction": 50 * sigma**2 * 0.5 * 2, "prediction_pop": js, "js_pol": js,
+                             "js_pol_mc": js, "js_succ": js / 10, "n_correct": 3 + p, "n_samples": 8,
+                             "p_bar": 0.4, "p_pop": 0.9, "p_same": 0.8, "gap": 0.1, "gap_approx": 0.1})
+    return pd.DataFrame(rows)
+
+
+def test_lemma1_table_and_plot_tables():
+    t = div.lemma1_table(_cells())
+    assert t["ratio"].iloc[0] == pytest.approx(1.05) and t["ratio_pop"].iloc[0] == pytest.approx(1.0)
+    assert t["js_pol_se"].iloc[0] == pytest.approx(np.std([5e-5, 5.5e-5], ddof=1) / np.sqrt(2))
+    long = div.lemma1_plot_table(_cells())
+    assert set(long["estimator"]) == {"JS_pol token-level", "JS_pol sequence MC", "sigma^2 Q / 2 (drawn populations)"}
+    assert div.lemma2_resolved(_cells()).sum() == 8 - 0  # 3 or 4 correct of 8: resolved
+
+
+def test_describe_diversity_reads_its_tables():
+    prop1 = pd.DataFrame({"iteration": [1, 1, 2, 2], "k": [1, 4, 1, 4], "condition": [True, False, False, False],
+                          "rose": [True, False, True, True], "lemma3_err": [1e-17] * 4, "lift": [0.01] * 4,
+                          "margin": [0.1] * 4, "threshold": [0.05] * 4, "jk_plus": [0.2] * 4,
+                          "jk_theta": [0.1] * 4})
+    text = div.describe_diversity(_cells(), prop1)
+    assert "slope of JS_pol 2.00" in text and "8/8" in text and "median gap/approximation 1.00" in text
+    assert "Prop 1 (K=1/4): condition held in 1/0 of 2 iterations, Pass@K rose in 1/0 of those (2/1 of 2 " in text
+    long = div.prop1_plot_table(prop1)
+    assert len(long) == 3 * len(prop1)
