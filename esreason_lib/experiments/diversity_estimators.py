@@ -175,9 +175,10 @@ def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mas
 
 
 def flat_directions(model, seeds) -> torch.Tensor:
-    """The ES noise eps(seed) of each seed flattened over `named_params(model)` in order: [K, D] float32."""
+    """The ES noise eps(seed) of each seed flattened over `named_params(model)` in order: [K, D] float32 on the
+    CPU (drawn on the parameters' device, as `es_noise.perturbed` draws it)."""
     params = named_params(model)
-    return torch.stack([torch.cat([noise(int(s), name, p).reshape(-1) for name, p in params.items()])
+    return torch.stack([torch.cat([noise(int(s), name, p).reshape(-1).cpu() for name, p in params.items()])
                         for s in seeds])  # [K, D]
 
 
@@ -201,7 +202,7 @@ def fisher_projections(model, prompt_ids, prompt_mask, completion_ids, completio
             g = torch.cat([(gr if gr is not None else torch.zeros_like(p)).reshape(-1).float().cpu()
                            for gr, p in zip(grads, params)])  # [D]
             sq[b] = float(g.double().square().sum())
-            proj[b] = (directions @ g).double().numpy()  # [K]
+            proj[b] = (directions.to(g.device) @ g).double().numpy()  # [K]
     finally:
         model.train(was)
     return sq, proj
