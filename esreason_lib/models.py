@@ -11,6 +11,7 @@ MEASURED (see the table in README / the report of the models helper; filled in b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -20,7 +21,7 @@ from esreason_lib.zoo import (ALPHABET, DEFAULT_BASE, ZOO, ZooSpec, build_char_t
                               num_parameters, tiny_random_qwen2)
 
 __all__ = ["ALPHABET", "DEFAULT_BASE", "ZOO", "ZooSpec", "build_batch", "build_char_tokenizer",
-           "completion_loss", "get_spec", "load_model", "num_parameters", "pretrain", "tiny_random_qwen2"]
+           "completion_loss", "get_spec", "load_model", "load_tokenizer", "num_parameters", "pretrain", "tiny_random_qwen2"]
 
 
 def _looks_like_path(name: str) -> bool:
@@ -39,10 +40,32 @@ def _finish(model, tokenizer, device, dtype):
     return model, tokenizer
 
 
-def _from_pretrained(source: str | Path, device, dtype, **kwargs):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+_GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
 
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+
+def load_tokenizer(source: str | Path, **kwargs):
+    """The tokenizer saved in `source` (a directory or hub id), honouring a generic `tokenizer_class`.
+
+    Use this (or `load_model`), not `AutoTokenizer`, for zoo model directories: with a Qwen2 `config.json`
+    beside it, transformers 5 forces `Qwen2Tokenizer`, which swaps the char tokenizer's pre-tokenizer for
+    Qwen's byte-level regex and silently drops every space ("04 14" -> "0414"). A directory whose
+    tokenizer_config.json names a generic class (what `build_char_tokenizer().save_pretrained` writes) is
+    loaded as that class; anything else goes through `AutoTokenizer`.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = Path(source).expanduser() / "tokenizer_config.json"
+    if config_file.is_file():
+        declared = json.loads(config_file.read_text()).get("tokenizer_class")
+        if declared in _GENERIC_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast.from_pretrained(Path(source).expanduser(), **kwargs)
+    return AutoTokenizer.from_pretrained(source, **kwargs)
+
+
+def _from_pretrained(source: str | Path, device, dtype, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(source, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     return _finish(model, tokenizer, device, dtype)
 

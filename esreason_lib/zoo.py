@@ -92,6 +92,9 @@ class ZooSpec:
 
     name: str
     """The zoo name (also recorded in the run manifest)."""
+    recipe: int = 1
+    """Version of the pretraining recipe (corpus stream, loss, schedule): part of the config hash, so bumping it
+    after a change to `esreason_lib.pretrain` stops stale zoo models in the run store from being reused."""
     # --- architecture ---
     hidden_size: int = 64
     """Model width d_model."""

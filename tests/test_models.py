@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalL
 
 from esreason_lib import models
 from esreason_lib.models import (ALPHABET, DEFAULT_BASE, ZOO, ZooSpec, build_char_tokenizer, get_spec,
-                                 load_model, num_parameters, tiny_random_qwen2)
+                                 load_model, load_tokenizer, num_parameters, tiny_random_qwen2)
 
 TEXT = st.text(alphabet=st.sampled_from(ALPHABET), max_size=60)
 
@@ -105,6 +105,19 @@ def test_zoo_spec_frozen_and_documented():
     with pytest.raises(dataclasses.FrozenInstanceError):
         ZOO["smoke"].steps = 3  # type: ignore[misc]
     assert ZooSpec("x").task_kwargs() == {"num_count": 3, "low": 1, "high": 15}
+
+
+def test_load_tokenizer_beats_autotokenizer_trap(tok, tmp_path):
+    """With a Qwen2 config.json beside it, AutoTokenizer forces Qwen2Tokenizer and drops spaces; we must not."""
+    tiny_random_qwen2(len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    s = "04 14 09>002=(4+14)/9"
+    loaded = load_tokenizer(tmp_path)
+    assert loaded([s], add_special_tokens=False)["input_ids"][0] == tok(s)["input_ids"]
+    assert loaded.decode(tok(s)["input_ids"]) == s
+    assert len(loaded) == len(tok) and loaded.padding_side == "left"
+    _, via_load_model = load_model(tmp_path)
+    assert via_load_model([s, "a b"], add_special_tokens=False)["input_ids"] == tok([s, "a b"])["input_ids"]
 
 
 def test_load_model_from_directory(tok, tmp_path):

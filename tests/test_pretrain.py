@@ -60,14 +60,19 @@ def test_corpus_stream_uses_train_split_only():
 
     spec = dataclasses.replace(FAST, habit_fraction=0.5)
     stream = pt.CorpusStream(spec, pool_size=64)
-    prompts, completions = stream.sample(300)
+    records = stream.sample_records(300)  # > pool_size: the pool is cycled
     countdown = get_task("countdown", **spec.task_kwargs())
+    cd = [e for f, e, _, _ in records if f == "countdown"]
+    assert cd and all(countdown.split_of(e["numbers"], e["target"]) == "train" for e in cd)
     test_prompts = {countdown.prompt(e) for e in countdown.examples("test")}
-    assert not test_prompts & set(prompts)
-    families = {p[:1] for p in prompts}
-    assert len(families) >= 2  # mixture of families
-    again = pt.CorpusStream(spec, pool_size=64).sample(300)
-    assert again == (prompts, completions)  # deterministic in the spec seed
+    assert not test_prompts & {p for _, _, p, _ in records}
+    assert {f for f, *_ in records} == {"countdown", "addition", "sorting"}
+    again = pt.CorpusStream(spec, pool_size=64).sample_records(300)
+    assert [r[2:] for r in again] == [r[2:] for r in records]  # deterministic in the spec seed
+    other = pt.CorpusStream(dataclasses.replace(spec, seed=1), pool_size=64).sample_records(300)
+    assert [r[2:] for r in other] != [r[2:] for r in records]
+    with pytest.raises(ValueError, match="pool_size"):
+        pt.CorpusStream(spec, pool_size=0)
 
 
 def test_corpus_stream_habit_fraction():
@@ -104,7 +109,8 @@ def test_smoke_pretrain_reuse_and_load(tmp_path, monkeypatch):
     assert model.config.max_position_embeddings == FAST.max_position_embeddings
 
 
-def test_wall_clock_cap_stops_early(tmp_path):
+def test_wall_clock_cap_stops_early(tmp_path, monkeypatch):
+    monkeypatch.setattr(pt, "_POOL_SIZE", 64)
     spec = dataclasses.replace(FAST, steps=10_000, max_seconds=1.5)
     directory = pt.pretrain(spec, home=tmp_path, progress=False)
     manifest = json.loads((directory.parent / "manifest.json").read_text())
