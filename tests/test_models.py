@@ -150,3 +150,17 @@ def test_models_exports():
     for name in ("build_char_tokenizer", "tiny_random_qwen2", "ZooSpec", "ZOO", "DEFAULT_BASE", "pretrain",
                  "load_model"):
         assert hasattr(models, name)
+
+
+def test_load_model_zoo_name_goes_through_pretrain(tok, tmp_path, monkeypatch):
+    tiny_random_qwen2(len(tok)).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    calls = []
+
+    def fake_pretrain(spec, *, home=None, progress=True):
+        calls.append((spec, home))
+        return tmp_path / "model"
+
+    monkeypatch.setattr(models, "pretrain", fake_pretrain)
+    model, _ = load_model("smoke", home=tmp_path, progress=False)
+    assert calls == [("smoke", tmp_path)] and not model.training
