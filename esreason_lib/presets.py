@@ -187,7 +187,7 @@ PRESETS: dict[str, Preset] = {
                   temperature=1.0, checkpoint_every=100, device="cpu", **_BINARY),
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
         seeds=(0, 1, 2), update_budget=150, grpo_update_budget=400,
-        scaling_models=("qwen2-s-habit", "qwen2-m-habit", "qwen2-l-habit"), scaling_populations=(4, 8, 16, 32),
+        scaling_models=("qwen2-s", "qwen2-m", "qwen2-l"), scaling_populations=(4, 8, 16, 32),
         scaling_iterations=16, device="cpu",
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
         forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
