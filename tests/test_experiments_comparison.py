@@ -115,3 +115,11 @@ def test_describe_comparison():
     assert "ES pass@1 above base: yes (+0.040" in text
     assert "ES above GRPO at K=64: yes (+0.080 [+0.060, +0.100])" in text
     assert "GRPO wins at K=1: yes" in text
+
+
+def test_verdict_says_within_noise_when_the_ci_straddles_zero():
+    from esreason_lib.experiments.comparison import _verdict
+
+    assert _verdict(0.01, 0.06) == "yes"
+    assert _verdict(-0.05, -0.01) == "no"
+    assert _verdict(-0.003, 0.010) == "within noise"

@@ -194,8 +194,13 @@ def comparison_report(preset: Preset, *, seeds=None, home=None, progress: bool =
             "coverage": coverage, "summary": summary, "traces": traces, "entropy_change": change, "diffs": diffs}
 
 
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
+def _verdict(low: float, high: float) -> str:
+    """"yes" when the whole CI of (claimed side) > 0, "no" when it is entirely <= 0, else "within noise"."""
+    if low > 0:
+        return "yes"
+    if high <= 0:
+        return "no"
+    return "within noise"
 
 
 def describe_comparison(summary: pd.DataFrame, diffs: pd.DataFrame, n_seeds: int) -> str:
@@ -211,7 +216,7 @@ def describe_comparison(summary: pd.DataFrame, diffs: pd.DataFrame, n_seeds: int
 
     def diff(a, b, k):
         r = diffs[(diffs["a"] == a) & (diffs["b"] == b) & (diffs["k"] == k)].iloc[0]
-        return r["diff"], f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+        return (r["ci_low"], r["ci_high"]), f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
 
     es_base1, es_base1_txt = diff("es", "base", 1)
     es_grpo_k, es_grpo_k_txt = diff("es", "grpo", kmax)
@@ -222,7 +227,7 @@ def describe_comparison(summary: pd.DataFrame, diffs: pd.DataFrame, n_seeds: int
     if "train_entropy_ratio" in s.columns:
         parts.append("training entropy last/first " + " / ".join(
             f"{names[m]} x{s.loc[m, 'train_entropy_ratio']:.2f}" for m in ("grpo", "es") if m in s.index))
-    parts += [f"ES pass@1 above base: {_yes(es_base1 > 0)} ({es_base1_txt})",
-              f"ES above GRPO at K={kmax}: {_yes(es_grpo_k > 0)} ({es_grpo_k_txt})",
-              f"GRPO wins at K=1: {_yes(es_grpo1 < 0)} (ES-GRPO {es_grpo1_txt})"]
+    parts += [f"ES pass@1 above base: {_verdict(*es_base1)} ({es_base1_txt})",
+              f"ES above GRPO at K={kmax}: {_verdict(*es_grpo_k)} ({es_grpo_k_txt})",
+              f"GRPO wins at K=1: {_verdict(-es_grpo1[1], -es_grpo1[0])} (ES-GRPO {es_grpo1_txt})"]
     return "; ".join(parts)
