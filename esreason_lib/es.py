@@ -30,6 +30,7 @@ import torch
 from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, SequentialBackend,  # noqa: F401
                                       sample_seed, score_examples)
 from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
+from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
 
 
@@ -119,17 +120,7 @@ class ESConfig:
         def is_int(v):
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
-        if isinstance(self.task_kwargs, dict):
-            object.__setattr__(self, "task_kwargs", tuple(sorted(self.task_kwargs.items())))
-        if isinstance(self.task_kwargs, list):
-            object.__setattr__(self, "task_kwargs", tuple(map(tuple, self.task_kwargs)))
-        if not (isinstance(self.task_kwargs, tuple) and all(
-                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.task_kwargs)):
-            bad("task_kwargs", "must be a dict or a tuple of (str, value) pairs")
-        try:
-            hash(self.task_kwargs)
-        except TypeError:
-            bad("task_kwargs", "must have hashable values (use tuples, not lists or dicts)")
+        object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
         for name in ("population_size", "iterations", "prompts_per_step"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 bad(name, "must be a positive int")

@@ -39,6 +39,7 @@ from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models import DEFAULT_BASE, load_model
 from esreason_lib.runs import Run
+from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.tasks import RewardShaping, get_task
 
@@ -223,17 +224,7 @@ class GRPOConfig:
         for name in ("model", "task"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 bad(name, "must be a non-empty string")
-        if isinstance(self.task_kwargs, dict):
-            object.__setattr__(self, "task_kwargs", tuple(sorted(self.task_kwargs.items())))
-        if isinstance(self.task_kwargs, list):
-            object.__setattr__(self, "task_kwargs", tuple(map(tuple, self.task_kwargs)))
-        if not (isinstance(self.task_kwargs, tuple) and all(
-                isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in self.task_kwargs)):
-            bad("task_kwargs", "must be a dict or a tuple of (str, value) pairs")
-        try:
-            hash(self.task_kwargs)
-        except TypeError:
-            bad("task_kwargs", "must have hashable values (use tuples, not lists or dicts)")
+        object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "GRPOConfig"))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             bad("seed", "must be an int")
 

@@ -89,3 +89,23 @@ class Task(abc.ABC):
 
     def iter_examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> Iterator[Example]:
         yield from self.examples(split, n=n, seed=seed)
+
+
+def freeze_task_kwargs(value, where: str) -> tuple:
+    """Task keyword arguments as sorted, hashable `(name, value)` pairs (configs hash and serialise them).
+
+    Accepts a dict, a list or a tuple of pairs; anything else is a ValueError naming `where` (e.g. "ESConfig").
+    """
+    if isinstance(value, dict):
+        value = tuple(sorted(value.items()))
+    if isinstance(value, list):
+        value = tuple(map(tuple, value))
+    if not (isinstance(value, tuple) and all(
+            isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in value)):
+        raise ValueError(f"{where}.task_kwargs must be a dict or a tuple of (str, value) pairs, got {value!r}")
+    try:
+        hash(value)
+    except TypeError:
+        raise ValueError(f"{where}.task_kwargs must have hashable values (use tuples, not lists or dicts), "
+                         f"got {value!r}") from None
+    return value
