@@ -162,6 +162,23 @@ def test_sample_distinct():
         sample_distinct("toy", "train", 1.5, 0, draw)
 
 
+def test_sample_distinct_memoised_and_copied():
+    calls = []
+
+    def draw(rng, split):
+        calls.append(1)
+        k = int(rng.integers(1000))
+        return k, {"id": str(k), "numbers": [k]}
+
+    first = sample_distinct("toy-memo", "test", 3, 7, draw)
+    n_calls = len(calls)
+    first[0]["numbers"].append(-1)  # a caller mutating its copy
+    again = sample_distinct("toy-memo", "test", 3, 7, draw)
+    assert len(calls) == n_calls  # served from the cache: no new draws
+    assert again[0]["numbers"] == [int(again[0]["id"])] and [e["id"] for e in again] == [e["id"] for e in first]
+    assert sample_distinct("toy-memo", "test", 3, 8, draw) != again  # another seed is another stream
+
+
 def test_data_files(tmp_path, monkeypatch):
     f = tmp_path / "train.jsonl"
     f.write_text(json.dumps({"a": 1}) + "\n\n" + json.dumps({"a": 2}) + "\n")

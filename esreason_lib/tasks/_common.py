@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -77,10 +78,26 @@ def sample_distinct(
 
     The stream is `numpy_rng(seed, task, split)`, so the list is a deterministic function of the arguments and
     a prefix of the list for a larger `n`. Raises ValueError when the split runs out of distinct problems.
+    `task` must name the problem distribution completely (it seeds the stream), because results are memoised
+    by (task, split, n, seed): every training run draws the same few thousand problems, which took seconds.
+    Callers get fresh copies, so mutating an example never changes the cache.
     """
     check_split(split)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
+    key = (task, split, int(n), seed)
+    if key not in _DISTINCT_CACHE:
+        _DISTINCT_CACHE[key] = _draw_distinct(task, split, n, seed, draw, max_misses)
+        while len(_DISTINCT_CACHE) > _DISTINCT_CACHE_SIZE:
+            _DISTINCT_CACHE.pop(next(iter(_DISTINCT_CACHE)))
+    return copy.deepcopy(_DISTINCT_CACHE[key])
+
+
+_DISTINCT_CACHE: dict[tuple, list[dict]] = {}
+_DISTINCT_CACHE_SIZE = 32
+
+
+def _draw_distinct(task, split, n, seed, draw, max_misses) -> list[dict]:
     rng = numpy_rng(seed, task, split)
     seen: set[Hashable] = set()
     out: list[dict] = []
