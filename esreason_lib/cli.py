@@ -1,12 +1,14 @@
 """Command line: `python -m esreason_lib <command>` (also installed as `esreason`).
 
-    train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume]
+    train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
     pretrain NAME                      build a zoo model (reused when already built)
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/
     claims                             write papers/claims.md and the README findings table
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
+`--eval` prints a before/after table: the base and every trained model on the preset's held-out problems
+(greedy accuracy and Pass@K from `EVAL_SAMPLES` samples at the preset's temperature; cached in the run store).
 """
 
 from __future__ import annotations
@@ -39,11 +41,42 @@ def parse_assignments(items: Sequence[str], config) -> dict:
     return out
 
 
+EVAL_SAMPLES = 16
+"""Samples per held-out problem in `train --eval` (Pass@1 and Pass@16; the notebooks use the preset's n)."""
+
+
+def before_after(preset, runs) -> str:
+    """The table printed by `train --eval`: the first run's base model, then each run in `runs`, on the same
+    held-out problems of the runs' task (the preset gives the evaluation protocol)."""
+    from dataclasses import replace
+
+    from .experiments.common import evaluate_ref, model_ref
+
+    n = min(EVAL_SAMPLES, preset.eval.n_samples)
+    ks = sorted({1, n})
+    spec = replace(preset.eval, n_samples=n, ks=tuple(ks))
+    first = runs[0].config
+    base, task, task_kwargs = first["model"], first["task"], dict(first["task_kwargs"])
+    rows = [("base " + base, base)] + [(run.path.name, model_ref(run)) for run in runs]
+    cols = (["eval/greedy"] if spec.greedy else []) + [f"eval/pass@{k}" for k in ks]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}",
+             f"{'model':<{width}}  " + "  ".join(f"{c.split('/')[1]:>8}" for c in cols)]
+    for name, ref in rows:
+        summary = evaluate_ref(ref, task, task_kwargs, spec, device=preset.device,
+                               progress=False).summary()
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{summary[c]:>8.3f}" for c in cols))
+    return "\n".join(lines)
+
+
 def _train(args) -> int:
     from .sequence import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
     if args.method == "sequence":
+        loose = [s for s in args.set if not s.startswith(("es.", "grpo."))]
+        if loose:  # would otherwise be silently ignored: a sequence has two configs
+            raise ValueError(f"train sequence: --set keys need an 'es.' or 'grpo.' prefix, got {loose[0]!r}")
         es = dataclasses.replace(preset.es, **parse_assignments([s for s in args.set if s.startswith("es.")], preset.es))
         grpo = dataclasses.replace(preset.grpo,
                                    **parse_assignments([s for s in args.set if s.startswith("grpo.")], preset.grpo))
@@ -52,7 +85,13 @@ def _train(args) -> int:
         runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
         for run in runs:
             print(run.path)
+        if args.eval:
+            print(before_after(preset, runs))
         return 0
+    other = "grpo" if args.method == "es" else "es"
+    wrong = [s for s in args.set if s.startswith(other + ".")]
+    if wrong:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
+        raise ValueError(f"--set {wrong[0]!r} is a {other} setting, but this trains {args.method}")
     config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
     if args.method == "es":
         from .es import train_es as trainer
@@ -60,6 +99,8 @@ def _train(args) -> int:
         from .grpo import train_grpo as trainer
     run = trainer(config, resume=not args.no_resume, progress=True)
     print(run.path)
+    if args.eval:
+        print(before_after(preset, [run]))
     return 0
 
 
@@ -99,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
     train.add_argument("--budget", type=int, default=None, help="total updates of a sequence (default: preset)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
+    train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)
     pre = sub.add_parser("pretrain", help="build a zoo model")
     pre.add_argument("name")

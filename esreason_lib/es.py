@@ -268,7 +268,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     if model is None:
         from esreason_lib.models import load_model
 
-        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype])
+        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype], home=home,
+                                       progress=progress)
         tokenizer = tokenizer or loaded_tok
     elif tokenizer is None:
         raise ValueError("train_es: a tokenizer is required when a model is passed")

@@ -233,6 +233,8 @@ PRESETS: dict[str, Preset] = {
 
 
 def _set_field(obj, key: str, value, where: str):
+    if not dataclasses.is_dataclass(obj):  # e.g. "seeds.x": the value at `where` has no fields to set
+        raise ValueError(f"{where}: cannot set {key!r} on a {type(obj).__name__} value {obj!r} (it has no fields)")
     names = {f.name for f in dataclasses.fields(obj)}
     head, _, rest = key.partition(".")
     if head not in names:

@@ -8,6 +8,7 @@ config names the previous stage's saved model directory as its base, so a finish
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -25,17 +26,21 @@ def split_budget(total: int, fractions: Sequence[float] = (0.5, 0.5)) -> tuple[i
         raise ValueError(f"total must be an int >= the number of stages ({len(fractions)}), got {total!r}")
     if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
         raise ValueError(f"fractions must be positive and sum to 1, got {tuple(fractions)!r}")
-    parts = [int(total * f) for f in fractions]
+    parts = [math.floor(round(total * f, 9)) for f in fractions]  # round: 100 * 0.29 = 28.999999999999996
     parts[-1] = total - sum(parts[:-1])
     return tuple(parts)
 
 
 def sequence_stages(order: Sequence[str], total: int, fractions: Sequence[float] | None = None) -> list[tuple[str, int]]:
     """`(method, budget)` stages for `order` (e.g. ("grpo", "es")) sharing `total` updates (equal split by default)."""
+    if not order:
+        raise ValueError(f"order must name at least one method, got {order!r}")
     for method in order:
         if method not in METHODS:
             raise ValueError(f"method {method!r} is not one of {METHODS}")
     fractions = fractions or [1.0 / len(order)] * len(order)
+    if len(fractions) != len(order):
+        raise ValueError(f"fractions must give one share per stage of {tuple(order)!r}, got {tuple(fractions)!r}")
     return list(zip(order, split_budget(total, fractions)))
 
 
@@ -50,15 +55,16 @@ def train_sequence(stages: Sequence[tuple[str, int]], *, es: ESConfig, grpo: GRP
     """
     if not stages:
         raise ValueError("stages must name at least one (method, budget) pair")
+    for method, budget in stages:  # every stage is checked before the first one trains
+        if method not in METHODS:
+            raise ValueError(f"stage method {method!r} is not one of {METHODS}")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"stage {method!r} budget must be a positive int, got {budget!r}")
     configs = {"es": es, "grpo": grpo}
     trainers = {"es": train_es, "grpo": train_grpo}
     current = str(base_model) if base_model is not None else configs[stages[0][0]].model
     runs: list[Run] = []
     for method, budget in stages:
-        if method not in METHODS:
-            raise ValueError(f"stage method {method!r} is not one of {METHODS}")
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"stage {method!r} budget must be a positive int, got {budget!r}")
         config = replace(configs[method], model=current, iterations=budget)
         run = trainers[method](config, home=home, resume=resume, progress=progress)
         runs.append(run)

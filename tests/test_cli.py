@@ -1,0 +1,219 @@
+"""The command line: `--set` parsing, the parser, clear errors, and `train` end to end on the smoke preset.
+
+Every run goes to ESREASON_HOME=tmp_path (the smoke zoo model pretrains there in about a second). Only `train` is
+executed; `pretrain`, `reproduce` and `claims` are parsed, never run (they write outside tmp_path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from esreason_lib import cli
+from esreason_lib.cli import build_parser, main, parse_assignments
+from esreason_lib.es import ESConfig
+from esreason_lib.grpo import GRPOConfig
+from esreason_lib.presets import get_preset
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
+    torch.set_num_threads(1)
+    return tmp_path
+
+
+# ------------------------------------------------------------------------------------------- parse_assignments
+def test_parse_assignments_literals_strings_and_prefixes():
+    es = get_preset("smoke").es
+    got = parse_assignments(["sigma=0.002", "antithetic=False", 'task_kwargs={"high": 9}', "device=cpu",
+                             "es.alpha=1e-3", "max_new_tokens=None", "population_size=6", "model=a=b",
+                             "normalization='rank'", " seed =3"], es)
+    assert got == {"sigma": 0.002, "antithetic": False, "task_kwargs": {"high": 9}, "device": "cpu", "alpha": 1e-3,
+                   "max_new_tokens": None, "population_size": 6, "model": "a=b", "normalization": "rank", "seed": 3}
+    assert type(got["population_size"]) is int and type(got["sigma"]) is float
+    assert parse_assignments([], es) == {}
+    assert parse_assignments(["sigma=1", "sigma=2"], es) == {"sigma": 2}  # the last one wins
+    assert parse_assignments(["grpo.lr=3e-4", "group_size=4"], get_preset("smoke").grpo) == {"lr": 3e-4,
+                                                                                              "group_size": 4}
+    # values that are not Python literals stay strings (a hub id, a path, a bare word)
+    assert parse_assignments(["model=Qwen/Qwen2.5-1.5B-Instruct", "task=gsm8k", "dtype=bfloat16"], es) == {
+        "model": "Qwen/Qwen2.5-1.5B-Instruct", "task": "gsm8k", "dtype": "bfloat16"}
+    assert parse_assignments(["model=/tmp/x y"], es) == {"model": "/tmp/x y"}
+    assert ESConfig(**{**dict(model="m"), **parse_assignments(["task_kwargs={'high': 9}"], es)}).task_kwargs == (
+        ("high", 9),)
+
+
+@pytest.mark.parametrize("item, pattern", [
+    ("sigma", r"--set expects key=value, got 'sigma'"),
+    ("=3", r"--set expects key=value, got '=3'"),
+    ("es.=3", r"--set expects key=value, got 'es.=3'"),
+    ("bogus=1", r"--set 'bogus' is not a field of ESConfig; fields: \[.*'sigma'"),
+    ("es.bogus=1", r"--set 'bogus' is not a field of ESConfig"),
+    ("lr=1e-3", r"--set 'lr' is not a field of ESConfig"),
+])
+def test_parse_assignments_errors_name_the_item(item, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        parse_assignments(["sigma=1", item], ESConfig())
+
+
+def test_parse_assignments_checks_against_the_given_config():
+    with pytest.raises(ValueError, match=r"--set 'sigma' is not a field of GRPOConfig"):
+        parse_assignments(["sigma=0.1"], GRPOConfig())
+
+
+# ------------------------------------------------------------------------------------------- parser
+def test_build_parser_subcommands_and_defaults():
+    parser = build_parser()
+    a = parser.parse_args(["train", "es"])
+    assert (a.command, a.method, a.preset, a.set, a.order, a.budget, a.no_resume, a.eval) == (
+        "train", "es", "tiny", [], "grpo,es", None, False, False)
+    assert a.func is cli._train
+    a = parser.parse_args(["train", "sequence", "--preset", "smoke", "--set", "es.sigma=1", "--set", "grpo.lr=2",
+                           "--order", "es,grpo", "--budget", "4", "--no-resume", "--eval"])
+    assert (a.method, a.preset, a.set, a.order, a.budget, a.no_resume, a.eval) == (
+        "sequence", "smoke", ["es.sigma=1", "grpo.lr=2"], "es,grpo", 4, True, True)
+    a = parser.parse_args(["pretrain", "qwen2-s"])
+    assert (a.command, a.name, a.func) == ("pretrain", "qwen2-s", cli._pretrain)
+    a = parser.parse_args(["reproduce", "01.py", "02.py", "--preset", "smoke"])
+    assert (a.notebooks, a.preset, a.func) == (["01.py", "02.py"], "smoke", cli._reproduce)
+    a = parser.parse_args(["reproduce"])
+    assert (a.notebooks, a.preset) == ([], None)
+    assert parser.parse_args(["claims"]).func is cli._claims
+
+
+@pytest.mark.parametrize("argv", [[], ["train"], ["train", "adam"], ["train", "es", "--preset", "huge"],
+                                  ["train", "es", "--budget", "x"], ["pretrain"], ["nope"]])
+def test_parser_rejects_bad_command_lines(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    assert exc.value.code == 2 and "usage: esreason" in capsys.readouterr().err
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    for command in ("train", "pretrain", "reproduce", "claims"):
+        assert command in out
+
+
+# ------------------------------------------------------------------------------------------- main: errors
+@pytest.mark.parametrize("argv, pattern", [
+    (["train", "es", "--set", "bogus=1"], r"--set 'bogus' is not a field of ESConfig"),
+    (["train", "grpo", "--set", "sigma=0.1"], r"--set 'sigma' is not a field of GRPOConfig"),
+    (["train", "es", "--set", "sigma"], r"--set expects key=value, got 'sigma'"),
+    (["train", "es", "--set", "sigma=-1"], r"ESConfig\.sigma must be a positive finite float, got -1"),
+    (["train", "es", "--set", "grpo.seed=1"], r"--set 'grpo\.seed=1' is a grpo setting, but this trains es"),
+    (["train", "sequence", "--set", "sigma=0.1"], r"train sequence: --set keys need an 'es\.' or 'grpo\.' "
+                                                  r"prefix, got 'sigma=0\.1'"),
+    (["train", "sequence", "--set", "es.bogus=1"], r"--set 'bogus' is not a field of ESConfig"),
+    (["train", "sequence", "--order", "grpo,adam"], r"method 'adam' is not one of \('es', 'grpo'\)"),
+    (["train", "sequence", "--budget", "1"], r"total must be an int >= the number of stages \(2\), got 1"),
+])
+def test_main_bad_input_is_one_error_line_and_exit_2(argv, pattern, home, capsys):
+    assert main(argv + ["--preset", "smoke"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("esreason: error: "), captured.err
+    assert re.search(pattern, lines[0]), lines[0]
+    assert captured.out == "" and list(home.iterdir()) == []  # nothing trained, nothing written
+
+
+# ------------------------------------------------------------------------------------------- main: train
+def _table(lines: list[str]) -> dict[str, list[float]]:
+    """The before/after table's rows as {model name: [greedy, pass@1, pass@4]}."""
+    assert re.fullmatch(r"held-out countdown: 6 problems, 4 samples at T=1\.0", lines[0]), lines[0]
+    assert lines[1].split() == ["model", "greedy", "pass@1", "pass@4"], lines[1]
+    rows = {}
+    for line in lines[2:]:
+        m = re.fullmatch(r"(\S+(?: \S+)?) +(\d\.\d{3}) +(\d\.\d{3}) +(\d\.\d{3})", line)
+        assert m, line
+        rows[m.group(1)] = [float(x) for x in m.groups()[1:]]
+        assert all(0.0 <= x <= 1.0 for x in rows[m.group(1)]) and rows[m.group(1)][1] <= rows[m.group(1)][2]
+    assert len({len(line) for line in lines[1:]}) == 1  # aligned columns
+    return rows
+
+
+def test_main_train_es_end_to_end_then_eval(home, capsys):
+    argv = ["train", "es", "--preset", "smoke", "--set", "iterations=1", "--set", "es.sigma=0.01"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1
+    path = Path(out[0])
+    assert path.parent == home and path.name.startswith("es-") and path.is_dir()
+    config = json.loads((path / "config.json").read_text())
+    assert (config["model"], config["iterations"], config["sigma"], config["task"]) == ("smoke", 1, 0.01,
+                                                                                         "countdown")
+    assert json.loads((path / "manifest.json").read_text())["status"] == "complete"
+    metrics = (path / "metrics.jsonl").read_text()
+    assert [json.loads(line)["step"] for line in metrics.splitlines()] == [1]
+
+    # the same command again (+ --eval): the finished run is reused, then the before/after table is printed
+    assert main(argv + ["--eval"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(path) and (path / "metrics.jsonl").read_text() == metrics
+    rows = _table(out[1:])
+    assert list(rows) == ["base smoke", path.name]
+    evals = sorted(p.name for p in home.iterdir() if p.name.startswith("eval-"))
+    assert len(evals) == 2  # base and trained model, cached in the run store
+    refs = {json.loads((home / e / "config.json").read_text())["model"] for e in evals}
+    assert refs == {"smoke", str(path / "model")}
+    # a third time: every evaluation comes from the cache and the table is identical
+    assert main(argv + ["--eval"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == out[1:]
+
+
+def test_main_train_grpo_no_resume(home, capsys):
+    assert main(["train", "grpo", "--preset", "smoke", "--set", "grpo.iterations=1", "--set", "lr=1e-3",
+                 "--no-resume"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    path = Path(line)
+    assert path.parent == home and path.name.startswith("grpo-")
+    config = json.loads((path / "config.json").read_text())
+    assert (config["iterations"], config["lr"], config["group_size"]) == (1, 1e-3, 4)
+    assert (path / "model" / "config.json").exists()
+
+
+def test_main_train_sequence_prints_each_stage_and_the_table(home, capsys):
+    assert main(["train", "sequence", "--preset", "smoke", "--budget", "2", "--set", "es.sigma=0.01",
+                 "--eval"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    first, second = Path(out[0]), Path(out[1])
+    assert first.parent == second.parent == home
+    assert first.name.startswith("grpo-") and second.name.startswith("es-")  # default order grpo,es
+    c1 = json.loads((first / "config.json").read_text())
+    c2 = json.loads((second / "config.json").read_text())
+    assert (c1["model"], c1["iterations"]) == ("smoke", 1)
+    assert (c2["model"], c2["iterations"], c2["sigma"]) == (str(first / "model"), 1, 0.01)
+    rows = _table(out[2:])
+    assert list(rows) == ["base smoke", first.name, second.name]  # one row per stage run
+
+
+def test_main_train_sequence_budget_and_order(home, capsys):
+    assert main(["train", "sequence", "--preset", "smoke", "--budget", "3", "--order", "es, grpo"]) == 0
+    first, second = (Path(line) for line in capsys.readouterr().out.splitlines())
+    assert first.name.startswith("es-") and second.name.startswith("grpo-")
+    c1 = json.loads((first / "config.json").read_text())
+    c2 = json.loads((second / "config.json").read_text())
+    assert (c1["iterations"], c2["iterations"]) == (1, 2)  # 3 split 50/50: the last stage takes the remainder
+    assert c2["model"] == str(first / "model")
+
+
+def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
+    from esreason_lib.es import train_es
+
+    preset = get_preset("smoke", **{"eval.greedy": False, "eval.n_problems": 3})
+    run = train_es(preset.config("es", iterations=1), progress=False)
+    monkeypatch.setattr(cli, "EVAL_SAMPLES", 2)  # fewer than the preset's n_samples=4: Pass@1 and Pass@2
+    lines = cli.before_after(preset, [run]).splitlines()
+    assert lines[0] == "held-out countdown: 3 problems, 2 samples at T=1.0"
+    assert lines[1].split() == ["model", "pass@1", "pass@2"]  # no greedy column when the preset skips it
+    assert [line.split()[:-2] for line in lines[2:]] == [["base", "smoke"], [run.path.name]]
+    specs = [json.loads((p / "config.json").read_text())["eval"] for p in home.iterdir() if p.name.startswith("eval-")]
+    assert len(specs) == 2 and all((s["n_samples"], s["ks"], s["greedy"]) == (2, [1, 2], False) for s in specs)
