@@ -82,6 +82,28 @@ def config_hash(config) -> str:
     return hashlib.sha256(_canonical_json(config).encode()).hexdigest()[:10]
 
 
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def with_zoo_versions(cfg: dict) -> dict:
+    """`cfg` plus `"zoo_versions": {name: hash of its ZooSpec}` for every zoo model name among its string values.
+
+    A run that starts from a zoo model by name must not be reused once that model's recipe changes (a new
+    habit fraction, step budget, ...), so the spec's hash joins the run's identity."""
+    from esreason_lib.zoo import ZOO
+
+    names = sorted({s for s in _strings(cfg) if s in ZOO})
+    return {**cfg, "zoo_versions": {n: config_hash(ZOO[n]) for n in names}} if names else cfg
+
+
 def _check_kind(kind) -> str:
     if not isinstance(kind, str) or not _SLUG.match(kind):
         raise ValueError(f"kind must be a simple slug (lowercase letters, digits, '-', '_'; starts with a "
@@ -181,6 +203,8 @@ class Run:
             raise ValueError(f"seed must be an int, got {seed!r}")
         seed = int(seed)
         cfg = json.loads(_canonical_json(config))
+        if kind != "zoo":
+            cfg = with_zoo_versions(cfg)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         path = Path(home if home is not None else esreason_home()) / f"{kind}-{config_hash(cfg)}"

@@ -180,13 +180,13 @@ class ZooSpec:
         return init_qwen2(self.qwen2_config(vocab_size), self.seed)
 
 
-_S = ZooSpec("qwen2-s", batch_size=64, steps=3000, lr=3e-3, warmup=100, max_seconds=180.0)
+_S = ZooSpec("qwen2-s", batch_size=64, steps=3000, lr=3e-3, warmup=100, max_seconds=360.0)
 ZOO: dict[str, ZooSpec] = {
     spec.name: spec for spec in [
         ZooSpec("smoke", hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
                 steps=30, batch_size=64, lr=3e-3, warmup=5, max_seconds=20.0),
         _S,
-        replace(_S, name="qwen2-s-habit", habit_fraction=0.25),
+        replace(_S, name="qwen2-s-habit", habit_fraction=0.4),
         ZooSpec("qwen2-m", hidden_size=128, num_layers=4, intermediate_size=512, batch_size=64, steps=1500,
                 lr=2e-3, warmup=100, max_seconds=210.0),
         ZooSpec("qwen2-l", hidden_size=192, num_layers=6, num_heads=6, num_kv_heads=2, intermediate_size=768,
@@ -194,7 +194,7 @@ ZOO: dict[str, ZooSpec] = {
     ]
 }
 """Named base models: "smoke" (~14k params, seconds, tests only), "qwen2-s" (130k), "qwen2-s-habit" (130k,
-25% habit answers), "qwen2-m" (1.0M), "qwen2-l" (3.3M). Measured numbers: `esreason_lib.models` docstring."""
+40% habit answers), "qwen2-m" (1.0M), "qwen2-l" (3.3M). Measured numbers: `esreason_lib.models` docstring."""
 
 DEFAULT_BASE = "qwen2-s"
 """The default base model of the CPU experiments."""

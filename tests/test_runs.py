@@ -130,3 +130,21 @@ def test_finish_manifest(tmp_path):
         run.finish(status="complete", seed=3)
     run.finish(status="failed")
     assert not run.is_complete() and not R.run_exists("es", _Cfg(), home=tmp_path)
+
+
+def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from esreason_lib import zoo
+    from esreason_lib.runs import Run, config_hash, with_zoo_versions
+
+    assert with_zoo_versions({"model": "not-a-zoo-name", "x": [1]}) == {"model": "not-a-zoo-name", "x": [1]}
+    tagged = with_zoo_versions({"model": "smoke", "nested": {"refs": ["qwen2-s"]}})
+    assert tagged["zoo_versions"] == {"smoke": config_hash(zoo.ZOO["smoke"]),
+                                      "qwen2-s": config_hash(zoo.ZOO["qwen2-s"])}
+    before = Run.open("es", {"model": "smoke"}, seed=0, home=tmp_path)
+    assert before.config["zoo_versions"] == {"smoke": config_hash(zoo.ZOO["smoke"])}
+    assert Run.open("es", {"model": "smoke"}, seed=0, home=tmp_path).path == before.path
+    monkeypatch.setitem(zoo.ZOO, "smoke", replace(zoo.ZOO["smoke"], steps=31))  # the recipe changes
+    assert Run.open("es", {"model": "smoke"}, seed=0, home=tmp_path).path != before.path
+    assert "zoo_versions" not in Run.open("zoo", {"name": "smoke"}, seed=0, home=tmp_path).config
