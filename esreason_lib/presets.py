@@ -147,7 +147,11 @@ class Preset:
         """The preset's ES or GRPO config with `changes` applied (validated)."""
         if method not in ("es", "grpo"):
             raise ValueError(f"method must be 'es' or 'grpo', got {method!r}")
-        return replace(getattr(self, method), **changes)
+        config = getattr(self, method)
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(config)})
+        if unknown:
+            raise ValueError(f"{type(config).__name__} has no field(s) {unknown}")
+        return replace(config, **changes)
 
 
 def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict, grpo: dict, **rest) -> Preset:

@@ -156,6 +156,8 @@ def test_preset_config():
     for bad in ("adam", "ES", ""):
         with pytest.raises(ValueError, match=rf"method must be 'es' or 'grpo', got {bad!r}"):
             smoke.config(bad)
+    with pytest.raises(ValueError, match=r"GRPOConfig has no field\(s\) \['bogus'\]"):
+        smoke.config("grpo", bogus=1)
 
 
 # ------------------------------------------------------------------------------------------- EvalSpec
