@@ -93,9 +93,10 @@ class ZooSpec:
 
     name: str
     """The zoo name (also recorded in the run manifest)."""
-    recipe: int = 1
-    """Version of the pretraining recipe (corpus stream, loss, schedule): part of the config hash, so bumping it
-    after a change to `esreason_lib.pretrain` stops stale zoo models in the run store from being reused."""
+    recipe: int = 2
+    """Version of the pretraining recipe (corpus stream, loss, schedule, the mixture tasks' defaults): part of
+    the config hash, so bumping it after such a change stops stale zoo models in the store from being reused.
+    2: addition with 2-digit operands (was 3)."""
     # --- architecture ---
     hidden_size: int = 64
     """Model width d_model."""

@@ -40,14 +40,15 @@ def test_addition_examples_prompt_and_demo():
     exs = task.examples("test", n=100)
     assert exs == task.examples("test", n=100) and len({e["id"] for e in exs}) == 100
     assert task.examples("test", n=10, seed=3) != exs[:10]
+    assert task.digits == 2 and task.prompt({"id": "addition-47-6", "a": 47, "b": 6}) == "A47+06="
     ex = {"id": "addition-347-86", "a": 347, "b": 86}
-    assert task.prompt(ex) == "A347+086=" and task.demonstration(ex) == "433"
+    assert Addition(digits=3).prompt(ex) == "A347+086=" and task.demonstration(ex) == "433"
     assert len({len(task.prompt(e)) for e in exs}) == 1
     assert all(task.reward(task.demonstration(e, np.random.default_rng(0)), e) == 1.0 for e in exs)
     assert Addition(digits=5).prompt({"a": 1, "b": 2}) == "A00001+00002="
     chat = task.prompt(ex, ChatTok())
     assert chat.startswith("<|user|>") and "347 + 86" in chat and "<answer>" in chat
-    assert len(task.examples("train")) == 5000 and task.max_new_tokens == 6 and task.stop is None
+    assert len(task.examples("train")) == 5000 and task.max_new_tokens == task.digits + 3 == 5 and task.stop is None
 
 
 def test_addition_disjoint_splits():

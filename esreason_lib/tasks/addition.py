@@ -1,7 +1,7 @@
 """Addition: a held-out synthetic task for the forgetting study.
 
-Tiny-model format: prompt `"A347+086="` (the letter A, then both operands zero-padded to `digits` digits, so
-all prompts have one length) and completion the sum without leading zeros, e.g. `"433"`, then EOS.
+Tiny-model format: prompt `"A47+06="` (the letter A, then both operands zero-padded to `digits` digits, so
+all prompts have one length) and completion the sum without leading zeros, e.g. `"53"`, then EOS.
 The answer is read from the answer span (the last `<answer>` content, else the first line): the final number
 is the text after its last "=" (the documented marker, so a short working chain such as `"6+7=13;=433"` is
 allowed), or the whole span when it has no "=". It must be a plain run of digits (<= 20 of them).
@@ -25,14 +25,17 @@ _MAX_ANSWER_DIGITS = 20
 
 class Addition(Task):
     """Sums of two uniform `digits`-digit operands (0 .. 10**digits - 1). The problem {a, b} (unordered) is
-    assigned to a split by a fixed hash; `examples` returns distinct ordered problems."""
+    assigned to a split by a fixed hash; `examples` returns distinct ordered problems. The default is 2 digits:
+    with 10% of the tiny zoo's pretraining mixture, 3-digit sums stayed at ~1% greedy (no room to show a
+    drop in the forgetting study); 2-digit sums reach 3.5% (qwen2-s) and 7.5% (qwen2-s-habit) greedy on 200
+    held-out problems, and more when sampled."""
 
     name = "addition"
     stop = None
 
     def __init__(
         self,
-        digits: int = 3,
+        digits: int = 2,
         *,
         test_fraction: float = 0.1,
         train_size: int = 5000,
@@ -59,7 +62,7 @@ class Addition(Task):
         return sample_distinct(f"{self.name}-{self.digits}-{self.test_fraction}", split, n, seed, self._draw)
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
-        """`"A347+086="` for plain tokenizers; a chat turn asking for `<answer>N</answer>` otherwise."""
+        """`"A47+06="` (2 digits) for plain tokenizers; a chat turn asking for `<answer>N</answer>` otherwise."""
         d = self.digits
         plain = f"A{example['a']:0{d}d}+{example['b']:0{d}d}="
         instruction = f"Compute {example['a']} + {example['b']}. Give only the final number inside <answer></answer>."
