@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -32,6 +32,10 @@ from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, Sequentia
 from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
+from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
+                                     check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
+                                     check_positive_float, check_positive_int)
 
 
 def zscore(rewards: np.ndarray) -> np.ndarray:
@@ -114,49 +118,21 @@ class ESConfig:
     """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
 
     def __post_init__(self):
-        def bad(name, why):
-            raise ValueError(f"ESConfig.{name} {why}, got {getattr(self, name)!r}")
-
-        def is_int(v):
-            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
-        for name in ("population_size", "iterations", "prompts_per_step"):
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                bad(name, "must be a positive int")
-        if self.population_size < 2:
-            bad("population_size", "must be >= 2 (fitness is relative within the population)")
-        if self.antithetic and self.population_size % 2:
-            bad("population_size", "must be even when antithetic=True (members come in +/- pairs)")
-        for name in ("sigma", "alpha", "temperature"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-                bad(name, "must be a positive finite float")
-        if self.normalization not in FITNESS_SHAPING:
-            bad("normalization", f"must be one of {tuple(FITNESS_SHAPING)}")
-        for name in ("antithetic", "greedy"):
-            if not isinstance(getattr(self, name), bool):
-                bad(name, "must be a bool")
-        for name in ("max_new_tokens", "train_size"):
-            v = getattr(self, name)
-            if v is not None and (not is_int(v) or v < 1):
-                bad(name, "must be None or a positive int")
-        for name in ("reward_correct", "reward_formatted", "reward_invalid"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                bad(name, "must be a finite float")
-        if not is_int(self.checkpoint_every) or self.checkpoint_every < 0:
-            bad("checkpoint_every", "must be an int >= 0")
-        if self.dtype not in _DTYPES:
-            bad("dtype", f"must be one of {tuple(_DTYPES)}")
-        for name in ("model", "task", "device"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                bad(name, "must be a non-empty string")
-        if not is_int(self.seed):
-            bad("seed", "must be an int")
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+        check_positive_int(self, "population_size", "iterations", "prompts_per_step")
+        check(self, "population_size", self.population_size >= 2,
+              "must be >= 2 (fitness is relative within the population)")
+        check(self, "population_size", not (self.antithetic and self.population_size % 2),
+              "must be even when antithetic=True (members come in +/- pairs)")
+        check_positive_float(self, "sigma", "alpha", "temperature")
+        check_choice(self, "normalization", FITNESS_SHAPING)
+        check_bool(self, "antithetic", "greedy")
+        check_optional_positive_int(self, "max_new_tokens", "train_size")
+        check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
+        check_nonnegative_int(self, "checkpoint_every")
+        check_choice(self, "dtype", DTYPES)
+        check_nonempty_str(self, "model", "task", "device")
+        check_int(self, "seed")
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,26 +239,9 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     run = Run.open("es", config, seed=config.seed, home=home)
     if run.is_complete():
         return run
-    device = torch.device(config.device if config.device != "auto" else
-                          ("cuda" if torch.cuda.is_available() else "cpu"))
-    if model is None:
-        from esreason_lib.models import load_model
-
-        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype], home=home,
-                                       progress=progress)
-        tokenizer = tokenizer or loaded_tok
-    elif tokenizer is None:
-        raise ValueError("train_es: a tokenizer is required when a model is passed")
-    model.to(device=device, dtype=_DTYPES[config.dtype]).eval()
-    if task is None:
-        from esreason_lib.tasks import get_task
-        from esreason_lib.tasks.base import RewardShaping
-
-        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-        task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-    examples = task.examples("train", n=config.train_size, seed=0)
-    if not examples:
-        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
+                                                       home=home, progress=progress, caller="train_es")
+    model.eval()
     backend = backend or SequentialBackend.from_config(config, task, tokenizer)
     max_new = config.max_new_tokens or task.max_new_tokens
     es = ES(config, model)

@@ -37,11 +37,14 @@ from tqdm.auto import tqdm
 
 from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
-from esreason_lib.models import DEFAULT_BASE, load_model
+from esreason_lib.models import DEFAULT_BASE
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.tasks import RewardShaping, get_task
+from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
+                                     check_nonnegative_int, check_optional_positive_int, check_positive_float,
+                                     check_positive_int, is_real)
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
@@ -186,56 +189,24 @@ class GRPOConfig:
     """Run seed; prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
 
     def __post_init__(self):
-        def bad(name, why):
-            raise ValueError(f"GRPOConfig.{name} {why}, got {getattr(self, name)!r}")
-
-        for name in ("group_size", "prompts_per_step", "ppo_epochs", "iterations"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                bad(name, "must be a positive int")
-        if self.group_size < 2:
-            bad("group_size", "must be >= 2 (advantages are relative within a group)")
-        for name in ("max_new_tokens", "train_size", "micro_batch_size"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                bad(name, "must be None or a positive int")
-        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
-            bad("checkpoint_every", "must be an int >= 0")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            bad("lr", "must be a positive finite float")
-        if not 0 < self.clip_eps < 1:
-            bad("clip_eps", "must be in (0, 1)")
-        if not (self.beta >= 0 and math.isfinite(self.beta)):
-            bad("beta", "must be a finite float >= 0")
-        if not self.temperature > 0:
-            bad("temperature", "must be > 0")
-        if not 0 < self.top_p <= 1:
-            bad("top_p", "must be in (0, 1]")
-        if self.scale not in SCALES:
-            bad("scale", f"must be one of {SCALES}")
-        if self.aggregation not in AGGREGATIONS:
-            bad("aggregation", f"must be one of {AGGREGATIONS}")
-        if not self.weight_decay >= 0:
-            bad("weight_decay", "must be >= 0")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            bad("max_grad_norm", "must be None or > 0")
-        if self.dtype not in _DTYPES:
-            bad("dtype", f"must be one of {tuple(_DTYPES)}")
-        for name in ("model", "task"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                bad(name, "must be a non-empty string")
+        check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
+        check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
+        check_optional_positive_int(self, "max_new_tokens", "train_size", "micro_batch_size")
+        check_nonnegative_int(self, "checkpoint_every")
+        check_positive_float(self, "lr", "temperature")
+        check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
+        check_nonnegative_float(self, "beta")
+        check(self, "top_p", is_real(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]")
+        check_choice(self, "scale", SCALES)
+        check_choice(self, "aggregation", AGGREGATIONS)
+        check_nonnegative_float(self, "weight_decay")
+        check(self, "max_grad_norm",
+              self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
+              "must be None or > 0")
+        check_choice(self, "dtype", DTYPES)
+        check_nonempty_str(self, "model", "task", "device")
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "GRPOConfig"))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            bad("seed", "must be an int")
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+        check_int(self, "seed")
 
 
 def _chunks(n: int, size: int | None) -> list[slice]:
@@ -322,20 +293,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     run = Run.open("grpo", config, seed=config.seed, home=home)
     if run.is_complete():
         return run
-    device = _resolve_device(config.device)
-    if model is None:
-        model, loaded_tok = load_model(config.model, device=device, dtype=_DTYPES[config.dtype], home=home,
-                                       progress=progress)
-        tokenizer = tokenizer or loaded_tok
-    elif tokenizer is None:
-        raise ValueError("train_grpo: a tokenizer is required when a model is passed")
-    model.to(device=device, dtype=_DTYPES[config.dtype])
-    if task is None:
-        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-        task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-    examples = task.examples("train", n=config.train_size, seed=0)
-    if not examples:
-        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
+                                                       home=home, progress=progress, caller="train_grpo")
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -50,6 +50,17 @@ def _axes(ax, figsize=(5.5, 3.8)):
     return ax.figure, ax
 
 
+def _finish(ax, xlabel: str, ylabel: str, *, logx: bool = False, logy: bool = False, xbase: float = 10,
+            ylim: tuple[float, float] | None = None, **legend_kw) -> None:
+    """Log scales, axis labels (and `ylim` when given), then a frameless legend with `legend_kw`."""
+    if logx:
+        ax.set_xscale("log", base=xbase)
+    if logy:
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, **({"ylim": ylim} if ylim is not None else {}))
+    ax.legend(frameon=False, **legend_kw)
+
+
 def plot_pass_at_k(curves: Mapping[str, pd.DataFrame], ax=None, logx: bool = True):
     """Pass@K curves with bootstrap bands. `curves[label]` has columns k, pass_at_k, ci_low, ci_high."""
     fig, ax = _axes(ax)
@@ -58,10 +69,7 @@ def plot_pass_at_k(curves: Mapping[str, pd.DataFrame], ax=None, logx: bool = Tru
         ax.plot(df["k"], df["pass_at_k"], marker="o", ms=3, label=label, color=c)
         if {"ci_low", "ci_high"} <= set(df.columns):
             ax.fill_between(df["k"], df["ci_low"], df["ci_high"], alpha=0.2, color=c, linewidth=0)
-    if logx:
-        ax.set_xscale("log", base=2)
-    ax.set(xlabel="K", ylabel="Pass@K", ylim=(0, 1.02))
-    ax.legend(frameon=False)
+    _finish(ax, "K", "Pass@K", logx=logx, xbase=2, ylim=(0, 1.02))
     return fig, ax
 
 
@@ -79,8 +87,7 @@ def plot_metric_curves(runs: Mapping[str, pd.DataFrame], key: str, ax=None, x: s
         ax.plot(df[x], y, color=color_for(label, i), alpha=0.85, lw=1.4,
                 label=method if method not in seen else None)
         seen.add(method)
-    ax.set(xlabel=x, ylabel=ylabel or key)
-    ax.legend(frameon=False)
+    _finish(ax, x, ylabel or key)
     return fig, ax
 
 
@@ -93,8 +100,7 @@ def plot_pass_plane(points: pd.DataFrame, x: str = "pass@1", y: str = "pass@K", 
     if "non_dominated" in points:
         front = points[points["non_dominated"]].sort_values(x)
         ax.plot(front[x], front[y], ls="--", color="gray", zorder=2)
-    ax.set(xlabel=x, ylabel=y)
-    ax.legend(frameon=False, fontsize="small")
+    _finish(ax, x, y, fontsize="small")
     return fig, ax
 
 
@@ -118,12 +124,7 @@ def plot_xy(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax=None
         ax.plot(df[x], df[y], marker=marker, ms=4, label=str(name), color=color_for(str(name), i))
     if reference is not None:
         ax.plot(reference[0], reference[1], ls="--", color="gray", label=reference[2])
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set(xlabel=x, ylabel=y)
-    ax.legend(frameon=False, fontsize="small")
+    _finish(ax, x, y, logx=logx, logy=logy, fontsize="small")
     return fig, ax
 
 
@@ -146,10 +147,7 @@ def plot_pass_at_k_seeds(mean: pd.DataFrame, per_seed: pd.DataFrame | None = Non
         ax.plot(df["k"], df["pass_at_k"], marker="o", ms=3, lw=2, color=c,
                 label=f"{name} ({n_seeds} seeds)" if n_seeds > 1 else str(name))
         ax.fill_between(df["k"], df["ci_low"], df["ci_high"], alpha=0.2, color=c, linewidth=0)
-    if logx:
-        ax.set_xscale("log", base=2)
-    ax.set(xlabel="K", ylabel="Pass@K", ylim=(0, 1.02))
-    ax.legend(frameon=False)
+    _finish(ax, "K", "Pass@K", logx=logx, xbase=2, ylim=(0, 1.02))
     return fig, ax
 
 
@@ -181,12 +179,7 @@ def plot_scatter(table: pd.DataFrame, x: str, y: str, hue: str | None = None, ax
         if len(vals):
             lo, hi = float(vals.min()), float(vals.max())
             ax.plot([lo, hi], [lo, hi], ls="--", color="gray", label="y = x")
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set(xlabel=x, ylabel=y)
-    ax.legend(frameon=False, fontsize="small")
+    _finish(ax, x, y, logx=logx, logy=logy, fontsize="small")
     return fig, ax
 
 
@@ -206,6 +199,5 @@ def plot_grouped_bars(table: pd.DataFrame, x: str, y: str, hue: str, ax=None, ye
             ax.errorbar(pos, [r[y] for _, r in rows], yerr=[r[yerr] for _, r in rows], fmt="none", color="black",
                         capsize=3)
     ax.set_xticks(np.arange(len(xs)), [str(v) for v in xs])
-    ax.set(xlabel=x, ylabel=y)
-    ax.legend(frameon=False, fontsize="small", title=hue)
+    _finish(ax, x, y, fontsize="small", title=hue)
     return fig, ax

@@ -18,6 +18,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from esreason_lib.seeding import derive_seed
+from esreason_lib.validation import check, check_nonnegative_float, check_positive_int, is_real
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -149,20 +150,15 @@ class ZooSpec:
     """Run seed: model init and the corpus stream derive from it by name."""
 
     def __post_init__(self):
-        for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                      "max_position_embeddings", "steps", "batch_size"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"ZooSpec.{field} must be >= 1, got {getattr(self, field)!r}")
-        if not 0.0 <= self.habit_fraction <= 1.0:
-            raise ValueError(f"ZooSpec.habit_fraction must be in [0, 1], got {self.habit_fraction!r}")
-        for field in ("countdown_weight", "addition_weight", "sorting_weight"):
-            if getattr(self, field) < 0:
-                raise ValueError(f"ZooSpec.{field} must be >= 0, got {getattr(self, field)!r}")
+        check_positive_int(self, "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                           "max_position_embeddings", "steps", "batch_size")
+        check(self, "habit_fraction", is_real(self.habit_fraction) and 0 <= self.habit_fraction <= 1,
+              "must be in [0, 1]")
+        check_nonnegative_float(self, "countdown_weight", "addition_weight", "sorting_weight")
         if self.countdown_weight + self.addition_weight + self.sorting_weight <= 0:
             raise ValueError("ZooSpec mixture weights (countdown_weight, addition_weight, sorting_weight) "
                              "must have a positive sum")
-        if self.max_seconds <= 0:
-            raise ValueError(f"ZooSpec.max_seconds must be > 0, got {self.max_seconds!r}")
+        check(self, "max_seconds", is_real(self.max_seconds) and self.max_seconds > 0, "must be > 0")  # inf = no time cap
 
     def task_kwargs(self) -> dict:
         """Keyword arguments for `get_task("countdown", **kwargs)` matching this model's training."""

@@ -5,16 +5,6 @@ import torch
 from esreason_lib import analysis
 
 
-def _pair():
-    base = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-            "model.layers.0.mlp.up_proj.weight": torch.tensor([1.0, 1.0, 1.0, 1.0]),
-            "model.norm.weight": torch.tensor([1.0, 1.0])}
-    tuned = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-             "model.layers.0.mlp.up_proj.weight": torch.tensor([1.1, 1.0, 0.5, 1.01]),
-             "model.norm.weight": torch.tensor([1.0, 3.0])}
-    return base, tuned
-
-
 def test_module_type():
     assert analysis.module_type("model.layers.3.self_attn.q_proj.weight") == "attention"
     assert analysis.module_type("model.layers.3.mlp.down_proj.weight") == "mlp"
@@ -24,8 +14,8 @@ def test_module_type():
     assert analysis.module_type("something") == "other"
 
 
-def test_update_deltas_and_drift_table():
-    base, tuned = _pair()
+def test_update_deltas_and_drift_table(state_pair):
+    base, tuned = state_pair
     deltas = analysis.update_deltas(base, tuned)
     assert torch.allclose(deltas["model.norm.weight"], torch.tensor([0.0, 2.0]))
     table = analysis.drift_table(base, tuned).set_index("name")
@@ -35,22 +25,22 @@ def test_update_deltas_and_drift_table():
     assert table.loc["model.layers.0.mlp.up_proj.weight", "changed"] == 3
 
 
-def test_relative_drift_hand_computed():
-    base, tuned = _pair()
+def test_relative_drift_hand_computed(state_pair):
+    base, tuned = state_pair
     d2 = 0.1 ** 2 + 0.5 ** 2 + 0.01 ** 2 + 2.0 ** 2
     b2 = 1 + 4 + 9 + 16 + 4 + 2
     assert analysis.relative_drift(base, tuned) == pytest.approx(np.sqrt(d2 / b2), rel=1e-6)
 
 
-def test_module_summary_shares_sum_to_one():
-    base, tuned = _pair()
+def test_module_summary_shares_sum_to_one(state_pair):
+    base, tuned = state_pair
     summary = analysis.module_summary(analysis.drift_table(base, tuned))
     assert summary["update_share"].sum() == pytest.approx(1.0)
     assert summary.iloc[0]["module"] == "norm"  # the 2.0 update dominates
 
 
-def test_reset_small_updates_counts_over_changed():
-    base, tuned = _pair()
+def test_reset_small_updates_counts_over_changed(state_pair):
+    base, tuned = state_pair
     new, sparsity = analysis.reset_small_updates(base, tuned, tau=0.1 + 1e-6)
     # changed coordinates: 0.1, -0.5, 0.01, 2.0 -> 0.1 and 0.01 are reset
     assert sparsity == pytest.approx(2 / 4)
@@ -62,8 +52,8 @@ def test_reset_small_updates_counts_over_changed():
         analysis.reset_small_updates(base, tuned, tau=-1.0)
 
 
-def test_delta_quantiles():
-    base, tuned = _pair()
+def test_delta_quantiles(state_pair):
+    base, tuned = state_pair
     q = analysis.delta_quantiles(base, tuned, [0.0, 1.0])
     assert q[0] == pytest.approx(0.01, rel=1e-4) and q[1] == pytest.approx(2.0)
     with pytest.raises(ValueError, match="no changed"):
@@ -83,8 +73,8 @@ def test_random_reset_matches_sparsity_in_expectation():
         analysis.random_reset(base, tuned, 1.5)
 
 
-def test_mismatched_state_dicts_error():
-    base, tuned = _pair()
+def test_mismatched_state_dicts_error(state_pair):
+    base, tuned = state_pair
     with pytest.raises(ValueError, match="keys"):
         analysis.update_deltas(base, {"x": torch.zeros(1)})
     bad = dict(tuned, **{"model.norm.weight": torch.zeros(3)})

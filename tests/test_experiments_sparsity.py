@@ -7,16 +7,6 @@ from esreason_lib.experiments import sparsity as sp
 from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
 
 
-def _pair():
-    base = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-            "model.layers.0.mlp.up_proj.weight": torch.tensor([1.0, 1.0, 1.0, 1.0]),
-            "model.norm.weight": torch.tensor([1.0, 1.0])}
-    tuned = {"model.embed_tokens.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-             "model.layers.0.mlp.up_proj.weight": torch.tensor([1.1, 1.0, 0.5, 1.01]),
-             "model.norm.weight": torch.tensor([1.0, 3.0])}
-    return base, tuned
-
-
 def test_dedupe_tied_drops_aliases_only():
     w = torch.ones(3, 2)
     state = {"model.embed_tokens.weight": w, "lm_head.weight": w, "model.norm.weight": torch.ones(2),
@@ -33,8 +23,8 @@ def test_dedupe_tied_on_a_tied_model():
     assert "lm_head.weight" not in out and "model.embed_tokens.weight" in out
 
 
-def test_top_update_share_hand_computed():
-    base, tuned = _pair()
+def test_top_update_share_hand_computed(state_pair):
+    base, tuned = state_pair
     # changed |delta|: mlp 0.1, 0.5, 0.01; norm 2.0 -> the top 50% (2 coords) are 2.0 (norm) and 0.5 (mlp)
     share = sp.top_update_share(base, tuned, top=0.5)
     assert share.to_dict() == pytest.approx({"mlp": 0.5, "norm": 0.5, "embedding": 0.0})
@@ -43,8 +33,8 @@ def test_top_update_share_hand_computed():
     assert sp.top_update_share(base, base).empty
 
 
-def test_drift_by_module_rows_and_overall():
-    base, tuned = _pair()
+def test_drift_by_module_rows_and_overall(state_pair):
+    base, tuned = state_pair
     table = sp.drift_by_module(base, {("es", 0): tuned, ("grpo", 0): base})
     es = table[table["method"] == "es"].set_index("module")
     assert set(es.index) == {"embedding", "mlp", "norm", "all"}
@@ -102,8 +92,8 @@ def _sweep(method, unreset, reset, rand, base):
     return rows
 
 
-def test_describe_sparsity_reads_the_tables():
-    base, tuned = _pair()
+def test_describe_sparsity_reads_the_tables(state_pair):
+    base, tuned = state_pair
     drift = sp.drift_by_module(base, {("es", 0): tuned, ("grpo", 0): base})
     sweep = pd.DataFrame(_sweep("es", 0.26, 0.25, 0.19, 0.10) + _sweep("grpo", 0.3, 0.2, 0.1, 0.10))
     text = sp.describe_sparsity(drift, sweep)

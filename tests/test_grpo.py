@@ -291,16 +291,16 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
 
 
 def test_train_grpo_builds_named_task_with_shaping(tmp_path, monkeypatch):
-    import esreason_lib.grpo as grpo
+    import esreason_lib.tasks as tasks
 
     seen = {}
-    real = grpo.get_task
+    real = tasks.get_task
 
     def spy(name, **kw):
         seen.update(name=name, **kw)
         return real(name, **kw)
 
-    monkeypatch.setattr(grpo, "get_task", spy)
+    monkeypatch.setattr(tasks, "get_task", spy)
     model, tok = _fresh()
     cfg = paren_config(task="countdown", iterations=2, group_size=2, prompts_per_step=2, max_new_tokens=6,
                        reward_formatted=0.25, train_size=5, checkpoint_every=1)

@@ -23,16 +23,6 @@ from esreason_lib.tasks._arith import (
 from esreason_lib.tasks.countdown import Countdown, evaluate_expression, solve
 
 
-class ChatTok:
-    """A stand-in for a tokenizer with a chat template."""
-
-    chat_template = "{{ messages }}"
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
-        assert tokenize is False and add_generation_prompt is True
-        return "<|user|>" + messages[0]["content"] + "<|assistant|>"
-
-
 EX = {"id": "countdown-3-12-7-22", "numbers": [3, 12, 7], "target": 22}
 
 
@@ -174,12 +164,12 @@ def test_constructor_validation():
     assert Countdown(num_count=4).max_new_tokens == 32 and Countdown().max_new_tokens == 24
 
 
-def test_prompt_plain_and_chat():
+def test_prompt_plain_and_chat(chat_tok):
     task = Countdown()
     assert task.prompt(EX) == "03 12 07>022="
     assert Countdown(high=150, max_target=99).prompt(EX) == "003 012 007>22="
     assert len({len(task.prompt(e)) for e in task.examples("test", n=50)}) == 1
-    chat = task.prompt(EX, ChatTok())
+    chat = task.prompt(EX, chat_tok)
     assert chat.startswith("<|user|>") and "[3, 12, 7]" in chat and "22" in chat and "<answer>" in chat
     assert task.stop == "</answer>"
 

@@ -77,7 +77,7 @@ def test_extraction_order(text, want):
     assert GSM8K(path="unused").extract_answer(text) == want
 
 
-def test_reward_tiers_and_prompts():
+def test_reward_tiers_and_prompts(chat_tok):
     task = GSM8K(path="unused")
     ex = {"id": "gsm8k-test-0", "question": "How many?", "answer": "18", "solution": "... #### 18"}
     assert [task.reward(c, ex) for c in ("#### 18", "The answer is 18.00", "\\boxed{17}", "none")] == [1, 1, 0.1, 0]
@@ -87,11 +87,5 @@ def test_reward_tiers_and_prompts():
     plain = task.prompt(ex)
     assert plain.startswith("Question: How many?") and "####" in plain and plain.endswith("Answer:")
 
-    class ChatTok:
-        chat_template = "x"
-
-        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
-            return "<u>" + messages[0]["content"] + "<a>"
-
-    chat = task.prompt(ex, ChatTok())
-    assert chat.startswith("<u>How many?") and "\\boxed{}" in chat
+    chat = task.prompt(ex, chat_tok)
+    assert chat.startswith("<|user|>How many?") and "\\boxed{}" in chat

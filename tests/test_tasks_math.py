@@ -102,7 +102,7 @@ def test_works_off_main_thread_and_times_out(monkeypatch):
     assert not math_equal("1", "1-error-case")
 
 
-def test_reward_tiers_and_prompts():
+def test_reward_tiers_and_prompts(chat_tok):
     task = MathTask(path="unused")
     ex = {"id": "m", "problem": "What is $1+1$?", "answer": "2"}
     assert [task.reward(c, ex) for c in ("\\boxed{2}", "\\boxed{3}", "2")] == [1.0, 0.1, 0.0]
@@ -110,10 +110,4 @@ def test_reward_tiers_and_prompts():
     plain = task.prompt(ex)
     assert plain.startswith("Problem: What is") and "\\boxed{}" in plain and plain.endswith("Solution:")
 
-    class ChatTok:
-        chat_template = "x"
-
-        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
-            return "<u>" + messages[0]["content"] + "<a>"
-
-    assert task.prompt(ex, ChatTok()).startswith("<u>What is") and task.name == "math"
+    assert task.prompt(ex, chat_tok).startswith("<|user|>What is") and task.name == "math"

@@ -26,15 +26,8 @@ from esreason_lib.tasks.addition import Addition
 from esreason_lib.tasks.sorting import Sorting
 
 
-class ChatTok:
-    chat_template = "x"
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
-        return "<|user|>" + messages[0]["content"] + "<|assistant|>"
-
-
 # ------------------------------------------------------------------------------------------------ addition
-def test_addition_examples_prompt_and_demo():
+def test_addition_examples_prompt_and_demo(chat_tok):
     task = get_task("addition")
     assert isinstance(task, Addition)
     exs = task.examples("test", n=100)
@@ -46,7 +39,7 @@ def test_addition_examples_prompt_and_demo():
     assert len({len(task.prompt(e)) for e in exs}) == 1
     assert all(task.reward(task.demonstration(e, np.random.default_rng(0)), e) == 1.0 for e in exs)
     assert Addition(digits=5).prompt({"a": 1, "b": 2}) == "A00001+00002="
-    chat = task.prompt(ex, ChatTok())
+    chat = task.prompt(ex, chat_tok)
     assert chat.startswith("<|user|>") and "347 + 86" in chat and "<answer>" in chat
     assert len(task.examples("train")) == 5000 and task.max_new_tokens == task.digits + 3 == 5 and task.stop is None
 
@@ -81,7 +74,7 @@ def test_addition_validation():
 
 
 # ------------------------------------------------------------------------------------------------- sorting
-def test_sorting_examples_prompt_and_demo():
+def test_sorting_examples_prompt_and_demo(chat_tok):
     task = get_task("sorting", length=4)
     assert isinstance(task, Sorting)
     ex = {"id": "sorting-5381", "digits": "5381"}
@@ -92,7 +85,7 @@ def test_sorting_examples_prompt_and_demo():
     test = {e["digits"] for e in task.examples("test", n=300)}
     train = {e["digits"] for e in task.examples("train", n=3000)}
     assert not (test & train)
-    chat = task.prompt(ex, ChatTok())
+    chat = task.prompt(ex, chat_tok)
     assert "5381" in chat and "<answer>" in chat
     assert task.max_new_tokens == 6 and Sorting().length == 5
 
@@ -137,15 +130,15 @@ def test_answer_span():
     assert answer_span("r <answer> 7 ") == "7" and answer_span("<answer></answer>") == ""
 
 
-def test_render_prompt_and_chat_detection():
-    assert not has_chat_template(None) and not has_chat_template(object()) and has_chat_template(ChatTok())
+def test_render_prompt_and_chat_detection(chat_tok):
+    assert not has_chat_template(None) and not has_chat_template(object()) and has_chat_template(chat_tok)
 
     class Empty:
         chat_template = None
 
     assert not has_chat_template(Empty())
     assert render_prompt("plain", "instr", None) == "plain"
-    assert render_prompt("plain", "instr", ChatTok()) == "<|user|>instr<|assistant|>"
+    assert render_prompt("plain", "instr", chat_tok) == "<|user|>instr<|assistant|>"
 
 
 def test_sample_distinct():
