@@ -10,7 +10,8 @@ from esreason_lib.runs import Run
 
 def test_budgets_and_stages():
     tiny = get_preset("tiny")
-    assert S.method_budgets(tiny) == {"es": tiny.update_budget, "grpo": tiny.grpo_update_budget}
+    assert S.method_budgets(tiny) == {"es": tiny.update_budget,
+                                      "grpo": tiny.grpo_update_budget or tiny.update_budget}
     p = get_preset("tiny", update_budget=150, grpo_update_budget=400)
     assert S.arm_stages(p, "grpo->es") == [("grpo", 200), ("es", 75)]
     assert S.arm_stages(p, "es->grpo") == [("es", 75), ("grpo", 200)]

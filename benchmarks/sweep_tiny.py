@@ -1,26 +1,28 @@
-"""The ES hyperparameter sweep behind the `tiny` preset: writes `papers/sweeps.md`.
+"""The ES and GRPO hyperparameter sweeps behind the `tiny` preset: writes their tables into `papers/sweeps.md`.
 
-    python benchmarks/sweep_tiny_es.py [--grid main] [--workers 2] [--out papers/sweeps.md]
+    python benchmarks/sweep_tiny.py [--grid main|grpo] [--workers 2] [--out papers/sweeps.md]
 
-Each cell is an ES run (cached in the run store, so re-running the script only evaluates what is new) that
-starts from the preset's base model and differs from the `tiny` preset in the fields the grid names. Each
-trained model is scored on the same held-out Countdown problems as its base: greedy accuracy (the quantity ES
-optimises with greedy decoding) and, from n samples at temperature 1, Pass@1 and Pass@n. Runs use one thread
-per worker (two workers fill the two cores); the seconds column is the wall clock of training under that load.
+Each cell is a training run (cached in the run store, so re-running the script only evaluates what is new) that
+starts from the preset's base model with the grid's fixed fields and the cell's changes. Each trained model is
+scored on the same held-out Countdown problems as its base: greedy accuracy (the quantity ES optimises with
+greedy decoding) and, from n samples at temperature 1, Pass@1 and Pass@n. Runs use one thread per worker (two
+workers fill the two cores); `seconds` is the summed training step time under that load.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-GRIDS: dict[str, list[dict]] = {
-    # step size per coordinate and iteration ~ alpha / sqrt(N); sigma = perturbation scale; 300 iterations at
-    # N=16, P=64 take about 2.5 minutes on one core
-    "main": [
+ES_FIXED = {"population_size": 16, "prompts_per_step": 64, "normalization": "zscore"}
+GRPO_FIXED = {"group_size": 8, "prompts_per_step": 8, "lr": 2e-5}
+
+GRIDS: dict[str, tuple[str, dict, list[dict]]] = {
+    # ES: step size per coordinate and iteration ~ alpha / sqrt(N); sigma = perturbation scale; 300 iterations
+    # at N=16, P=64 take about 2.5 minutes on one core
+    "main": ("es", ES_FIXED, [
         {"sigma": 3e-3, "alpha": 1.2e-3, "iterations": 300},
         {"sigma": 3e-3, "alpha": 2.4e-3, "iterations": 300},
         {"sigma": 1e-2, "alpha": 2.4e-3, "iterations": 300},
@@ -31,9 +33,19 @@ GRIDS: dict[str, list[dict]] = {
         {"sigma": 1e-2, "alpha": 3.4e-3, "iterations": 150, "population_size": 32},
         {"sigma": 1e-2, "alpha": 2.4e-3, "iterations": 300, "normalization": "rank"},
         {"sigma": 1e-2, "alpha": 2.4e-3, "iterations": 300, "normalization": "none"},
-    ],
+    ]),
+    # GRPO at the prototype's batch (8 prompts x 8 samples) and at ES's prompts per step and iterations
+    "grpo": ("grpo", GRPO_FIXED, [
+        {"iterations": 400},
+        {"iterations": 1200},
+        {"iterations": 400, "lr": 1e-4},
+        {"iterations": 150, "prompts_per_step": 128},
+        {"iterations": 150, "prompts_per_step": 128, "lr": 1e-4},
+        {"iterations": 150, "prompts_per_step": 128, "lr": 3e-4},
+    ]),
 }
-"""Named grids of changes to the preset's ES config."""
+"""Named grids: (method, fields every cell sets, cells); a cell's fields override the fixed ones, and the rest
+come from the preset."""
 
 
 def _spec(n: int):
@@ -47,8 +59,8 @@ EVAL_PROBLEMS = 1000
 the size of the effects being compared; 1000 brings it to ~1.3."""
 
 
-def _cell(args: tuple[str, dict, str]) -> dict:
-    preset_name, changes, eval_n = args
+def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
+    preset_name, method, fixed, changes, eval_n = args
     import torch
 
     torch.set_num_threads(1)
@@ -57,15 +69,15 @@ def _cell(args: tuple[str, dict, str]) -> dict:
 
     preset = get_preset(preset_name)
     spec = _spec(int(eval_n))
-    t0 = time.perf_counter()
-    run = train(preset, "es", seed=0, progress=False, **changes)
+    run = train(preset, method, seed=0, progress=False, **{**fixed, **changes})
     seconds = run.metrics()["time/step_s"].sum()
     res = evaluate_ref(model_ref(run), preset.task, preset.task_kwargs, spec, progress=False)
     summary = res.summary()
-    return {**changes, "seconds": round(float(seconds)), "wall": round(time.perf_counter() - t0),
+    return {**fixed, **changes, "seconds": round(float(seconds)),
             "greedy": summary["eval/greedy"], "pass@1": summary["eval/pass@1"],
             f"pass@{eval_n}": summary[f"eval/pass@{eval_n}"],
-            "center_last20": float(run.metrics()["reward/center"].tail(20).mean())}
+            "train_reward_last20": float(run.metrics()["reward/center" if method == "es" else "reward/mean"]
+                                         .tail(20).mean())}
 
 
 def _markdown(df) -> str:
@@ -96,7 +108,8 @@ def main() -> None:
     n = args.eval_samples
     spec = _spec(n)
     base = evaluate_ref(preset.base_model, preset.task, preset.task_kwargs, spec, progress=False).summary()
-    cells = [(args.preset, changes, str(n)) for changes in GRIDS[args.grid]]
+    method, fixed, grid = GRIDS[args.grid]
+    cells = [(args.preset, method, fixed, changes, str(n)) for changes in grid]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = []
         for row in pool.map(_cell, cells):
@@ -111,7 +124,7 @@ def main() -> None:
     print(table)
     if args.out:
         write_between_markers(args.out, f"sweep:{args.grid}",
-                              f"<!-- written by benchmarks/sweep_tiny_es.py --grid {args.grid} -->\n"
+                              f"<!-- written by benchmarks/sweep_tiny.py --grid {args.grid} -->\n"
                               f"{header}\n\n{table}")
 
 
