@@ -22,10 +22,10 @@ test: setup
 	$(PY) -m pytest -q
 
 reproduce: setup
-	$(PY) -m esreason_lib reproduce $(NOTEBOOKS)
+	$(PY) -m esreason_lib reproduce --jobs 2 $(NOTEBOOKS)
 
 figures: setup  ## re-executes the notebooks; cached runs make this a redraw, missing runs are computed
-	$(PY) -m esreason_lib reproduce $(NOTEBOOKS)
+	$(PY) -m esreason_lib reproduce --jobs 2 $(NOTEBOOKS)
 
 notebooks: setup
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"

@@ -2,7 +2,7 @@
 
     train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
     pretrain NAME                      build a zoo model (reused when already built)
-    reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/
+    reproduce [--jobs 2] [NOTEBOOK.py ...]  execute notebooks with papermill into build/notebooks/
     claims                             write papers/claims.md and the README findings table
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
@@ -112,14 +112,19 @@ def _pretrain(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from .notebooks import list_notebooks, run_notebooks
+    from .notebooks import BUILD_DIR, list_notebooks, run_notebooks, run_notebooks_parallel
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
-    run_notebooks(sources, parameters=parameters)
-    from .claims import write_claims
+    out_dir = args.out_dir or BUILD_DIR
+    if args.jobs > 1:
+        run_notebooks_parallel(sources, parameters=parameters, out_dir=out_dir)
+    else:
+        run_notebooks(sources, parameters=parameters, out_dir=out_dir)
+    if not args.no_claims:
+        from .claims import write_claims
 
-    write_claims()
+        write_claims()
     return 0
 
 
@@ -148,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
     rep.add_argument("notebooks", nargs="*")
     rep.add_argument("--preset", default=None, choices=sorted(PRESETS), help="override every notebook's preset")
+    rep.add_argument("--jobs", type=int, default=1, help="2: run independent notebooks in two processes")
+    rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
+    rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.set_defaults(func=_claims)

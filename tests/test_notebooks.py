@@ -44,3 +44,31 @@ def test_notebook_runs_with_smoke_preset(path, smoke_env):
     assert not errors
     assert list((smoke_env / "figures").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
     assert (smoke_env / "runs" / "findings" / f"{path.stem}.json").is_file(), "the notebook recorded no finding"
+
+
+def test_parallel_reproduce_lanes(monkeypatch, tmp_path):
+    """00 runs first in-process; the LANES run as one-thread subprocesses; a failed lane is an error."""
+    from esreason_lib import notebooks as N
+
+    sources = list_notebooks()
+    ran, launched = [], []
+    monkeypatch.setattr(N, "run_notebooks", lambda srcs, **kw: ran.extend(p.name[:2] for p in srcs) or {})
+
+    class FakeProc:
+        def __init__(self, cmd, env, cwd):
+            launched.append((cmd, env))
+
+        def wait(self):
+            return 0 if len(launched) < 3 else 1
+
+    monkeypatch.setattr(N.subprocess, "Popen", FakeProc)
+    N.run_notebooks_parallel(sources, parameters={"preset": "smoke"}, out_dir=tmp_path)
+    assert ran == ["00"]
+    lanes = [[a.split("/")[-1][:2] for a in cmd if a.endswith(".py")] for cmd, _ in launched]
+    assert lanes == [list(lane) for lane in N.LANES]
+    assert all(env["OMP_NUM_THREADS"] == "1" and "--no-claims" in cmd and cmd[cmd.index("--preset") + 1] == "smoke"
+               for cmd, env in launched)
+    launched.clear()
+    launched.append(None)  # the next two lanes: the second one fails
+    with pytest.raises(RuntimeError, match="02_"):
+        N.run_notebooks_parallel(sources, out_dir=tmp_path)
