@@ -20,7 +20,7 @@
 # held-out addition and sorting families), so that ES and GRPO face the same situation: a capability that
 # sampling finds (high Pass@16) but greedy decoding does not use (low greedy accuracy).
 #
-# The default base is trained with a *habit* (25% of its Countdown answers replaced by the numbers summed in
+# The default base is trained with a *habit* (40% of its Countdown answers replaced by the numbers summed in
 # prompt order): a plausible wrong answer that greedy decoding prefers. The clean model is shown beside it as
 # a control. Targets for the default base: 0.10 <= Pass@1 <= 0.50 and Pass@16 >= 2 x Pass@1 on held-out prompts.
 
