@@ -72,32 +72,51 @@ def run_notebooks(sources: list[str | Path], *, parameters: dict | None = None, 
     return timings
 
 
-LANES: tuple[tuple[str, ...], ...] = (("01", "03", "04", "05"), ("02", "06"))
+LANES: tuple[tuple[str, ...], ...] = (("01", "03", "04", "05"), ("00", "02", "06"))
 """Notebook numbers that `run_notebooks_parallel` runs side by side, one lane per process: 03-05 reuse 01's
-training runs, so they share a lane; 02 and 06 train and evaluate only their own runs. Notebooks in no lane
-(00, which builds the base models every lane loads) run first, alone, so no two processes build one run."""
+training runs, so they share a lane; 00, 02 and 06 train and evaluate only their own runs (00 and 06 share
+the larger zoo models, built by 00). Notebooks in no lane run first, alone."""
+
+
+def _prelude_models(preset_name: str) -> list[str]:
+    from .presets import get_preset
+    from .zoo import ZOO
+
+    preset = get_preset(preset_name)
+    return [m for m in (preset.base_model, preset.control_model) if m in ZOO]
+
+
+def _wait_all(procs: list[tuple[list[str], subprocess.Popen]], what: str) -> None:
+    failed = [names for names, proc in procs if proc.wait() != 0]
+    if failed:
+        raise RuntimeError(f"{what} failed: {failed}")
 
 
 def run_notebooks_parallel(sources: list[str | Path], *, parameters: dict | None = None,
                            out_dir: str | Path = BUILD_DIR) -> dict[str, float]:
     """`run_notebooks`, with the `LANES` in separate processes of one thread each (tiny models do not get
-    faster with a second thread, but two processes use both cores). Returns {name: seconds} over all."""
+    faster with a second thread, but two processes use both cores). First the preset's base and control zoo
+    models, which every lane loads, are pretrained side by side, so no two lanes build the same run.
+    Returns {name: seconds} of the notebooks run in this process, plus "wall"."""
     sources = [Path(s) for s in sources]
     lanes = [[s for s in sources if s.name[:2] in lane] for lane in LANES]
     first = [s for s in sources if not any(s in lane for lane in lanes)]
     start = time.perf_counter()
-    timings = run_notebooks(first, parameters=parameters, out_dir=out_dir, progress=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    preset = (parameters or {}).get("preset", "tiny")
+    models = _prelude_models(preset)
+    print(f"[reproduce] pretraining {models} side by side", file=sys.stderr, flush=True)
+    _wait_all([([m], subprocess.Popen([sys.executable, "-m", "esreason_lib", "pretrain", m], env=env,
+                                      cwd=REPO_ROOT, stderr=subprocess.DEVNULL)) for m in models], "pretraining")
+    timings = run_notebooks(first, parameters=parameters, out_dir=out_dir, progress=False)
     procs = []
     for lane in (lane for lane in lanes if lane):
         cmd = [sys.executable, "-m", "esreason_lib", "reproduce", "--no-claims", "--out-dir", str(out_dir),
                *(["--preset", parameters["preset"]] if parameters and "preset" in parameters else []),
                *map(str, lane)]
-        procs.append((lane, subprocess.Popen(cmd, env=env, cwd=REPO_ROOT)))
-    failed = [[s.name for s in lane] for lane, proc in procs if proc.wait() != 0]
-    if failed:
-        raise RuntimeError(f"notebook lane(s) failed: {failed}; see the executed notebooks in {out_dir}")
+        procs.append(([s.name for s in lane], subprocess.Popen(cmd, env=env, cwd=REPO_ROOT)))
+    _wait_all(procs, f"notebook lane(s) (executed notebooks in {out_dir})")
     wall = time.perf_counter() - start
-    print(f"[reproduce] {len(sources)} notebooks in {wall / 60:.1f} min wall ({len(procs)} lanes after "
-          f"{[s.name for s in first]})", file=sys.stderr, flush=True)
+    print(f"[reproduce] {len(sources)} notebooks in {wall / 60:.1f} min wall ({len(procs)} lanes)",
+          file=sys.stderr, flush=True)
     return {**timings, "wall": wall}

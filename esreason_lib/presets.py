@@ -88,7 +88,10 @@ class Preset:
     scaling_populations: tuple[int, ...] = (4, 8, 16, 32)
     """Population sizes N of the scaling study."""
     scaling_iterations: int = 50
-    """ES iterations per cell of the scaling study and the normalization / antithetic ablations."""
+    """ES iterations per cell of the population-scaling study."""
+    ablation_iterations: int | None = None
+    """ES iterations of the normalization / antithetic ablations on the base model (None = `scaling_iterations`);
+    fitness shaping only shows once training has moved, so the CPU preset gives them more than the grid."""
     lemma1_sigmas: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
     """Perturbation scales at which Lemma 1 is checked."""
     lemma1_prompts: int = 8
@@ -192,7 +195,7 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
         seeds=(0, 1, 2), update_budget=150,
         scaling_models=("qwen2-s", "qwen2-m", "qwen2-l"), scaling_populations=(4, 8, 16, 32),
-        scaling_iterations=16, device="cpu",
+        scaling_iterations=16, ablation_iterations=150, device="cpu",
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
         forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
         forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512,

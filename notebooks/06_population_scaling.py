@@ -36,9 +36,9 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.scaling import (ablation_runs, describe_scaling, evaluate_runs, population_gaps,
-                                              scaling_prompts, scaling_report, scaling_runs, smoothing_window,
-                                              table6)
+from esreason_lib.experiments.scaling import (ablation_iterations, ablation_runs, describe_scaling, evaluate_runs,
+                                              population_gaps, scaling_prompts, scaling_report, scaling_runs,
+                                              smoothing_window, table6)
 from esreason_lib.plots import plot_metric_curves, save_figure
 from esreason_lib.presets import get_preset
 
@@ -98,24 +98,25 @@ ns = sorted(config.scaling_populations)
 population_gaps(problems[problems["N"] > 0], ns[0], ns[-1]).round(3)
 
 # %% [markdown]
-# **Ablations** on the base model at N = `es.population_size`: "zscore", "rank" and "none" differ only in fitness
+# **Ablations** on the base model at N = `es.population_size`, for `ablation_iterations` iterations: "zscore", "rank" and "none" differ only in fitness
 # shaping (with the preset's sampling); "antithetic" and "plain" are z-score with and without mirrored pairs (one
 # of them is the "zscore" run itself). Top: center reward; bottom: population reward; both against ES iterations.
 
 # %%
+ablation_window = smoothing_window(ablation_iterations(config))
 fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey="row")
 groups = {"normalization": ("zscore", "rank", "none"), "sampling": ("antithetic", "plain")}
 for j, (title, labels) in enumerate(groups.items()):
     curves = {label: ablations[label].metrics() for label in labels}
-    plot_metric_curves(curves, "reward/center", ax=axes[0, j], smooth=window, ylabel="center reward")
-    plot_metric_curves(curves, "reward/mean", ax=axes[1, j], smooth=window, ylabel="population reward")
+    plot_metric_curves(curves, "reward/center", ax=axes[0, j], smooth=ablation_window, ylabel="center reward")
+    plot_metric_curves(curves, "reward/mean", ax=axes[1, j], smooth=ablation_window, ylabel="population reward")
     axes[0, j].set_title(f"{config.base_model}, N={config.es.population_size}: {title}")
 fig.tight_layout()
 _ = save_figure(fig, "06_normalization")
 ablation.round(3)
 
 # %%
-finding = describe_scaling(summary, problems, ablation, config.scaling_iterations)
+finding = describe_scaling(summary, problems, ablation, config.scaling_iterations, ablation_iterations(config))
 record_finding("06_population_scaling", finding, preset=preset)
 print(finding)
 

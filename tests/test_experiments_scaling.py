@@ -95,4 +95,11 @@ def test_describe_scaling_is_computed_from_the_tables():
     text = S.describe_scaling(summary, probs, ablation, 16)
     assert text.startswith("held-out greedy accuracy after 16 ES iterations, gap N=32 - N=4: s +0.40±0.24, "
                            "l +0.20±0.20 (shrinks with size: yes (within noise); N=32 used 8x the generations")
-    assert text.endswith("zscore 0.31 / rank 0.29 / none 0.20; antithetic 0.31 vs plain 0.28")
+    assert text.endswith("after 16 iterations on the base, normalization zscore 0.31 / rank 0.29 / none 0.20; "
+                         "antithetic 0.31 vs plain 0.28")
+    assert "after 150 iterations on the base" in S.describe_scaling(summary, probs, ablation, 16, 150)
+
+
+def test_ablation_iterations():
+    assert S.ablation_iterations(get_preset("tiny")) == 150
+    assert S.ablation_iterations(get_preset("smoke")) == get_preset("smoke").scaling_iterations

@@ -47,7 +47,8 @@ def test_notebook_runs_with_smoke_preset(path, smoke_env):
 
 
 def test_parallel_reproduce_lanes(monkeypatch, tmp_path):
-    """00 runs first in-process; the LANES run as one-thread subprocesses; a failed lane is an error."""
+    """The preset's zoo bases are pretrained first, side by side; then the LANES run as one-thread
+    subprocesses; a failed lane is an error naming its notebooks."""
     from esreason_lib import notebooks as N
 
     sources = list_notebooks()
@@ -55,20 +56,25 @@ def test_parallel_reproduce_lanes(monkeypatch, tmp_path):
     monkeypatch.setattr(N, "run_notebooks", lambda srcs, **kw: ran.extend(p.name[:2] for p in srcs) or {})
 
     class FakeProc:
-        def __init__(self, cmd, env, cwd):
+        fail_from = 99
+
+        def __init__(self, cmd, env, cwd, **kw):
             launched.append((cmd, env))
 
         def wait(self):
-            return 0 if len(launched) < 3 else 1
+            return 0 if len(launched) < FakeProc.fail_from else 1
 
     monkeypatch.setattr(N.subprocess, "Popen", FakeProc)
-    N.run_notebooks_parallel(sources, parameters={"preset": "smoke"}, out_dir=tmp_path)
-    assert ran == ["00"]
-    lanes = [[a.split("/")[-1][:2] for a in cmd if a.endswith(".py")] for cmd, _ in launched]
+    N.run_notebooks_parallel(sources, parameters={"preset": "tiny"}, out_dir=tmp_path)
+    assert ran == []  # every notebook is in a lane
+    pretrain = [cmd[cmd.index("pretrain") + 1] for cmd, _ in launched if "pretrain" in cmd]
+    assert pretrain == ["qwen2-s-habit", "qwen2-s"]  # the tiny preset's base and control
+    lanes = [[a.split("/")[-1][:2] for a in cmd if a.endswith(".py")] for cmd, _ in launched if "reproduce" in cmd]
     assert lanes == [list(lane) for lane in N.LANES]
-    assert all(env["OMP_NUM_THREADS"] == "1" and "--no-claims" in cmd and cmd[cmd.index("--preset") + 1] == "smoke"
-               for cmd, env in launched)
+    assert all(env["OMP_NUM_THREADS"] == "1" for _, env in launched)
+    assert all("--no-claims" in cmd and cmd[cmd.index("--preset") + 1] == "tiny"
+               for cmd, _ in launched if "reproduce" in cmd)
     launched.clear()
-    launched.append(None)  # the next two lanes: the second one fails
+    FakeProc.fail_from = 3  # smoke: one prelude model passes, then the lanes fail
     with pytest.raises(RuntimeError, match="02_"):
-        N.run_notebooks_parallel(sources, out_dir=tmp_path)
+        N.run_notebooks_parallel(sources, parameters={"preset": "smoke"}, out_dir=tmp_path)

@@ -6,10 +6,11 @@ population N shrinks as the model grows. Here every zoo size in `preset.scaling_
 `preset.es`), and each trained model is scored by greedy accuracy on held-out problems (`preset.scaling_eval`).
 At equal iterations a larger N costs proportionally more generations; the tables report them.
 
-On the base model, the same budget also compares fitness shaping ("zscore" vs "rank" vs "none",
-`ESConfig.normalization`) and antithetic vs plain sampling. Every training run and evaluation is cached in the
-run store (`common.train`, `common.evaluate_ref`); the ablation's z-score/antithetic run is the scaling cell of
-the base model at `preset.es.population_size` when that cell exists, so it is trained once.
+On the base model, ES also compares fitness shaping ("zscore" vs "rank" vs "none", `ESConfig.normalization`)
+and antithetic vs plain sampling, for `ablation_iterations(preset)` iterations. Every training run and
+evaluation is cached in the run store (`common.train`, `common.evaluate_ref`); the ablation's
+z-score/antithetic run is the scaling cell of the base model at `preset.es.population_size` when that cell
+exists with the same iterations, so it is trained once.
 """
 
 from __future__ import annotations
@@ -79,12 +80,17 @@ def scaling_runs(preset: Preset, *, home=None, progress: bool = True) -> dict[tu
     return runs
 
 
+def ablation_iterations(preset: Preset) -> int:
+    """ES iterations of each ablation run: `preset.ablation_iterations`, else `preset.scaling_iterations`."""
+    return preset.ablation_iterations or preset.scaling_iterations
+
+
 def ablation_runs(preset: Preset, *, home=None, progress: bool = True) -> dict[str, Run]:
-    """Train (or load) the `ABLATIONS` on the base model at N = `preset.es.population_size`, same budget as the
-    scaling cells; keys are the `ABLATIONS` labels."""
+    """Train (or load) the `ABLATIONS` on the base model at N = `preset.es.population_size` for
+    `ablation_iterations(preset)` iterations at the scaling study's prompts per step; keys are the labels."""
     check_task_kwargs(preset)
     return {label: train(preset, "es", seed=preset.seeds[0], home=home, progress=progress, model=preset.base_model,
-                         population_size=preset.es.population_size, iterations=preset.scaling_iterations,
+                         population_size=preset.es.population_size, iterations=ablation_iterations(preset),
                          prompts_per_step=scaling_prompts(preset), **changes)
             for label, changes in ABLATIONS.items()}
 
@@ -182,7 +188,7 @@ def gap_trend(gaps: pd.DataFrame) -> str:
 
 
 def describe_scaling(summary: pd.DataFrame, problems: pd.DataFrame, ablation: pd.DataFrame,
-                     iterations: int) -> str:
+                     iterations: int, ablation_iters: int | None = None) -> str:
     """The finding line for notebook 06, computed from the scaling and ablation tables."""
     ns = sorted(n for n in summary["N"].unique() if n > 0)
     small, large = ns[0], ns[-1]
@@ -194,5 +200,6 @@ def describe_scaling(summary: pd.DataFrame, problems: pd.DataFrame, ablation: pd
     abl = ablation.set_index("ablation")["heldout"]
     return (f"held-out greedy accuracy after {iterations} ES iterations, gap N={large} - N={small}: {parts} "
             f"(shrinks with size: {gap_trend(gaps)}; N={large} used {ratio:.0f}x the generations of N={small}); "
+            f"after {ablation_iters or iterations} iterations on the base, "
             f"normalization zscore {abl['zscore']:.2f} / rank {abl['rank']:.2f} / none {abl['none']:.2f}; "
             f"antithetic {abl['antithetic']:.2f} vs plain {abl['plain']:.2f}")
