@@ -137,11 +137,9 @@ def test_train_sequence_chains_stages_and_reuses_finished_runs(home, monkeypatch
     def no_loading(*args, **kwargs):
         raise AssertionError("a finished stage was retrained")
 
-    import esreason_lib.grpo
     import esreason_lib.models
 
-    monkeypatch.setattr(esreason_lib.models, "load_model", no_loading)
-    monkeypatch.setattr(esreason_lib.grpo, "load_model", no_loading)
+    monkeypatch.setattr(esreason_lib.models, "load_model", no_loading)  # both trainers load through it
     again = train_sequence(stages, es=es, grpo=smoke.grpo, progress=False)
     assert [r.path for r in again] == [r.path for r in runs]
     for r in again:
