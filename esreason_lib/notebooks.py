@@ -108,7 +108,7 @@ def run_notebooks_parallel(sources: list[str | Path], *, parameters: dict | None
     print(f"[reproduce] pretraining {models} side by side", file=sys.stderr, flush=True)
     _wait_all([([m], subprocess.Popen([sys.executable, "-m", "esreason_lib", "pretrain", m], env=env,
                                       cwd=REPO_ROOT, stderr=subprocess.DEVNULL)) for m in models], "pretraining")
-    timings = run_notebooks(first, parameters=parameters, out_dir=out_dir, progress=False)
+    timings = run_notebooks(first, parameters=parameters, out_dir=out_dir, progress=False) if first else {}
     procs = []
     for lane in (lane for lane in lanes if lane):
         cmd = [sys.executable, "-m", "esreason_lib", "reproduce", "--no-claims", "--out-dir", str(out_dir),

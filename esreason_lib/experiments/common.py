@@ -11,7 +11,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from ..es import train_es
 from ..evaluate import EvalResult, evaluate
@@ -20,15 +19,14 @@ from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..tasks import get_task
+from .. import training
 
 TRAINERS = {"es": train_es, "grpo": train_grpo}
 
 
 def resolve_device(name: str) -> str:
-    """"auto" -> "cuda" when available, else "cpu"; other names pass through."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
+    """`training.resolve_device` as a string ("auto" -> "cuda" when available, else "cpu")."""
+    return str(training.resolve_device(name))
 
 
 def model_ref(run_or_name: Run | str | Path) -> str:
