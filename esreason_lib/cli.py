@@ -69,17 +69,25 @@ def before_after(preset, runs) -> str:
     return "\n".join(lines)
 
 
+def group_by_method(items: Sequence[str]) -> dict[str, list[str]]:
+    """Split `--set` items by their method prefix: {"es": [...], "grpo": [...], "": [unprefixed ...]}."""
+    groups: dict[str, list[str]] = {"es": [], "grpo": [], "": []}
+    for item in items:
+        prefix, dot, _ = item.partition("=")[0].strip().partition(".")
+        groups[prefix if dot and prefix in ("es", "grpo") else ""].append(item)
+    return groups
+
+
 def _train(args) -> int:
     from .sequence import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
+    groups = group_by_method(args.set)
     if args.method == "sequence":
-        loose = [s for s in args.set if not s.startswith(("es.", "grpo."))]
-        if loose:  # would otherwise be silently ignored: a sequence has two configs
-            raise ValueError(f"train sequence: --set keys need an 'es.' or 'grpo.' prefix, got {loose[0]!r}")
-        es = dataclasses.replace(preset.es, **parse_assignments([s for s in args.set if s.startswith("es.")], preset.es))
-        grpo = dataclasses.replace(preset.grpo,
-                                   **parse_assignments([s for s in args.set if s.startswith("grpo.")], preset.grpo))
+        if groups[""]:  # would otherwise be silently ignored: a sequence has two configs
+            raise ValueError(f"train sequence: --set keys need an 'es.' or 'grpo.' prefix, got {groups[''][0]!r}")
+        es = dataclasses.replace(preset.es, **parse_assignments(groups["es"], preset.es))
+        grpo = dataclasses.replace(preset.grpo, **parse_assignments(groups["grpo"], preset.grpo))
         order = [m.strip() for m in args.order.split(",")]
         stages = sequence_stages(order, args.budget or preset.update_budget)
         runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
@@ -89,10 +97,10 @@ def _train(args) -> int:
             print(before_after(preset, runs))
         return 0
     other = "grpo" if args.method == "es" else "es"
-    wrong = [s for s in args.set if s.startswith(other + ".")]
-    if wrong:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
-        raise ValueError(f"--set {wrong[0]!r} is a {other} setting, but this trains {args.method}")
-    config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
+    if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
+        raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
+    own = [s for s in args.set if s not in groups[other]]  # in command-line order: the last one wins
+    config = preset.config(args.method, **parse_assignments(own, getattr(preset, args.method)))
     if args.method == "es":
         from .es import train_es as trainer
     else:

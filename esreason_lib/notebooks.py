@@ -24,6 +24,23 @@ def list_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
     return sorted(p for p in Path(directory).glob("[0-9][0-9]_*.py"))
 
 
+def _parameters_cell(notebook, name: str):
+    cells = [c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise ValueError(f"notebook {name!r} has no cell tagged 'parameters'")
+    return cells[0]
+
+
+def notebook_parameters(source: str | Path) -> dict:
+    """The defaults set by a notebook's cell tagged `parameters` (what papermill would override)."""
+    import jupytext
+
+    cell = _parameters_cell(jupytext.read(Path(source)), Path(source).name)
+    namespace: dict = {}
+    exec(compile(cell.source, f"{Path(source).name}:parameters", "exec"), namespace)
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
 def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
                  kernel_name: str = "python3", progress: bool = True, timeout: int | None = None) -> Path:
     """Execute one jupytext notebook with papermill; returns the executed `.ipynb` path.
@@ -38,8 +55,7 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
     if not source.is_file():
         raise FileNotFoundError(f"notebook source {str(source)!r} does not exist")
     notebook = jupytext.read(source)
-    if not any("parameters" in cell.get("metadata", {}).get("tags", []) for cell in notebook.cells):
-        raise ValueError(f"notebook {source.name!r} has no cell tagged 'parameters'")
+    _parameters_cell(notebook, source.name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staged = out_dir / f"{source.stem}.input.ipynb"
@@ -78,12 +94,12 @@ training runs, so they share a lane; 00, 02 and 06 train and evaluate only their
 the larger zoo models, built by 00). Notebooks in no lane run first, alone."""
 
 
-def _prelude_models(preset_name: str) -> list[str]:
+def _prelude_models(preset_names: set[str]) -> list[str]:
     from .presets import get_preset
     from .zoo import ZOO
 
-    preset = get_preset(preset_name)
-    return [m for m in (preset.base_model, preset.control_model) if m in ZOO]
+    presets = [get_preset(name) for name in sorted(preset_names)]
+    return sorted({m for p in presets for m in (p.base_model, p.control_model) if m in ZOO})
 
 
 def _wait_all(procs: list[tuple[list[str], subprocess.Popen]], what: str) -> None:
@@ -103,8 +119,9 @@ def run_notebooks_parallel(sources: list[str | Path], *, parameters: dict | None
     first = [s for s in sources if not any(s in lane for lane in lanes)]
     start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    preset = (parameters or {}).get("preset", "tiny")
-    models = _prelude_models(preset)
+    presets = ({parameters["preset"]} if parameters and "preset" in parameters
+               else {notebook_parameters(s)["preset"] for s in sources})
+    models = _prelude_models(presets)
     print(f"[reproduce] pretraining {models} side by side", file=sys.stderr, flush=True)
     _wait_all([([m], subprocess.Popen([sys.executable, "-m", "esreason_lib", "pretrain", m], env=env,
                                       cwd=REPO_ROOT, stderr=subprocess.DEVNULL)) for m in models], "pretraining")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from esreason_lib import cli
-from esreason_lib.cli import build_parser, main, parse_assignments
+from esreason_lib.cli import build_parser, group_by_method, main, parse_assignments
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
 from esreason_lib.presets import get_preset
@@ -64,6 +64,13 @@ def test_parse_assignments_errors_name_the_item(item, pattern):
 def test_parse_assignments_checks_against_the_given_config():
     with pytest.raises(ValueError, match=r"--set 'sigma' is not a field of GRPOConfig"):
         parse_assignments(["sigma=0.1"], GRPOConfig())
+
+
+def test_group_by_method_keeps_order_within_each_prefix():
+    got = group_by_method(["es.sigma=1", "lr=2", "grpo.lr=3", " es.alpha=4", "model=a.b", "esx.y=5", "grpo.lr=6"])
+    assert got == {"es": ["es.sigma=1", " es.alpha=4"], "grpo": ["grpo.lr=3", "grpo.lr=6"],
+                   "": ["lr=2", "model=a.b", "esx.y=5"]}
+    assert group_by_method([]) == {"es": [], "grpo": [], "": []}
 
 
 # ------------------------------------------------------------------------------------------- parser

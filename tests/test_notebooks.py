@@ -68,13 +68,29 @@ def test_parallel_reproduce_lanes(monkeypatch, tmp_path):
     N.run_notebooks_parallel(sources, parameters={"preset": "tiny"}, out_dir=tmp_path)
     assert ran == []  # every notebook is in a lane
     pretrain = [cmd[cmd.index("pretrain") + 1] for cmd, _ in launched if "pretrain" in cmd]
-    assert pretrain == ["qwen2-s-habit", "qwen2-s"]  # the tiny preset's base and control
+    assert pretrain == ["qwen2-s", "qwen2-s-habit"]  # the tiny preset's control and base
     lanes = [[a.split("/")[-1][:2] for a in cmd if a.endswith(".py")] for cmd, _ in launched if "reproduce" in cmd]
     assert lanes == [list(lane) for lane in N.LANES]
     assert all(env["OMP_NUM_THREADS"] == "1" for _, env in launched)
     assert all("--no-claims" in cmd and cmd[cmd.index("--preset") + 1] == "tiny"
                for cmd, _ in launched if "reproduce" in cmd)
     launched.clear()
+    N.run_notebooks_parallel(sources, out_dir=tmp_path)  # no override: the notebooks' own default, tiny
+    assert [cmd[-1] for cmd, _ in launched if "pretrain" in cmd] == ["qwen2-s", "qwen2-s-habit"]
+    assert not any("--preset" in cmd for cmd, _ in launched)
+    launched.clear()
     FakeProc.fail_from = 3  # smoke: one prelude model passes, then the lanes fail
     with pytest.raises(RuntimeError, match="02_"):
         N.run_notebooks_parallel(sources, parameters={"preset": "smoke"}, out_dir=tmp_path)
+
+
+def test_notebook_parameters_reads_the_tagged_cell(tmp_path):
+    from esreason_lib.notebooks import notebook_parameters
+
+    assert all(notebook_parameters(p)["preset"] == "tiny" for p in list_notebooks())
+    nb = tmp_path / "99_x.py"
+    nb.write_text('# %%\nx = 1\n\n# %% tags=["parameters"]\npreset = "smoke"\nseeds = (0, 1)\n')
+    assert notebook_parameters(nb) == {"preset": "smoke", "seeds": (0, 1)}
+    nb.write_text("# %%\nx = 1\n")
+    with pytest.raises(ValueError, match="'99_x.py' has no cell tagged 'parameters'"):
+        notebook_parameters(nb)
