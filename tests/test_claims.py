@@ -24,3 +24,24 @@ def test_write_claims_updates_readme_block(tmp_path):
     text = readme.read_text()
     assert "old" not in text and "greedy 0.30" in text and text.endswith("rest\n")
     assert "greedy 0.30" in (tmp_path / "claims.md").read_text()
+
+
+def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
+    assert claims.findings_dir(tmp_path) == tmp_path / "findings"
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "store"))
+    assert claims.findings_dir() == tmp_path / "store" / "findings"
+    monkeypatch.delenv("ESREASON_HOME")
+    assert claims.findings_dir() == claims.REPO_ROOT / "runs" / "findings"
+
+
+def test_every_finding_names_a_notebook_and_its_committed_figures():
+    """Each row of the table points at a notebook that exists and at figures that notebook saves."""
+    from esreason_lib.notebooks import list_notebooks
+
+    stems = [p.stem for p in list_notebooks()]
+    assert [f.id for f in claims.FINDINGS] == stems
+    for finding in claims.FINDINGS:
+        source = (claims.REPO_ROOT / "notebooks" / f"{finding.id}.py").read_text()
+        for figure in finding.figure.split(", "):
+            assert f'"{figure}"' in source, f"{finding.id} does not save {figure}"
+            assert (claims.REPO_ROOT / "figures" / f"{figure}.png").is_file()

@@ -78,3 +78,10 @@ def test_plot_scatter_groups_by_hue_and_draws_the_diagonal():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     fig, ax = plots.plot_scatter(table.iloc[:0], "x", "y")  # empty: no diagonal, no error
     assert not ax.lines
+
+
+def test_figures_dir_default_and_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("ESREASON_FIGURES", raising=False)
+    assert plots.figures_dir() == plots.REPO_ROOT / "figures"
+    monkeypatch.setenv("ESREASON_FIGURES", str(tmp_path))
+    assert plots.figures_dir() == tmp_path

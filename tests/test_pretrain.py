@@ -115,3 +115,14 @@ def test_wall_clock_cap_stops_early(tmp_path, monkeypatch):
     directory = pt.pretrain(spec, home=tmp_path, progress=False)
     manifest = json.loads((directory.parent / "manifest.json").read_text())
     assert manifest["capped"] is True and 0 < manifest["steps_done"] < 10_000
+
+
+def test_make_optimizer_decays_matrices_only():
+    spec = dataclasses.replace(ZOO["smoke"], weight_decay=0.05, lr=1e-3)
+    model = tiny_random_qwen2(len(TOK), seed=0)
+    opt = pt.make_optimizer(model, spec)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0 and opt.defaults["lr"] == 1e-3
+    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert any(p.ndim == 1 for p in no_decay["params"])  # the RMSNorm weights

@@ -148,3 +148,14 @@ def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
     monkeypatch.setitem(zoo.ZOO, "smoke", replace(zoo.ZOO["smoke"], steps=31))  # the recipe changes
     assert Run.open("es", {"model": "smoke"}, seed=0, home=tmp_path).path != before.path
     assert "zoo_versions" not in Run.open("zoo", {"name": "smoke"}, seed=0, home=tmp_path).config
+
+
+def test_package_versions_names_the_stack():
+    import platform
+
+    import esreason_lib
+
+    versions = R.package_versions()
+    assert set(versions) == {"python", "esreason", "torch", "transformers", "numpy"}
+    assert versions["python"] == platform.python_version() and versions["esreason"] == esreason_lib.__version__
+    assert versions["numpy"] == np.__version__ and versions["torch"].split("+")[0] == torch.__version__.split("+")[0]

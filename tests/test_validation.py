@@ -14,8 +14,8 @@ from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_float, check_nonnegative_int,
-                                     check_optional_positive_int, check_positive_float, check_positive_int, is_int,
-                                     is_real)
+                                     check_optional_positive_int, check_positive_float, check_positive_int,
+                                     is_finite_real, is_int, is_real)
 from esreason_lib.zoo import ZooSpec
 
 
@@ -115,3 +115,24 @@ def test_check_message_names_class_field_and_value():
 def test_the_three_configs_share_the_wording(cls, kwargs, field):
     with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{field} must be a positive int, got True$"):
         cls(**kwargs, **{field: True})
+
+
+def test_is_finite_real_by_hand():
+    assert is_finite_real(0.0) and is_finite_real(-3) and is_finite_real(np.float16(1.5)) and is_finite_real(1e308)
+    for bad in (math.nan, math.inf, -math.inf, np.float32("nan"), True, "1", None):
+        assert not is_finite_real(bad), bad
+
+
+def test_freeze_task_kwargs_sorts_pairs_and_names_the_config():
+    from esreason_lib.tasks.base import freeze_task_kwargs
+
+    assert freeze_task_kwargs({"high": 9, "count": 3}, "ESConfig") == (("count", 3), ("high", 9))
+    assert freeze_task_kwargs([["high", 9]], "ESConfig") == (("high", 9),)
+    assert freeze_task_kwargs((), "ESConfig") == () and freeze_task_kwargs({}, "GRPOConfig") == ()
+    with pytest.raises(ValueError, match=r"GRPOConfig\.task_kwargs must be a dict or a tuple of \(str, value\) "
+                                         r"pairs, got 'high=9'"):
+        freeze_task_kwargs("high=9", "GRPOConfig")
+    with pytest.raises(ValueError, match=r"ESConfig\.task_kwargs must be a dict"):
+        freeze_task_kwargs(((1, 2),), "ESConfig")
+    with pytest.raises(ValueError, match=r"ESConfig\.task_kwargs must have hashable values"):
+        freeze_task_kwargs({"numbers": [1, 2]}, "ESConfig")
