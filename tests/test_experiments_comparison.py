@@ -1,4 +1,7 @@
-"""Pure functions of notebook 01's experiments module (ES vs GRPO), on hand-computable tables and fake runs."""
+"""Notebook 01's experiments module (ES vs GRPO): pure functions on hand-computable tables and fake runs, then
+the whole study on the smoke preset (two seeds, a temporary run store) for the run, evaluation and report layer."""
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -6,6 +9,7 @@ import pytest
 
 from esreason_lib.evaluate import EvalResult
 from esreason_lib.experiments import comparison as C
+from esreason_lib.presets import get_preset
 from esreason_lib.runs import Run
 
 
@@ -123,3 +127,126 @@ def test_verdict_says_within_noise_when_the_ci_straddles_zero():
     assert _verdict(0.01, 0.06) == "yes"
     assert _verdict(-0.05, -0.01) == "no"
     assert _verdict(-0.003, 0.010) == "within noise"
+
+
+# ------------------------------------------------------------------------------------ the smoke study end to end
+SEEDS = (0, 1)
+REPORT_KEYS = {"runs", "cost", "problems", "curves", "mean_curves", "coverage", "summary", "traces",
+               "entropy_change", "diffs"}
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded: something was trained or evaluated again")
+
+
+@pytest.fixture(scope="module")
+def smoke_store(tmp_path_factory):
+    """(smoke preset, run store, default store): ESREASON_HOME is a second folder that must stay empty."""
+    import torch
+
+    root = tmp_path_factory.mktemp("comparison")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    yield get_preset("smoke"), root / "store", root / "default"
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def report(smoke_store):
+    preset, store, _ = smoke_store
+    return C.comparison_report(preset, seeds=SEEDS, home=store, progress=False)
+
+
+@pytest.fixture
+def frozen(monkeypatch):
+    """Any model load (training, pretraining or an uncached evaluation) fails the test."""
+    import esreason_lib.models
+    from esreason_lib.experiments import common
+
+    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    monkeypatch.setattr(common, "load_model", _no_loading)
+
+
+def test_report_trains_both_methods_for_every_seed(report, smoke_store):
+    preset, store, default = smoke_store
+    runs = report["runs"]
+    assert list(runs) == [(m, s) for m in ("grpo", "es") for s in SEEDS]
+    assert len({r.path for r in runs.values()}) == len(runs)
+    for (method, seed), run in runs.items():
+        assert run.kind == method and run.seed == seed == run.config["seed"]
+        assert run.config["model"] == preset.base_model and run.config["task"] == preset.task
+        assert run.config["iterations"] == getattr(preset, method).iterations
+        assert run.is_complete() and run.path.parent == store and (run.model_dir / "config.json").is_file()
+    assert not default.exists(), "the study wrote outside its run store"
+
+
+def test_report_runs_are_the_shared_trained_runs_and_are_reused(report, smoke_store, frozen):
+    from esreason_lib.experiments.common import trained_runs
+
+    preset, store, _ = smoke_store
+    before = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
+    runs = trained_runs(preset, ("grpo", "es"), home=store, progress=False)
+    assert list(runs) == [("grpo", 0), ("es", 0)]  # smoke.seeds == (0,)
+    assert all(runs[key].path == report["runs"][key].path for key in runs)
+    after = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
+    assert after == before
+
+
+def test_evaluate_runs_evaluates_the_base_and_every_trained_model(report, smoke_store, frozen):
+    preset, store, _ = smoke_store
+    results = C.evaluate_runs(preset, report["runs"], home=store, progress=False)  # all cached by the report
+    assert list(results) == [("base", C.BASE_SEED), *report["runs"]]
+    for res in results.values():
+        assert len(res.table) == preset.eval.n_problems and (res.table["n"] == preset.eval.n_samples).all()
+        assert res.table["c"].between(0, preset.eval.n_samples).all()
+        assert res.curve["k"].tolist() == list(preset.eval.ks) and res.curve["pass_at_k"].between(0, 1).all()
+    pd.testing.assert_frame_equal(C.problem_table(results), report["problems"])
+    evaluated = {json.loads((p / "config.json").read_text())["model"] for p in store.glob("eval-*")}
+    assert evaluated == {preset.base_model} | {str(run.model_dir) for run in report["runs"].values()}
+
+
+def test_comparison_report_tables_agree_with_each_other(report, smoke_store):
+    preset, _, _ = smoke_store
+    assert set(report) == REPORT_KEYS
+    ks, P, n_evals = list(preset.eval.ks), preset.eval.n_problems, 1 + 2 * len(SEEDS)
+    assert len(report["problems"]) == n_evals * P and len(report["curves"]) == n_evals * len(ks)
+
+    cost = report["cost"].set_index(["method", "seed"])
+    es, grpo = preset.es, preset.grpo
+    assert (cost.xs("es", level="method")["generations"] ==
+            es.population_size * es.prompts_per_step * es.iterations).all()
+    assert (cost.xs("grpo", level="method")["generations"] ==
+            grpo.group_size * grpo.prompts_per_step * grpo.iterations).all()
+
+    mean = report["mean_curves"].set_index(["method", "k"])
+    assert list(mean.index.get_level_values(0).unique()) == ["base", "grpo", "es"]
+    assert mean["n_seeds"].to_dict() == {(m, k): (1 if m == "base" else len(SEEDS)) for m in C.METHODS for k in ks}
+    assert mean["pass_at_k"].between(0, 1).all()
+    assert ((mean["seed_min"] <= mean["pass_at_k"] + 1e-12) & (mean["pass_at_k"] <= mean["seed_max"] + 1e-12)).all()
+
+    cov = report["coverage"]
+    assert len(cov) == n_evals and {"pass@1", f"pass@{max(ks)}"} <= set(cov.columns)
+    assert cov["solved"].to_numpy() == pytest.approx(cov[f"pass@{preset.eval.n_samples}"].to_numpy())  # Pass@n
+
+    summary = report["summary"].set_index("method")
+    assert list(summary.index) == ["base", "grpo", "es"]
+    for col in ("pass@1", f"pass@{max(ks)}", "solved", "eval_entropy"):
+        assert (summary[f"{col}_min"] <= summary[col] + 1e-12).all()
+        assert (summary[col] <= summary[f"{col}_max"] + 1e-12).all()
+    assert np.isnan(summary.loc["base", "train_entropy_ratio"]) and summary.loc["es", "train_entropy_ratio"] > 0
+
+    assert set(report["traces"]) == {f"{m} seed={s}" for m in ("grpo", "es") for s in SEEDS}
+    assert all(t["progress"].iloc[-1] == 1.0 for t in report["traces"].values())
+    change = report["entropy_change"]
+    assert len(change) == 2 * len(SEEDS) and change["ratio"].to_numpy() == pytest.approx(
+        (change["last"] / change["first"]).to_numpy())
+
+    diffs = report["diffs"]
+    assert list(diffs[["a", "b", "k"]].itertuples(index=False, name=None)) == [
+        (a, b, k) for a, b in (("es", "grpo"), ("es", "base"), ("grpo", "base")) for k in (1, max(ks))]
+    for _, d in diffs.iterrows():  # same problems for every seed: the paired mean is the difference of means
+        assert d["diff"] == pytest.approx(summary.loc[d["a"], f"pass@{d['k']}"] - summary.loc[d["b"], f"pass@{d['k']}"])
+        assert d["ci_low"] - 1e-12 <= d["diff"] <= d["ci_high"] + 1e-12
+    text = C.describe_comparison(report["summary"], diffs, len(SEEDS))
+    assert text.startswith("pass@1 base ") and f"({len(SEEDS)} seeds)" in text

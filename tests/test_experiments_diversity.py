@@ -12,13 +12,17 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.es_noise import perturbed
+from esreason_lib.experiments import common
 from esreason_lib.experiments import diversity as div
 from esreason_lib.experiments import diversity_estimators as est
 from esreason_lib.metrics import js_policy_exact
 from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.presets import get_preset
+from esreason_lib.pretrain import pretrain
 from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
-from esreason_lib.theory import fisher_trace
+from esreason_lib.tasks.countdown import Countdown
+from esreason_lib.theory import fisher_trace, lemma1_prediction
 
 # ----------------------------------------------------------------------------------- token-level JS_pol
 
@@ -240,3 +244,94 @@ def test_describe_diversity_reads_its_tables():
     assert "Prop 1 (K=1/4): condition held in 1/0 of 2 iterations, Pass@K rose in 1/0 of those (2/1 of 2 " in text
     long = div.prop1_plot_table(prop1)
     assert len(long) == 3 * len(prop1)
+
+
+# ----------------------------------------------------------------------------------- the cached study, smoke
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded")
+
+
+@pytest.fixture(scope="module")
+def smoke_store(tmp_path_factory):
+    """(store, default store): the smoke base pretrained once into `store`; ESREASON_HOME points to `default`,
+    so that anything written outside the given store shows up."""
+    root = tmp_path_factory.mktemp("diversity")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    pretrain("smoke", home=root / "store", progress=False)
+    yield root / "store", root / "default"
+    mp.undo()
+
+
+@pytest.fixture
+def parity(monkeypatch):
+    """Countdown's verifier replaced by "the completion has even length": the smoke model never solves a
+    problem, and with no successes every success probability (Lemmas 2-3, Proposition 1) would be 0."""
+    monkeypatch.setattr(Countdown, "is_correct", lambda self, completion, example: len(completion) % 2 == 0)
+
+
+def test_compute_lemmas_cells_obey_lemma_2_and_are_cached(smoke_store, parity, monkeypatch):
+    store, default = smoke_store
+    preset = get_preset("smoke")
+    cells, members = div.compute_lemmas(preset, home=store, progress=False)
+    assert list(cells.columns) == ["sigma", "repeat", "prompt", "fisher_trace", "prediction", "prediction_pop",
+                                   "js_pol", "js_pol_mc", "js_succ", "n_correct", "n_samples", "p_bar", "p_pop",
+                                   "p_same", "gap_approx", "gap"]
+    assert list(members.columns) == ["sigma", "repeat", "prompt", "member", "p"]
+    n, sigmas = preset.lemma1_population, list(preset.lemma1_sigmas)
+    assert len(cells) == len(sigmas) * preset.lemma1_repeats * preset.lemma1_prompts
+    assert len(members) == n * len(cells)
+    assert set(cells["sigma"]) == set(sigmas) and (cells["n_samples"] == n * preset.lemma1_samples).all()
+    assert ((cells["n_correct"] > 0) & (cells["n_correct"] < cells["n_samples"])).all()  # not degenerate
+    # Lemma 2, cell by cell: 0 <= JS_succ <= JS_pol and P_pop >= P_same
+    assert (cells["js_succ"] >= 0).all() and (cells["js_succ"] <= cells["js_pol"]).all()
+    assert (cells["p_pop"] >= cells["p_same"] - 1e-12).all()
+    assert cells["gap"].to_numpy() == pytest.approx((cells["p_pop"] - cells["p_same"]).to_numpy(), abs=1e-15)
+    p_bar = members.groupby(["sigma", "repeat", "prompt"])["p"].mean()
+    assert cells.set_index(["sigma", "repeat", "prompt"])["p_bar"].to_dict() == pytest.approx(p_bar.to_dict())
+    assert members["p"].between(0, 1).all()
+    # Lemma 1's prediction from each prompt's Fisher trace, which no sigma or population changes
+    assert cells["prediction"].to_numpy() == pytest.approx(
+        lemma1_prediction(cells["sigma"].to_numpy(), n, cells["fisher_trace"].to_numpy()))
+    assert (cells.groupby("prompt")["fisher_trace"].nunique() == 1).all()
+    assert len(list(store.glob("diversity-lemmas-*"))) == 1
+    assert not default.exists() or not any(default.iterdir())
+    monkeypatch.setattr(div, "load_model", _no_loading)
+    again = div.compute_lemmas(preset, home=store, progress=False)
+    pd.testing.assert_frame_equal(again[0], cells)
+    pd.testing.assert_frame_equal(again[1], members)
+
+
+def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, parity, monkeypatch):
+    store, default = smoke_store
+    # sampled members with a sigma large enough to tell them apart: unequal rewards, so non-uniform weights
+    preset = get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False})
+    table = div.compute_prop1(preset, home=store, progress=False)
+    assert list(table.columns) == ["k", "jk_theta", "jk_w", "jk_plus", "eps", "margin", "threshold", "condition",
+                                   "rose", "p_theta", "p_bar", "p_w", "p_plus", "lift", "lemma3_err", "iteration",
+                                   "reward_mean", "ess_min"]
+    its, ks = preset.prop1_iterations, list(preset.prop1_ks)
+    assert table["iteration"].tolist() == [i for i in range(1, its + 1) for _ in ks]
+    assert table["k"].tolist() == ks * its
+    # Lemma 3 holds to rounding, on weights that do lift the success probability
+    assert (table["lemma3_err"] < 1e-12).all() and (table["lift"].abs() > 1e-3).any()
+    assert table["p_w"].to_numpy() - table["p_bar"].to_numpy() == pytest.approx(table["lift"].to_numpy(), abs=1e-12)
+    # Proposition 1's pieces are consistent with each other
+    assert table["margin"].to_numpy() == pytest.approx((table["jk_w"] - table["jk_theta"]).to_numpy())
+    assert table["threshold"].to_numpy() == pytest.approx((table["k"] * np.sqrt(table["eps"] / 2)).to_numpy())
+    assert (table["condition"] == (table["margin"] > table["threshold"])).all()
+    assert (table["rose"] == (table["jk_plus"] > table["jk_theta"])).all()
+    assert (table["eps"] >= 0).all() and table["ess_min"].between(0, 1, inclusive="right").all()
+    for col in ("jk_theta", "jk_w", "jk_plus", "p_theta", "p_bar", "p_w", "p_plus"):
+        assert table[col].between(0, 1).all(), col
+    # the trajectory is the start of the preset's ES run: the same population rewards, iteration by iteration
+    run = common.train(preset, "es", seed=preset.seeds[0], home=store, progress=False)
+    per_it = table.drop_duplicates("iteration")["reward_mean"].to_numpy()
+    assert per_it == pytest.approx(run.metrics()["reward/mean"].to_numpy()[:its], abs=1e-12)
+    assert len(list(store.glob("diversity-prop1-*"))) == 1
+    assert not default.exists() or not any(default.iterdir())
+    monkeypatch.setattr(div, "load_model", _no_loading)
+    pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False), table)

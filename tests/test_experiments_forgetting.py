@@ -1,11 +1,17 @@
 import math
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+import esreason_lib.models
+from esreason_lib.experiments import common
 from esreason_lib.experiments import forgetting as fg
+from esreason_lib.experiments.common import model_ref, trained_runs
 from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.presets import get_preset
 from esreason_lib.pretrain import build_batch, completion_loss
 
 
@@ -103,3 +109,171 @@ def test_describe_forgetting_text():
                          "(countdown: ES 0.0300 / GRPO 0.2000)")
     hub = fg.describe_forgetting(deltas, fg.stats_summary(_stats(with_lm=False)), "Qwen/Qwen2.5-1.5B-Instruct")
     assert "LM loss skipped" in hub and "Qwen/Qwen2.5-1.5B-Instruct" in hub
+
+
+# ------------------------------------------------------------------------------------------- the study, smoke
+MOVING = {"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5, "grpo.reward_formatted": 0.5}
+"""Smoke overrides under which both methods move off the base: the smoke model never solves countdown, so under
+the preset's binary reward (and greedy ES, whose members all decode alike) every reward is equal and nothing moves."""
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The smoke preset (`MOVING`) with ES and GRPO trained once into `store`; ESREASON_HOME points to a
+    separate folder, `default`, so that anything written outside the given store shows up."""
+    root = tmp_path_factory.mktemp("forgetting")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    preset = get_preset("smoke", **MOVING)
+    store = root / "store"
+    runs = trained_runs(preset, home=store, progress=False)
+    yield SimpleNamespace(root=root, store=store, default=root / "default", preset=preset, runs=runs,
+                          refs={key: model_ref(run) for key, run in runs.items()})
+    mp.undo()
+
+
+def _nothing_outside(study):
+    return not study.default.exists() or not any(study.default.iterdir())
+
+
+def test_trained_runs_one_finished_run_per_method_and_seed_reused_on_later_calls(study, monkeypatch):
+    runs = study.runs
+    assert list(runs) == [("es", 0), ("grpo", 0)]  # methods x preset.seeds, method-major
+    for (method, seed), run in runs.items():
+        assert run.kind == method and run.seed == seed and run.is_complete()
+        assert run.path.parent == study.store and (run.model_dir / "config.json").is_file()
+    assert _nothing_outside(study)
+    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)  # a trainer that runs loads its base
+    for (method, seed), run in runs.items():  # the runs of `common.train` (notebook 01's cache)
+        assert common.train(study.preset, method, seed=seed, home=study.store, progress=False).path == run.path
+    again = trained_runs(study.preset, home=study.store, progress=False)
+    assert {k: r.path for k, r in again.items()} == {k: r.path for k, r in runs.items()}
+    only = trained_runs(study.preset, methods=("grpo",), home=study.store, progress=False)
+    assert {k: r.path for k, r in only.items()} == {("grpo", 0): runs["grpo", 0].path}
+
+
+def test_trained_runs_trains_each_requested_seed(study):
+    runs = trained_runs(study.preset, methods=("es",), seeds=(1,), home=study.store, progress=False)
+    assert list(runs) == [("es", 1)]
+    run = runs["es", 1]
+    assert run.seed == 1 and run.is_complete() and run.path != study.runs["es", 0].path
+
+
+def _fake_evaluate(values, calls):
+    """An `evaluate_ref` stand-in: pass@k = values[ref, task] + k / 100 (recording each call)."""
+
+    def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
+        calls.append({"ref": ref, "task": task, "task_kwargs": dict(task_kwargs), "spec": spec, "home": home})
+        return SimpleNamespace(curve=pd.DataFrame({"k": list(spec.ks),
+                                                   "pass_at_k": [values[ref, task] + k / 100 for k in spec.ks]}))
+
+    return evaluate_ref
+
+
+def test_heldout_scores_one_row_per_model_and_heldout_task(monkeypatch, tmp_path):
+    # the training task has kwargs of its own; the held-out tasks must not receive them
+    preset = get_preset("smoke", task_kwargs={"high": 20})
+    values = {("smoke", "addition"): 0.1, ("smoke", "sorting"): 0.2, ("dir/es", "addition"): 0.3,
+              ("dir/es", "sorting"): 0.4, ("dir/grpo", "addition"): 0.5, ("dir/grpo", "sorting"): 0.6}
+    calls = []
+    monkeypatch.setattr(fg, "evaluate_ref", _fake_evaluate(values, calls))
+    scores = fg.heldout_scores(preset, {("es", 0): "dir/es", ("grpo", 3): "dir/grpo"}, home=tmp_path,
+                               progress=False)
+    assert list(scores.columns) == ["method", "seed", "task", "pass@1", "pass@K", "K"]
+    assert list(zip(scores["method"], scores["seed"], scores["task"])) == [
+        ("base", -1, "addition"), ("base", -1, "sorting"), ("es", 0, "addition"), ("es", 0, "sorting"),
+        ("grpo", 3, "addition"), ("grpo", 3, "sorting")]
+    assert scores["pass@1"].tolist() == pytest.approx([v + 0.01 for v in values.values()])
+    assert scores["pass@K"].tolist() == pytest.approx([v + 0.04 for v in values.values()])  # K = max ks = 4
+    assert (scores["K"] == 4).all()
+    assert all(c["task_kwargs"] == {} and c["spec"] == preset.forgetting_eval and c["home"] == tmp_path
+               for c in calls)
+    # without a forgetting_eval the study falls back to preset.eval (here ks 1, 2: K = 2)
+    calls.clear()
+    fallback = get_preset("smoke", forgetting_eval=None, **{"eval.ks": (1, 2)})
+    scores = fg.heldout_scores(fallback, {("es", 0): "dir/es"}, progress=False)
+    assert (scores["K"] == 2).all() and scores["pass@K"].tolist() == pytest.approx([0.12, 0.22, 0.32, 0.42])
+    assert all(c["spec"] == fallback.eval for c in calls)
+
+
+def _save_copy(ref, path, home):
+    model, tokenizer = esreason_lib.models.load_model(ref, home=home, progress=False)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _values(stats, quantity):
+    sub = stats[stats["quantity"] == quantity]
+    return dict(zip(sub["scope"], sub["value"]))
+
+
+def test_model_stats_lm_loss_per_family_and_kl_per_task(study, monkeypatch):
+    preset, store = study.preset, study.store
+    base = fg.model_stats(preset, preset.base_model, home=store)
+    assert list(base.columns) == ["quantity", "scope", "value"]
+    lm, kl = _values(base, "lm_loss"), _values(base, "kl")
+    families = dict.fromkeys(r[0] for r in fg.heldout_lm_records(preset.base_model, preset.forgetting_lm_sequences))
+    assert list(lm) == [*families, "all"] and list(kl) == [preset.task, *preset.heldout_tasks]
+    assert all(np.isfinite(v) and v > 0 for v in lm.values())
+    assert min(lm[f] for f in families) <= lm["all"] <= max(lm[f] for f in families)  # token-weighted mean
+    assert all(v == 0.0 for v in kl.values())  # the base against itself: 0 by definition
+    # a copy of the base under another reference is sampled, and its estimate is ~0
+    copy = fg.model_stats(preset, _save_copy(preset.base_model, study.root / "copy", store), home=store)
+    assert _values(copy, "lm_loss") == pytest.approx(lm, rel=1e-6)
+    assert all(abs(v) < 1e-6 for v in _values(copy, "kl").values())
+    # a trained model moved: positive KL on every task and another LM loss
+    tuned = fg.model_stats(preset, study.refs["es", 0], home=store)
+    assert all(v > 0 for v in _values(tuned, "kl").values())
+    assert _values(tuned, "lm_loss")["all"] != pytest.approx(lm["all"], rel=1e-6)
+    # each reference is one complete `forgetting` run, reloaded without loading a model
+    assert len(list(store.glob("forgetting-*"))) == 3
+    monkeypatch.setattr(fg, "load_model", _no_loading)
+    pd.testing.assert_frame_equal(fg.model_stats(preset, study.refs["es", 0], home=store), tuned)
+    assert _nothing_outside(study)
+
+
+def test_model_stats_without_a_zoo_base_skips_the_lm_loss(study):
+    # a base that is a directory (like a hub model) has no pretraining mixture to score
+    base_dir = _save_copy("smoke", study.root / "hub-like", study.store)
+    preset = get_preset("smoke", base_model=base_dir)
+    stats = fg.model_stats(preset, base_dir, home=study.store)
+    assert stats["quantity"].tolist() == ["kl"] * 3
+    assert stats["scope"].tolist() == ["countdown", "addition", "sorting"] and (stats["value"] == 0).all()
+
+
+def test_stats_table_stacks_model_stats_with_method_and_seed(study):
+    preset, store = study.preset, study.store
+    table = fg.stats_table(preset, study.refs, home=store)
+    assert list(table.columns) == ["quantity", "scope", "value", "method", "seed"]
+    assert list(dict.fromkeys(zip(table["method"], table["seed"]))) == [("base", -1), ("es", 0), ("grpo", 0)]
+    for (method, seed), ref in {("base", -1): preset.base_model, **study.refs}.items():
+        block = table[(table["method"] == method) & (table["seed"] == seed)]
+        pd.testing.assert_frame_equal(block.drop(columns=["method", "seed"]).reset_index(drop=True),
+                                      fg.model_stats(preset, ref, home=store))
+
+
+def test_forgetting_report_combines_the_cached_pieces(study, monkeypatch):
+    preset, store = study.preset, study.store
+    scores, deltas, stats = fg.forgetting_report(preset, home=store, progress=False)
+    pd.testing.assert_frame_equal(scores, fg.heldout_scores(preset, study.refs, home=store, progress=False))
+    pd.testing.assert_frame_equal(deltas, fg.forgetting_deltas(scores))
+    pd.testing.assert_frame_equal(stats, fg.stats_table(preset, study.refs, home=store))
+    assert set(scores["task"]) == set(preset.heldout_tasks) and set(scores["method"]) == {"base", "es", "grpo"}
+    assert scores["pass@1"].between(0, 1).all() and (scores["pass@K"] >= scores["pass@1"]).all()
+    kl = stats[stats["quantity"] == "kl"].groupby("method")["value"]
+    assert kl.max()["base"] == 0.0 and kl.min()["es"] > 0 and kl.min()["grpo"] > 0  # both methods moved
+    assert _nothing_outside(study)
+    # everything is cached: a second report trains, evaluates and loads nothing
+    n_runs = len(list(store.iterdir()))
+    for module in (esreason_lib.models, common, fg):
+        monkeypatch.setattr(module, "load_model", _no_loading)
+    again = fg.forgetting_report(preset, home=store, progress=False)
+    for a, b in zip(again, (scores, deltas, stats)):
+        pd.testing.assert_frame_equal(a, b)
+    assert len(list(store.iterdir())) == n_runs

@@ -1,12 +1,19 @@
-"""Pure pieces of the population-scaling study (notebook 06), on hand-computable tables."""
+"""The population-scaling study (notebook 06): pure pieces on hand-computable tables, and training and evaluation
+on the smoke preset."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+import esreason_lib.models
+from esreason_lib.experiments import common
 from esreason_lib.experiments import scaling as S
+from esreason_lib.experiments.common import evaluate_ref
+from esreason_lib.models import num_parameters
 from esreason_lib.presets import get_preset
 
 
@@ -103,3 +110,141 @@ def test_describe_scaling_is_computed_from_the_tables():
 def test_ablation_iterations():
     assert S.ablation_iterations(get_preset("tiny")) == 150
     assert S.ablation_iterations(get_preset("smoke")) == get_preset("smoke").scaling_iterations
+
+
+# ------------------------------------------------------------------------------------------- the study, smoke
+def _no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The smoke preset's scaling cells trained once into `store`; ESREASON_HOME points to a separate folder,
+    `default`, so that anything written outside the given store shows up."""
+    root = tmp_path_factory.mktemp("scaling")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    preset, store = get_preset("smoke"), root / "store"
+    yield SimpleNamespace(store=store, default=root / "default", preset=preset,
+                          runs=S.scaling_runs(preset, home=store, progress=False))
+    mp.undo()
+
+
+def _nothing_outside(study):
+    return not study.default.exists() or not any(study.default.iterdir())
+
+
+def test_scaling_runs_one_es_run_per_model_and_population(study, monkeypatch):
+    preset, runs = study.preset, study.runs
+    assert list(runs) == [("smoke", 2), ("smoke", 4)]  # (model, N) in preset order
+    for (model, n), run in runs.items():
+        assert run.kind == "es" and run.is_complete() and run.path.parent == study.store
+        cfg = run.config
+        assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"], cfg["seed"]) == (
+            model, n, preset.scaling_iterations, S.scaling_prompts(preset), preset.seeds[0])
+        assert (cfg["sigma"], cfg["normalization"]) == (preset.es.sigma, preset.es.normalization)  # the rest: es
+        metrics = run.metrics()
+        assert len(metrics) == preset.scaling_iterations
+        # antithetic pairs or not, an iteration costs N completions per prompt
+        assert metrics["es/generations"].iloc[-1] == n * S.scaling_prompts(preset) * preset.scaling_iterations
+    assert _nothing_outside(study)
+    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)  # a trainer that runs loads its base
+    assert {k: r.path for k, r in S.scaling_runs(preset, home=study.store, progress=False).items()} == {
+        k: r.path for k, r in runs.items()}
+
+
+def test_scaling_runs_and_ablation_runs_reject_a_task_the_zoo_model_never_saw(tmp_path):
+    preset = get_preset("smoke", task_kwargs={"high": 20})
+    for train_all in (S.scaling_runs, S.ablation_runs):
+        with pytest.raises(ValueError, match="'smoke' was pretrained on countdown"):
+            train_all(preset, home=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())  # checked before anything is trained
+
+
+def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, monkeypatch):
+    preset = study.preset
+    runs = S.ablation_runs(preset, home=study.store, progress=False)
+    assert list(runs) == list(S.ABLATIONS)
+    for label, run in runs.items():
+        cfg = run.config
+        assert cfg["normalization"] == S.ABLATIONS[label]["normalization"]
+        assert cfg["antithetic"] == S.ABLATIONS[label].get("antithetic", preset.es.antithetic)
+        assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"]) == (
+            preset.base_model, preset.es.population_size, S.ablation_iterations(preset), S.scaling_prompts(preset))
+        assert run.is_complete()
+    # smoke samples antithetically: "antithetic" is the "zscore" run, which is the base model's scaling cell at
+    # N = preset.es.population_size (same iterations), so it is trained once
+    assert preset.es.antithetic and preset.es.population_size in preset.scaling_populations
+    cell = study.runs[preset.base_model, preset.es.population_size]
+    assert runs["zscore"].path == runs["antithetic"].path == cell.path
+    assert len({run.path for run in runs.values()}) == 4
+    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    assert {k: r.path for k, r in S.ablation_runs(preset, home=study.store, progress=False).items()} == {
+        k: r.path for k, r in runs.items()}
+
+
+def test_ablation_runs_with_their_own_iterations_are_not_the_scaling_cell(study):
+    preset = get_preset("smoke", ablation_iterations=1)
+    runs = S.ablation_runs(preset, home=study.store, progress=False)
+    assert all(run.config["iterations"] == 1 and len(run.metrics()) == 1 for run in runs.values())
+    assert runs["zscore"].path != study.runs[preset.base_model, preset.es.population_size].path
+
+
+def _fake_evaluate(greedy, calls):
+    """An `evaluate_ref` stand-in: ref's greedy_correct per problem from `greedy`, pass@1 = mean / 2."""
+
+    def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
+        calls.append({"ref": ref, "task": task, "spec": spec, "home": home})
+        g = greedy[ref]
+        table = pd.DataFrame({"problem_id": [f"p{i}" for i in range(len(g))], "greedy_correct": g})
+        return SimpleNamespace(table=table, curve=pd.DataFrame({"k": [1], "pass_at_k": [np.mean(g) / 2]}))
+
+    return evaluate_ref
+
+
+def test_evaluate_runs_summary_and_per_problem_table(study, monkeypatch):
+    preset, run = study.preset, study.runs["smoke", 4]
+    greedy = {"smoke": [True, False, False, False], str(run.model_dir): [True, True, False, True]}
+    calls = []
+    monkeypatch.setattr(S, "evaluate_ref", _fake_evaluate(greedy, calls))
+    summary, problems = S.evaluate_runs(preset, {("smoke", 0): "smoke", ("smoke", 4): run}, ("model", "N"),
+                                        home=study.store, progress=False)
+    assert list(summary.columns) == ["model", "N", "heldout", "pass@1", "generations", "center_tail", "pop_tail"]
+    assert summary["heldout"].tolist() == [0.25, 0.75] and summary["pass@1"].tolist() == [0.125, 0.375]
+    metrics = run.metrics()
+    assert summary[["generations", "center_tail", "pop_tail"]].iloc[0].isna().all()  # a name: no run metrics
+    assert summary.loc[1, "generations"] == metrics["es/generations"].iloc[-1]
+    assert summary.loc[1, "center_tail"] == S.tail_mean(metrics["reward/center"])
+    assert summary.loc[1, "pop_tail"] == S.tail_mean(metrics["reward/mean"])
+    assert list(problems.columns) == ["model", "N", "problem_id", "greedy_correct"]
+    assert list(zip(problems["model"], problems["N"])) == [("smoke", 0)] * 4 + [("smoke", 4)] * 4
+    assert problems["greedy_correct"].tolist() == [1, 0, 0, 0, 1, 1, 0, 1]
+    assert all(c["spec"] == S.scaling_eval_spec(preset) and c["task"] == preset.task and c["home"] == study.store
+               for c in calls)
+    # labels that are not tuples (the ablations) become the single key column
+    summary, problems = S.evaluate_runs(preset, {"zscore": run}, ("ablation",), progress=False)
+    assert summary["ablation"].tolist() == ["zscore"] and set(problems["ablation"]) == {"zscore"}
+
+
+def test_scaling_report_adds_the_base_models_and_params(study, monkeypatch):
+    preset, store = study.preset, study.store
+    runs = dict(reversed(study.runs.items()))  # sorted by (params, N) whatever the input order
+    summary, problems = S.scaling_report(preset, runs, home=store, progress=False)
+    assert list(summary.columns) == ["model", "params", "N", "heldout", "pass@1", "generations", "center_tail",
+                                     "pop_tail"]
+    assert summary["N"].tolist() == [0, 2, 4] and (summary["model"] == "smoke").all()
+    params = num_parameters(esreason_lib.models.load_model("smoke", home=store, progress=False)[0])
+    assert (summary["params"] == params).all()
+    assert np.isnan(summary.loc[0, "generations"]) and summary["generations"].tolist()[1:] == [16, 32]
+    spec = S.scaling_eval_spec(preset)
+    assert len(problems) == 3 * spec.n_problems and set(problems["greedy_correct"]) <= {0.0, 1.0}
+    per_cell = problems.groupby(["model", "N"])["greedy_correct"].mean()
+    assert summary.set_index(["model", "N"])["heldout"].to_dict() == pytest.approx(per_cell.to_dict())
+    base = evaluate_ref("smoke", preset.task, preset.task_kwargs, spec, home=store, progress=False)  # cached
+    assert summary.loc[0, "heldout"] == pytest.approx(base.table["greedy_correct"].astype(float).mean())
+    assert _nothing_outside(study)
+    monkeypatch.setattr(common, "load_model", _no_loading)  # every evaluation is cached
+    again, again_problems = S.scaling_report(preset, runs, home=store, progress=False)
+    pd.testing.assert_frame_equal(again, summary)
+    pd.testing.assert_frame_equal(again_problems, problems)

@@ -1,10 +1,16 @@
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+import esreason_lib.models
+from esreason_lib.experiments import common
 from esreason_lib.experiments import sparsity as sp
+from esreason_lib.experiments.common import model_ref, trained_runs
 from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.presets import get_preset
 
 
 def test_dedupe_tied_drops_aliases_only():
@@ -102,3 +108,113 @@ def test_describe_sparsity_reads_the_tables(state_pair):
     assert ("ES: resetting the smallest 90% of changed coordinates gives pass@1 0.25 / pass@16 0.40 "
             "(unreset 0.26 / 0.50, random 90% 0.19 / 0.40, base 0.10 / 0.30)") in text
     assert "largest relative update in: ES norm, GRPO none (no update)" in text
+
+
+# ------------------------------------------------------------------------------------------- the study, smoke
+MOVING = {"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5, "grpo.reward_formatted": 0.5}
+"""Smoke overrides under which both methods move off the base (with the preset's binary reward nothing moves:
+the smoke model never solves countdown), so that the resets have updates to reset."""
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The smoke preset (`MOVING`) with ES and GRPO trained once into `store`; ESREASON_HOME points to a
+    separate folder, `default`, so that anything written outside the given store shows up."""
+    root = tmp_path_factory.mktemp("sparsity")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    preset = get_preset("smoke", **MOVING)
+    store = root / "store"
+    yield SimpleNamespace(store=store, default=root / "default", preset=preset,
+                          runs=trained_runs(preset, home=store, progress=False))
+    mp.undo()
+
+
+def _nothing_outside(study):
+    return not study.default.exists() or not any(study.default.iterdir())
+
+
+def _fake_evaluate(calls):
+    """An `evaluate_ref` stand-in giving every reference its own score: pass@1 = 0.01 * (order of first call),
+    pass@k = pass@1 + (k - 1) / 1000 (recording each call)."""
+    seen: dict[str, float] = {}
+
+    def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
+        calls.append({"ref": ref, "task": task, "spec": spec, "home": home})
+        p1 = seen.setdefault(ref, 0.01 * (len(seen) + 1))
+        return SimpleNamespace(curve=pd.DataFrame({"k": list(spec.ks),
+                                                   "pass_at_k": [p1 + (k - 1) / 1000 for k in spec.ks]}))
+
+    return evaluate_ref, seen
+
+
+def test_sparsity_sweep_resets_at_the_requested_quantiles_and_scores_each_model(study, monkeypatch):
+    preset, store = study.preset, study.store
+    calls = []
+    fake, score = _fake_evaluate(calls)
+    monkeypatch.setattr(sp, "evaluate_ref", fake)
+    sweep = sp.sparsity_sweep(preset, study.runs, home=store, progress=False)
+    assert list(sweep.columns) == ["method", "mode", "quantile", "tau", "sparsity", "pass@1", "pass@K", "K"]
+    assert list(dict.fromkeys(sweep["method"])) == list(preset.sparsity_methods)
+    pd.testing.assert_frame_equal(sweep, sweep.sort_values(["method", "mode", "sparsity"], ignore_index=True))
+    assert (sweep["K"] == max(preset.sparsity_eval.ks)).all()
+    assert all(c["spec"] == preset.sparsity_eval and c["task"] == preset.task and c["home"] == store for c in calls)
+    qs = list(preset.sparsity_quantiles)
+    for method in preset.sparsity_methods:
+        tuned_ref = model_ref(study.runs[method, preset.seeds[0]])
+        resets = sp.reset_models(preset.base_model, tuned_ref, qs, seed=preset.seeds[0], home=store)  # cached
+        rows = {mode: sweep[(sweep["method"] == method) & (sweep["mode"] == mode)].set_index("quantile")
+                for mode in sp.MODES}
+        for mode, table in rows.items():
+            assert list(table.index) == [0.0, *qs, 1.0]
+            # the endpoints: quantile 0 is the unreset tuned model, quantile 1 the base
+            assert table.loc[0.0, "sparsity"] == 0.0 and table.loc[1.0, "sparsity"] == 1.0
+            assert np.isnan(table.loc[0.0, "tau"]) and np.isnan(table.loc[1.0, "tau"])
+            assert table.loc[0.0, "pass@1"] == pytest.approx(score[tuned_ref])
+            assert table.loc[1.0, "pass@1"] == pytest.approx(score[preset.base_model])
+            for q, ref in zip(resets[resets["mode"] == mode]["quantile"], resets[resets["mode"] == mode]["ref"]):
+                assert table.loc[q, "pass@1"] == pytest.approx(score[ref])
+                assert table.loc[q, "pass@K"] == pytest.approx(score[ref] + (max(preset.sparsity_eval.ks) - 1) / 1000)
+        mag, rnd = rows["magnitude"].loc[qs], rows["random"].loc[qs]
+        assert mag["sparsity"].to_numpy() == pytest.approx(qs, abs=0.01)  # the model moved: real resets
+        assert rnd["sparsity"].to_numpy() == pytest.approx(mag["sparsity"].to_numpy(), abs=0.02)
+        assert (mag["tau"] > 0).all() and mag["tau"].is_monotonic_increasing and rnd["tau"].isna().all()
+    assert len(score) == 1 + len(preset.sparsity_methods) * (1 + 2 * len(qs))  # every model scored once
+    assert _nothing_outside(study)
+
+
+def test_sparsity_sweep_needs_a_run_for_every_sparsity_method(study, monkeypatch):
+    monkeypatch.setattr(sp, "evaluate_ref", _fake_evaluate([])[0])
+    with pytest.raises(ValueError, match="sparsity_methods names 'grpo' but runs has no \\('grpo', 0\\) entry"):
+        sp.sparsity_sweep(study.preset, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
+    only_es = get_preset("smoke", sparsity_methods=("es",), **MOVING)
+    sweep = sp.sparsity_sweep(only_es, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
+    assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity_quantiles))
+
+
+def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, monkeypatch):
+    preset, store = study.preset, study.store
+    drift, sweep = sp.sparsity_report(preset, home=store, progress=False)
+    assert list(dict.fromkeys(zip(drift["method"], drift["seed"]))) == list(study.runs)
+    total = drift[drift["module"] == "all"].set_index("method")
+    assert len(total) == len(study.runs) and (total["update_share"] == 1.0).all()
+    assert drift["frac_changed"].between(0, 1).all() and (total["rel_l2"] > 0).all()
+    # the overall relative drift is the ES run's own logged ||theta - theta_0|| / ||theta_0||
+    es_drift = study.runs["es", 0].metrics()["es/drift_rel"].iloc[-1]
+    assert total.loc["es", "rel_l2"] == pytest.approx(es_drift, rel=1e-4)
+    assert sweep["pass@1"].between(0, 1).all() and (sweep["pass@K"] >= sweep["pass@1"]).all()
+    assert _nothing_outside(study)
+    # training, resets and evaluations are cached: a second report trains and evaluates nothing
+    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    monkeypatch.setattr(common, "load_model", _no_loading)
+    n_runs = len(list(store.iterdir()))
+    again_drift, again_sweep = sp.sparsity_report(preset, home=store, progress=False)
+    pd.testing.assert_frame_equal(again_drift, drift)
+    pd.testing.assert_frame_equal(again_sweep, sweep)
+    pd.testing.assert_frame_equal(sp.sparsity_sweep(preset, study.runs, home=store, progress=False), sweep)
+    assert len(list(store.iterdir())) == n_runs

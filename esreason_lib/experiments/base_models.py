@@ -26,7 +26,7 @@ def base_model_report(preset: Preset, *, models: list[str] | None = None, home=N
     curves, rows = [], []
     device = resolve_device(preset.device)
     for name in models or zoo_models(preset):
-        model, _ = load_model(name, device=device)
+        model, _ = load_model(name, device=device, home=home, progress=progress)
         params = num_parameters(model)
         del model
         for task in (preset.task, *preset.heldout_tasks):

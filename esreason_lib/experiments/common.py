@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import pandas as pd
 
 from ..es import train_es
 from ..evaluate import EvalResult, evaluate
@@ -46,7 +45,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
     task_obj = get_task(task, **dict(task_kwargs))
     examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
     if model is None and not run.is_complete():
-        model, tokenizer = load_model(ref, device=resolve_device(device))
+        model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
     result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
                       top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
                       seed=spec.seed, run=run, name="eval", progress=progress)
@@ -61,7 +60,9 @@ def train(preset: Preset, method: str, *, seed: int = 0, home=None, progress: bo
     return TRAINERS[method](config, home=home, progress=progress)
 
 
-def tidy_metrics(runs: dict[tuple[str, int], Run]) -> pd.DataFrame:
-    """All runs' metrics.jsonl stacked, with `method` and `seed` columns."""
-    frames = [run.metrics().assign(method=method, seed=seed) for (method, seed), run in runs.items()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=None,
+                 progress: bool = True) -> dict[tuple[str, int], Run]:
+    """{(method, seed): finished `train` run} for every method and seed (default `preset.seeds`), method-major;
+    cached by `train`, so notebook 01's runs are reused."""
+    seeds = preset.seeds if seeds is None else seeds
+    return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for m in methods for s in seeds}

@@ -16,7 +16,7 @@ from ..metrics import bootstrap_ci, pass_at_k
 from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from .common import evaluate_ref, model_ref, resolve_device, train
+from .common import evaluate_ref, model_ref, resolve_device, trained_runs
 
 METHODS = ("base", "grpo", "es")
 """Method labels in display order (`base` is the untrained model)."""
@@ -25,12 +25,6 @@ BASE_SEED = -1
 
 
 # ------------------------------------------------------------------------------------ runs and evaluations
-def comparison_runs(preset: Preset, *, seeds=None, home=None, progress: bool = True) -> dict[tuple[str, int], Run]:
-    """Train (or load) ES and GRPO for each seed (default `preset.seeds`): {(method, seed): Run}."""
-    seeds = tuple(preset.seeds if seeds is None else seeds)
-    return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for s in seeds for m in ("grpo", "es")}
-
-
 def evaluate_runs(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None,
                   progress: bool = True) -> dict[tuple[str, int], EvalResult]:
     """Evaluate the base and every trained run under `preset.eval` (cached): {(method, seed): EvalResult}."""
@@ -170,7 +164,7 @@ def comparison_report(preset: Preset, *, seeds=None, home=None, progress: bool =
     `curves` (per seed), `mean_curves`, `coverage` (per seed), `summary` (per method, mean and seed min/max of
     pass@1, pass@K, distinct_correct, solved, eval_entropy, train entropy ratio), `traces`, `entropy_change`
     and `diffs` (ES - GRPO and ES - base, paired, at K=1 and the largest K)."""
-    runs = comparison_runs(preset, seeds=seeds, home=home, progress=progress)
+    runs = trained_runs(preset, ("grpo", "es"), seeds, home=home, progress=progress)
     results = evaluate_runs(preset, runs, home=home, progress=progress)
     problems, ks = problem_table(results), list(preset.eval.ks)
     kmax = max(ks)

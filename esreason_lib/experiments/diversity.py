@@ -129,7 +129,8 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
     run = Run.open("diversity-lemmas", config, seed=preset.seeds[0], home=home)
     if run.is_complete():
         return run.read_table("cells"), run.read_table("members")
-    model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device))
+    model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device), home=home,
+                                  progress=progress)
     task = get_task(preset.task, **dict(preset.task_kwargs))
     examples = task.examples("test", n=preset.lemma1_prompts, seed=preset.eval.seed)
     cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma1_sigmas,
@@ -217,7 +218,8 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
     if run.is_complete():
         return run.read_table("iterations")
     device = resolve_device(config.device)
-    model, tokenizer = load_model(config.model, device=device, dtype=getattr(torch, config.dtype))
+    model, tokenizer = load_model(config.model, device=device, dtype=getattr(torch, config.dtype), home=home,
+                                  progress=progress)
     shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
     task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
     probes = task.examples("test", n=preset.prop1_probe_prompts, seed=preset.eval.seed)

@@ -25,17 +25,10 @@ from ..runs import Run
 from ..seeding import derive_seed
 from ..tasks import get_task
 from ..zoo import get_spec
-from .common import evaluate_ref, model_ref, resolve_device, train
+from .common import evaluate_ref, model_ref, resolve_device, trained_runs
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""
-
-
-def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=None,
-                 progress: bool = True) -> dict[tuple[str, int], Run]:
-    """{(method, seed): finished training run} (cached by `common.train`, so notebook 01's runs are reused)."""
-    seeds = preset.seeds if seeds is None else seeds
-    return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for m in methods for s in seeds}
 
 
 def heldout_scores(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
@@ -153,13 +146,13 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
     if run.is_complete() and (cached := run.read_table("stats")) is not None:
         return cached
     device = resolve_device(preset.device)
-    model, tokenizer = load_model(ref, device=device)
+    model, tokenizer = load_model(ref, device=device, home=home)
     rows = []
     records = heldout_lm_records(preset.base_model, preset.forgetting_lm_sequences)
     if records is not None:
         for scope, value in lm_loss_by_family(model, tokenizer, records).items():
             rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
-    base = model if ref == preset.base_model else load_model(preset.base_model, device=device)[0]
+    base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
     for task_name in (preset.task, *preset.heldout_tasks):
         kwargs = preset.task_kwargs if task_name == preset.task else {}
         task = get_task(task_name, **dict(kwargs))

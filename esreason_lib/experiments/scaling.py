@@ -145,7 +145,7 @@ def scaling_report(preset: Preset, runs: dict[tuple[str, int], Run], *, home=Non
     summary, problems = evaluate_runs(preset, refs, ("model", "N"), home=home, progress=progress)
     params = {}
     for name in preset.scaling_models:
-        model, _ = load_model(name, device="cpu")
+        model, _ = load_model(name, device="cpu", home=home, progress=progress)
         params[name] = num_parameters(model)
         del model
     summary.insert(1, "params", summary["model"].map(params))

@@ -22,17 +22,10 @@ from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from .common import evaluate_ref, model_ref, resolve_device, train
+from .common import evaluate_ref, model_ref, resolve_device, trained_runs
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal sparsity."""
-
-
-def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=None,
-                 progress: bool = True) -> dict[tuple[str, int], Run]:
-    """{(method, seed): finished training run} (cached by `common.train`, so notebook 01's runs are reused)."""
-    seeds = preset.seeds if seeds is None else seeds
-    return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for m in methods for s in seeds}
 
 
 def dedupe_tied(state: StateDict) -> StateDict:
@@ -48,9 +41,9 @@ def dedupe_tied(state: StateDict) -> StateDict:
     return out
 
 
-def load_state(ref: str) -> StateDict:
-    """The float32 CPU state dict of model `ref` (tied aliases removed)."""
-    model, _ = load_model(ref, device="cpu")
+def load_state(ref: str, *, home=None) -> StateDict:
+    """The float32 CPU state dict of model `ref` (tied aliases removed); a zoo name is pretrained into `home`."""
+    model, _ = load_model(ref, device="cpu", home=home)
     return {k: v.detach().clone() for k, v in dedupe_tied(model.state_dict()).items()}
 
 
@@ -111,9 +104,9 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, seed: int = 0, hom
 
     def states():
         if not loaded:
-            template, tokenizer = load_model(base_ref, device="cpu", dtype=dtype)
-            loaded.update(template=template, tokenizer=tokenizer, base=load_state(base_ref),
-                          tuned=load_state(tuned_ref))
+            template, tokenizer = load_model(base_ref, device="cpu", dtype=dtype, home=home)
+            loaded.update(template=template, tokenizer=tokenizer, base=load_state(base_ref, home=home),
+                          tuned=load_state(tuned_ref, home=home))
         return loaded
 
     rows = []
@@ -180,9 +173,9 @@ def sparsity_report(preset: Preset, *, home=None, progress: bool = True) -> tupl
     """(drift, sweep): drift per (method, seed, module) for every seed, and the reset sweep (see
     `sparsity_sweep`). Drift is cheap (state dicts only) and not cached."""
     runs = trained_runs(preset, home=home, progress=progress)
-    base = load_state(preset.base_model)
-    drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run))})  # one tuned model in memory
-                       for key, run in runs.items()], ignore_index=True)
+    base = load_state(preset.base_model, home=home)
+    drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run), home=home)})  # one tuned model
+                       for key, run in runs.items()], ignore_index=True)  # in memory at a time
     return drift, sparsity_sweep(preset, runs, home=home, progress=progress)
 
 
