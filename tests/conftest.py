@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -45,3 +46,46 @@ class _ChatTokenizer:
 def chat_tok() -> _ChatTokenizer:
     """A fake chat tokenizer (`render_prompt` takes its chat branch): "<|user|>{content}<|assistant|>"."""
     return _ChatTokenizer()
+
+
+@pytest.fixture(scope="module")
+def isolated_store(tmp_path_factory, request):
+    """A module's temporary run folders: `store` (the run store its study writes into), `default` (where
+    ESREASON_HOME points for the module, so that anything written outside the given store shows up: it must stay
+    empty) and `root` (their parent, for any other scratch files); torch runs on one thread."""
+    import torch  # here, so that test files which never touch torch do not import it
+
+    root = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2].removeprefix("test_"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(root / "default"))
+    torch.set_num_threads(1)
+    yield SimpleNamespace(root=root, store=root / "store", default=root / "default")
+    mp.undo()
+
+
+@pytest.fixture
+def forbid_loading(monkeypatch):
+    """A function `forbid_loading(*modules)` that replaces `load_model` in each given module (for this test only)
+    by one that fails the test: to show that nothing is trained, pretrained or evaluated again."""
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded: something was trained or evaluated again")
+
+    def forbid(*modules):
+        assert modules, "name the modules whose load_model to replace"
+        for module in modules:
+            monkeypatch.setattr(module, "load_model", no_loading)
+
+    return forbid
+
+
+@pytest.fixture(scope="module")
+def moving_preset():
+    """The smoke preset with overrides under which both ES and GRPO move off the base (so that, e.g., there is
+    forgetting to measure and there are updates to reset). Under the preset's binary reward nothing moves: the smoke
+    model never solves countdown, so every reward is equal (and greedy ES members all decode alike); here a
+    well-formed wrong answer earns 0.5 and ES samples its members with a larger sigma."""
+    from esreason_lib.presets import get_preset
+
+    return get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5,
+                                  "grpo.reward_formatted": 0.5})

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 import esreason_lib.models
 from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS
@@ -21,10 +20,6 @@ from esreason_lib.runs import Run
 from esreason_lib.tasks import get_task
 
 SPEC = EvalSpec(n_problems=3, n_samples=2, ks=(1, 2), n_boot=20)
-
-
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded")
 
 
 # ------------------------------------------------------------------------------------------- model_ref
@@ -44,16 +39,10 @@ def test_model_ref_passes_zoo_names_hub_ids_and_paths_through_as_strings():
 
 # ------------------------------------------------------------------------------------------- evaluate_ref
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
+def evaluated(isolated_store):
     """(store, default store, EvalResult of the smoke model on countdown under SPEC, evaluated into store)."""
-    root = tmp_path_factory.mktemp("common")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    store = root / "store"
-    result = evaluate_ref("smoke", "countdown", {}, SPEC, home=store, progress=False)
-    yield store, root / "default", result
-    mp.undo()
+    store = isolated_store.store
+    return store, isolated_store.default, evaluate_ref("smoke", "countdown", {}, SPEC, home=store, progress=False)
 
 
 def test_evaluate_ref_tables_have_the_documented_columns_and_ranges(evaluated):
@@ -84,21 +73,19 @@ def test_evaluate_ref_is_one_complete_eval_run_in_the_given_store_only(evaluated
     assert not default.exists() or not any(default.iterdir()), "evaluate_ref wrote outside its store"
 
 
-def test_evaluate_ref_reloads_a_finished_evaluation_without_loading_a_model(evaluated, monkeypatch):
+def test_evaluate_ref_reloads_a_finished_evaluation_without_loading_a_model(evaluated, forbid_loading):
     store, _, result = evaluated
-    monkeypatch.setattr(common, "load_model", _no_loading)
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    forbid_loading(common, esreason_lib.models)
     again = evaluate_ref("smoke", "countdown", {}, SPEC, home=store, progress=False)
     pd.testing.assert_frame_equal(again.table, result.table)
     pd.testing.assert_frame_equal(again.curve, result.curve)
     assert len(list(store.glob("eval-*"))) == 1
 
 
-def test_evaluate_ref_with_a_model_in_memory_is_cached_under_the_given_ref(evaluated, monkeypatch):
+def test_evaluate_ref_with_a_model_in_memory_is_cached_under_the_given_ref(evaluated, forbid_loading):
     store, _, result = evaluated
     model, tokenizer = esreason_lib.models.load_model("smoke", home=store, progress=False)
-    monkeypatch.setattr(common, "load_model", _no_loading)
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    forbid_loading(common, esreason_lib.models)
     mem = evaluate_ref("smoke-in-memory", "countdown", {}, SPEC, home=store, progress=False, model=model,
                        tokenizer=tokenizer)
     pd.testing.assert_frame_equal(mem.table, result.table)  # the same model and seed: the same samples

@@ -135,21 +135,10 @@ REPORT_KEYS = {"runs", "cost", "problems", "curves", "mean_curves", "coverage", 
                "entropy_change", "diffs"}
 
 
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded: something was trained or evaluated again")
-
-
 @pytest.fixture(scope="module")
-def smoke_store(tmp_path_factory):
+def smoke_store(isolated_store):
     """(smoke preset, run store, default store): ESREASON_HOME is a second folder that must stay empty."""
-    import torch
-
-    root = tmp_path_factory.mktemp("comparison")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    yield get_preset("smoke"), root / "store", root / "default"
-    mp.undo()
+    return get_preset("smoke"), isolated_store.store, isolated_store.default
 
 
 @pytest.fixture(scope="module")
@@ -159,13 +148,12 @@ def report(smoke_store):
 
 
 @pytest.fixture
-def frozen(monkeypatch):
+def frozen(forbid_loading):
     """Any model load (training, pretraining or an uncached evaluation) fails the test."""
     import esreason_lib.models
     from esreason_lib.experiments import common
 
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
-    monkeypatch.setattr(common, "load_model", _no_loading)
+    forbid_loading(esreason_lib.models, common)
 
 
 def test_report_trains_both_methods_for_every_seed(report, smoke_store):

@@ -249,21 +249,12 @@ def test_describe_diversity_reads_its_tables():
 # ----------------------------------------------------------------------------------- the cached study, smoke
 
 
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded")
-
-
 @pytest.fixture(scope="module")
-def smoke_store(tmp_path_factory):
+def smoke_store(isolated_store):
     """(store, default store): the smoke base pretrained once into `store`; ESREASON_HOME points to `default`,
     so that anything written outside the given store shows up."""
-    root = tmp_path_factory.mktemp("diversity")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    pretrain("smoke", home=root / "store", progress=False)
-    yield root / "store", root / "default"
-    mp.undo()
+    pretrain("smoke", home=isolated_store.store, progress=False)
+    return isolated_store.store, isolated_store.default
 
 
 @pytest.fixture
@@ -273,7 +264,7 @@ def parity(monkeypatch):
     monkeypatch.setattr(Countdown, "is_correct", lambda self, completion, example: len(completion) % 2 == 0)
 
 
-def test_compute_lemmas_cells_obey_lemma_2_and_are_cached(smoke_store, parity, monkeypatch):
+def test_compute_lemmas_cells_obey_lemma_2_and_are_cached(smoke_store, parity, forbid_loading):
     store, default = smoke_store
     preset = get_preset("smoke")
     cells, members = div.compute_lemmas(preset, home=store, progress=False)
@@ -299,13 +290,13 @@ def test_compute_lemmas_cells_obey_lemma_2_and_are_cached(smoke_store, parity, m
     assert (cells.groupby("prompt")["fisher_trace"].nunique() == 1).all()
     assert len(list(store.glob("diversity-lemmas-*"))) == 1
     assert not default.exists() or not any(default.iterdir())
-    monkeypatch.setattr(div, "load_model", _no_loading)
+    forbid_loading(div)
     again = div.compute_lemmas(preset, home=store, progress=False)
     pd.testing.assert_frame_equal(again[0], cells)
     pd.testing.assert_frame_equal(again[1], members)
 
 
-def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, parity, monkeypatch):
+def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, parity, forbid_loading):
     store, default = smoke_store
     # sampled members with a sigma large enough to tell them apart: unequal rewards, so non-uniform weights
     preset = get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False})
@@ -333,5 +324,5 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     assert per_it == pytest.approx(run.metrics()["reward/mean"].to_numpy()[:its], abs=1e-12)
     assert len(list(store.glob("diversity-prop1-*"))) == 1
     assert not default.exists() or not any(default.iterdir())
-    monkeypatch.setattr(div, "load_model", _no_loading)
+    forbid_loading(div)
     pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False), table)

@@ -112,43 +112,28 @@ def test_describe_forgetting_text():
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
-MOVING = {"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5, "grpo.reward_formatted": 0.5}
-"""Smoke overrides under which both methods move off the base: the smoke model never solves countdown, so under
-the preset's binary reward (and greedy ES, whose members all decode alike) every reward is equal and nothing moves."""
-
-
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded")
-
-
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """The smoke preset (`MOVING`) with ES and GRPO trained once into `store`; ESREASON_HOME points to a
-    separate folder, `default`, so that anything written outside the given store shows up."""
-    root = tmp_path_factory.mktemp("forgetting")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    preset = get_preset("smoke", **MOVING)
-    store = root / "store"
-    runs = trained_runs(preset, home=store, progress=False)
-    yield SimpleNamespace(root=root, store=store, default=root / "default", preset=preset, runs=runs,
-                          refs={key: model_ref(run) for key, run in runs.items()})
-    mp.undo()
+def study(isolated_store, moving_preset):
+    """The smoke preset under which both methods move (`moving_preset`) with ES and GRPO trained once into
+    `store`; ESREASON_HOME points to a separate folder, `default`, so that anything written outside the given
+    store shows up."""
+    runs = trained_runs(moving_preset, home=isolated_store.store, progress=False)
+    return SimpleNamespace(**vars(isolated_store), preset=moving_preset, runs=runs,
+                           refs={key: model_ref(run) for key, run in runs.items()})
 
 
 def _nothing_outside(study):
     return not study.default.exists() or not any(study.default.iterdir())
 
 
-def test_trained_runs_one_finished_run_per_method_and_seed_reused_on_later_calls(study, monkeypatch):
+def test_trained_runs_one_finished_run_per_method_and_seed_reused_on_later_calls(study, forbid_loading):
     runs = study.runs
     assert list(runs) == [("es", 0), ("grpo", 0)]  # methods x preset.seeds, method-major
     for (method, seed), run in runs.items():
         assert run.kind == method and run.seed == seed and run.is_complete()
         assert run.path.parent == study.store and (run.model_dir / "config.json").is_file()
     assert _nothing_outside(study)
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)  # a trainer that runs loads its base
+    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base
     for (method, seed), run in runs.items():  # the runs of `common.train` (notebook 01's cache)
         assert common.train(study.preset, method, seed=seed, home=study.store, progress=False).path == run.path
     again = trained_runs(study.preset, home=study.store, progress=False)
@@ -213,7 +198,7 @@ def _values(stats, quantity):
     return dict(zip(sub["scope"], sub["value"]))
 
 
-def test_model_stats_lm_loss_per_family_and_kl_per_task(study, monkeypatch):
+def test_model_stats_lm_loss_per_family_and_kl_per_task(study, forbid_loading):
     preset, store = study.preset, study.store
     base = fg.model_stats(preset, preset.base_model, home=store)
     assert list(base.columns) == ["quantity", "scope", "value"]
@@ -233,7 +218,7 @@ def test_model_stats_lm_loss_per_family_and_kl_per_task(study, monkeypatch):
     assert _values(tuned, "lm_loss")["all"] != pytest.approx(lm["all"], rel=1e-6)
     # each reference is one complete `forgetting` run, reloaded without loading a model
     assert len(list(store.glob("forgetting-*"))) == 3
-    monkeypatch.setattr(fg, "load_model", _no_loading)
+    forbid_loading(fg)
     pd.testing.assert_frame_equal(fg.model_stats(preset, study.refs["es", 0], home=store), tuned)
     assert _nothing_outside(study)
 
@@ -258,7 +243,7 @@ def test_stats_table_stacks_model_stats_with_method_and_seed(study):
                                       fg.model_stats(preset, ref, home=store))
 
 
-def test_forgetting_report_combines_the_cached_pieces(study, monkeypatch):
+def test_forgetting_report_combines_the_cached_pieces(study, forbid_loading):
     preset, store = study.preset, study.store
     scores, deltas, stats = fg.forgetting_report(preset, home=store, progress=False)
     pd.testing.assert_frame_equal(scores, fg.heldout_scores(preset, study.refs, home=store, progress=False))
@@ -271,8 +256,7 @@ def test_forgetting_report_combines_the_cached_pieces(study, monkeypatch):
     assert _nothing_outside(study)
     # everything is cached: a second report trains, evaluates and loads nothing
     n_runs = len(list(store.iterdir()))
-    for module in (esreason_lib.models, common, fg):
-        monkeypatch.setattr(module, "load_model", _no_loading)
+    forbid_loading(esreason_lib.models, common, fg)
     again = fg.forgetting_report(preset, home=store, progress=False)
     for a, b in zip(again, (scores, deltas, stats)):
         pd.testing.assert_frame_equal(a, b)

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import esreason_lib.models
 from esreason_lib.experiments import common
@@ -113,29 +112,20 @@ def test_ablation_iterations():
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded")
-
-
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(isolated_store):
     """The smoke preset's scaling cells trained once into `store`; ESREASON_HOME points to a separate folder,
     `default`, so that anything written outside the given store shows up."""
-    root = tmp_path_factory.mktemp("scaling")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    preset, store = get_preset("smoke"), root / "store"
-    yield SimpleNamespace(store=store, default=root / "default", preset=preset,
-                          runs=S.scaling_runs(preset, home=store, progress=False))
-    mp.undo()
+    preset = get_preset("smoke")
+    return SimpleNamespace(**vars(isolated_store), preset=preset,
+                           runs=S.scaling_runs(preset, home=isolated_store.store, progress=False))
 
 
 def _nothing_outside(study):
     return not study.default.exists() or not any(study.default.iterdir())
 
 
-def test_scaling_runs_one_es_run_per_model_and_population(study, monkeypatch):
+def test_scaling_runs_one_es_run_per_model_and_population(study, forbid_loading):
     preset, runs = study.preset, study.runs
     assert list(runs) == [("smoke", 2), ("smoke", 4)]  # (model, N) in preset order
     for (model, n), run in runs.items():
@@ -149,7 +139,7 @@ def test_scaling_runs_one_es_run_per_model_and_population(study, monkeypatch):
         # antithetic pairs or not, an iteration costs N completions per prompt
         assert metrics["es/generations"].iloc[-1] == n * S.scaling_prompts(preset) * preset.scaling_iterations
     assert _nothing_outside(study)
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)  # a trainer that runs loads its base
+    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base
     assert {k: r.path for k, r in S.scaling_runs(preset, home=study.store, progress=False).items()} == {
         k: r.path for k, r in runs.items()}
 
@@ -162,7 +152,7 @@ def test_scaling_runs_and_ablation_runs_reject_a_task_the_zoo_model_never_saw(tm
     assert not any(tmp_path.iterdir())  # checked before anything is trained
 
 
-def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, monkeypatch):
+def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, forbid_loading):
     preset = study.preset
     runs = S.ablation_runs(preset, home=study.store, progress=False)
     assert list(runs) == list(S.ABLATIONS)
@@ -179,7 +169,7 @@ def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, monkeyp
     cell = study.runs[preset.base_model, preset.es.population_size]
     assert runs["zscore"].path == runs["antithetic"].path == cell.path
     assert len({run.path for run in runs.values()}) == 4
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
+    forbid_loading(esreason_lib.models)
     assert {k: r.path for k, r in S.ablation_runs(preset, home=study.store, progress=False).items()} == {
         k: r.path for k, r in runs.items()}
 
@@ -227,7 +217,7 @@ def test_evaluate_runs_summary_and_per_problem_table(study, monkeypatch):
     assert summary["ablation"].tolist() == ["zscore"] and set(problems["ablation"]) == {"zscore"}
 
 
-def test_scaling_report_adds_the_base_models_and_params(study, monkeypatch):
+def test_scaling_report_adds_the_base_models_and_params(study, forbid_loading):
     preset, store = study.preset, study.store
     runs = dict(reversed(study.runs.items()))  # sorted by (params, N) whatever the input order
     summary, problems = S.scaling_report(preset, runs, home=store, progress=False)
@@ -244,7 +234,7 @@ def test_scaling_report_adds_the_base_models_and_params(study, monkeypatch):
     base = evaluate_ref("smoke", preset.task, preset.task_kwargs, spec, home=store, progress=False)  # cached
     assert summary.loc[0, "heldout"] == pytest.approx(base.table["greedy_correct"].astype(float).mean())
     assert _nothing_outside(study)
-    monkeypatch.setattr(common, "load_model", _no_loading)  # every evaluation is cached
+    forbid_loading(common)  # every evaluation is cached
     again, again_problems = S.scaling_report(preset, runs, home=store, progress=False)
     pd.testing.assert_frame_equal(again, summary)
     pd.testing.assert_frame_equal(again_problems, problems)

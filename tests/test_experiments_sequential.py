@@ -73,22 +73,11 @@ def test_describe_sequential():
 
 
 # ------------------------------------------------------------------------------------ the smoke study end to end
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded: something was trained or evaluated again")
-
-
 @pytest.fixture(scope="module")
-def smoke_store(tmp_path_factory):
+def smoke_store(isolated_store):
     """(preset, run store, default store): smoke with different per-method budgets (ES 2, GRPO 4 iterations) and
     two preset seeds; ESREASON_HOME is a second folder that must stay empty."""
-    import torch
-
-    root = tmp_path_factory.mktemp("sequential")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    yield get_preset("smoke", grpo_update_budget=4, seeds=(0, 1)), root / "store", root / "default"
-    mp.undo()
+    return get_preset("smoke", grpo_update_budget=4, seeds=(0, 1)), isolated_store.store, isolated_store.default
 
 
 @pytest.fixture(scope="module")
@@ -98,13 +87,12 @@ def report(smoke_store):
 
 
 @pytest.fixture
-def frozen(monkeypatch):
+def frozen(forbid_loading):
     """Any model load (training, pretraining or an uncached evaluation) fails the test."""
     import esreason_lib.models
     from esreason_lib.experiments import common
 
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
-    monkeypatch.setattr(common, "load_model", _no_loading)
+    forbid_loading(esreason_lib.models, common)
 
 
 def test_train_arms_spends_each_methods_budget_share_and_chains_stages(report, smoke_store, frozen):

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +11,6 @@ from esreason_lib.experiments import common
 from esreason_lib.experiments import sparsity as sp
 from esreason_lib.experiments.common import model_ref, trained_runs
 from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.presets import get_preset
 
 
 def test_dedupe_tied_drops_aliases_only():
@@ -111,28 +111,13 @@ def test_describe_sparsity_reads_the_tables(state_pair):
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
-MOVING = {"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5, "grpo.reward_formatted": 0.5}
-"""Smoke overrides under which both methods move off the base (with the preset's binary reward nothing moves:
-the smoke model never solves countdown), so that the resets have updates to reset."""
-
-
-def _no_loading(*args, **kwargs):
-    raise AssertionError("a model was loaded")
-
-
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """The smoke preset (`MOVING`) with ES and GRPO trained once into `store`; ESREASON_HOME points to a
-    separate folder, `default`, so that anything written outside the given store shows up."""
-    root = tmp_path_factory.mktemp("sparsity")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ESREASON_HOME", str(root / "default"))
-    torch.set_num_threads(1)
-    preset = get_preset("smoke", **MOVING)
-    store = root / "store"
-    yield SimpleNamespace(store=store, default=root / "default", preset=preset,
-                          runs=trained_runs(preset, home=store, progress=False))
-    mp.undo()
+def study(isolated_store, moving_preset):
+    """The smoke preset under which both methods move (`moving_preset`: the resets have updates to reset) with ES
+    and GRPO trained once into `store`; ESREASON_HOME points to a separate folder, `default`, so that anything
+    written outside the given store shows up."""
+    return SimpleNamespace(**vars(isolated_store), preset=moving_preset,
+                           runs=trained_runs(moving_preset, home=isolated_store.store, progress=False))
 
 
 def _nothing_outside(study):
@@ -192,12 +177,12 @@ def test_sparsity_sweep_needs_a_run_for_every_sparsity_method(study, monkeypatch
     monkeypatch.setattr(sp, "evaluate_ref", _fake_evaluate([])[0])
     with pytest.raises(ValueError, match="sparsity_methods names 'grpo' but runs has no \\('grpo', 0\\) entry"):
         sp.sparsity_sweep(study.preset, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
-    only_es = get_preset("smoke", sparsity_methods=("es",), **MOVING)
+    only_es = replace(study.preset, sparsity_methods=("es",))
     sweep = sp.sparsity_sweep(only_es, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
     assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity_quantiles))
 
 
-def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, monkeypatch):
+def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):
     preset, store = study.preset, study.store
     drift, sweep = sp.sparsity_report(preset, home=store, progress=False)
     assert list(dict.fromkeys(zip(drift["method"], drift["seed"]))) == list(study.runs)
@@ -210,8 +195,7 @@ def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, monkeyp
     assert sweep["pass@1"].between(0, 1).all() and (sweep["pass@K"] >= sweep["pass@1"]).all()
     assert _nothing_outside(study)
     # training, resets and evaluations are cached: a second report trains and evaluates nothing
-    monkeypatch.setattr(esreason_lib.models, "load_model", _no_loading)
-    monkeypatch.setattr(common, "load_model", _no_loading)
+    forbid_loading(esreason_lib.models, common)
     n_runs = len(list(store.iterdir()))
     again_drift, again_sweep = sp.sparsity_report(preset, home=store, progress=False)
     pd.testing.assert_frame_equal(again_drift, drift)
