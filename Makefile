@@ -18,7 +18,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-test: setup
+test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
+	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks
 	$(PY) -m pytest -q
 
 reproduce: setup

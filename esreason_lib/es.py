@@ -259,7 +259,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     else:
         run.truncate_metrics(0)
 
-    n, p = config.population_size, config.prompts_per_step
+    p = config.prompts_per_step
     bar = tqdm(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
                disable=not progress, desc=f"es {config.task}")
     for it in bar:

@@ -12,7 +12,7 @@ configs (`get_preset("tiny", **{"es.sigma": 0.002})`), and an unknown name or ke
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .es import ESConfig

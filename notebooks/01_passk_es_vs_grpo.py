@@ -52,7 +52,7 @@ cost.groupby("method")[["iterations", "generations", "seconds"]].agg(["mean", "m
 # %% [markdown]
 # **Pass@K.** Thick lines: the mean over training seeds of the unbiased Pass@K estimate, with a 95% bootstrap
 # band over problems (of the per-problem seed mean). Thin lines: the individual seeds. The base has no seed. The
-table gives each method's seed mean with the seed [min, max].
+# table gives each method's seed mean with the seed [min, max].
 
 # %%
 fig, ax = plot_pass_at_k_seeds(report["mean_curves"], report["curves"])

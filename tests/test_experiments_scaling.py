@@ -104,6 +104,9 @@ def test_describe_scaling_is_computed_from_the_tables():
     assert text.endswith("after 16 iterations on the base, normalization zscore 0.31 / rank 0.29 / none 0.20; "
                          "antithetic 0.31 vs plain 0.28")
     assert "after 150 iterations on the base" in S.describe_scaling(summary, probs, ablation, 16, 150)
+    assert "N=32 used 8x the generations of N=4; base accuracy s 0.10 / l 0.30); " in text
+    no_base = S.describe_scaling(summary[summary["N"] > 0], probs, ablation, 16)
+    assert "base accuracy" not in no_base and "N=32 used 8x the generations of N=4); " in no_base
 
 
 def test_ablation_iterations():

@@ -1,7 +1,6 @@
 """The paper's lemmas on hand-computable and analytic toy cases."""
 
 import importlib
-import math
 import sys
 import types
 

@@ -198,8 +198,11 @@ def describe_scaling(summary: pd.DataFrame, problems: pd.DataFrame, ablation: pd
     first = summary["model"].iloc[0]
     ratio = gen.loc[(first, large)] / gen.loc[(first, small)]
     abl = ablation.set_index("ablation")["heldout"]
+    base = summary[summary["N"] == 0]  # the untrained sizes: is the larger model also the more capable one?
+    bases = " / ".join(f"{r.model} {r.heldout:.2f}" for r in base.itertuples())
     return (f"held-out greedy accuracy after {iterations} ES iterations, gap N={large} - N={small}: {parts} "
-            f"(shrinks with size: {gap_trend(gaps)}; N={large} used {ratio:.0f}x the generations of N={small}); "
+            f"(shrinks with size: {gap_trend(gaps)}; N={large} used {ratio:.0f}x the generations of N={small}"
+            + (f"; base accuracy {bases}" if bases else "") + "); "
             f"after {ablation_iters or iterations} iterations on the base, "
             f"normalization zscore {abl['zscore']:.2f} / rank {abl['rank']:.2f} / none {abl['none']:.2f}; "
             f"antithetic {abl['antithetic']:.2f} vs plain {abl['plain']:.2f}")
