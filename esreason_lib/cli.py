@@ -99,8 +99,7 @@ def _train(args) -> int:
     other = "grpo" if args.method == "es" else "es"
     if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
         raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
-    own = [s for s in args.set if s not in groups[other]]  # in command-line order: the last one wins
-    config = preset.config(args.method, **parse_assignments(own, getattr(preset, args.method)))
+    config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
     if args.method == "es":
         from .es import train_es as trainer
     else:

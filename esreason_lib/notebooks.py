@@ -119,9 +119,8 @@ def run_notebooks_parallel(sources: list[str | Path], *, parameters: dict | None
     first = [s for s in sources if not any(s in lane for lane in lanes)]
     start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    presets = ({parameters["preset"]} if parameters and "preset" in parameters
-               else {notebook_parameters(s)["preset"] for s in sources})
-    models = _prelude_models(presets)
+    override = (parameters or {}).get("preset")  # else each notebook's own default
+    models = _prelude_models({override} if override else {notebook_parameters(s)["preset"] for s in sources})
     print(f"[reproduce] pretraining {models} side by side", file=sys.stderr, flush=True)
     _wait_all([([m], subprocess.Popen([sys.executable, "-m", "esreason_lib", "pretrain", m], env=env,
                                       cwd=REPO_ROOT, stderr=subprocess.DEVNULL)) for m in models], "pretraining")
@@ -129,7 +128,7 @@ def run_notebooks_parallel(sources: list[str | Path], *, parameters: dict | None
     procs = []
     for lane in (lane for lane in lanes if lane):
         cmd = [sys.executable, "-m", "esreason_lib", "reproduce", "--no-claims", "--out-dir", str(out_dir),
-               *(["--preset", parameters["preset"]] if parameters and "preset" in parameters else []),
+               *(["--preset", override] if override else []),
                *map(str, lane)]
         procs.append(([s.name for s in lane], subprocess.Popen(cmd, env=env, cwd=REPO_ROOT)))
     _wait_all(procs, f"notebook lane(s) (executed notebooks in {out_dir})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-
+from .. import training
 from ..es import train_es
 from ..evaluate import EvalResult, evaluate
 from ..grpo import train_grpo
@@ -18,7 +18,6 @@ from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..tasks import get_task
-from .. import training
 
 TRAINERS = {"es": train_es, "grpo": train_grpo}
 
