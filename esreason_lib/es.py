@@ -1,7 +1,7 @@
 """Evolution Strategies for LLM fine-tuning, in evosax's ask/tell shape (Qiu et al. 2025's ES, the paper's
 Algorithm 1).
 
-One iteration: `ask()` draws N member seeds; a backend (`es_backends`) scores each member theta + sigma * eps_i
+One iteration, `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend (`es_backends`) scores each member theta + sigma * eps_i
 on a batch of prompts; `tell(population, rewards)` shapes the rewards into z_i and updates, in place,
 
     theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
@@ -27,9 +27,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, SequentialBackend,  # noqa: F401
-                                      sample_seed, score_examples)
-from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
+from esreason_lib.es_backends import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
+from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.training import DTYPES, training_inputs
@@ -216,6 +215,36 @@ def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> 
     return math.sqrt(num / den) if den > 0 else math.nan
 
 
+def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
+            theta0: dict[str, torch.Tensor], before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
+    """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
+
+    Draws the step's P = `prompts_per_step` train prompts from `examples` (stream (seed, "es", "prompts", it),
+    without replacement when possible), scores the unperturbed centre on them with the members' sampling seed,
+    asks for the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is
+    called with the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
+    Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
+    (the centre's mean token entropy), es/js_succ, es/drift_rel (against `theta0`) and es/fixup_frac."""
+    from esreason_lib.metrics import js_success
+
+    config, it, p = es.config, es.iteration, es.config.prompts_per_step
+    idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
+    batch = [examples[i] for i in idx]  # [P]
+    center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
+                                               temperature=config.temperature,
+                                               max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                                               seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
+    pop = es.ask()
+    ev = backend(model, pop, batch, iteration=it)
+    if before_tell is not None:
+        before_tell(pop, ev)
+    m = es.tell(pop, ev.rewards)
+    m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
+              "es/js_succ": float(np.mean(js_success(ev.correct.T))),
+              "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac})
+    return m, ev
+
+
 def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend: PopulationEvaluator | None = None,
              home=None, resume: bool = True, progress: bool = True):
     """Train `config.model` on `config.task` with ES; returns the `Run` (immediately if already complete).
@@ -233,7 +262,6 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     """
     from tqdm.auto import tqdm
 
-    from esreason_lib.metrics import js_success
     from esreason_lib.runs import Run
 
     run = Run.open("es", config, seed=config.seed, home=home)
@@ -243,7 +271,6 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
                                                        home=home, progress=progress, caller="train_es")
     model.eval()
     backend = backend or SequentialBackend.from_config(config, task, tokenizer)
-    max_new = config.max_new_tokens or task.max_new_tokens
     es = ES(config, model)
     theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
 
@@ -259,24 +286,13 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     else:
         run.truncate_metrics(0)
 
-    p = config.prompts_per_step
     bar = tqdm(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
                disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()
-        idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
-        batch = [examples[i] for i in idx]  # [P]
-        center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
-                                                   temperature=config.temperature, max_new_tokens=max_new,
-                                                   seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
-        pop = es.ask()
-        ev = backend(model, pop, batch, iteration=it)
-        m = es.tell(pop, ev.rewards)
+        m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
         generations += ev.generations
-        m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
-                  "es/js_succ": float(np.mean(js_success(ev.correct.T))),
-                  "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac,
-                  "es/generations": generations, "time/step_s": time.perf_counter() - t0})
+        m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
         run.log(it + 1, m)
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:

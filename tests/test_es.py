@@ -249,8 +249,7 @@ def tiny():
 
 
 def test_sequential_backend_scores_members_and_restores(tiny):
-    from esreason_lib.es import Evaluation, PopulationEvaluator, SequentialBackend
-    from esreason_lib.es_backends import sample_seed, score_examples
+    from esreason_lib.es_backends import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
 
     tok, make = tiny
     model, task = make(), Paren()
@@ -291,6 +290,38 @@ def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
     assert __import__("time").perf_counter() - t < 1.0 and len(run.metrics()) == 40
     with pytest.raises(ValueError, match="tokenizer is required"):
         train_es(dataclasses.replace(cfg, seed=1), model=make(), home=tmp_path)
+
+
+def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
+    """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
+    `before_tell` sees the model still at theta."""
+    from esreason_lib.es import es_step, train_es
+    from esreason_lib.es_backends import SequentialBackend
+
+    tok, make = tiny
+    cfg = ESConfig(model="tiny-random", task="paren", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
+                   prompts_per_step=3, antithetic=True, checkpoint_every=0, device="cpu", seed=3)
+    run = train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path, progress=False)
+    model, task = make(), Paren()
+    es = ES(cfg, model)
+    theta0 = {k: v.detach().clone() for k, v in es.params.items()}
+    seen = []
+
+    def before_tell(pop, ev):
+        seen.append((len(pop), ev.rewards.shape, all(torch.equal(v, theta0[k]) for k, v in es.params.items())))
+
+    logged = []
+    for _ in range(2):
+        m, ev = es_step(es, model, tok, task, task.examples("train"), SequentialBackend.from_config(cfg, task, tok),
+                        theta0=theta0, before_tell=before_tell if not seen else None)
+        logged.append(m)
+        assert ev.generations == 4 * 3
+    assert seen == [(4, (4,), True)] and es.iteration == 2
+    df = run.metrics()
+    for key, value in logged[1].items():
+        assert df[key].iloc[1] == pytest.approx(value), key
+    trained = __import__("transformers").AutoModelForCausalLM.from_pretrained(run.model_dir)
+    assert all(torch.equal(v, trained.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatch):

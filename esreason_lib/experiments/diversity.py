@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..es import ES, ESConfig, SequentialBackend
+from ..es import ES, ESConfig, es_step
+from ..es_backends import SequentialBackend
 from ..es_noise import named_params, perturbed
 from ..generation import generate
 from ..metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
@@ -171,38 +172,41 @@ def prop1_step(p_members, w, p_theta, p_plus, ks) -> pd.DataFrame:
 
 def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, ks, scheme: str = "positive",
                      progress: bool = True) -> pd.DataFrame:
-    """Run `config.iterations` ES iterations (the library's `ES` ask/tell and `SequentialBackend`, the same
-    streams as `es.train_es`, so the trajectory is the first iterations of that run) and evaluate Lemma 3 and
-    Proposition 1 at each: the center samples `samples` completions per probe prompt (T = 1); those samples
-    are scored under the center, every member and the updated center; weights are `fitness_weights` of the
-    iteration's shaped fitness. Returns the stacked `prop1_step` tables with `iteration`, `reward_mean` and
-    `ess_min` (smallest importance-sampling effective sample size fraction over members)."""
+    """Run `config.iterations` iterations of `es.es_step` (so the trajectory is the first iterations of the
+    `train_es` run of `config`) and evaluate Lemma 3 and Proposition 1 at each: before the update, the center
+    samples `samples` completions per probe prompt (T = 1), scored under the center and every member; after it,
+    under the updated center; weights are `fitness_weights` of the iteration's shaped fitness. Returns the stacked
+    `prop1_step` tables with `iteration`, `reward_mean` and `ess_min` (smallest importance-sampling effective
+    sample size fraction over members)."""
     examples = task.examples("train", n=config.train_size, seed=0)
     backend = SequentialBackend.from_config(config, task, tokenizer)
     es = ES(config, model)
+    theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}
     prompts = [task.prompt(ex, tokenizer) for ex in probes]
+    shape = (len(probes), samples)
     out = []
     for it in tqdm(range(config.iterations), disable=not progress, desc="prop 1"):
-        p_ = config.prompts_per_step
-        idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p_, replace=p_ > len(examples))
         ro = _sample(model, tokenizer, task, prompts, samples, derive_seed(config.seed, "diversity", "probe", it))
         batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
         correct = np.array([task.is_correct(c, probes[p]) for c, p in zip(ro.completions, ro.prompt_index())],
-                           dtype=np.float64).reshape(len(probes), samples)  # [P, S]
-        lp0 = sequence_logp(model, *batch).reshape(len(probes), samples)  # [P, S]
-        pop = es.ask()
-        ev = backend(model, pop, [examples[i] for i in idx], iteration=it)
-        lp = []
-        for sd, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
-            with perturbed(es.params, sd, int(sign), config.sigma):
-                lp.append(sequence_logp(model, *batch).reshape(len(probes), samples))
-        lp = np.stack(lp, axis=1)  # [P, N, S]
-        w = fitness_weights(es.shaping(ev.rewards), scheme)  # [N]
-        es.tell(pop, ev.rewards)  # the model is now theta+
-        lp_plus = sequence_logp(model, *batch).reshape(len(probes), samples)  # [P, S]
+                           dtype=np.float64).reshape(shape)  # [P, S]
+        lp0 = sequence_logp(model, *batch).reshape(shape)  # [P, S]
+        at_theta = {}
+
+        def score_members(pop, ev):  # the model is still theta: score the probes under every member
+            lp = []
+            for sd, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
+                with perturbed(es.params, sd, int(sign), config.sigma):
+                    lp.append(sequence_logp(model, *batch).reshape(shape))
+            at_theta["lp"] = np.stack(lp, axis=1)  # [P, N, S]
+            at_theta["w"] = fitness_weights(es.shaping(ev.rewards), scheme)  # [N]
+
+        _, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0, before_tell=score_members)
+        lp, w = at_theta["lp"], at_theta["w"]
+        lp_plus = sequence_logp(model, *batch).reshape(shape)  # [P, S] under theta+
         p_members = np.stack([is_success(lp[p], lp0[p], correct[p]) for p in range(len(probes))])  # [P, N]
         p_plus = np.array([is_success(lp_plus[p][None], lp0[p], correct[p])[0] for p in range(len(probes))])
-        ess = ess_fraction(lp.transpose(1, 0, 2).reshape(len(pop), -1), lp0.reshape(-1))  # [N]
+        ess = ess_fraction(lp.transpose(1, 0, 2).reshape(lp.shape[1], -1), lp0.reshape(-1))  # [N]
         out.append(prop1_step(p_members, w, correct.mean(1), p_plus, ks).assign(
             iteration=it + 1, reward_mean=float(ev.rewards.mean()), ess_min=float(ess.min())))
     return pd.concat(out, ignore_index=True)
