@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.model is None:
-        from esreason_lib.models import build_char_tokenizer
+        from esreason_lib.zoo import build_char_tokenizer
         tok = build_char_tokenizer()
         model = _random_model(len(tok), args.hidden, args.layers, args.mlp)
     else:

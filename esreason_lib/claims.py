@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .notebooks import REPO_ROOT
+from .paths import CLAIMS_PATH, README_PATH, findings_dir
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,6 @@ FINDINGS: tuple[Finding, ...] = (
 _BY_ID = {f.id: f for f in FINDINGS}
 
 
-def findings_dir(home: str | Path | None = None) -> Path:
-    """Where finding records live: `<ESREASON_HOME or repo/runs>/findings`."""
-    base = Path(home) if home is not None else Path(os.environ.get("ESREASON_HOME", REPO_ROOT / "runs"))
-    return base / "findings"
-
-
 def record_finding(finding_id: str, result: str, *, preset: str, home: str | Path | None = None) -> Path:
     """Store the measured result line for `finding_id` (one of `FINDINGS`) under the run store."""
     if finding_id not in _BY_ID:
@@ -85,8 +79,8 @@ def render_claims(home: str | Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_claims(home: str | Path | None = None, claims_path: str | Path = REPO_ROOT / "papers" / "claims.md",
-                 readme_path: str | Path | None = REPO_ROOT / "README.md") -> str:
+def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIMS_PATH,
+                 readme_path: str | Path | None = README_PATH) -> str:
     """Write `papers/claims.md` and replace the README's block between the `claims` markers."""
     table = render_claims(home)
     Path(claims_path).write_text(

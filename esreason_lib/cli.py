@@ -100,11 +100,9 @@ def _train(args) -> int:
     if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
         raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
     config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
-    if args.method == "es":
-        from .es import train_es as trainer
-    else:
-        from .grpo import train_grpo as trainer
-    run = trainer(config, resume=not args.no_resume, progress=True)
+    from .training import trainer
+
+    run = trainer(args.method)(config, resume=not args.no_resume, progress=True)
     print(run.path)
     if args.eval:
         print(before_after(preset, [run]))
@@ -119,10 +117,12 @@ def _pretrain(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from .notebooks import BUILD_DIR, list_notebooks, run_notebooks, run_notebooks_parallel
+    from .notebooks import list_notebooks, run_notebooks, run_notebooks_parallel
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
+    from .paths import BUILD_DIR
+
     out_dir = args.out_dir or BUILD_DIR
     if args.jobs > 1:
         run_notebooks_parallel(sources, parameters=parameters, out_dir=out_dir)

@@ -1,8 +1,8 @@
 """Evolution Strategies for LLM fine-tuning, in evosax's ask/tell shape (Qiu et al. 2025's ES, the paper's
 Algorithm 1).
 
-One iteration, `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend (`es_backends`) scores each member theta + sigma * eps_i
-on a batch of prompts; `tell(population, rewards)` shapes the rewards into z_i and updates, in place,
+One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend
+(`es_backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the rewards into z_i and updates, in place,
 
     theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
 
@@ -32,6 +32,7 @@ from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
                                      check_positive_float, check_positive_int)
@@ -73,8 +74,8 @@ class ESConfig:
     """Everything that defines an ES run (its hash names the run directory). Defaults are Qiu et al.'s
     (N=30, sigma=1e-3, alpha=5e-4, z-scored fitness, greedy decoding); tiny CPU models want larger sigma/alpha."""
 
-    model: str = "tiny"
-    """Base model: a zoo name from `esreason_lib.models.ZOO`, a local directory, or a hub id."""
+    model: str = DEFAULT_BASE
+    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
     task_kwargs: tuple = ()

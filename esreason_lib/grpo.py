@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
-from esreason_lib.models import DEFAULT_BASE
+from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed, numpy_rng
@@ -135,7 +135,7 @@ class GRPOConfig:
     where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
 
     model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.models.ZOO`, a local directory, or a hub id."""
+    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
     task_kwargs: tuple = ()

@@ -3,8 +3,8 @@
 `load_model` takes a zoo name (pretrained into the run store on first use, reused afterwards), a local
 directory written by `save_pretrained` (or a run directory holding `model/`), or a Hugging Face hub id such as
 "Qwen/Qwen2.5-1.5B-Instruct" (needs network or a local HF cache). The implementation lives in
-`esreason_lib.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.pretrain` (the training loop); this
-module re-exports the public names. Load zoo directories with `load_model` / `load_tokenizer`, never with
+`esreason_lib.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.pretrain` (the training loop); import
+those names from there. Load zoo directories with `load_model` / `load_tokenizer`, never with
 `AutoTokenizer` (transformers 5 forces Qwen2Tokenizer there, which drops every space of the char format).
 
 Measured zoo (recipe 2; 2-core CPU; held-out Countdown: `get_task("countdown").examples("test", n=200,
@@ -37,12 +37,8 @@ from pathlib import Path
 
 import torch
 
-from esreason_lib.pretrain import build_batch, completion_loss, pretrain
-from esreason_lib.zoo import (ALPHABET, DEFAULT_BASE, ZOO, ZooSpec, build_char_tokenizer, get_spec,
-                              num_parameters, tiny_random_qwen2)
-
-__all__ = ["ALPHABET", "DEFAULT_BASE", "ZOO", "ZooSpec", "build_batch", "build_char_tokenizer",
-           "completion_loss", "get_spec", "load_model", "load_tokenizer", "num_parameters", "pretrain", "tiny_random_qwen2"]
+from esreason_lib.pretrain import pretrain
+from esreason_lib.zoo import ZOO, ZooSpec
 
 
 def _looks_like_path(name: str) -> bool:

@@ -14,9 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = REPO_ROOT / "notebooks"
-BUILD_DIR = REPO_ROOT / "build" / "notebooks"
+from .paths import BUILD_DIR, NOTEBOOK_DIR, REPO_ROOT
 
 
 def list_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:

@@ -5,7 +5,6 @@ Style: seaborn's colorblind palette, one consistent color per method (`METHOD_CO
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Mapping
 
@@ -14,7 +13,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .notebooks import REPO_ROOT
+from .paths import figures_dir
 
 sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
 _PALETTE = sns.color_palette("colorblind")
@@ -25,11 +24,6 @@ METHOD_COLORS = {"base": _PALETTE[7], "grpo": _PALETTE[0], "es": _PALETTE[1], "g
 def color_for(label: str, index: int = 0):
     """The method's fixed color, or the palette's `index`-th color for other labels."""
     return METHOD_COLORS.get(str(label).lower().split(" ")[0], _PALETTE[index % len(_PALETTE)])
-
-
-def figures_dir() -> Path:
-    """`$ESREASON_FIGURES` or `<repo>/figures`."""
-    return Path(os.environ.get("ESREASON_FIGURES", REPO_ROOT / "figures"))
 
 
 def save_figure(fig, name: str, directory: str | Path | None = None) -> list[Path]:

@@ -30,19 +30,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = _PACKAGE_DIR.parent
+from .paths import REPO_ROOT, run_store_root
+
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
 _KEEP_CHECKPOINTS = 2
 _RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status"}
-
-
-def esreason_home() -> Path:
-    """$ESREASON_HOME if set, else `<repo root>/runs` (repo root = parent of the esreason_lib package)."""
-    env = os.environ.get("ESREASON_HOME")
-    return Path(env).expanduser() if env else REPO_ROOT / "runs"
 
 
 def _jsonable(obj, where: str = "config"):
@@ -207,7 +201,7 @@ class Run:
             cfg = with_zoo_versions(cfg)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
-        path = Path(home if home is not None else esreason_home()) / f"{kind}-{config_hash(cfg)}"
+        path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
         path.mkdir(parents=True, exist_ok=True)
         stored = _read_json(path / "config.json")
         if stored is not None and stored != cfg:
@@ -340,6 +334,6 @@ class Run:
 
 def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
     """True when the run for (kind, config) under `home` is complete (manifest status "complete")."""
-    path = Path(home if home is not None else esreason_home()) / f"{_check_kind(kind)}-{config_hash(config)}"
+    path = Path(home if home is not None else run_store_root()) / f"{_check_kind(kind)}-{config_hash(config)}"
     manifest = _read_json(path / "manifest.json")
     return manifest is not None and manifest.get("status") == "complete"

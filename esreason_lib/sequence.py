@@ -1,8 +1,9 @@
 """Sequential post-training: one method's output is the next one's base (GRPO->ES, ES->GRPO, ...).
 
-The paper compares sequences against single methods at an equal *update budget*: the total number of
-parameter updates (ES iterations and GRPO optimizer iterations each count one). `split_budget` gives the
-paper's 50/50 split by default. Every stage is an ordinary, cached, resumable run in the run store, whose
+The paper compares sequences against single methods at an equal *update budget*. The one rule here: each
+method has a full budget in its own iterations (one single-method run; ES iterations and GRPO optimizer
+iterations each count one update), and a sequence gives stage i the i-th share (`split_budget`, 50/50 by
+default) of its own method's budget, so every arm spends "one full run" in total. Every stage is an ordinary, cached, resumable run in the run store, whose
 config names the previous stage's saved model directory as its base, so a finished stage is never retrained.
 """
 
@@ -11,13 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from .es import ESConfig, train_es
-from .grpo import GRPOConfig, train_grpo
+from .es import ESConfig
+from .grpo import GRPOConfig
 from .runs import Run
-
-METHODS = ("es", "grpo")
+from .training import METHODS, trainer
 
 
 def split_budget(total: int, fractions: Sequence[float] = (0.5, 0.5)) -> tuple[int, ...]:
@@ -31,8 +31,11 @@ def split_budget(total: int, fractions: Sequence[float] = (0.5, 0.5)) -> tuple[i
     return tuple(parts)
 
 
-def sequence_stages(order: Sequence[str], total: int, fractions: Sequence[float] | None = None) -> list[tuple[str, int]]:
-    """`(method, budget)` stages for `order` (e.g. ("grpo", "es")) sharing `total` updates (equal split by default)."""
+def sequence_stages(order: Sequence[str], budgets: int | Mapping[str, int],
+                    fractions: Sequence[float] | None = None) -> list[tuple[str, int]]:
+    """`(method, iterations)` stages for `order` (e.g. ("grpo", "es")): stage i gets the i-th share (`fractions`,
+    equal by default) of its method's full budget, `budgets[method]` (an int: the same budget for every method,
+    so the stages share that many updates)."""
     if not order:
         raise ValueError(f"order must name at least one method, got {order!r}")
     for method in order:
@@ -41,7 +44,8 @@ def sequence_stages(order: Sequence[str], total: int, fractions: Sequence[float]
     fractions = fractions or [1.0 / len(order)] * len(order)
     if len(fractions) != len(order):
         raise ValueError(f"fractions must give one share per stage of {tuple(order)!r}, got {tuple(fractions)!r}")
-    return list(zip(order, split_budget(total, fractions)))
+    full = {m: budgets for m in METHODS} if isinstance(budgets, int) else budgets
+    return [(m, split_budget(full[m], fractions)[i]) for i, m in enumerate(order)]
 
 
 def train_sequence(stages: Sequence[tuple[str, int]], *, es: ESConfig, grpo: GRPOConfig,
@@ -61,12 +65,11 @@ def train_sequence(stages: Sequence[tuple[str, int]], *, es: ESConfig, grpo: GRP
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"stage {method!r} budget must be a positive int, got {budget!r}")
     configs = {"es": es, "grpo": grpo}
-    trainers = {"es": train_es, "grpo": train_grpo}
     current = str(base_model) if base_model is not None else configs[stages[0][0]].model
     runs: list[Run] = []
     for method, budget in stages:
         config = replace(configs[method], model=current, iterations=budget)
-        run = trainers[method](config, home=home, resume=resume, progress=progress)
+        run = trainer(method)(config, home=home, resume=resume, progress=progress)
         runs.append(run)
         current = str(run.model_dir)
     return runs

@@ -1,9 +1,22 @@
-"""What `train_es` and `train_grpo` share: the dtype names a config may use, the device, and the model,
-tokenizer, task and train examples a run starts from."""
+"""What `train_es` and `train_grpo` share: the registry of trained methods, the dtype names a config may use,
+the device, and the model, tokenizer, task and train examples a run starts from."""
 
 from __future__ import annotations
 
 import torch
+
+METHODS = ("es", "grpo")
+"""The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
+
+
+def trainer(method: str):
+    """`es.train_es` or `grpo.train_grpo` for `method`, one of `METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is not one of {METHODS}")
+    from esreason_lib import es, grpo  # here: es and grpo import this module
+
+    return {"es": es.train_es, "grpo": grpo.train_grpo}[method]
+
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Model parameter dtypes by the name a config gives (`ESConfig.dtype`, `GRPOConfig.dtype`)."""
@@ -25,7 +38,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     config's `reward_*` shaping unless one is passed; `examples` are its train split (`config.train_size`,
     seed 0), and must not be empty. `caller` names the trainer in errors.
     """
-    from esreason_lib.models import load_model  # here, so that importing `esreason_lib.es` stays light
+    from esreason_lib.models import load_model
     from esreason_lib.tasks import RewardShaping, get_task
 
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]

@@ -1,6 +1,6 @@
 import pytest
 
-from esreason_lib import claims
+from esreason_lib import claims, paths
 
 
 def test_record_and_render_claims(tmp_path):
@@ -27,11 +27,11 @@ def test_write_claims_updates_readme_block(tmp_path):
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
-    assert claims.findings_dir(tmp_path) == tmp_path / "findings"
+    assert paths.findings_dir(tmp_path) == tmp_path / "findings"
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "store"))
-    assert claims.findings_dir() == tmp_path / "store" / "findings"
+    assert paths.findings_dir() == tmp_path / "store" / "findings"
     monkeypatch.delenv("ESREASON_HOME")
-    assert claims.findings_dir() == claims.REPO_ROOT / "runs" / "findings"
+    assert paths.findings_dir() == paths.REPO_ROOT / "runs" / "findings"
 
 
 def test_every_finding_names_a_notebook_and_its_committed_figures():
@@ -41,7 +41,7 @@ def test_every_finding_names_a_notebook_and_its_committed_figures():
     stems = [p.stem for p in list_notebooks()]
     assert [f.id for f in claims.FINDINGS] == stems
     for finding in claims.FINDINGS:
-        source = (claims.REPO_ROOT / "notebooks" / f"{finding.id}.py").read_text()
+        source = (paths.REPO_ROOT / "notebooks" / f"{finding.id}.py").read_text()
         for figure in finding.figure.split(", "):
             assert f'"{figure}"' in source, f"{finding.id} does not save {figure}"
-            assert (claims.REPO_ROOT / "figures" / f"{figure}.png").is_file()
+            assert (paths.REPO_ROOT / "figures" / f"{figure}.png").is_file()

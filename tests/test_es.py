@@ -241,7 +241,7 @@ class Paren:
 
 @pytest.fixture(scope="module")
 def tiny():
-    from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
     torch.set_num_threads(1)
     tok = build_char_tokenizer()

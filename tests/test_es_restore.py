@@ -116,7 +116,7 @@ import os, signal, sys
 import numpy as np, torch
 torch.set_num_threads(1)
 from esreason_lib.es import ESConfig, train_es
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.runs import Run
 
 class Hash:  # a reward that varies across members from the first step, so every update moves the weights

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from esreason_lib.experiments.base_models import base_model_report, describe_base, in_regime, zoo_models
-from esreason_lib.models import load_model, num_parameters
+from esreason_lib.models import load_model
+from esreason_lib.zoo import num_parameters
 from esreason_lib.presets import get_preset
 
 

@@ -92,3 +92,18 @@ def test_evaluate_ref_with_a_model_in_memory_is_cached_under_the_given_ref(evalu
     assert len(list(store.glob("eval-*"))) == 2  # but its own cache entry, keyed by the ref
     cached = evaluate_ref("smoke-in-memory", "countdown", {}, SPEC, home=store, progress=False)
     pd.testing.assert_frame_equal(cached.table, mem.table)
+
+
+# ------------------------------------------------------------------------------------------- run_cost
+def test_run_cost_sums_last_generations_and_step_seconds_over_stages(tmp_path):
+    es = Run.open("es", {"seed": 0, "iterations": 2}, seed=0, home=tmp_path)
+    es.log(1, {"es/generations": 6, "time/step_s": 0.5})
+    es.log(2, {"es/generations": 12, "time/step_s": 0.25})
+    grpo = Run.open("grpo", {"seed": 0, "iterations": 1}, seed=0, home=tmp_path)
+    grpo.log(1, {"grpo/generations": 4, "time/step_s": 1.0})
+    untimed = Run.open("grpo", {"seed": 1, "iterations": 1}, seed=1, home=tmp_path)
+    untimed.log(1, {"reward/mean": 0.0})
+    assert common.run_cost([es]) == {"generations": 12, "seconds": 0.75}
+    assert common.run_cost([es, grpo]) == {"generations": 16, "seconds": 1.75}
+    cost = common.run_cost([untimed])
+    assert cost["generations"] == 0 and cost["seconds"] != cost["seconds"]  # nan: no step time logged

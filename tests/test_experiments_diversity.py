@@ -15,7 +15,7 @@ from esreason_lib.experiments import common
 from esreason_lib.experiments import diversity as div
 from esreason_lib.experiments import diversity_estimators as est
 from esreason_lib.metrics import js_policy_exact
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.presets import get_preset
 from esreason_lib.pretrain import pretrain
 from esreason_lib.tasks import get_task

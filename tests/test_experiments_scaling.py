@@ -12,7 +12,7 @@ import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import scaling as S
 from esreason_lib.experiments.common import evaluate_ref
-from esreason_lib.models import num_parameters
+from esreason_lib.zoo import num_parameters
 from esreason_lib.presets import get_preset
 
 

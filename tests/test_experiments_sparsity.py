@@ -10,7 +10,7 @@ import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import sparsity as sp
 from esreason_lib.experiments.common import model_ref, trained_runs
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
 def test_dedupe_tied_drops_aliases_only():

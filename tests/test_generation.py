@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from esreason_lib.generation import Rollouts, _generate, completion_logprobs, generate, sequence_logprobs
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
 PROMPTS = ["03 12 07>022=", "A12+5=", "Sxq", "hello world, longer prompt!"]
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, train_grpo
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.tasks.base import BINARY, Task
 
 

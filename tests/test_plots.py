@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from esreason_lib import plots  # noqa: E402
+from esreason_lib import paths, plots  # noqa: E402
 
 
 def _curve(shift):
@@ -82,6 +82,6 @@ def test_plot_scatter_groups_by_hue_and_draws_the_diagonal():
 
 def test_figures_dir_default_and_env(tmp_path, monkeypatch):
     monkeypatch.delenv("ESREASON_FIGURES", raising=False)
-    assert plots.figures_dir() == plots.REPO_ROOT / "figures"
+    assert paths.figures_dir() == paths.REPO_ROOT / "figures"
     monkeypatch.setenv("ESREASON_FIGURES", str(tmp_path))
-    assert plots.figures_dir() == tmp_path
+    assert paths.figures_dir() == tmp_path

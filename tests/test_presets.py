@@ -211,7 +211,7 @@ def paper_data(shared_data, tmp_path, monkeypatch):
 
 
 def _tiny_model():
-    from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
     return tiny_random_qwen2(len(tok), seed=0), tok

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from esreason_lib import pretrain as pt
-from esreason_lib.models import ZOO, build_char_tokenizer, load_model, tiny_random_qwen2
+from esreason_lib.models import load_model
+from esreason_lib.zoo import ZOO, build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.pretrain import IGNORE_INDEX, build_batch, completion_loss, lr_factor
 
 TOK = build_char_tokenizer()

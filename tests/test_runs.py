@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from esreason_lib import paths
 from esreason_lib import runs as R
 
 
@@ -35,11 +36,11 @@ def test_config_hash_canonical():
         R.config_hash([1, 2])
 
 
-def test_esreason_home(monkeypatch, tmp_path):
+def test_run_store_root(monkeypatch, tmp_path):
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
-    assert R.esreason_home() == tmp_path
+    assert paths.run_store_root() == tmp_path
     monkeypatch.delenv("ESREASON_HOME")
-    assert R.esreason_home() == Path(R.__file__).resolve().parent.parent / "runs"
+    assert paths.run_store_root() == Path(R.__file__).resolve().parent.parent / "runs"
 
 
 def test_open_layout_and_reopen(tmp_path):

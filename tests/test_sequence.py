@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from esreason_lib.presets import get_preset
-from esreason_lib.sequence import METHODS, sequence_stages, split_budget, train_sequence
+from esreason_lib.sequence import sequence_stages, split_budget, train_sequence
+from esreason_lib.training import METHODS
 
 
 @pytest.fixture
@@ -79,6 +80,9 @@ def test_sequence_stages_by_hand():
     assert sequence_stages(["es"], 7) == [("es", 7)]
     assert sequence_stages(["grpo", "es", "grpo"], 10) == [("grpo", 3), ("es", 3), ("grpo", 4)]
     assert sequence_stages(["grpo", "es"], 10, (0.2, 0.8)) == [("grpo", 2), ("es", 8)]
+    # per-method budgets: each stage takes its share of its own method's budget
+    assert sequence_stages(["grpo", "es"], {"es": 7, "grpo": 20}) == [("grpo", 10), ("es", 4)]
+    assert sequence_stages(["es", "grpo"], {"es": 5, "grpo": 5}) == sequence_stages(["es", "grpo"], 5)
 
 
 @pytest.mark.parametrize("order, total, fractions, pattern", [

@@ -93,7 +93,7 @@ def test_fisher_trace_with_model(monkeypatch):
 def test_fisher_trace_real_generation_if_available():
     try:
         gen = importlib.import_module("esreason_lib.generation")
-        models = importlib.import_module("esreason_lib.models")
+        models = importlib.import_module("esreason_lib.zoo")
         gen.completion_logprobs  # noqa: B018
         tokenizer = models.build_char_tokenizer()
         model = models.tiny_random_qwen2(len(tokenizer), seed=0).eval()

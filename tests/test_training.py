@@ -7,7 +7,7 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
-from esreason_lib.models import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.training import DTYPES, resolve_device, training_inputs
 
 
@@ -39,3 +39,14 @@ def test_training_inputs_errors():
 
     with pytest.raises(ValueError, match="task 'countdown' has no train examples"):
         training_inputs(ESConfig(device="cpu"), model=tiny_random_qwen2(len(tok)), tokenizer=tok, task=NoTrain())
+
+
+def test_trainer_registry():
+    from esreason_lib.es import train_es
+    from esreason_lib.grpo import train_grpo
+    from esreason_lib.training import METHODS, trainer
+
+    assert METHODS == ("es", "grpo")
+    assert trainer("es") is train_es and trainer("grpo") is train_grpo
+    with pytest.raises(ValueError, match="method 'base' is not one of"):
+        trainer("base")

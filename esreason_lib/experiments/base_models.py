@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..models import load_model, num_parameters
+from ..models import load_model
+from ..zoo import num_parameters
 from ..presets import Preset
-from .common import evaluate_ref, resolve_device
+from ..training import resolve_device
+from .common import evaluate_ref
 
 
 def zoo_models(preset: Preset) -> list[str]:

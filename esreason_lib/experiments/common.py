@@ -10,21 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .. import training
-from ..es import train_es
 from ..evaluate import EvalResult, evaluate
-from ..grpo import train_grpo
 from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..tasks import get_task
-
-TRAINERS = {"es": train_es, "grpo": train_grpo}
-
-
-def resolve_device(name: str) -> str:
-    """`training.resolve_device` as a string ("auto" -> "cuda" when available, else "cpu")."""
-    return str(training.resolve_device(name))
+from ..training import resolve_device, trainer
 
 
 def model_ref(run_or_name: Run | str | Path) -> str:
@@ -56,7 +47,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
 def train(preset: Preset, method: str, *, seed: int = 0, home=None, progress: bool = True, **changes) -> Run:
     """Train `method` ("es" or "grpo") with the preset's hyperparameters, `seed` and `changes`; cached."""
     config = replace(preset.config(method, **changes), seed=seed)
-    return TRAINERS[method](config, home=home, progress=progress)
+    return trainer(method)(config, home=home, progress=progress)
 
 
 def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=None,
@@ -65,3 +56,16 @@ def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=Non
     cached by `train`, so notebook 01's runs are reused."""
     seeds = preset.seeds if seeds is None else seeds
     return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for m in methods for s in seeds}
+
+
+def run_cost(runs) -> dict[str, float]:
+    """What training `runs` (one run, or a sequence's stages) cost: {"generations": the sum over runs of the last
+    `<kind>/generations` logged (completions the updates used; 0 when never logged), "seconds": the sum of
+    `time/step_s` (nan when a run logs no step time)}."""
+    gens = secs = 0.0
+    for run in runs:
+        m = run.metrics()
+        gen = f"{run.kind}/generations"
+        gens += float(m[gen].dropna().iloc[-1]) if gen in m and m[gen].notna().any() else 0.0
+        secs += float(m["time/step_s"].sum()) if "time/step_s" in m else float("nan")
+    return {"generations": int(gens), "seconds": secs}

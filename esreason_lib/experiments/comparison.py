@@ -16,9 +16,10 @@ from ..metrics import bootstrap_ci, pass_at_k
 from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from .common import evaluate_ref, model_ref, resolve_device, trained_runs
+from ..training import resolve_device
+from .common import evaluate_ref, model_ref, run_cost, trained_runs
 
-METHODS = ("base", "grpo", "es")
+METHOD_ORDER = ("base", "grpo", "es")
 """Method labels in display order (`base` is the untrained model)."""
 BASE_SEED = -1
 """The `seed` value of the base model's rows (it has no training seed)."""
@@ -37,13 +38,8 @@ def evaluate_runs(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None
 def cost_table(runs: dict[tuple[str, int], Run]) -> pd.DataFrame:
     """One row per run: method, seed, iterations, generations (the last `<method>/generations` logged: sampled
     completions the update used) and seconds (sum of `time/step_s`)."""
-    rows = []
-    for (method, seed), run in runs.items():
-        m = run.metrics()
-        gen = f"{method}/generations"
-        rows.append({"method": method, "seed": seed, "iterations": int(run.config["iterations"]),
-                     "generations": int(m[gen].dropna().iloc[-1]) if gen in m and m[gen].notna().any() else 0,
-                     "seconds": float(m["time/step_s"].sum()) if "time/step_s" in m else float("nan")})
+    rows = [{"method": method, "seed": seed, "iterations": int(run.config["iterations"]), **run_cost([run])}
+            for (method, seed), run in runs.items()]
     return pd.DataFrame(rows, columns=["method", "seed", "iterations", "generations", "seconds"])
 
 
@@ -71,8 +67,8 @@ def seed_mean_curves(problems: pd.DataFrame, ks, *, n_boot: int = 1000, seed: in
     """Per method and k: pass_at_k (mean over seeds), ci_low/ci_high (bootstrap over problems of the per-problem
     seed-mean), seed_min/seed_max (the spread of the per-seed curves) and n_seeds."""
     rows = []
-    for method in [m for m in METHODS if m in set(problems["method"])] + \
-            sorted(set(problems["method"]) - set(METHODS)):
+    for method in [m for m in METHOD_ORDER if m in set(problems["method"])] + \
+            sorted(set(problems["method"]) - set(METHOD_ORDER)):
         sub = problems[problems["method"] == method]
         per_problem = np.stack([_per_problem_seed_mean(problems, method, k).to_numpy() for k in ks], axis=1)  # [P, K]
         low, high = bootstrap_ci(per_problem, n_boot=n_boot, random_state=derive_seed(seed, "seed_mean", method))
@@ -114,7 +110,7 @@ def spread(table: pd.DataFrame, columns) -> pd.DataFrame:
     """Per method: `<col>` (mean over seeds), `<col>_min`, `<col>_max` for each column, methods in display order."""
     g = table.groupby("method", sort=False)[list(columns)]
     out = pd.concat([g.mean(), g.min().add_suffix("_min"), g.max().add_suffix("_max")], axis=1)
-    order = [m for m in METHODS if m in out.index] + [m for m in out.index if m not in METHODS]
+    order = [m for m in METHOD_ORDER if m in out.index] + [m for m in out.index if m not in METHOD_ORDER]
     return out.loc[order].reset_index()
 
 
@@ -203,7 +199,7 @@ def describe_comparison(summary: pd.DataFrame, diffs: pd.DataFrame, n_seeds: int
     kcol = max((c for c in s.columns if c.startswith("pass@") and c[5:].isdigit()), key=lambda c: int(c[5:]))
     kmax = int(kcol[5:])
     names = {"base": "base", "grpo": "GRPO", "es": "ES"}
-    methods = [m for m in METHODS if m in s.index]
+    methods = [m for m in METHOD_ORDER if m in s.index]
 
     def line(col, fmt="{:.2f}"):
         return " / ".join(f"{names[m]} {fmt.format(s.loc[m, col])}" for m in methods)

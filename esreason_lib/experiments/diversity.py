@@ -30,7 +30,7 @@ from ..seeding import derive_seed, numpy_rng
 from ..tasks import get_task
 from ..tasks.base import RewardShaping
 from ..theory import lemma1_prediction, lemma3_identity, prop1_condition, weighted_pass
-from .common import resolve_device
+from ..training import resolve_device
 from .diversity_estimators import (bernoulli_kl, ess_fraction, fisher_projections, fitness_weights, flat_directions,
                                    full_logprobs, is_success, loglog_slope, mis_success, pass_k, sequence_logp,
                                    stack_rollouts, token_logprobs, tokenwise_kl)

@@ -18,14 +18,16 @@ import pandas as pd
 import torch
 
 from ..generation import completion_logprobs, generate
-from ..models import ZOO, load_model
+from ..models import load_model
+from ..zoo import ZOO
 from ..pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
 from ..tasks import get_task
 from ..zoo import get_spec
-from .common import evaluate_ref, model_ref, resolve_device, trained_runs
+from ..training import resolve_device
+from .common import evaluate_ref, model_ref, trained_runs
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""

@@ -20,11 +20,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..models import load_model, num_parameters
+from ..models import load_model
+from ..zoo import num_parameters
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..zoo import ZOO
-from .common import evaluate_ref, model_ref, resolve_device, train
+from ..training import resolve_device
+from .common import evaluate_ref, model_ref, train
 
 ABLATIONS: dict[str, dict] = {"zscore": {"normalization": "zscore"}, "rank": {"normalization": "rank"},
                               "none": {"normalization": "none"},

@@ -19,8 +19,9 @@ import pandas as pd
 from ..analysis import non_dominated
 from ..presets import Preset
 from ..runs import Run
-from ..sequence import split_budget, train_sequence
-from .common import evaluate_ref, model_ref, resolve_device, train
+from ..sequence import sequence_stages, train_sequence
+from ..training import resolve_device
+from .common import evaluate_ref, model_ref, run_cost, train
 
 ARMS = ("base", "es", "grpo", "grpo->es", "es->grpo")
 """Arms of the study in display order (`base` is the untrained model)."""
@@ -33,15 +34,15 @@ def method_budgets(preset: Preset) -> dict[str, int]:
 
 
 def arm_stages(preset: Preset, arm: str, fractions=(0.5, 0.5)) -> list[tuple[str, int]]:
-    """The (method, iterations) stages of an arm: "es" / "grpo" spend the method's full budget; "a->b" gives
-    stage i the i-th share (`fractions`) of its own method's budget (see the module docstring)."""
+    """The (method, iterations) stages of an arm: "es" / "grpo" spend the method's full budget; "a->b" are
+    `sequence.sequence_stages` of the methods' budgets (stage i gets the i-th share of its own method's budget)."""
     budgets = method_budgets(preset)
     if arm in ("es", "grpo"):
         return [(arm, budgets[arm])]
     order = arm.split("->")
     if len(order) != len(fractions) or any(m not in budgets for m in order):
         raise ValueError(f"arm {arm!r} must be 'es', 'grpo' or {len(fractions)} of them joined by '->'")
-    return [(m, split_budget(budgets[m], fractions)[i]) for i, m in enumerate(order)]
+    return sequence_stages(order, budgets, fractions)
 
 
 def train_arms(preset: Preset, seed: int, *, arms=ARMS[1:], home=None, progress: bool = True) -> dict[str, list[Run]]:
@@ -61,17 +62,8 @@ def train_arms(preset: Preset, seed: int, *, arms=ARMS[1:], home=None, progress:
 
 def arm_cost(arms: dict[str, list[Run]], seed: int) -> pd.DataFrame:
     """One row per arm: arm, seed, stages ("grpo 200 + es 75"), generations and seconds summed over stages."""
-    rows = []
-    for arm, runs in arms.items():
-        gens = secs = 0.0
-        for run in runs:
-            m = run.metrics()
-            gen = f"{run.kind}/generations"
-            gens += float(m[gen].dropna().iloc[-1]) if gen in m and m[gen].notna().any() else 0.0
-            secs += float(m["time/step_s"].sum()) if "time/step_s" in m else float("nan")
-        rows.append({"arm": arm, "seed": seed,
-                     "stages": " + ".join(f"{r.kind} {int(r.config['iterations'])}" for r in runs),
-                     "generations": int(gens), "seconds": secs})
+    rows = [{"arm": arm, "seed": seed, "stages": " + ".join(f"{r.kind} {int(r.config['iterations'])}" for r in runs),
+             **run_cost(runs)} for arm, runs in arms.items()]
     return pd.DataFrame(rows, columns=["arm", "seed", "stages", "generations", "seconds"])
 
 

@@ -22,7 +22,8 @@ from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from .common import evaluate_ref, model_ref, resolve_device, trained_runs
+from ..training import resolve_device
+from .common import evaluate_ref, model_ref, trained_runs
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal sparsity."""
