@@ -1,10 +1,23 @@
 # esreason: the whole setup is `make test` (or `make setup`), then `make reproduce`.
+#
+# `make reproduce` executes every notebook with papermill (`esreason reproduce NOTEBOOK`) into build/notebooks/,
+# two at a time (-j2: tiny models do not get faster with a second thread, two processes use both cores), then
+# writes papers/claims.md. Heavy work inside a notebook is cached in the run store, so a re-run redraws.
+# `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
+# is trained or evaluated, and a missing result fails naming the run it needed.
+# PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PRESET ?= tiny
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+NB := build/notebooks
+EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
+export OMP_NUM_THREADS = 1
+export MKL_NUM_THREADS = 1
 
-.PHONY: setup test reproduce figures notebooks claims clean
+.PHONY: setup test reproduce figures executed bases notebooks claims clean
+.DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +35,32 @@ test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), the
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks
 	$(PY) -m pytest -q
 
-reproduce: setup
-	$(PY) -m esreason_lib reproduce --jobs 2 $(NOTEBOOKS)
+# The preset's zoo bases (base and control), which every notebook loads, are pretrained first, side by side,
+# so that no two notebooks build the same model.
+pretrain-%: | setup  ## no such file: always runs (a built zoo model is reused, so this is quick)
+	$(PY) -m esreason_lib pretrain $*
 
-figures: setup  ## re-executes the notebooks; cached runs make this a redraw, missing runs are computed
-	$(PY) -m esreason_lib reproduce --jobs 2 $(NOTEBOOKS)
+bases: setup
+	$(MAKE) -j2 $(addprefix pretrain-,$(shell $(PY) -m esreason_lib bases --preset $(PRESET)))
+
+$(NB)/%.ipynb: notebooks/%.py
+	$(PY) -m esreason_lib reproduce --no-claims --preset $(PRESET) --out-dir $(NB) $<
+
+# 03-05 reuse notebook 01's training runs; 06 reuses the larger zoo sizes that notebook 00 pretrains.
+$(NB)/03_sequential.ipynb $(NB)/04_sparsity.ipynb $(NB)/05_forgetting.ipynb: $(NB)/01_passk_es_vs_grpo.ipynb
+$(NB)/06_population_scaling.ipynb: $(NB)/00_base_models.ipynb
+
+executed: $(EXECUTED)
+
+reproduce: bases
+	rm -f $(EXECUTED)
+	$(MAKE) -j2 executed
+	$(PY) -m esreason_lib claims
+
+figures: setup  ## redraw figures and claims from stored results; fails naming a missing run
+	rm -f $(EXECUTED)
+	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
+	$(PY) -m esreason_lib claims
 
 notebooks: setup
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"

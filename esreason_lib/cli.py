@@ -2,7 +2,8 @@
 
     train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
     pretrain NAME                      build a zoo model (reused when already built)
-    reproduce [--jobs 2] [NOTEBOOK.py ...]  execute notebooks with papermill into build/notebooks/
+    bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
+    reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     claims                             write papers/claims.md and the README findings table
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
@@ -117,21 +118,23 @@ def _pretrain(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from .notebooks import list_notebooks, run_notebooks, run_notebooks_parallel
+    from .notebooks import list_notebooks, run_notebooks
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
     from .paths import BUILD_DIR
 
     out_dir = args.out_dir or BUILD_DIR
-    if args.jobs > 1:
-        run_notebooks_parallel(sources, parameters=parameters, out_dir=out_dir)
-    else:
-        run_notebooks(sources, parameters=parameters, out_dir=out_dir)
+    run_notebooks(sources, parameters=parameters, out_dir=out_dir)
     if not args.no_claims:
         from .claims import write_claims
 
         write_claims()
+    return 0
+
+
+def _bases(args) -> int:
+    print(" ".join(get_preset(args.preset).zoo_bases()))
     return 0
 
 
@@ -157,10 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser("pretrain", help="build a zoo model")
     pre.add_argument("name")
     pre.set_defaults(func=_pretrain)
+    bases = sub.add_parser("bases", help="print the preset's zoo bases (what `make reproduce` pretrains first)")
+    bases.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    bases.set_defaults(func=_bases)
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
     rep.add_argument("notebooks", nargs="*")
     rep.add_argument("--preset", default=None, choices=sorted(PRESETS), help="override every notebook's preset")
-    rep.add_argument("--jobs", type=int, default=1, help="2: run independent notebooks in two processes")
     rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)

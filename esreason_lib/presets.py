@@ -146,6 +146,12 @@ class Preset:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "
                                  f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
 
+    def zoo_bases(self) -> list[str]:
+        """The base and control models that are zoo names (what every notebook loads), sorted."""
+        from .zoo import ZOO
+
+        return sorted({m for m in (self.base_model, self.control_model) if m in ZOO})
+
     def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
         """The preset's ES or GRPO config with `changes` applied (validated)."""
         if method not in ("es", "grpo"):

@@ -39,6 +39,14 @@ _KEEP_CHECKPOINTS = 2
 _RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status"}
 
 
+STORED_ONLY = "ESREASON_STORED_ONLY"
+"""Environment variable: when set (non-empty), `Run.open` only reopens complete runs (`make figures`)."""
+
+
+class MissingResult(RuntimeError):
+    """A result that `$ESREASON_STORED_ONLY` forbids computing is not in the run store."""
+
+
 def _jsonable(obj, where: str = "config"):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
@@ -191,7 +199,8 @@ class Run:
         """Create (or reopen, never wiping) the directory for (kind, config); records the start in started.json.
 
         Raises ValueError if the config has a top-level "seed" different from `seed`, or if the directory
-        was started with another seed or config."""
+        was started with another seed or config; raises `MissingResult` when `$ESREASON_STORED_ONLY` is set
+        (`make figures`) and the run is not complete, so that nothing is computed."""
         kind = _check_kind(kind)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
@@ -202,6 +211,10 @@ class Run:
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
+        if os.environ.get(STORED_ONLY) and (_read_json(path / "manifest.json") or {}).get("status") != "complete":
+            raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
+                                f"computed in this mode; run `make reproduce` first (config: "
+                                f"{_canonical_json(cfg)[:300]})")
         path.mkdir(parents=True, exist_ok=True)
         stored = _read_json(path / "config.json")
         if stored is not None and stored != cfg:

@@ -91,6 +91,13 @@ def test_build_parser_subcommands_and_defaults():
     a = parser.parse_args(["reproduce"])
     assert (a.notebooks, a.preset) == ([], None)
     assert parser.parse_args(["claims"]).func is cli._claims
+    a = parser.parse_args(["bases", "--preset", "smoke"])
+    assert (a.preset, a.func) == ("smoke", cli._bases)
+
+
+def test_bases_prints_the_preset_zoo_bases(capsys):
+    assert main(["bases", "--preset", "tiny"]) == 0
+    assert capsys.readouterr().out == "qwen2-s qwen2-s-habit\n"
 
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["train", "adam"], ["train", "es", "--preset", "huge"],
@@ -106,7 +113,7 @@ def test_help_lists_the_commands(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0
-    for command in ("train", "pretrain", "reproduce", "claims"):
+    for command in ("train", "pretrain", "bases", "reproduce", "claims"):
         assert command in out
 
 

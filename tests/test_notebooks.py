@@ -46,42 +46,22 @@ def test_notebook_runs_with_smoke_preset(path, smoke_env):
     assert (smoke_env / "runs" / "findings" / f"{path.stem}.json").is_file(), "the notebook recorded no finding"
 
 
-def test_parallel_reproduce_lanes(monkeypatch, tmp_path):
-    """The preset's zoo bases are pretrained first, side by side; then the LANES run as one-thread
-    subprocesses; a failed lane is an error naming its notebooks."""
-    from esreason_lib import notebooks as N
+def test_makefile_runs_every_notebook_after_the_runs_it_reuses(tmp_path):
+    """`make -n executed` lists one papermill run per notebook, with 03-05 after 01 and 06 after 00."""
+    import shutil
+    import subprocess
+    import sys
 
-    sources = list_notebooks()
-    ran, launched = [], []
-    monkeypatch.setattr(N, "run_notebooks", lambda srcs, **kw: ran.extend(p.name[:2] for p in srcs) or {})
+    from esreason_lib.paths import REPO_ROOT
 
-    class FakeProc:
-        fail_from = 99
-
-        def __init__(self, cmd, env, cwd, **kw):
-            launched.append((cmd, env))
-
-        def wait(self):
-            return 0 if len(launched) < FakeProc.fail_from else 1
-
-    monkeypatch.setattr(N.subprocess, "Popen", FakeProc)
-    N.run_notebooks_parallel(sources, parameters={"preset": "tiny"}, out_dir=tmp_path)
-    assert ran == []  # every notebook is in a lane
-    pretrain = [cmd[cmd.index("pretrain") + 1] for cmd, _ in launched if "pretrain" in cmd]
-    assert pretrain == ["qwen2-s", "qwen2-s-habit"]  # the tiny preset's control and base
-    lanes = [[a.split("/")[-1][:2] for a in cmd if a.endswith(".py")] for cmd, _ in launched if "reproduce" in cmd]
-    assert lanes == [list(lane) for lane in N.LANES]
-    assert all(env["OMP_NUM_THREADS"] == "1" for _, env in launched)
-    assert all("--no-claims" in cmd and cmd[cmd.index("--preset") + 1] == "tiny"
-               for cmd, _ in launched if "reproduce" in cmd)
-    launched.clear()
-    N.run_notebooks_parallel(sources, out_dir=tmp_path)  # no override: the notebooks' own default, tiny
-    assert [cmd[-1] for cmd, _ in launched if "pretrain" in cmd] == ["qwen2-s", "qwen2-s-habit"]
-    assert not any("--preset" in cmd for cmd, _ in launched)
-    launched.clear()
-    FakeProc.fail_from = 3  # smoke: one prelude model passes, then the lanes fail
-    with pytest.raises(RuntimeError, match="02_"):
-        N.run_notebooks_parallel(sources, parameters={"preset": "smoke"}, out_dir=tmp_path)
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "executed", f"PY={sys.executable}", "PRESET=smoke", f"NB={tmp_path}"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    order = [line.split()[-1].split("/")[-1][:2] for line in out.splitlines() if " reproduce " in line]
+    assert sorted(order) == [p.name[:2] for p in NOTEBOOKS]
+    assert all(order.index("01") < order.index(n) for n in ("03", "04", "05")) and order.index("00") < order.index("06")
+    assert all("--preset smoke" in line for line in out.splitlines() if " reproduce " in line)
 
 
 def test_notebook_parameters_reads_the_tagged_cell(tmp_path):

@@ -257,3 +257,9 @@ def test_paper_preset_runs_one_tiny_step_on_cpu(name, method, paper_data, tmp_pa
     else:
         assert row["grpo/generations"] == 2 * 2 and row["policy/kl"] == pytest.approx(0.0, abs=1e-3)
         assert row["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-2)  # on-policy (bf16 noise)
+
+
+def test_zoo_bases_are_the_base_and_control_zoo_names():
+    assert get_preset("tiny").zoo_bases() == ["qwen2-s", "qwen2-s-habit"]
+    assert get_preset("smoke").zoo_bases() == ["smoke"]
+    assert get_preset("paper-easy").zoo_bases() == []  # hub ids are not pretrained

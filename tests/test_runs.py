@@ -43,6 +43,18 @@ def test_run_store_root(monkeypatch, tmp_path):
     assert paths.run_store_root() == Path(R.__file__).resolve().parent.parent / "runs"
 
 
+def test_stored_only_reopens_complete_runs_and_names_a_missing_one(monkeypatch, tmp_path):
+    done = R.Run.open("eval", {"seed": 0, "x": 1}, seed=0, home=tmp_path)
+    done.finish()
+    R.Run.open("eval", {"seed": 0, "x": 2}, seed=0, home=tmp_path)  # started, never finished
+    monkeypatch.setenv(R.STORED_ONLY, "1")
+    assert R.Run.open("eval", {"seed": 0, "x": 1}, seed=0, home=tmp_path).is_complete()
+    for x in (2, 3):
+        with pytest.raises(R.MissingResult, match=f"the eval run {tmp_path}/eval-\\w+ is not complete.*\"x\": ?{x}"):
+            R.Run.open("eval", {"seed": 0, "x": x}, seed=0, home=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2  # nothing created for x=3
+
+
 def test_open_layout_and_reopen(tmp_path):
     run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
     assert run.path == tmp_path / f"es-{R.config_hash(_Cfg())}"
