@@ -4,9 +4,8 @@ Shapes: `P` problems (prompts), `n` samples per problem, `N` population members,
 `B, T` batch and token positions, `V` vocabulary. Per-problem functions return arrays, aggregates floats.
 
 Pass@K (Chen et al. 2021, unbiased): 1 - C(n-c, K) / C(n, K) = 1 - prod_{i=n-c+1}^{n} (1 - K / i).
-Lemma 2 quantities (population of N members with per-member success probabilities p_i on one problem):
-    JS_succ = h(p_bar) - mean_i h(p_i)  (binary entropy h in nats),   P_pop = 1 - prod_i (1 - p_i),
-    P_same = 1 - (1 - p_bar)^N,   P_pop - P_same ~= N p_bar (1 - p_bar)^(N-1) JS_succ  (small spread).
+Lemma 2's quantities (`js_success`, `pass_population`, `pass_same`, `pass_gap_approx`; the lemma is stated in
+`theory`) take a population of N members' success probabilities p_i on one problem.
 """
 
 from __future__ import annotations

@@ -7,27 +7,7 @@ directory written by `save_pretrained` (or a run directory holding `model/`), or
 those names from there. Load zoo directories with `load_model` / `load_tokenizer`, never with
 `AutoTokenizer` (transformers 5 forces Qwen2Tokenizer there, which drops every space of the char format).
 
-Measured zoo (recipe 2; 2-core CPU; held-out Countdown: `get_task("countdown").examples("test", n=200,
-seed=0)`, greedy and n=16 samples at T=1 (`python -m esreason_lib train ... --eval` prints the same table);
-held-out families: greedy accuracy on 200 test items of addition (2 digits) and sorting):
-
-| name          | params | steps done (budget) | greedy | pass@1 | pass@16 | addition | sorting |
-|---------------|-------:|--------------------:|-------:|-------:|--------:|---------:|--------:|
-| qwen2-s       |  130k  | 3000 (3000)         |  0.250 |  0.213 |  0.815  |   0.035  |  0.995  |
-| qwen2-s-habit |  130k  | 3000 (3000)         |  0.120 |  0.126 |  0.635  |   0.075  |  1.00   |
-
-qwen2-s-habit saw the habit answer (the numbers summed in prompt order) for 40% of its Countdown examples:
-its greedy accuracy falls to 0.120 against the clean model's 0.250, while the correct skill remains
-reachable by sampling (Pass@16 0.635): the latent capability ES and GRPO are compared on.
-Pretraining "s" takes 70-100 s on an idle 2-core CPU. "m" (998k) and "l" (3.27M) stop at their wall-clock
-caps (the cosine schedule still completes, see `ZooSpec.max_seconds`), so they are undertrained and their
-step count depends on the machine; notebook 06 reports what they reach. In two `make reproduce` runs (one
-thread beside the other notebook lane) "m" did 1244 / 1145 of 1500 steps (final loss 0.215 / 0.260, greedy
-0.320 / 0.280 on the held-out 200) and "l" 519 / 490 of 1000 (loss 0.320 / 0.350, greedy 0.165 / 0.150),
-against "s" at loss 0.229 / 0.242, greedy 0.285 / 0.250: on this CPU budget the largest model is the least
-trained. Given 800 uncapped steps at lr 2e-3 (395 s, one thread), "l" reached
-loss 0.290 and greedy 0.205, still below "s" and "m", so no cap that fits the 30-minute `make reproduce`
-makes it the most capable size.
+What the zoo models reach (steps, loss, greedy accuracy and Pass@K per size) is recorded in notebook 00.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
-"""The paper's lemmas and proposition as plain functions (used by notebook 02 to compare theory and runs).
+"""The paper's lemmas and proposition, stated here once, as plain functions (notebook 02 checks them on runs;
+`metrics` holds the measured quantities, `experiments/diversity` the checks).
 
 Setting: ES perturbs theta into N members theta_i = theta + sigma eps_i (eps_i ~ N(0, I)); pi_i is member i's
 policy on a prompt x, p_i its success probability, w_i its (normalised) update weight.
 
 - Lemma 1 (policy diversity): E[JS_pol] = (sigma^2 / 2) (1 - 1/N) tr I_x(theta) + O(sigma^4), where I_x is the
   Fisher information of the sequence distribution pi_theta(.|x) and JS_pol = (1/N) sum_i KL(pi_i || pi_bar).
-- Lemma 2 (population coverage): see `metrics.js_success`, `metrics.pass_population`, `metrics.pass_same`,
-  `metrics.pass_gap_approx`.
+- Lemma 2 (population coverage): projected on success, JS_succ = h(p_bar) - mean_i h(p_i) (binary entropy h,
+  nats) lies in [0, JS_pol]; the population's chance that some member solves x, P_pop = 1 - prod_i (1 - p_i), is
+  at least that of N draws from one policy of the same mean success, P_same = 1 - (1 - p_bar)^N, and
+  P_pop - P_same ~= N p_bar (1 - p_bar)^(N-1) JS_succ when the spread is small (`metrics.js_success`,
+  `metrics.pass_population`, `metrics.pass_same`, `metrics.pass_gap_approx`).
 - Lemma 3 (weighted success): for weights on the simplex, p_w = sum_i w_i p_i satisfies
   p_w - p_bar = N Cov_i(w_i, p_i) (population covariance over members).
 - Proposition 1 (Pass@K of the update): if KL between the weighted mixture pi_w and the updated policy

@@ -16,18 +16,9 @@
 #
 # The paper explains ES's broader coverage with three lemmas and a proposition about the population of perturbed
 # policies pi_i = pi_{theta + sigma eps_i} that ES evaluates at every iteration:
-#
-# - **Lemma 1** (policy diversity): JS_pol = (1/N) sum_i KL(pi_i || pi_bar) has expectation
-#   (sigma^2 / 2)(1 - 1/N) tr I_x(theta) + O(sigma^4), with I_x the Fisher information of the prompt's sequence
-#   distribution: the population is diverse in proportion to sigma^2 and the model's local sensitivity.
-# - **Lemma 2** (coverage): projected on success, JS_succ = h(p_bar) - mean_i h(p_i) lies in [0, JS_pol], and a
-#   population's chance that some member solves the prompt, P_pop = 1 - prod_i (1 - p_i), is at least that of N
-#   draws from one policy of the same mean success, P_same = 1 - (1 - p_bar)^N; the gap is about
-#   N p_bar (1 - p_bar)^(N-1) JS_succ when the spread is small.
-# - **Lemma 3** (weighted success): with weights w_i on the simplex, p_w - p_bar = N Cov_i(w_i, p_i): weighting
-#   members by fitness lifts the success probability by their covariance.
-# - **Proposition 1**: if the update theta+ stays within eps (Bernoulli KL, averaged over prompts) of the
-#   fitness-weighted mixture pi_w, and J_K(pi_w) - J_K(pi_theta) > K sqrt(eps / 2), then Pass@K improves.
+# policy diversity (Lemma 1), population coverage (Lemma 2), weighted success (Lemma 3) and the Pass@K of the
+# update (Proposition 1). Their statements are in the docstring of
+# [`esreason_lib/theory.py`](../esreason_lib/theory.py), with the functions this notebook compares against.
 #
 # Here every quantity is measured on the preset's tiny base model. Lemmas 1-2 use `lemma1_repeats` independent
 # populations of `lemma1_population` iid members (no mirrored pairs: the (1 - 1/N) factor assumes iid noise) at
