@@ -90,7 +90,8 @@ def _train(args) -> int:
         es = dataclasses.replace(preset.es, **parse_assignments(groups["es"], preset.es))
         grpo = dataclasses.replace(preset.grpo, **parse_assignments(groups["grpo"], preset.grpo))
         order = [m.strip() for m in args.order.split(",")]
-        stages = sequence_stages(order, args.budget or preset.update_budget)
+        budgets = {"es": preset.sequential.es_budget, "grpo": preset.sequential.grpo_budget}
+        stages = sequence_stages(order, args.budget or budgets)
         runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
         for run in runs:
             print(run.path)
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
-    train.add_argument("--budget", type=int, default=None, help="total updates of a sequence (default: preset)")
+    train.add_argument("--budget", type=int, default=None, help="every method's full budget in a sequence (default: the preset's)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)

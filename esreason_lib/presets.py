@@ -5,8 +5,12 @@
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, ES sampling at temperature 0.6 (GPUs).
 
+A `Preset` nests one frozen spec per study (`LemmaSpec`, `Prop1Spec`, `SequentialSpec`, `ScalingSpec`,
+`SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
+field by field (`dataclasses.asdict`).
+
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
-configs (`get_preset("tiny", **{"es.sigma": 0.002})`), and an unknown name or key is a clear error.
+configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a clear error.
 """
 
 from __future__ import annotations
@@ -56,8 +60,100 @@ class EvalSpec:
 
 
 @dataclass(frozen=True)
+class LemmaSpec:
+    """Notebook 02, Lemmas 1-2: independent populations of iid members at each sigma on held-out prompts."""
+
+    sigmas: tuple[float, ...]
+    """Perturbation scales at which Lemma 1 is checked."""
+    prompts: int
+    """Held-out prompts over which the check averages."""
+    samples: int
+    """Samples per member and prompt for the JS_pol estimate."""
+    population: int
+    """N: iid members (no mirroring) per population (the check's cost grows as N^2)."""
+    repeats: int
+    """Independent populations per sigma (Lemma 1 is an expectation over the draws)."""
+    fisher_samples: int
+    """Samples per prompt from the unperturbed model for the Fisher trace (one backward each)."""
+
+
+@dataclass(frozen=True)
+class Prop1Spec:
+    """Notebook 02, Lemma 3 and Proposition 1 along the first iterations of the seed-0 ES run."""
+
+    iterations: int
+    """ES iterations along which Lemma 3 and Proposition 1 are evaluated."""
+    probe_prompts: int
+    """Fixed held-out probe prompts."""
+    samples: int
+    """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
+    ks: tuple[int, ...]
+    """The K values at which Proposition 1's condition is evaluated."""
+
+
+@dataclass(frozen=True)
+class SequentialSpec:
+    """Notebook 03 (and `train sequence`): each method's full update budget in its own iterations; a sequence
+    gives each stage the 50/50 share of its own method's budget (`sequence.sequence_stages`)."""
+
+    es_budget: int
+    """ES iterations of one full ES run."""
+    grpo_budget: int
+    """GRPO iterations of one full GRPO run (more than `es_budget` when a GRPO iteration is cheaper)."""
+
+    def __post_init__(self):
+        for name in ("es_budget", "grpo_budget"):
+            if getattr(self, name) < 2:
+                raise ValueError(f"SequentialSpec.{name} must be >= 2, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """Notebook 06: the population-size grid per model size, and the normalization / antithetic ablations."""
+
+    models: tuple[str, ...]
+    """Model sizes of the grid, smallest first."""
+    populations: tuple[int, ...]
+    """Population sizes N of the grid."""
+    iterations: int
+    """ES iterations per grid cell."""
+    ablation_iterations: int
+    """ES iterations of each ablation run on the base model (fitness shaping only shows once training moved)."""
+    prompts_per_step: int
+    """Prompts per ES iteration in the grid and the ablations (the study trains many runs)."""
+    eval: EvalSpec
+    """Evaluation of every grid and ablation model (greedy accuracy on held-out problems)."""
+
+
+@dataclass(frozen=True)
+class SparsitySpec:
+    """Notebook 04: parameter drift, and resetting the smallest updates back to the base weights."""
+
+    quantiles: tuple[float, ...]
+    """Quantiles of |delta| used as reset thresholds tau."""
+    methods: tuple[str, ...]
+    """Methods whose first-seed model is reset-swept (drift is shown for every seed)."""
+    eval: EvalSpec
+    """Evaluation of each model of the sweep (2 x len(quantiles) + 1 models per method)."""
+
+
+@dataclass(frozen=True)
+class ForgettingSpec:
+    """Notebook 05: held-out tasks, the pretraining-mixture LM loss and the per-token KL to the base."""
+
+    eval: EvalSpec
+    """Evaluation protocol on the held-out tasks."""
+    kl_prompts: int
+    """Held-out prompts per task on which the per-token KL to the base model is estimated."""
+    kl_samples: int
+    """Completions sampled from the tuned model per prompt for the KL estimate."""
+    lm_sequences: int
+    """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+
+
+@dataclass(frozen=True)
 class Preset:
-    """Everything the notebooks and the CLI need for one scale."""
+    """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 
     name: str
     """The preset's name (`smoke`, `tiny`, `paper-easy`, `paper-hard`)."""
@@ -70,77 +166,33 @@ class Preset:
     task_kwargs: dict[str, Any]
     """Keyword arguments of the task."""
     heldout_tasks: tuple[str, ...]
-    """Tasks the training never sees (forgetting study)."""
+    """Tasks the training never sees (base models and forgetting studies)."""
     es: ESConfig
     """ES hyperparameters (its `model` and `task` fields are set from this preset)."""
     grpo: GRPOConfig
     """GRPO hyperparameters (its `model` and `task` fields are set from this preset)."""
     eval: EvalSpec
     """The evaluation protocol shared by every method."""
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...]
     """Training seeds for the ES vs GRPO comparison (spread shown across them)."""
-    update_budget: int = 100
-    """Total parameter updates of the sequential study (split 50/50 between the two stages)."""
-    grpo_update_budget: int | None = None
-    """GRPO's share of the budget in GRPO iterations when its iterations are cheaper than ES's (None = same)."""
-    scaling_models: tuple[str, ...] = ()
-    """Zoo sizes of the population-scaling study, smallest first."""
-    scaling_populations: tuple[int, ...] = (4, 8, 16, 32)
-    """Population sizes N of the scaling study."""
-    scaling_iterations: int = 50
-    """ES iterations per cell of the population-scaling study."""
-    ablation_iterations: int | None = None
-    """ES iterations of the normalization / antithetic ablations on the base model (None = `scaling_iterations`);
-    fitness shaping only shows once training has moved, so the CPU preset gives them more than the grid."""
-    lemma1_sigmas: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-    """Perturbation scales at which Lemma 1 is checked."""
-    lemma1_prompts: int = 8
-    """Prompts over which the Lemma 1 check averages."""
-    lemma1_samples: int = 32
-    """Samples per member and prompt for the JS_pol estimate and the Fisher trace."""
-    sparsity_quantiles: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
-    """Quantiles of |delta| used as reset thresholds tau in the sparsity study."""
-    device: str = "auto"
+    device: str
     """Torch device for evaluation ("auto" picks CUDA when available)."""
-    sparsity_eval: EvalSpec | None = None
-    """Evaluation protocol of each model in the sparsity reset sweep (None = `eval`); the sweep evaluates
-    2 x len(sparsity_quantiles) + 1 models per method, so it is cheaper than `eval`."""
-    sparsity_methods: tuple[str, ...] = ("es", "grpo")
-    """Methods whose first-seed model is reset-swept in the sparsity study (drift is shown for every seed)."""
-    forgetting_eval: EvalSpec | None = None
-    """Evaluation protocol on the held-out tasks in the forgetting study (None = `eval`)."""
-    forgetting_kl_prompts: int = 64
-    """Held-out prompts per task on which the per-token KL to the base model is estimated."""
-    forgetting_kl_samples: int = 8
-    """Completions sampled from the tuned model per prompt for the KL estimate."""
-    forgetting_lm_sequences: int = 512
-    """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
-    lemma1_population: int = 8
-    """N: iid members (no mirroring) per population in the Lemma 1-2 check (its cost grows as N^2)."""
-    lemma1_repeats: int = 4
-    """Independent populations per sigma in the Lemma 1-2 check (Lemma 1 is an expectation over the draws)."""
-    lemma1_fisher_samples: int = 64
-    """Samples per prompt from the unperturbed model for the Fisher trace of Lemma 1 (one backward each)."""
-    prop1_iterations: int = 20
-    """ES iterations along which Lemma 3 and Proposition 1 are evaluated (the first of the seed-0 run)."""
-    prop1_probe_prompts: int = 32
-    """Fixed held-out probe prompts of the Proposition 1 check."""
-    prop1_samples: int = 8
-    """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
-    prop1_ks: tuple[int, ...] = (1, 4, 16)
-    """The K values at which Proposition 1's condition is evaluated."""
-    scaling_prompts_per_step: int | None = None
-    """Prompts per ES iteration in the population-scaling study and its ablations (None = `es.prompts_per_step`);
-    the study trains len(scaling_models) x len(scaling_populations) + 3 runs, so the CPU presets use fewer."""
-    scaling_eval: EvalSpec | None = None
-    """Evaluation of every scaling / ablation model: greedy accuracy on held-out problems (None = 200 problems,
-    one sample, greedy)."""
+    lemma: LemmaSpec
+    """Notebook 02, Lemmas 1-2."""
+    prop1: Prop1Spec
+    """Notebook 02, Lemma 3 and Proposition 1."""
+    sequential: SequentialSpec
+    """Notebook 03."""
+    sparsity: SparsitySpec
+    """Notebook 04."""
+    forgetting: ForgettingSpec
+    """Notebook 05."""
+    scaling: ScalingSpec
+    """Notebook 06."""
 
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("Preset.seeds must name at least one seed, got ()")
-        if self.update_budget < 2:
-            raise ValueError(f"Preset.update_budget must be >= 2, got {self.update_budget!r}")
         for name, cfg in (("es", self.es), ("grpo", self.grpo)):
             if cfg.model != self.base_model or cfg.task != self.task:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "
@@ -172,6 +224,10 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+_SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
+_POPULATIONS = (4, 8, 16, 32)
+_GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
 
 PRESETS: dict[str, Preset] = {
     "smoke": _make(
@@ -182,15 +238,16 @@ PRESETS: dict[str, Preset] = {
         grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2,
                   device="cpu", **_BINARY),
         eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
-        seeds=(0,), update_budget=2, scaling_models=("smoke",), scaling_populations=(2, 4), scaling_iterations=2,
-        lemma1_sigmas=(1e-3, 1e-2), lemma1_prompts=2, lemma1_samples=4, sparsity_quantiles=(0.5, 0.9),
-        device="cpu",
-        sparsity_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-        forgetting_eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-        forgetting_kl_prompts=4, forgetting_kl_samples=2, forgetting_lm_sequences=32,
-        lemma1_population=3, lemma1_repeats=2, lemma1_fisher_samples=4, prop1_iterations=2,
-        prop1_probe_prompts=3, prop1_samples=4, prop1_ks=(1, 2),
-        scaling_prompts_per_step=4, scaling_eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20)),
+        seeds=(0,), device="cpu",
+        lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
+        prop1=Prop1Spec(iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
+        sequential=SequentialSpec(es_budget=2, grpo_budget=2),
+        sparsity=SparsitySpec(quantiles=(0.5, 0.9), methods=("es", "grpo"),
+                              eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
+                                  kl_prompts=4, kl_samples=2, lm_sequences=32),
+        scaling=ScalingSpec(models=("smoke",), populations=(2, 4), iterations=2, ablation_iterations=2,
+                            prompts_per_step=4, eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20))),
     "tiny": _make(
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
@@ -199,15 +256,17 @@ PRESETS: dict[str, Preset] = {
         grpo=dict(group_size=8, lr=1e-4, clip_eps=0.2, beta=0.0, prompts_per_step=128, iterations=150,
                   temperature=1.0, checkpoint_every=25, device="cpu", **_BINARY),
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
-        seeds=(0, 1, 2), update_budget=150,
-        scaling_models=("qwen2-s", "qwen2-m", "qwen2-l"), scaling_populations=(4, 8, 16, 32),
-        scaling_iterations=16, ablation_iterations=150, device="cpu",
-        sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False),
-        forgetting_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
-        forgetting_kl_prompts=64, forgetting_kl_samples=8, forgetting_lm_sequences=512,
-        lemma1_population=8, lemma1_repeats=4, lemma1_samples=8, lemma1_fisher_samples=64, prop1_iterations=20,
-        prop1_probe_prompts=32, prop1_samples=8, prop1_ks=(1, 4, 16),
-        scaling_prompts_per_step=32, scaling_eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100)),
+        seeds=(0, 1, 2), device="cpu",
+        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
+        prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
+        sequential=SequentialSpec(es_budget=150, grpo_budget=150),
+        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m", "qwen2-l"), populations=_POPULATIONS, iterations=16,
+                            ablation_iterations=150, prompts_per_step=32,
+                            eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
@@ -217,13 +276,18 @@ PRESETS: dict[str, Preset] = {
                   iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
                   **_PAPER_REWARD),
         eval=EvalSpec(n_problems=None, n_samples=64, max_new_tokens=512),
-        scaling_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
-        update_budget=234, scaling_iterations=100,
-        sparsity_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
-        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
-        lemma1_population=8, lemma1_repeats=2, lemma1_fisher_samples=16, prop1_iterations=20,
-        prop1_probe_prompts=64, prop1_samples=8, prop1_ks=(1, 4, 16),
-        scaling_eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
+        seeds=(0, 1, 2), device="auto",
+        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
+        prop1=_GPU_PROP1,
+        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
+        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+                              eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
+                                    "Qwen/Qwen2.5-3B-Instruct"), populations=_POPULATIONS, iterations=100,
+                            ablation_iterations=100, prompts_per_step=64,
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512))),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
@@ -234,14 +298,19 @@ PRESETS: dict[str, Preset] = {
                   iterations=234, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16", micro_batch_size=8,
                   **_PAPER_REWARD),
         eval=EvalSpec(n_problems=500, n_samples=64, temperature=0.6, max_new_tokens=4096),
-        update_budget=234, scaling_iterations=100,
-        sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
-                               max_new_tokens=4096),
-        forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
-                                 max_new_tokens=2048),
-        lemma1_population=8, lemma1_repeats=2, lemma1_fisher_samples=16, prop1_iterations=20,
-        prop1_probe_prompts=64, prop1_samples=8, prop1_ks=(1, 4, 16),
-        scaling_eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
+        seeds=(0, 1, 2), device="auto",
+        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
+        prop1=_GPU_PROP1,
+        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
+        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                                            max_new_tokens=4096)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                                                max_new_tokens=2048),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=(), populations=_POPULATIONS, iterations=100, ablation_iterations=100,
+                            prompts_per_step=64,
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096))),
 }
 
 

@@ -20,9 +20,9 @@
 # update (Proposition 1). Their statements are in the docstring of
 # [`esreason_lib/theory.py`](../esreason_lib/theory.py), with the functions this notebook compares against.
 #
-# Here every quantity is measured on the preset's tiny base model. Lemmas 1-2 use `lemma1_repeats` independent
-# populations of `lemma1_population` iid members (no mirrored pairs: the (1 - 1/N) factor assumes iid noise) at
-# each sigma of `lemma1_sigmas`, the same noise draws at every sigma; each member samples `lemma1_samples`
+# Here every quantity is measured on the preset's tiny base model. Lemmas 1-2 use `lemma.repeats` independent
+# populations of `lemma.population` iid members (no mirrored pairs: the (1 - 1/N) factor assumes iid noise) at
+# each sigma of `lemma.sigmas`, the same noise draws at every sigma; each member samples `lemma.samples`
 # completions per held-out prompt at T = 1 and every sample is scored under every member.
 #
 # - JS_pol is estimated with the token-level chain rule: the exact KL, position by position, between a member's
@@ -30,7 +30,7 @@
 #   the prefix). It is unbiased like the sequence-level Monte Carlo estimate of `metrics.js_policy`, shown
 #   beside it, but far less noisy at small sigma, where the sequence-level log-ratios are O(sigma) noise around
 #   an O(sigma^2) mean.
-# - The Fisher trace tr I_x comes from per-sample gradients of the unperturbed model (`lemma1_fisher_samples`
+# - The Fisher trace tr I_x comes from per-sample gradients of the unperturbed model (`lemma.fisher_samples`
 #   samples per prompt). The same gradients give each drawn population's own second-order value
 #   sigma^2 Q / 2 with Q = (1/N) sum_i (eps_i - eps_bar)' I_x (eps_i - eps_bar), whose expectation over draws is
 #   Lemma 1's (1 - 1/N) tr I_x: comparing with it separates "the formula is right" from "these few draws happened
@@ -39,9 +39,9 @@
 #   prompt's samples (drawn from the mixture), so that independent sampling noise does not pose as spread between
 #   members (which would inflate JS_succ).
 #
-# Lemma 3 and Proposition 1 follow the first `prop1_iterations` iterations of the preset's ES run (seed
+# Lemma 3 and Proposition 1 follow the first `prop1.iterations` iterations of the preset's ES run (seed
 # `seeds[0]`, the library's ask/tell and sequential backend, so the same trajectory as the training run): at each
-# iteration the center samples `prop1_samples` completions for each of the fixed held-out probe prompts, and
+# iteration the center samples `prop1.samples` completions for each of the fixed held-out probe prompts, and
 # those samples, scored under every member and the updated center theta+, give p_theta, p_i and p_theta+
 # (importance sampling with common random numbers, so the small differences between them are not drowned in
 # sampling noise). The weights of Lemma 3 / Proposition 1 are the positive parts of the iteration's z-scored
@@ -75,7 +75,7 @@ prop1 = diversity.compute_prop1(config)
 lemma1 = diversity.lemma1_table(cells)
 fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
                   reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
-ax.set(xlabel="sigma", ylabel="JS_pol (nats)", title=f"N = {config.lemma1_population}")
+ax.set(xlabel="sigma", ylabel="JS_pol (nats)", title=f"N = {config.lemma.population}")
 _ = save_figure(fig, "02_lemma1")
 lemma1
 
@@ -127,7 +127,7 @@ print(finding)
 # be close to 2, and measured/predicted close to 1 there. Two things make the ratio scatter: the populations are
 # a few random draws (the ratio against the drawn populations' own second-order value removes that part), and the
 # Fisher trace is itself a Monte Carlo estimate from a heavy-tailed distribution of squared gradient norms (per
-# prompt, a relative error of about 1 / sqrt(`lemma1_fisher_samples`), averaged down over prompts). A ratio well below 1 at the largest sigma is the O(sigma^4)
+# prompt, a relative error of about 1 / sqrt(`lemma.fisher_samples`), averaged down over prompts). A ratio well below 1 at the largest sigma is the O(sigma^4)
 # saturation (JS is bounded by log N), not a failure.
 #
 # *Lemma 2*: P_pop >= P_same is algebra (the AM-GM inequality) and must hold in every cell. 0 <= JS_succ <=

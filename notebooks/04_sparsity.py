@@ -25,7 +25,7 @@
 # reset thresholds tau are *quantiles* of |delta| over the changed coordinates (the tiny models' update sizes
 # differ from the paper's, so absolute thresholds would not transfer); sparsity is the fraction of changed
 # coordinates that were reset. Each reset model (and its random control of equal sparsity) is saved as a run of
-# kind `masked` and evaluated once on held-out Countdown problems under the preset's cheaper `sparsity_eval`.
+# kind `masked` and evaluated once on held-out Countdown problems under the preset's cheaper `sparsity.eval`.
 
 # %% tags=["parameters"]
 preset = "tiny"
@@ -61,7 +61,7 @@ fig.tight_layout()
 _ = save_figure(fig, "04_drift")
 
 # %% [markdown]
-# **Reset sweep** (first training seed). Pass@1 (top) and Pass@K at the largest K of `sparsity_eval` (bottom)
+# **Reset sweep** (first training seed). Pass@1 (top) and Pass@K at the largest K of `sparsity.eval` (bottom)
 # after resetting a fraction of the changed coordinates to the base: the smallest-|delta| ones (magnitude) or a
 # uniformly random set of the same size (random). Sparsity 0 is the unreset tuned model, sparsity 1 the base.
 
@@ -92,6 +92,6 @@ print(finding)
 # paper's functional sparsity shows as "smallest-X% reset" staying near "unreset" while "random X%" falls towards
 # "base". When the unreset model is itself no better than the base (the training gained nothing at this scale),
 # the sweep cannot show sparsity either way; and differences of a few points are within the noise of the cheap
-# sweep evaluation (`sparsity_eval`: 100 problems x 16 samples in `tiny`). "largest relative update in" names the
+# sweep evaluation (`sparsity.eval`: 100 problems x 16 samples in `tiny`). "largest relative update in" names the
 # module type with the largest ||delta|| / ||theta_0|| per method: small tensors such as norms can lead this
 # measure while holding a tiny share of the total update (see `update_share` and `top_share` in the table).

@@ -80,6 +80,6 @@ print(finding)
 # what it was pretrained on (part of a Countdown rise can be intended: the base of `tiny` was pretrained with a
 # habitual wrong answer that training is meant to unlearn; the addition and sorting columns of the table are the
 # clean forgetting signal). The KL numbers say how far each policy moved from the base where it was trained
-# (Countdown) and where it was not (held-out tasks). With the cheap held-out evaluation (`forgetting_eval`: 200
+# (Countdown) and where it was not (held-out tasks). With the cheap held-out evaluation (`forgetting.eval`: 200
 # problems x 16 samples in `tiny`), deltas of one or two points are within noise; compare them with the seed
 # spread in the table.

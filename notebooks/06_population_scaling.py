@@ -19,8 +19,8 @@
 # grows. It also finds that **z-score reward normalization matters**: the ES update with z-scored rewards beats
 # rank-based or unnormalized fitness.
 #
-# Here each zoo size of the preset (`scaling_models`, smallest first) is trained with ES at every N in
-# `scaling_populations`, for the same number of iterations (`scaling_iterations`, with `scaling_prompts_per_step`
+# Here each zoo size of the preset (`scaling.models`, smallest first) is trained with ES at every N in
+# `scaling.populations`, for the same number of iterations (`scaling.iterations`, with `scaling.prompts_per_step`
 # prompts per iteration) and the preset's other ES hyperparameters. Each trained model is scored by its greedy
 # accuracy on held-out Countdown problems. **Equal iterations is not equal compute**: an iteration costs N x
 # prompts generations, so N=32 consumes 8x the generations of N=4; the tables report generations.
@@ -36,8 +36,8 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.scaling import (ablation_iterations, ablation_runs, describe_scaling, evaluate_runs,
-                                              population_gaps, scaling_prompts, scaling_report, scaling_runs,
+from esreason_lib.experiments.scaling import (ablation_runs, describe_scaling, evaluate_runs,
+                                              population_gaps, scaling_report, scaling_runs,
                                               smoothing_window, table6)
 from esreason_lib.plots import plot_metric_curves, save_figure
 from esreason_lib.presets import get_preset
@@ -47,8 +47,8 @@ runs = scaling_runs(config)
 ablations = ablation_runs(config)
 summary, problems = scaling_report(config, runs)
 ablation, _ = evaluate_runs(config, ablations, ("ablation",))
-window = smoothing_window(config.scaling_iterations)
-print(f"{config.scaling_iterations} iterations x {scaling_prompts(config)} prompts per iteration; "
+window = smoothing_window(config.scaling.iterations)
+print(f"{config.scaling.iterations} iterations x {config.scaling.prompts_per_step} prompts per iteration; "
       f"curves smoothed with a rolling mean over {window} iterations")
 
 # %% [markdown]
@@ -59,10 +59,10 @@ print(f"{config.scaling_iterations} iterations x {scaling_prompts(config)} promp
 # iterations.
 
 # %%
-sizes = list(config.scaling_models)
+sizes = list(config.scaling.models)
 fig, axes = plt.subplots(3, len(sizes), figsize=(4.6 * len(sizes), 9.5), squeeze=False, sharey="row")
 for j, name in enumerate(sizes):
-    curves = {f"N={n}": runs[name, n].metrics() for n in config.scaling_populations}
+    curves = {f"N={n}": runs[name, n].metrics() for n in config.scaling.populations}
     plot_metric_curves(curves, "reward/mean", ax=axes[0, j], smooth=window, ylabel="population reward")
     plot_metric_curves(curves, "reward/center", ax=axes[1, j], smooth=window, ylabel="center reward")
     plot_metric_curves(curves, "reward/center", ax=axes[2, j], x="es/generations", smooth=window,
@@ -94,16 +94,16 @@ table6(summary[summary["N"] > 0], "generations").astype(int)
 # standard error over problems (the same problems score both models).
 
 # %%
-ns = sorted(config.scaling_populations)
+ns = sorted(config.scaling.populations)
 population_gaps(problems[problems["N"] > 0], ns[0], ns[-1]).round(3)
 
 # %% [markdown]
-# **Ablations** on the base model at N = `es.population_size`, for `ablation_iterations` iterations: "zscore", "rank" and "none" differ only in fitness
+# **Ablations** on the base model at N = `es.population_size`, for `scaling.ablation_iterations` iterations: "zscore", "rank" and "none" differ only in fitness
 # shaping (with the preset's sampling); "antithetic" and "plain" are z-score with and without mirrored pairs (one
 # of them is the "zscore" run itself). Top: center reward; bottom: population reward; both against ES iterations.
 
 # %%
-ablation_window = smoothing_window(ablation_iterations(config))
+ablation_window = smoothing_window(config.scaling.ablation_iterations)
 fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey="row")
 groups = {"normalization": ("zscore", "rank", "none"), "sampling": ("antithetic", "plain")}
 for j, (title, labels) in enumerate(groups.items()):
@@ -116,7 +116,7 @@ _ = save_figure(fig, "06_normalization")
 ablation.round(3)
 
 # %%
-finding = describe_scaling(summary, problems, ablation, config.scaling_iterations, ablation_iterations(config))
+finding = describe_scaling(summary, problems, ablation, config.scaling.iterations, config.scaling.ablation_iterations)
 record_finding("06_population_scaling", finding, preset=preset)
 print(finding)
 

@@ -17,7 +17,7 @@ def test_zoo_models_lists_base_control_and_scaling_sizes_once_in_order():
     assert zoo_models(get_preset("smoke")) == ["smoke"]  # no control; the scaling size is the base itself
     assert zoo_models(get_preset("paper-easy")) == ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
                                                     "Qwen/Qwen2.5-3B-Instruct"]
-    assert zoo_models(get_preset("tiny", control_model=None, scaling_models=())) == ["qwen2-s-habit"]
+    assert zoo_models(get_preset("tiny", control_model=None, **{"scaling.models": ()})) == ["qwen2-s-habit"]
 
 
 # ------------------------------------------------------------------------------------------- in_regime

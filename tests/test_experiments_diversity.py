@@ -271,10 +271,10 @@ def test_compute_lemmas_cells_obey_lemma_2_and_are_cached(smoke_store, parity, f
                                    "js_pol", "js_pol_mc", "js_succ", "n_correct", "n_samples", "p_bar", "p_pop",
                                    "p_same", "gap_approx", "gap"]
     assert list(members.columns) == ["sigma", "repeat", "prompt", "member", "p"]
-    n, sigmas = preset.lemma1_population, list(preset.lemma1_sigmas)
-    assert len(cells) == len(sigmas) * preset.lemma1_repeats * preset.lemma1_prompts
+    n, sigmas = preset.lemma.population, list(preset.lemma.sigmas)
+    assert len(cells) == len(sigmas) * preset.lemma.repeats * preset.lemma.prompts
     assert len(members) == n * len(cells)
-    assert set(cells["sigma"]) == set(sigmas) and (cells["n_samples"] == n * preset.lemma1_samples).all()
+    assert set(cells["sigma"]) == set(sigmas) and (cells["n_samples"] == n * preset.lemma.samples).all()
     assert ((cells["n_correct"] > 0) & (cells["n_correct"] < cells["n_samples"])).all()  # not degenerate
     # Lemma 2, cell by cell: 0 <= JS_succ <= JS_pol and P_pop >= P_same
     assert (cells["js_succ"] >= 0).all() and (cells["js_succ"] <= cells["js_pol"]).all()
@@ -303,7 +303,7 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     assert list(table.columns) == ["k", "jk_theta", "jk_w", "jk_plus", "eps", "margin", "threshold", "condition",
                                    "rose", "p_theta", "p_bar", "p_w", "p_plus", "lift", "lemma3_err", "iteration",
                                    "reward_mean", "ess_min"]
-    its, ks = preset.prop1_iterations, list(preset.prop1_ks)
+    its, ks = preset.prop1.iterations, list(preset.prop1.ks)
     assert table["iteration"].tolist() == [i for i in range(1, its + 1) for _ in ks]
     assert table["k"].tolist() == ks * its
     # Lemma 3 holds to rounding, on weights that do lift the success probability

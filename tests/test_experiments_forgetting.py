@@ -176,14 +176,14 @@ def test_heldout_scores_one_row_per_model_and_heldout_task(monkeypatch, tmp_path
     assert scores["pass@1"].tolist() == pytest.approx([v + 0.01 for v in values.values()])
     assert scores["pass@K"].tolist() == pytest.approx([v + 0.04 for v in values.values()])  # K = max ks = 4
     assert (scores["K"] == 4).all()
-    assert all(c["task_kwargs"] == {} and c["spec"] == preset.forgetting_eval and c["home"] == tmp_path
+    assert all(c["task_kwargs"] == {} and c["spec"] == preset.forgetting.eval and c["home"] == tmp_path
                for c in calls)
-    # without a forgetting_eval the study falls back to preset.eval (here ks 1, 2: K = 2)
+    # K follows the study's own evaluation (here ks 1, 2: K = 2)
     calls.clear()
-    fallback = get_preset("smoke", forgetting_eval=None, **{"eval.ks": (1, 2)})
-    scores = fg.heldout_scores(fallback, {("es", 0): "dir/es"}, progress=False)
+    k2 = get_preset("smoke", **{"forgetting.eval.ks": (1, 2)})
+    scores = fg.heldout_scores(k2, {("es", 0): "dir/es"}, progress=False)
     assert (scores["K"] == 2).all() and scores["pass@K"].tolist() == pytest.approx([0.12, 0.22, 0.32, 0.42])
-    assert all(c["spec"] == fallback.eval for c in calls)
+    assert all(c["spec"] == k2.forgetting.eval for c in calls)
 
 
 def _save_copy(ref, path, home):
@@ -203,7 +203,7 @@ def test_model_stats_lm_loss_per_family_and_kl_per_task(study, forbid_loading):
     base = fg.model_stats(preset, preset.base_model, home=store)
     assert list(base.columns) == ["quantity", "scope", "value"]
     lm, kl = _values(base, "lm_loss"), _values(base, "kl")
-    families = dict.fromkeys(r[0] for r in fg.heldout_lm_records(preset.base_model, preset.forgetting_lm_sequences))
+    families = dict.fromkeys(r[0] for r in fg.heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences))
     assert list(lm) == [*families, "all"] and list(kl) == [preset.task, *preset.heldout_tasks]
     assert all(np.isfinite(v) and v > 0 for v in lm.values())
     assert min(lm[f] for f in families) <= lm["all"] <= max(lm[f] for f in families)  # token-weighted mean

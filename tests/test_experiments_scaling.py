@@ -26,12 +26,10 @@ def test_tail_mean_and_smoothing_window():
 
 def test_settings_come_from_the_preset():
     smoke, paper = get_preset("smoke"), get_preset("paper-easy")
-    assert S.scaling_prompts(smoke) == smoke.scaling_prompts_per_step == 4
-    assert S.scaling_prompts(paper) == paper.es.prompts_per_step  # None falls back to the ES config
-    assert S.scaling_eval_spec(smoke) is smoke.scaling_eval
-    assert S.scaling_eval_spec(get_preset("smoke", scaling_eval=None)) is S.DEFAULT_SCALING_EVAL
+    assert smoke.scaling.prompts_per_step == 4 and paper.scaling.prompts_per_step == paper.es.prompts_per_step
+    assert (smoke.scaling.eval.n_samples, smoke.scaling.eval.ks) == (1, (1,))
     tiny = get_preset("tiny")
-    assert tiny.es.population_size in tiny.scaling_populations
+    assert tiny.es.population_size in tiny.scaling.populations
 
 
 def test_check_task_kwargs_rejects_a_task_the_zoo_models_never_saw():
@@ -110,8 +108,8 @@ def test_describe_scaling_is_computed_from_the_tables():
 
 
 def test_ablation_iterations():
-    assert S.ablation_iterations(get_preset("tiny")) == 150
-    assert S.ablation_iterations(get_preset("smoke")) == get_preset("smoke").scaling_iterations
+    assert get_preset("tiny").scaling.ablation_iterations == 150
+    assert get_preset("smoke").scaling.ablation_iterations == get_preset("smoke").scaling.iterations
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
@@ -135,12 +133,12 @@ def test_scaling_runs_one_es_run_per_model_and_population(study, forbid_loading)
         assert run.kind == "es" and run.is_complete() and run.path.parent == study.store
         cfg = run.config
         assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"], cfg["seed"]) == (
-            model, n, preset.scaling_iterations, S.scaling_prompts(preset), preset.seeds[0])
+            model, n, preset.scaling.iterations, preset.scaling.prompts_per_step, preset.seeds[0])
         assert (cfg["sigma"], cfg["normalization"]) == (preset.es.sigma, preset.es.normalization)  # the rest: es
         metrics = run.metrics()
-        assert len(metrics) == preset.scaling_iterations
+        assert len(metrics) == preset.scaling.iterations
         # antithetic pairs or not, an iteration costs N completions per prompt
-        assert metrics["es/generations"].iloc[-1] == n * S.scaling_prompts(preset) * preset.scaling_iterations
+        assert metrics["es/generations"].iloc[-1] == n * preset.scaling.prompts_per_step * preset.scaling.iterations
     assert _nothing_outside(study)
     forbid_loading(esreason_lib.models)  # a trainer that runs loads its base
     assert {k: r.path for k, r in S.scaling_runs(preset, home=study.store, progress=False).items()} == {
@@ -164,11 +162,11 @@ def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, forbid_
         assert cfg["normalization"] == S.ABLATIONS[label]["normalization"]
         assert cfg["antithetic"] == S.ABLATIONS[label].get("antithetic", preset.es.antithetic)
         assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"]) == (
-            preset.base_model, preset.es.population_size, S.ablation_iterations(preset), S.scaling_prompts(preset))
+            preset.base_model, preset.es.population_size, preset.scaling.ablation_iterations, preset.scaling.prompts_per_step)
         assert run.is_complete()
     # smoke samples antithetically: "antithetic" is the "zscore" run, which is the base model's scaling cell at
     # N = preset.es.population_size (same iterations), so it is trained once
-    assert preset.es.antithetic and preset.es.population_size in preset.scaling_populations
+    assert preset.es.antithetic and preset.es.population_size in preset.scaling.populations
     cell = study.runs[preset.base_model, preset.es.population_size]
     assert runs["zscore"].path == runs["antithetic"].path == cell.path
     assert len({run.path for run in runs.values()}) == 4
@@ -178,7 +176,7 @@ def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, forbid_
 
 
 def test_ablation_runs_with_their_own_iterations_are_not_the_scaling_cell(study):
-    preset = get_preset("smoke", ablation_iterations=1)
+    preset = get_preset("smoke", **{"scaling.ablation_iterations": 1})
     runs = S.ablation_runs(preset, home=study.store, progress=False)
     assert all(run.config["iterations"] == 1 and len(run.metrics()) == 1 for run in runs.values())
     assert runs["zscore"].path != study.runs[preset.base_model, preset.es.population_size].path
@@ -213,7 +211,7 @@ def test_evaluate_runs_summary_and_per_problem_table(study, monkeypatch):
     assert list(problems.columns) == ["model", "N", "problem_id", "greedy_correct"]
     assert list(zip(problems["model"], problems["N"])) == [("smoke", 0)] * 4 + [("smoke", 4)] * 4
     assert problems["greedy_correct"].tolist() == [1, 0, 0, 0, 1, 1, 0, 1]
-    assert all(c["spec"] == S.scaling_eval_spec(preset) and c["task"] == preset.task and c["home"] == study.store
+    assert all(c["spec"] == preset.scaling.eval and c["task"] == preset.task and c["home"] == study.store
                for c in calls)
     # labels that are not tuples (the ablations) become the single key column
     summary, problems = S.evaluate_runs(preset, {"zscore": run}, ("ablation",), progress=False)
@@ -230,7 +228,7 @@ def test_scaling_report_adds_the_base_models_and_params(study, forbid_loading):
     params = num_parameters(esreason_lib.models.load_model("smoke", home=store, progress=False)[0])
     assert (summary["params"] == params).all()
     assert np.isnan(summary.loc[0, "generations"]) and summary["generations"].tolist()[1:] == [16, 32]
-    spec = S.scaling_eval_spec(preset)
+    spec = preset.scaling.eval
     assert len(problems) == 3 * spec.n_problems and set(problems["greedy_correct"]) <= {0.0, 1.0}
     per_cell = problems.groupby(["model", "N"])["greedy_correct"].mean()
     assert summary.set_index(["model", "N"])["heldout"].to_dict() == pytest.approx(per_cell.to_dict())

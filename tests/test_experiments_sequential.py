@@ -13,13 +13,12 @@ from esreason_lib.runs import Run
 
 def test_budgets_and_stages():
     tiny = get_preset("tiny")
-    assert S.method_budgets(tiny) == {"es": tiny.update_budget,
-                                      "grpo": tiny.grpo_update_budget or tiny.update_budget}
-    p = get_preset("tiny", update_budget=150, grpo_update_budget=400)
+    assert S.method_budgets(tiny) == {"es": 150, "grpo": 150}
+    p = get_preset("tiny", **{"sequential.es_budget": 150, "sequential.grpo_budget": 400})
     assert S.arm_stages(p, "grpo->es") == [("grpo", 200), ("es", 75)]
     assert S.arm_stages(p, "es->grpo") == [("es", 75), ("grpo", 200)]
     assert S.arm_stages(p, "es") == [("es", 150)] and S.arm_stages(p, "grpo") == [("grpo", 400)]
-    odd = get_preset("smoke", update_budget=3)  # grpo_update_budget None -> same count for both
+    odd = get_preset("smoke", **{"sequential.es_budget": 3, "sequential.grpo_budget": 3})
     assert S.arm_stages(odd, "grpo->es") == [("grpo", 1), ("es", 2)]
     for bad in ("sgd", "es->es->grpo", "es->adam"):
         with pytest.raises(ValueError, match="arm"):
@@ -29,8 +28,8 @@ def test_budgets_and_stages():
 def test_tiny_single_arms_reuse_notebook_01_runs():
     """ES-only / GRPO-only at the full budget must be exactly the preset's training runs (cache reuse)."""
     tiny = get_preset("tiny")
-    assert S.arm_stages(tiny, "es") == [("es", tiny.es.iterations)], "update_budget != es.iterations"
-    assert S.arm_stages(tiny, "grpo") == [("grpo", tiny.grpo.iterations)], "grpo_update_budget != grpo.iterations"
+    assert S.arm_stages(tiny, "es") == [("es", tiny.es.iterations)], "sequential.es_budget != es.iterations"
+    assert S.arm_stages(tiny, "grpo") == [("grpo", tiny.grpo.iterations)], "sequential.grpo_budget != grpo.iterations"
 
 
 def test_plane_points_hand_computed():
@@ -77,7 +76,7 @@ def test_describe_sequential():
 def smoke_store(isolated_store):
     """(preset, run store, default store): smoke with different per-method budgets (ES 2, GRPO 4 iterations) and
     two preset seeds; ESREASON_HOME is a second folder that must stay empty."""
-    return get_preset("smoke", grpo_update_budget=4, seeds=(0, 1)), isolated_store.store, isolated_store.default
+    return get_preset("smoke", **{"sequential.grpo_budget": 4, "seeds": (0, 1)}), isolated_store.store, isolated_store.default
 
 
 @pytest.fixture(scope="module")

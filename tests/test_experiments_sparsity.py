@@ -145,12 +145,12 @@ def test_sparsity_sweep_resets_at_the_requested_quantiles_and_scores_each_model(
     monkeypatch.setattr(sp, "evaluate_ref", fake)
     sweep = sp.sparsity_sweep(preset, study.runs, home=store, progress=False)
     assert list(sweep.columns) == ["method", "mode", "quantile", "tau", "sparsity", "pass@1", "pass@K", "K"]
-    assert list(dict.fromkeys(sweep["method"])) == list(preset.sparsity_methods)
+    assert list(dict.fromkeys(sweep["method"])) == list(preset.sparsity.methods)
     pd.testing.assert_frame_equal(sweep, sweep.sort_values(["method", "mode", "sparsity"], ignore_index=True))
-    assert (sweep["K"] == max(preset.sparsity_eval.ks)).all()
-    assert all(c["spec"] == preset.sparsity_eval and c["task"] == preset.task and c["home"] == store for c in calls)
-    qs = list(preset.sparsity_quantiles)
-    for method in preset.sparsity_methods:
+    assert (sweep["K"] == max(preset.sparsity.eval.ks)).all()
+    assert all(c["spec"] == preset.sparsity.eval and c["task"] == preset.task and c["home"] == store for c in calls)
+    qs = list(preset.sparsity.quantiles)
+    for method in preset.sparsity.methods:
         tuned_ref = model_ref(study.runs[method, preset.seeds[0]])
         resets = sp.reset_models(preset.base_model, tuned_ref, qs, seed=preset.seeds[0], home=store)  # cached
         rows = {mode: sweep[(sweep["method"] == method) & (sweep["mode"] == mode)].set_index("quantile")
@@ -164,12 +164,12 @@ def test_sparsity_sweep_resets_at_the_requested_quantiles_and_scores_each_model(
             assert table.loc[1.0, "pass@1"] == pytest.approx(score[preset.base_model])
             for q, ref in zip(resets[resets["mode"] == mode]["quantile"], resets[resets["mode"] == mode]["ref"]):
                 assert table.loc[q, "pass@1"] == pytest.approx(score[ref])
-                assert table.loc[q, "pass@K"] == pytest.approx(score[ref] + (max(preset.sparsity_eval.ks) - 1) / 1000)
+                assert table.loc[q, "pass@K"] == pytest.approx(score[ref] + (max(preset.sparsity.eval.ks) - 1) / 1000)
         mag, rnd = rows["magnitude"].loc[qs], rows["random"].loc[qs]
         assert mag["sparsity"].to_numpy() == pytest.approx(qs, abs=0.01)  # the model moved: real resets
         assert rnd["sparsity"].to_numpy() == pytest.approx(mag["sparsity"].to_numpy(), abs=0.02)
         assert (mag["tau"] > 0).all() and mag["tau"].is_monotonic_increasing and rnd["tau"].isna().all()
-    assert len(score) == 1 + len(preset.sparsity_methods) * (1 + 2 * len(qs))  # every model scored once
+    assert len(score) == 1 + len(preset.sparsity.methods) * (1 + 2 * len(qs))  # every model scored once
     assert _nothing_outside(study)
 
 
@@ -177,9 +177,9 @@ def test_sparsity_sweep_needs_a_run_for_every_sparsity_method(study, monkeypatch
     monkeypatch.setattr(sp, "evaluate_ref", _fake_evaluate([])[0])
     with pytest.raises(ValueError, match="sparsity_methods names 'grpo' but runs has no \\('grpo', 0\\) entry"):
         sp.sparsity_sweep(study.preset, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
-    only_es = replace(study.preset, sparsity_methods=("es",))
+    only_es = replace(study.preset, sparsity=replace(study.preset.sparsity, methods=("es",)))
     sweep = sp.sparsity_sweep(only_es, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
-    assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity_quantiles))
+    assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity.quantiles))
 
 
 def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):

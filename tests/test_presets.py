@@ -26,7 +26,8 @@ def _home(tmp_path, monkeypatch):
     torch.set_num_threads(1)
 
 
-EVAL_FIELDS = ("eval", "sparsity_eval", "forgetting_eval", "scaling_eval")
+EVAL_FIELDS = ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")
+STUDY_SPECS = ("lemma", "prop1", "sequential", "sparsity", "forgetting", "scaling")
 
 
 # ------------------------------------------------------------------------------------------- construction
@@ -45,11 +46,15 @@ def test_every_preset_constructs_and_validates(name):
         assert cfg.task_kwargs == tuple(sorted(preset.task_kwargs.items()))
         config_hash(cfg)  # JSON-able (it names the run directory)
     for field in EVAL_FIELDS:
-        spec = getattr(preset, field)
-        if field == "eval" or spec is not None:
-            assert isinstance(spec, EvalSpec), field
-            assert spec.ks and all(1 <= k <= spec.n_samples for k in spec.ks), field
-    assert preset.seeds and preset.update_budget >= 2
+        spec = preset
+        for part in field.split("."):
+            spec = getattr(spec, part)
+        assert isinstance(spec, EvalSpec), field
+        assert spec.ks and all(1 <= k <= spec.n_samples for k in spec.ks), field
+    for name in STUDY_SPECS:  # every study parameter is explicit: no None standing for another field
+        values = dataclasses.asdict(getattr(preset, name))
+        assert all(v is not None for v in values.values()), (name, values)
+    assert preset.seeds and preset.sequential.es_budget >= 2
     assert preset.task not in preset.heldout_tasks
     # re-running every __post_init__ on a copy passes: the registered values are valid
     again = dataclasses.replace(preset, es=dataclasses.replace(preset.es), grpo=dataclasses.replace(preset.grpo),
@@ -66,7 +71,7 @@ def test_paper_presets_use_the_paper_setup():
     for p in (easy, hard):
         assert (p.es.population_size, p.es.sigma, p.es.alpha, p.es.iterations) == (32, 1.5e-3, 2.5e-4, 234)
         assert (p.grpo.group_size, p.grpo.lr, p.grpo.beta, p.grpo.iterations) == (8, 1e-6, 0.001, 234)
-        assert p.es.dtype == p.grpo.dtype == "bfloat16" and p.update_budget == 234
+        assert p.es.dtype == p.grpo.dtype == "bfloat16" and p.sequential.es_budget == p.sequential.grpo_budget == 234
         assert (p.es.reward_correct, p.es.reward_formatted, p.es.reward_invalid) == (1.0, 0.1, 0.0)
         assert p.eval.n_samples == 64 and p.eval.ks == (1, 2, 4, 8, 16, 32, 64)
     assert easy.es.greedy and not hard.es.greedy and hard.es.temperature == 0.6 == hard.eval.temperature
@@ -81,8 +86,8 @@ def test_dotted_and_dunder_overrides():
     assert get_preset("smoke", es__sigma=2e-3) == dotted
     assert PRESETS["smoke"].es.sigma == 3e-3  # the registry is never mutated
     p = get_preset("smoke", **{"eval.n_samples": 8, "eval__ks": (1, 8), "grpo.lr": 1e-3, "seeds": (0, 1),
-                               "update_budget": 10})
-    assert (p.eval.n_samples, p.eval.ks, p.grpo.lr, p.seeds, p.update_budget) == (8, (1, 8), 1e-3, (0, 1), 10)
+                               "sequential.es_budget": 10})
+    assert (p.eval.n_samples, p.eval.ks, p.grpo.lr, p.seeds, p.sequential.es_budget) == (8, (1, 8), 1e-3, (0, 1), 10)
     assert p.eval.n_problems == base.eval.n_problems  # other nested fields untouched
     # overrides apply (and validate) one at a time, in order: shrink ks before n_samples, or replace the spec
     assert get_preset("smoke", **{"eval.ks": (1, 2), "eval.n_samples": 2}).eval.ks == (1, 2)
@@ -134,7 +139,7 @@ def test_dotting_into_a_plain_value_is_a_value_error(key):
     ({"eval.ks": (0, 1)}, r"EvalSpec\.ks .*got \(0, 1\)"),
     ({"eval.n_samples": 2}, r"EvalSpec\.ks .*n_samples=2.*got \(1, 2, 4\)"),
     ({"seeds": ()}, r"Preset\.seeds must name at least one seed, got \(\)"),
-    ({"update_budget": 1}, r"Preset\.update_budget must be >= 2, got 1"),
+    ({"sequential.es_budget": 1}, r"SequentialSpec\.es_budget must be >= 2, got 1"),
     ({"es.model": "qwen2-s"}, r"Preset\.es must use the preset's base_model and task \('smoke', 'countdown'\), "
                               r"got \('qwen2-s', 'countdown'\)"),
     ({"grpo.task": "sorting"}, r"Preset\.grpo must use .*got \('smoke', 'sorting'\)"),
@@ -263,3 +268,12 @@ def test_zoo_bases_are_the_base_and_control_zoo_names():
     assert get_preset("tiny").zoo_bases() == ["qwen2-s", "qwen2-s-habit"]
     assert get_preset("smoke").zoo_bases() == ["smoke"]
     assert get_preset("paper-easy").zoo_bases() == []  # hub ids are not pretrained
+
+
+def test_presets_compare_field_by_field():
+    """Two presets differ study by study in named fields (asdict of the nested specs)."""
+    smoke, tiny = (dataclasses.asdict(get_preset(n)) for n in ("smoke", "tiny"))
+    assert smoke["scaling"]["models"] == ("smoke",) and tiny["scaling"]["models"] == ("qwen2-s", "qwen2-m", "qwen2-l")
+    assert {k for k in tiny["lemma"] if tiny["lemma"][k] != smoke["lemma"][k]} == {
+        "sigmas", "prompts", "samples", "population", "repeats", "fisher_samples"}
+    assert tiny["sequential"] == {"es_budget": 150, "grpo_budget": 150}

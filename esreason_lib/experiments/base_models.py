@@ -13,7 +13,7 @@ from .common import evaluate_ref
 
 def zoo_models(preset: Preset) -> list[str]:
     """Every base model a preset uses: the base, its control, and the scaling sizes (deduplicated, in order)."""
-    names = [preset.base_model, preset.control_model, *preset.scaling_models]
+    names = [preset.base_model, preset.control_model, *preset.scaling.models]
     return list(dict.fromkeys(n for n in names if n))
 
 

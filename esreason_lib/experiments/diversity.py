@@ -123,9 +123,9 @@ def lemma1_table(cells: pd.DataFrame) -> pd.DataFrame:
 def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`lemma_cells` on the preset's base model and held-out prompts; cached as a `diversity-lemmas` run."""
     config = {"model": preset.base_model, "task": preset.task, "task_kwargs": dict(preset.task_kwargs),
-              "sigmas": list(preset.lemma1_sigmas), "population": preset.lemma1_population,
-              "repeats": preset.lemma1_repeats, "prompts": preset.lemma1_prompts,
-              "samples": preset.lemma1_samples, "fisher_samples": preset.lemma1_fisher_samples,
+              "sigmas": list(preset.lemma.sigmas), "population": preset.lemma.population,
+              "repeats": preset.lemma.repeats, "prompts": preset.lemma.prompts,
+              "samples": preset.lemma.samples, "fisher_samples": preset.lemma.fisher_samples,
               "seed": preset.seeds[0], "version": 2}
     run = Run.open("diversity-lemmas", config, seed=preset.seeds[0], home=home)
     if run.is_complete():
@@ -133,10 +133,10 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
     model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device), home=home,
                                   progress=progress)
     task = get_task(preset.task, **dict(preset.task_kwargs))
-    examples = task.examples("test", n=preset.lemma1_prompts, seed=preset.eval.seed)
-    cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma1_sigmas,
-                                 population=preset.lemma1_population, repeats=preset.lemma1_repeats,
-                                 samples=preset.lemma1_samples, fisher_samples=preset.lemma1_fisher_samples,
+    examples = task.examples("test", n=preset.lemma.prompts, seed=preset.eval.seed)
+    cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma.sigmas,
+                                 population=preset.lemma.population, repeats=preset.lemma.repeats,
+                                 samples=preset.lemma.samples, fisher_samples=preset.lemma.fisher_samples,
                                  seed=preset.seeds[0], progress=progress)
     run.write_table("cells", cells)
     run.write_table("members", members)
@@ -213,11 +213,11 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
 
 
 def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive") -> pd.DataFrame:
-    """`prop1_trajectory` for the preset's ES (seed `preset.seeds[0]`, `prop1_iterations` iterations) on
-    `prop1_probe_prompts` held-out prompts; cached as a `diversity-prop1` run."""
-    config = replace(preset.es, iterations=preset.prop1_iterations, seed=preset.seeds[0])
-    key = {"es": asdict(config), "probes": preset.prop1_probe_prompts, "samples": preset.prop1_samples,
-           "ks": list(preset.prop1_ks), "scheme": scheme, "probe_seed": preset.eval.seed, "version": 1}
+    """`prop1_trajectory` for the preset's ES (seed `preset.seeds[0]`, `prop1.iterations` iterations) on
+    `prop1.probe_prompts` held-out prompts; cached as a `diversity-prop1` run."""
+    config = replace(preset.es, iterations=preset.prop1.iterations, seed=preset.seeds[0])
+    key = {"es": asdict(config), "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
+           "ks": list(preset.prop1.ks), "scheme": scheme, "probe_seed": preset.eval.seed, "version": 1}
     run = Run.open("diversity-prop1", key, seed=config.seed, home=home)
     if run.is_complete():
         return run.read_table("iterations")
@@ -226,9 +226,9 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
                                   progress=progress)
     shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
     task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-    probes = task.examples("test", n=preset.prop1_probe_prompts, seed=preset.eval.seed)
-    table = prop1_trajectory(config, model, tokenizer, task, probes, samples=preset.prop1_samples,
-                             ks=preset.prop1_ks, scheme=scheme, progress=progress)
+    probes = task.examples("test", n=preset.prop1.probe_prompts, seed=preset.eval.seed)
+    table = prop1_trajectory(config, model, tokenizer, task, probes, samples=preset.prop1.samples,
+                             ks=preset.prop1.ks, scheme=scheme, progress=progress)
     run.write_table("iterations", table)
     run.finish()
     return table
@@ -281,32 +281,40 @@ def prop1_summary(table: pd.DataFrame) -> pd.DataFrame:
                          "rose": g["rose"].sum()}).reset_index()
 
 
-def describe_diversity(cells: pd.DataFrame, prop1: pd.DataFrame) -> str:
-    """The finding line of notebook 02, computed from the Lemma 1-2 cells and the Proposition 1 table."""
-    t1 = lemma1_table(cells)
-    small = small_sigmas(t1["sigma"])
-    ts = t1[t1["sigma"].isin(small)]
-    big = t1.iloc[-1]
+def _lemma1_sentence(t1: pd.DataFrame, small) -> str:
+    ts, big = t1[t1["sigma"].isin(small)], t1.iloc[-1]
     slope_small, slope_all = loglog_slope(ts["sigma"], ts["js_pol"]), loglog_slope(t1["sigma"], t1["js_pol"])
+    return (f"Lemma 1: log-log slope of JS_pol {slope_small:.2f} for sigma <= {max(small):g} ({slope_all:.2f} over "
+            f"{t1['sigma'].min():g}-{t1['sigma'].max():g}), measured/predicted {ts['ratio'].min():.2f}-"
+            f"{ts['ratio'].max():.2f} there ({ts['ratio_pop'].min():.2f}-{ts['ratio_pop'].max():.2f} against the "
+            f"drawn populations' own second-order value) and {big['ratio']:.2f} at sigma={big['sigma']:g}")
+
+
+def _lemma2_sentence(cells: pd.DataFrame, small) -> str:
     bound = (cells["js_succ"] >= -1e-12) & (cells["js_succ"] <= cells["js_pol"])
     resolved = lemma2_resolved(cells)
     pp = (cells["p_pop"] >= cells["p_same"] - 1e-12).sum()
     sc = cells[cells["sigma"].isin(small) & resolved & (cells["gap_approx"] > 0)]
     gap = f"{np.median(sc['gap'] / sc['gap_approx']):.2f}" if len(sc) else "n/a (no spread)"
-    lemma3 = prop1.drop_duplicates("iteration")
-    s1 = prop1_summary(prop1)
-    n_it = int(s1["iterations"].max()) if len(s1) else 0
-    ks, held, rose_c, rose = ("/".join(str(int(v)) for v in s1[c]) for c in ("k", "condition", "rose_given_condition",
-                                                                              "rose"))
-    cond = (f"(K={ks}): condition held in {held} of {n_it} iterations, Pass@K rose in {rose_c} of those "
-            f"({rose} of {n_it} overall)")
-    return (f"Lemma 1: log-log slope of JS_pol {slope_small:.2f} for sigma <= {max(small):g} ({slope_all:.2f} over "
-            f"{t1['sigma'].min():g}-{t1['sigma'].max():g}), measured/predicted {ts['ratio'].min():.2f}-"
-            f"{ts['ratio'].max():.2f} there ({ts['ratio_pop'].min():.2f}-{ts['ratio_pop'].max():.2f} against the "
-            f"drawn populations' own second-order value) and {big['ratio']:.2f} at sigma={big['sigma']:g}; "
-            f"Lemma 2: 0 <= JS_succ <= JS_pol in {bound.sum()}/{len(cells)} (sigma, population, prompt) cells "
+    return (f"Lemma 2: 0 <= JS_succ <= JS_pol in {bound.sum()}/{len(cells)} (sigma, population, prompt) cells "
             f"({bound[resolved].sum()}/{resolved.sum()} where the prompt had >= {RESOLVED} successes and failures), "
             f"P_pop >= P_same in {pp}/{len(cells)}, median gap/approximation {gap} (resolved cells, sigma <= "
-            f"{max(small):g}); "
-            f"Lemma 3 (ES fitness weights): identity max error {lemma3['lemma3_err'].max():.1e}, mean p_w - p_bar "
-            f"{lemma3['lift'].mean():+.4f}; Prop 1 {cond}")
+            f"{max(small):g})")
+
+
+def _lemma3_prop1_sentence(prop1: pd.DataFrame) -> str:
+    lemma3, s1 = prop1.drop_duplicates("iteration"), prop1_summary(prop1)
+    n_it = int(s1["iterations"].max()) if len(s1) else 0
+    ks, held, rose_c, rose = ("/".join(str(int(v)) for v in s1[c])
+                              for c in ("k", "condition", "rose_given_condition", "rose"))
+    return (f"Lemma 3 (ES fitness weights): identity max error {lemma3['lemma3_err'].max():.1e}, mean p_w - p_bar "
+            f"{lemma3['lift'].mean():+.4f}; Prop 1 (K={ks}): condition held in {held} of {n_it} iterations, "
+            f"Pass@K rose in {rose_c} of those ({rose} of {n_it} overall)")
+
+
+def describe_diversity(cells: pd.DataFrame, prop1: pd.DataFrame) -> str:
+    """The finding line of notebook 02, computed from the Lemma 1-2 cells and the Proposition 1 table: one
+    clause per lemma, the small-sigma regime being `small_sigmas` of the grid."""
+    t1 = lemma1_table(cells)
+    small = small_sigmas(t1["sigma"])
+    return "; ".join((_lemma1_sentence(t1, small), _lemma2_sentence(cells, small), _lemma3_prop1_sentence(prop1)))

@@ -36,9 +36,9 @@ LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretrai
 def heldout_scores(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
                    progress: bool = True) -> pd.DataFrame:
     """One row per (method, seed, task): pass@1, pass@K and K (largest ks) on each held-out task under
-    `preset.forgetting_eval` (or `preset.eval`); `refs` maps (method, seed) to a model reference, and the base
+    `preset.forgetting.eval` (or `preset.eval`); `refs` maps (method, seed) to a model reference, and the base
     is added as method "base", seed -1."""
-    spec = preset.forgetting_eval or preset.eval
+    spec = preset.forgetting.eval
     rows = []
     for (method, seed), ref in {("base", -1): preset.base_model, **refs}.items():
         for task in preset.heldout_tasks:
@@ -133,8 +133,8 @@ def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_to
 
 def _stats_config(preset: Preset, ref: str) -> dict:
     return {"model": ref, "base": preset.base_model, "task": preset.task, "task_kwargs": dict(preset.task_kwargs),
-            "heldout_tasks": list(preset.heldout_tasks), "kl_prompts": preset.forgetting_kl_prompts,
-            "kl_samples": preset.forgetting_kl_samples, "lm_sequences": preset.forgetting_lm_sequences,
+            "heldout_tasks": list(preset.heldout_tasks), "kl_prompts": preset.forgetting.kl_prompts,
+            "kl_samples": preset.forgetting.kl_samples, "lm_sequences": preset.forgetting.lm_sequences,
             "seed": 0}
 
 
@@ -150,7 +150,7 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
     device = resolve_device(preset.device)
     model, tokenizer = load_model(ref, device=device, home=home)
     rows = []
-    records = heldout_lm_records(preset.base_model, preset.forgetting_lm_sequences)
+    records = heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences)
     if records is not None:
         for scope, value in lm_loss_by_family(model, tokenizer, records).items():
             rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
@@ -159,9 +159,9 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
         kwargs = preset.task_kwargs if task_name == preset.task else {}
         task = get_task(task_name, **dict(kwargs))
         prompts = [task.prompt(ex, tokenizer)
-                   for ex in task.examples("test", n=preset.forgetting_kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
+                   for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
         kl = 0.0 if base is model else kl_to_base(
-            model, base, tokenizer, prompts, n=preset.forgetting_kl_samples, max_new_tokens=task.max_new_tokens,
+            model, base, tokenizer, prompts, n=preset.forgetting.kl_samples, max_new_tokens=task.max_new_tokens,
             stop=task.stop, seed=derive_seed(0, "forgetting", "kl", task_name))
         rows.append({"quantity": "kl", "scope": task_name, "value": kl})
     table = pd.DataFrame(rows)

@@ -1,13 +1,13 @@
 """Notebook 06: ES population scaling across model sizes (the paper's Table 6) and the fitness-shaping ablations.
 
 The paper finds that larger models need a smaller ES population: the accuracy gap between a large and a small
-population N shrinks as the model grows. Here every zoo size in `preset.scaling_models` is trained with ES for
-`preset.scaling_iterations` iterations at every N in `preset.scaling_populations` (everything else from
-`preset.es`), and each trained model is scored by greedy accuracy on held-out problems (`preset.scaling_eval`).
+population N shrinks as the model grows. Here every zoo size in `preset.scaling.models` is trained with ES for
+`preset.scaling.iterations` iterations at every N in `preset.scaling.populations` (everything else from
+`preset.es`), and each trained model is scored by greedy accuracy on held-out problems (`preset.scaling.eval`).
 At equal iterations a larger N costs proportionally more generations; the tables report them.
 
 On the base model, ES also compares fitness shaping ("zscore" vs "rank" vs "none", `ESConfig.normalization`)
-and antithetic vs plain sampling, for `ablation_iterations(preset)` iterations. Every training run and
+and antithetic vs plain sampling, for `preset.scaling.ablation_iterations` iterations. Every training run and
 evaluation is cached in the run store (`common.train`, `common.evaluate_ref`); the ablation's
 z-score/antithetic run is the scaling cell of the base model at `preset.es.population_size` when that cell
 exists with the same iterations, so it is trained once.
@@ -21,11 +21,10 @@ import numpy as np
 import pandas as pd
 
 from ..models import load_model
-from ..zoo import num_parameters
-from ..presets import EvalSpec, Preset
+from ..presets import Preset
 from ..runs import Run
-from ..zoo import ZOO
 from ..training import resolve_device
+from ..zoo import ZOO, num_parameters
 from .common import evaluate_ref, model_ref, train
 
 ABLATIONS: dict[str, dict] = {"zscore": {"normalization": "zscore"}, "rank": {"normalization": "rank"},
@@ -35,21 +34,6 @@ ABLATIONS: dict[str, dict] = {"zscore": {"normalization": "zscore"}, "rank": {"n
 """Ablation label -> ES config changes on top of the preset. The three shapings keep the preset's sampling;
 "antithetic"/"plain" are z-score with and without mirrored pairs, so one of them is the "zscore" run itself
 (same config, trained once)."""
-
-DEFAULT_SCALING_EVAL = EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100)
-"""Used when the preset has no `scaling_eval`: greedy accuracy on 200 held-out problems (plus one sample)."""
-
-
-# ------------------------------------------------------------------------------------------------ settings
-def scaling_prompts(preset: Preset) -> int:
-    """Prompts per ES iteration in this study (`preset.scaling_prompts_per_step`, else `preset.es`'s)."""
-    return preset.scaling_prompts_per_step or preset.es.prompts_per_step
-
-
-def scaling_eval_spec(preset: Preset) -> EvalSpec:
-    """The evaluation protocol of this study (`preset.scaling_eval`, else `DEFAULT_SCALING_EVAL`)."""
-    return preset.scaling_eval or DEFAULT_SCALING_EVAL
-
 
 def check_task_kwargs(preset: Preset) -> None:
     """Raise if a zoo model of the study was pretrained on Countdown settings other than the preset's task.
@@ -63,7 +47,7 @@ def check_task_kwargs(preset: Preset) -> None:
 
     task = get_task(preset.task, **dict(preset.task_kwargs))
     want = {"num_count": task.num_count, "low": task.low, "high": task.high}
-    for name in dict.fromkeys((*preset.scaling_models, preset.base_model)):
+    for name in dict.fromkeys((*preset.scaling.models, preset.base_model)):
         if name in ZOO and ZOO[name].task_kwargs() != want:
             raise ValueError(f"zoo model {name!r} was pretrained on countdown {ZOO[name].task_kwargs()}, but the "
                              f"preset's task is countdown {want}; all scaling models must share the task")
@@ -74,26 +58,21 @@ def scaling_runs(preset: Preset, *, home=None, progress: bool = True) -> dict[tu
     """Train (or load) ES for every (model size, N) of the study; keys (model, N) in preset order."""
     check_task_kwargs(preset)
     runs = {}
-    for name in preset.scaling_models:
-        for n in preset.scaling_populations:
+    for name in preset.scaling.models:
+        for n in preset.scaling.populations:
             runs[name, n] = train(preset, "es", seed=preset.seeds[0], home=home, progress=progress, model=name,
-                                  population_size=n, iterations=preset.scaling_iterations,
-                                  prompts_per_step=scaling_prompts(preset))
+                                  population_size=n, iterations=preset.scaling.iterations,
+                                  prompts_per_step=preset.scaling.prompts_per_step)
     return runs
-
-
-def ablation_iterations(preset: Preset) -> int:
-    """ES iterations of each ablation run: `preset.ablation_iterations`, else `preset.scaling_iterations`."""
-    return preset.ablation_iterations or preset.scaling_iterations
 
 
 def ablation_runs(preset: Preset, *, home=None, progress: bool = True) -> dict[str, Run]:
     """Train (or load) the `ABLATIONS` on the base model at N = `preset.es.population_size` for
-    `ablation_iterations(preset)` iterations at the scaling study's prompts per step; keys are the labels."""
+    `preset.scaling.ablation_iterations` iterations at the scaling study's prompts per step; keys are the labels."""
     check_task_kwargs(preset)
     return {label: train(preset, "es", seed=preset.seeds[0], home=home, progress=progress, model=preset.base_model,
-                         population_size=preset.es.population_size, iterations=ablation_iterations(preset),
-                         prompts_per_step=scaling_prompts(preset), **changes)
+                         population_size=preset.es.population_size, iterations=preset.scaling.ablation_iterations,
+                         prompts_per_step=preset.scaling.prompts_per_step, **changes)
             for label, changes in ABLATIONS.items()}
 
 
@@ -113,14 +92,14 @@ def smoothing_window(iterations: int) -> int:
 
 def evaluate_runs(preset: Preset, refs: dict, names: tuple[str, ...], *, home=None,
                   progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Held-out evaluation (`scaling_eval_spec`) of every model reference in `refs` (key -> Run or name).
+    """Held-out evaluation (`preset.scaling.eval`) of every model reference in `refs` (key -> Run or name).
 
     Returns `(summary, problems)`: summary one row per key (key columns `names`, heldout = greedy accuracy,
     pass@1, and for runs generations = final `es/generations`, center_tail = mean `reward/center` and
     pop_tail = mean `reward/mean` over the last 20% iterations); problems one row per (key, problem) with
     greedy_correct (0/1) for paired comparisons.
     """
-    spec, device = scaling_eval_spec(preset), resolve_device(preset.device)
+    spec, device = preset.scaling.eval, resolve_device(preset.device)
     rows, probs = [], []
     for key, ref in refs.items():
         key = key if isinstance(key, tuple) else (key,)
@@ -142,11 +121,11 @@ def evaluate_runs(preset: Preset, refs: dict, names: tuple[str, ...], *, home=No
 def scaling_report(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None,
                    progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`evaluate_runs` over the scaling cells plus each base model (N = 0), with a `params` column per model."""
-    refs = {(name, 0): name for name in preset.scaling_models}
+    refs = {(name, 0): name for name in preset.scaling.models}
     refs.update(runs)
     summary, problems = evaluate_runs(preset, refs, ("model", "N"), home=home, progress=progress)
     params = {}
-    for name in preset.scaling_models:
+    for name in preset.scaling.models:
         model, _ = load_model(name, device="cpu", home=home, progress=progress)
         params[name] = num_parameters(model)
         del model

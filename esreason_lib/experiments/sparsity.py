@@ -143,22 +143,22 @@ def _scores(ref: str, preset: Preset, spec: EvalSpec, home, progress: bool) -> d
 
 def sparsity_sweep(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None,
                    progress: bool = True) -> pd.DataFrame:
-    """Reset sweep for seed `preset.seeds[0]` of each method in `preset.sparsity_methods`.
+    """Reset sweep for seed `preset.seeds[0]` of each method in `preset.sparsity.methods`.
 
     One row per (method, mode, quantile) with tau, sparsity, pass@1, pass@K and K (the largest of the ks)
-    under `preset.sparsity_eval` (or `preset.eval`); quantile 0 is the unreset tuned model (sparsity 0) and
+    under `preset.sparsity.eval` (or `preset.eval`); quantile 0 is the unreset tuned model (sparsity 0) and
     quantile 1 the base (sparsity 1), added to both modes so the curves share their endpoints.
     """
-    spec = preset.sparsity_eval or preset.eval
+    spec = preset.sparsity.eval
     seed = preset.seeds[0]
     base = _scores(preset.base_model, preset, spec, home, progress)
     frames = []
-    for method in preset.sparsity_methods:
+    for method in preset.sparsity.methods:
         if (method, seed) not in runs:
             raise ValueError(f"sparsity_methods names {method!r} but runs has no ({method!r}, {seed}) entry")
         tuned_ref = model_ref(runs[(method, seed)])
         tuned = _scores(tuned_ref, preset, spec, home, progress)
-        table = reset_models(preset.base_model, tuned_ref, preset.sparsity_quantiles, seed=seed, home=home,
+        table = reset_models(preset.base_model, tuned_ref, preset.sparsity.quantiles, seed=seed, home=home,
                              dtype=getattr(torch, preset.config(method).dtype))
         scores = pd.DataFrame([_scores(r, preset, spec, home, progress) for r in table["ref"]])
         table = pd.concat([table.drop(columns="ref"), scores], axis=1)
