@@ -75,12 +75,11 @@ print(finding)
 # qwen2-s-habit saw the habit answer (the numbers summed in prompt order) for 40% of its Countdown examples:
 # its greedy accuracy falls to 0.120 against the clean model's 0.250, while the correct skill remains
 # reachable by sampling (Pass@16 0.635): the latent capability ES and GRPO are compared on.
-# Pretraining "s" takes 70-100 s on an idle 2-core CPU. "m" (998k) and "l" (3.27M) stop at their wall-clock
-# caps (the cosine schedule still completes, see `ZooSpec.max_seconds`), so they are undertrained and their
-# step count depends on the machine; this notebook's table and notebook 06 report what they reach. In two `make reproduce` runs (one
-# thread beside the other notebook lane) "m" did 1244 / 1145 of 1500 steps (final loss 0.215 / 0.260, greedy
-# 0.320 / 0.280 on the held-out 200) and "l" 519 / 490 of 1000 (loss 0.320 / 0.350, greedy 0.165 / 0.150),
-# against "s" at loss 0.229 / 0.242, greedy 0.285 / 0.250: on this CPU budget the largest model is the least
-# trained. Given 800 uncapped steps at lr 2e-3 (395 s, one thread), "l" reached
-# loss 0.290 and greedy 0.205, still below "s" and "m", so no cap that fits the 30-minute `make reproduce`
-# makes it the most capable size.
+# Pretraining "s" takes 70-100 s on an idle 2-core CPU. "m" (998k) and "l" (3.27M) stop at their wall-clock caps
+# (the cosine schedule still completes, see `ZooSpec.max_seconds`), so they are undertrained and their step count
+# depends on the machine; this notebook's table and notebook 06 report what they reach. In two `make reproduce` runs
+# (one thread beside the other notebook lane) "m" did 1244 / 1145 of 1500 steps (final loss 0.215 / 0.260, greedy
+# 0.320 / 0.280 on the held-out 200) and "l" 519 / 490 of 1000 (loss 0.320 / 0.350, greedy 0.165 / 0.150), against
+# "s" at loss 0.229 / 0.242, greedy 0.285 / 0.250: on this CPU budget the largest model is the least trained. Given
+# 800 uncapped steps at lr 2e-3 (395 s, one thread), "l" reached loss 0.290 and greedy 0.205, still below "s" and
+# "m", so no cap that fits the 30-minute `make reproduce` makes it the most capable size.
