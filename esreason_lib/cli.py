@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
-    train.add_argument("--budget", type=int, default=None, help="every method's full budget in a sequence (default: the preset's)")
+    train.add_argument("--budget", type=int, default=None,
+                       help="every method's full budget in a sequence (default: the preset's)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)

@@ -2,7 +2,8 @@
 Algorithm 1).
 
 One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend
-(`es_backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the rewards into z_i and updates, in place,
+(`es_backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the
+rewards into z_i and updates, in place,
 
     theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
 
@@ -217,7 +218,8 @@ def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> 
 
 
 def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
-            theta0: dict[str, torch.Tensor], before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
+            theta0: dict[str, torch.Tensor],
+            before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
     """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
 
     Draws the step's P = `prompts_per_step` train prompts from `examples` (stream (seed, "es", "prompts", it),

@@ -10,7 +10,8 @@ A `Preset` nests one frozen spec per study (`LemmaSpec`, `Prop1Spec`, `Sequentia
 field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
-configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a clear error.
+configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
+clear error.
 """
 
 from __future__ import annotations

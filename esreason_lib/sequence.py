@@ -1,10 +1,11 @@
 """Sequential post-training: one method's output is the next one's base (GRPO->ES, ES->GRPO, ...).
 
-The paper compares sequences against single methods at an equal *update budget*. The one rule here: each
-method has a full budget in its own iterations (one single-method run; ES iterations and GRPO optimizer
-iterations each count one update), and a sequence gives stage i the i-th share (`split_budget`, 50/50 by
-default) of its own method's budget, so every arm spends "one full run" in total. Every stage is an ordinary, cached, resumable run in the run store, whose
-config names the previous stage's saved model directory as its base, so a finished stage is never retrained.
+The paper compares sequences against single methods at an equal *update budget*. The one rule here: each method
+has a full budget in its own iterations (one single-method run; ES iterations and GRPO optimizer iterations each
+count one update), and a sequence gives stage i the i-th share (`split_budget`, 50/50 by default) of its own
+method's budget, so every arm spends "one full run" in total. Every stage is an ordinary, cached, resumable run in
+the run store, whose config names the previous stage's saved model directory as its base, so a finished stage is
+never retrained.
 """
 
 from __future__ import annotations

@@ -64,8 +64,9 @@ print(finding)
 
 # %% [markdown]
 # **The zoo as measured in development runs** (recipe 2; 2-core CPU; held-out Countdown:
-# `get_task("countdown").examples("test", n=200, seed=0)`, greedy and n=16 samples at T=1 (`python -m esreason_lib train ... --eval` prints the same table);
-# held-out families: greedy accuracy on 200 test items of addition (2 digits) and sorting):
+# `get_task("countdown").examples("test", n=200, seed=0)`, greedy and n=16 samples at T=1 (`python -m esreason_lib
+# train ... --eval` prints the same table); held-out families: greedy accuracy on 200 test items of addition (2
+# digits) and sorting):
 #
 # | name          | params | steps done (budget) | greedy | pass@1 | pass@16 | addition | sorting |
 # |---------------|-------:|--------------------:|-------:|-------:|--------:|---------:|--------:|

@@ -21,11 +21,12 @@
 # **The budget, stated.** In the paper both methods run 234 iterations, so "the same number of updates" is
 # unambiguous. At tiny scale one GRPO iteration (a few sampled groups and one backward pass) costs far less than
 # one ES iteration (every perturbed model decodes every prompt of the step), and the presets give each method its
-# own full budget: `sequential.es_budget` ES iterations and `sequential.grpo_budget` GRPO iterations. A sequence spends half of *each method's own* budget on its stage of that method (GRPO->ES: GRPO for half of
-# the GRPO budget, then ES for half of the ES budget), so every arm spends the equivalent of one full training
-# run. ES-only and GRPO-only are then exactly notebook 01's runs for the same seed and are reused from the run
-# store. The cost table below reports the generations and seconds each arm actually used, so the reader can
-# check how equal the budgets are in compute.
+# own full budget: `sequential.es_budget` ES iterations and `sequential.grpo_budget` GRPO iterations. A sequence
+# spends half of *each method's own* budget on its stage of that method (GRPO->ES: GRPO for half of the GRPO
+# budget, then ES for half of the ES budget), so every arm spends the equivalent of one full training run. ES-only
+# and GRPO-only are then exactly notebook 01's runs for the same seed and are reused from the run store. The cost
+# table below reports the generations and seconds each arm actually used, so the reader can check how equal the
+# budgets are in compute.
 
 # %% tags=["parameters"]
 preset = "tiny"

@@ -1,13 +1,14 @@
 """Notebook 03: sequential post-training (GRPO->ES, ES->GRPO) against ES-only and GRPO-only at one update budget.
 
 The budget. Each method's *full* budget is one single-method training run of the preset:
-`preset.sequential.es_budget` ES iterations and `preset.sequential.grpo_budget` GRPO iterations. At
-tiny scale a GRPO iteration (a few sampled groups and one backward pass) is cheaper than an ES iteration (every
-population member decodes every prompt of the step), so the presets give GRPO more iterations for a comparable
-run; in the paper both counts are 234. A sequence spends the 50/50 split of *each method's own* budget on its
-stage of that method (the rule is `sequence.sequence_stages`): GRPO->ES = GRPO for grpo_budget/2 iterations, then ES for es_budget/2 iterations. Every arm therefore spends
-"one full run" in total, and ES-only / GRPO-only coincide with notebook 01's runs for the same seed (reused from
-the run store). Generations and seconds of every arm are reported so the reader can check the budget in compute.
+`preset.sequential.es_budget` ES iterations and `preset.sequential.grpo_budget` GRPO iterations. At tiny scale a
+GRPO iteration (a few sampled groups and one backward pass) is cheaper than an ES iteration (every population
+member decodes every prompt of the step), so the presets give GRPO more iterations for a comparable run; in the
+paper both counts are 234. A sequence spends the 50/50 split of *each method's own* budget on its stage of that
+method (the rule is `sequence.sequence_stages`): GRPO->ES = GRPO for grpo_budget/2 iterations, then ES for
+es_budget/2 iterations. Every arm therefore spends "one full run" in total, and ES-only / GRPO-only coincide with
+notebook 01's runs for the same seed (reused from the run store). Generations and seconds of every arm are
+reported so the reader can check the budget in compute.
 """
 
 from __future__ import annotations
