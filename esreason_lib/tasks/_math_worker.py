@@ -53,6 +53,8 @@ class MathWorker:
         """pid of the process that started `_proc` (a forked copy of this object starts its own child)."""
         self._ready = False
         self._buf = b""
+        self.checks = 0
+        """How many checks reached a child (for tests and diagnostics)."""
         self.restarts = 0
         """How many times a child was killed for overrunning or found dead (for tests and diagnostics)."""
 
@@ -67,6 +69,7 @@ class MathWorker:
                     self._kill()
                     raise WorkerUnavailable("the math_verify worker process did not start (is math-verify installed?)")
                 self._ready = True
+            self.checks += 1
             try:
                 self._proc.stdin.write(json.dumps([gold, answer]).encode() + b"\n")
                 self._proc.stdin.flush()

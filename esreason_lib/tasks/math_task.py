@@ -11,8 +11,9 @@ Well-formed = a non-empty boxed answer was found.
 Correctness (`math_equal`), cheapest first; every path returns within `timeout_s` (plus a worker restart, see
 below) and never raises:
   1. guards refuse answers that are costly for sympy or cannot be a final answer (`refusal`: over 200
-     characters, non-ASCII or control characters, brackets nested over 4 deep, exponent towers or
-     exponents over 4 digits, factorials of big numbers, integrals/sums/products/limits): wrong;
+     characters, non-ASCII or control characters, brackets unbalanced or nested over 4 deep, exponent towers
+     or exponents over 4 digits, factorials of big numbers, integrals/sums/products/limits, numbers with two
+     decimal points, two or more words of prose outside `\\text{}`): wrong. Linear time, microseconds;
   2. an answer identical to the gold (up to surrounding spaces) is right; when both are plain numbers
      (integers, decimals, `a/b`, `\\frac{a}{b}`), exact arithmetic in-process decides, with the float rule of
      `_math_worker` (decimals compared at the precision the answer states, at least 6 places);
@@ -53,6 +54,10 @@ MAX_EXPONENT_DIGITS = 4
 _HEAVY = re.compile(r"\\(?:[io]+int|int|sum|prod|lim|partial|nabla)(?![a-zA-Z])")
 _BIG_FACTORIAL = re.compile(r"(?:\d{4,}|[)}\]])\s*!")
 _INTEGER = re.compile(r"\d+")
+_BAD_NUMBER = re.compile(r"\d\.\d*\.\d")
+_WORDS = re.compile(r"[A-Za-z]{3,}")
+_NOT_PROSE = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname|begin|end)\{[^{}]*\}|\\[A-Za-z]+")
+"""Unit words, environment names and LaTeX command names: letters that are no prose."""
 _PLAIN = re.compile(r"(-?)(?:(\d+(?:\.\d*)?|\.\d+)|(\d+)/(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\})")
 
 
@@ -98,6 +103,10 @@ def refusal(answer: str) -> str | None:
         return "integral, sum, product or limit"
     if _BIG_FACTORIAL.search(answer):
         return "factorial of a big number or an expression"
+    if _BAD_NUMBER.search(answer):
+        return "a number with two decimal points"
+    if len(_WORDS.findall(_NOT_PROSE.sub(" ", answer))) >= 2:
+        return "prose (two or more words)"
     depth, open_exponents, exponent_end = 0, [], -1  # depths at which exponent groups opened; where one ended
     for i, c in enumerate(answer):
         if c in "{([":
@@ -106,6 +115,8 @@ def refusal(answer: str) -> str | None:
                 return f"nested deeper than {MAX_NESTING}"
         elif c in "})]":
             depth -= 1
+            if depth < 0:
+                return "a bracket closes that never opened"
             if open_exponents and depth < open_exponents[-1]:
                 open_exponents.pop()
                 exponent_end = i + 1
@@ -127,7 +138,7 @@ def refusal(answer: str) -> str | None:
         elif c.isdigit() and open_exponents and (i == 0 or not answer[i - 1].isdigit()):
             if len(_INTEGER.match(answer, i).group()) > MAX_EXPONENT_DIGITS:
                 return f"exponent over {MAX_EXPONENT_DIGITS} digits"
-    return None
+    return "a bracket never closes" if depth else None
 
 
 def _plain_number(text: str) -> Fraction | None:
