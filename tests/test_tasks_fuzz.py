@@ -121,7 +121,8 @@ def adversarial(rng: random.Random) -> str:
         return rng.choice(("", "x", "18 ")) + unit * _huge(rng) + rng.choice(("", "x", "18", " 18e5"))
     if kind == 2:  # deep \boxed nesting, closed, half closed or open
         depth = _huge(rng)
-        return "\\boxed{" * depth + rng.choice(("18", "1/2", "x", "", "10^{10}")) + "}" * rng.choice((0, depth, depth // 2))
+        inner = rng.choice(("18", "1/2", "x", "", "10^{10}"))
+        return "\\boxed{" * depth + inner + "}" * rng.choice((0, depth, depth // 2))
     if kind == 3:  # exponent towers
         base, height = rng.choice(("10", "2", "x", "9", "e")), rng.choice((1, 2, 3, 4, 8, 50))
         tower = base + "".join("^{" + base for _ in range(height)) + "}" * height
@@ -173,5 +174,6 @@ def test_adversarial_corpus(name, corpus):
     total = time.perf_counter() - t_task
     ms = np.array(seconds) * 1e3
     print(f"\nfuzz {name}: {ms.size} calls on {len(corpus)} strings, max {ms.max():.1f} ms, "
-          f"p99 {np.percentile(ms, 99):.3f} ms, total {total:.1f} s, worker checks {mt._WORKER.checks - checks}, restarts {mt._WORKER.restarts - restarts}")
+          f"p99 {np.percentile(ms, 99):.3f} ms, total {total:.1f} s, worker checks {mt._WORKER.checks - checks}, "
+          f"restarts {mt._WORKER.restarts - restarts}")
     assert ms.size >= 5 * CORPUS_SIZE and total < PER_TASK_LIMIT_S

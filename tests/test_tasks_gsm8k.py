@@ -130,8 +130,9 @@ def test_extraction_is_linear_on_the_issue_strings(text):
 def test_reward_tiers_and_prompts(chat_tok):
     task = GSM8K(path="unused")
     ex = {"id": "gsm8k-test-0", "question": "How many?", "answer": "18", "solution": "... #### 18"}
-    rewards = [task.reward(c, ex) for c in ("\\boxed{18}", "#### 18", "The answer is 18.00", "\\boxed{17}",
-                                            "\\boxed{18 or 19}", "#### 17 \\boxed{18}", "\\boxed{18} \\boxed{17}", "none")]
+    completions = ("\\boxed{18}", "#### 18", "The answer is 18.00", "\\boxed{17}", "\\boxed{18 or 19}",
+                   "#### 17 \\boxed{18}", "\\boxed{18} \\boxed{17}", "none")
+    rewards = [task.reward(c, ex) for c in completions]
     assert rewards == [1, 0, 0, 0.1, 0.1, 1, 0.1, 0]  # the paper's: the last \\boxed{} only
     assert task.is_correct("The answer is 18.00", ex) and task.is_correct("#### 18", ex)
     assert task.is_well_formed("\\boxed{x}", ex) and not task.is_well_formed("#### 18", ex)

@@ -125,7 +125,8 @@ class GSM8K(Task):
                 mark = row["answer"].rfind("####")
                 gold = _number_at(row["answer"], mark + 4) if mark >= 0 else None
                 if gold is None:
-                    raise ValueError(f"{where}: field 'answer' does not end in a '#### N' line: {row['answer'][-80:]!r}")
+                    tail = row["answer"][-80:]
+                    raise ValueError(f"{where}: field 'answer' does not end in a '#### N' line: {tail!r}")
                 out.append(
                     {"id": f"gsm8k-{split}-{i}", "question": row["question"], "answer": gold, "solution": row["answer"]}
                 )

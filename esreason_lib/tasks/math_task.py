@@ -250,7 +250,8 @@ class MathTask(Task):
             return None
 
     def is_correct(self, completion: str, example: Example) -> bool:
-        """math_verify equivalence of the boxed answer with the gold `answer`, within `timeout_s`."""
+        """The boxed answer equals the gold `answer` by `math_equal` (guards, exact numbers, math_verify in the
+        worker), decided within `timeout_s` once the worker is up."""
         try:
             ans = self.extract_answer(completion)
             return ans is not None and math_equal(str(example["answer"]), ans, self.timeout_s)
