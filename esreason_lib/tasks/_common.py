@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Hashable
@@ -178,12 +179,17 @@ def hub_rows(repo_id: str, config: str | None, split: str) -> list[dict]:
     except ImportError:
         raise ValueError(f"no local copy of {repo_id!r} (split {split!r}) and the package `datasets` is not "
                          f"installed: `pip install 'datasets>=3.0'`, or {hint}") from None
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # offline, the hub logs a warning per retry before failing
     try:
         ds = datasets.load_dataset(repo_id, config, split=split)
     except Exception as err:  # noqa: BLE001 (network, hub and cache errors all have one remedy)
         reason = (str(err).strip().splitlines() or [""])[0][:200]
         raise ValueError(f"could not load {repo_id!r} (split {split!r}) through `datasets` "
                          f"({type(err).__name__}: {reason}); {hint}") from None
+    finally:
+        hub_log.setLevel(level)
     return [dict(row) for row in ds]
 
 

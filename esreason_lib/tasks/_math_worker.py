@@ -128,6 +128,8 @@ class MathWorker:
 # ------------------------------------------------------------------------------------------ the child side
 def _serve() -> None:  # pragma: no cover (runs in the child process; covered through MathWorker's tests)
     sys.path[:] = json.loads(sys.argv[1])
+    out = os.fdopen(os.dup(1), "wb")  # replies only; anything a library prints goes to stderr (discarded)
+    os.dup2(2, 1)
     try:
         import resource  # noqa: PLC0415 (POSIX only)
 
@@ -139,7 +141,6 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
 
     logging.disable(logging.CRITICAL)  # math_verify warns on every call that its own timeouts are off
     from math_verify import parse, verify  # noqa: PLC0415
-    from sympy import Basic  # noqa: PLC0415
     from sympy.core.relational import Relational  # noqa: PLC0415
 
     @lru_cache(maxsize=4096)
@@ -147,7 +148,7 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
         return parse(f"\\boxed{{{latex}}}", parsing_timeout=None)
 
     def is_relation(exprs: list) -> bool:
-        return bool(exprs) and isinstance(exprs[0], Basic) and isinstance(exprs[0], Relational)
+        return bool(exprs) and isinstance(exprs[0], Relational)
 
     def equal(gold: str, answer: str) -> bool:
         g, p = parsed(gold), parsed(answer)
@@ -155,7 +156,6 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
             return False
         return bool(verify(g, p, float_rounding=float_rounding(answer), timeout_seconds=None))
 
-    out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
