@@ -24,6 +24,15 @@ def test_every_gold_answer_boxed_verifies(math500):
     assert len(failed) <= 5, failed  # >= 99% (none fail with math-verify 0.9)
 
 
+def test_gold_answers_rewritten_verify_in_the_worker(math500):
+    """Gold answers with their spaces removed are no longer identical strings: math_verify decides them."""
+    golds = [e["answer"] for e in math500.examples("test") if " " in e["answer"]][:12]
+    assert len(golds) == 12
+    checks = mt._WORKER.checks
+    assert [g for g in golds if not math_equal(g, g.replace(" ", ""), 30.0)] == []
+    assert mt._WORKER.checks - checks == 12
+
+
 def test_wrong_answers_score_formatted_only(math500):
     exs = [e for e in math500.examples("test", n=60, seed=0) if e["answer"].strip().isdigit()][:15]
     assert exs
