@@ -9,7 +9,10 @@ goes wrong (parse failure, exception, MemoryError under its address-space cap): 
 The child runs this file as a script (`python -I <this file> <parent sys.path as JSON>`), so it imports neither
 the package nor the caller's `__main__`; it needs only the standard library and math_verify. Protocol: the child
 prints "ready" once imported, then for each request line `[gold, answer]` (JSON) one line "1" or "0".
-POSIX only (the wait uses `select` on the pipe). Correctness rules beyond `math_verify.verify(gold, answer)` (gold first), both against lenient false positives:
+POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a caller may
+also wait for the checks queued before its own.
+
+Correctness rules beyond `math_verify.verify(gold, answer)` (gold first), both against lenient false positives:
   - floats are compared at the precision the answer states (`float_rounding` = its longest run of decimals,
     clamped to 6..15), so 0.50000001 is not 1/2 while 0.5 and 0.333333 still equal 1/2 and 1/3;
   - an answer that is a relation (`a=1/2`, `x<3`) never equals a gold that is not one.
