@@ -1,4 +1,4 @@
-"""MATH-500: boxed extraction, math_verify equivalence (gold first), timeouts off the main thread."""
+"""MATH-500: loader errors, boxed extraction, guards, math_verify equivalence in a killable worker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import esreason_lib.tasks.math_task as mt
 from esreason_lib.tasks import get_task
-from esreason_lib.tasks.math_task import MathTask, last_boxed, math_equal
+from esreason_lib.tasks.math_task import MathTask, last_boxed, math_equal, refusal
 
 
 @pytest.fixture
@@ -22,6 +22,15 @@ def test_every_gold_answer_boxed_verifies(math500):
     assert len(exs) == 500 and len({e["id"] for e in exs}) == 500
     failed = [e["id"] for e in exs if not math500.is_correct(f"So the answer is $\\boxed{{{e['answer']}}}$.", e)]
     assert len(failed) <= 5, failed  # >= 99% (none fail with math-verify 0.9)
+
+
+def test_gold_answers_rewritten_verify_in_the_worker(math500):
+    """Gold answers with their spaces removed are no longer identical strings: math_verify decides them."""
+    golds = [e["answer"] for e in math500.examples("test") if " " in e["answer"]][:12]
+    assert len(golds) == 12
+    checks = mt._WORKER.checks
+    assert [g for g in golds if not math_equal(g, g.replace(" ", ""), 30.0)] == []
+    assert mt._WORKER.checks - checks == 12
 
 
 def test_wrong_answers_score_formatted_only(math500):
@@ -53,7 +62,13 @@ def test_loader(shared_data, monkeypatch):
 def test_loader_errors(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"question": "q"}\n')
-    with pytest.raises(ValueError, match="problem"):
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 1: field 'problem' is missing"):
+        MathTask(path=bad).examples("train")
+    bad.write_text('{"problem": "p", "answer": "1"}\n\n{"problem": "p", "answer": null}\n')
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 3: field 'answer' is null"):  # was silently "None"
+        MathTask(path=bad).examples("train")
+    bad.write_text('{"problem": "p", "answer": [1]}\n')
+    with pytest.raises(ValueError, match=r"line 1: field 'answer' must be str or int or float, got list"):
         MathTask(path=bad).examples("train")
     ok = tmp_path / "train.jsonl"
     ok.write_text('{"problem": "1+1?", "answer": 2}\n')
@@ -77,29 +92,93 @@ def test_math_equal():
     assert math_equal("\\frac{1}{2}", "0.5") and math_equal("\\frac{\\pi}{2}", "\\pi/2")
     assert math_equal("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)")
     assert not math_equal("2", "3") and not math_equal("2", "") and not math_equal("2", "x" * 2000)
-    assert not math_equal(None, "2")
+    assert not math_equal(None, "2") and not math_equal("2", 2)
 
 
-def test_works_off_main_thread_and_times_out(monkeypatch):
-    task = MathTask(timeout_s=0.5)
+@pytest.mark.parametrize("answer", ["\\frac{1}{2}", "0.5", "1/2", "\\dfrac{1}{2}", "\\frac{2}{4}", "2^{-1}",
+                                    "\\frac{1}{2} ", "0.500", ".5"])
+def test_true_positives_for_one_half(answer):
+    assert math_equal("\\frac{1}{2}", answer)
+
+
+@pytest.mark.parametrize("answer", ["0.50000001", "a=1/2", "x = \\frac{1}{2}", "0.49", "2", "\\frac{1}{3}", "1/2x",
+                                    "0.5000001"])
+def test_no_false_positives_for_one_half(answer):
+    assert not math_equal("\\frac{1}{2}", answer)
+
+
+def test_float_rule_in_process_matches_the_worker():
+    """The in-process path for plain numbers decides as the worker does (decimals at the stated precision)."""
+    worker = mt.MathWorker()
+    try:
+        for gold, answer in [("\\frac{1}{3}", "0.333333"), ("\\frac{1}{3}", "0.33"), ("\\frac{1}{2}", "0.50000001"),
+                             ("\\frac{1}{2}", "0.5"), ("0.25", "1/4"), ("7", "7.0"), ("\\frac{2}{3}", "0.6666667"),
+                             ("-3", "-3"), ("3", "-3"), ("\\frac{1}{8}", "0.125")]:
+            in_process = mt._numbers_equal(mt._plain_number(gold), mt._plain_number(answer), answer,
+                                           "." in gold or "." in answer)
+            assert in_process == worker.check(gold, answer, 30.0), (gold, answer)
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize(
+    "answer,reason",
+    [("10^{10^{10^{10}}}", "exponent tower"), ("2^3^4", "exponent tower"), ("x^{y}^{z}", "exponent tower"),
+     ("2**3**4", "exponent tower"), ("2^{99999}", "exponent over 4 digits"), ("2^123456", "exponent over 4 digits"),
+     ("\\int_0^\\infty e^{-x^2}\\,dx", "integral"), ("\\sum_{n=1}^{10} n", "sum"), ("\\lim_{x\\to 0} x", "limit"),
+     ("100000!", "factorial"), ("(3)!", "factorial"), ("(" * 5 + "1" + ")" * 5, "nested deeper than 4"),
+     ("x" * 201, "longer than 200"), ("\u00bd", "non-ASCII"), ("1\x00", "control"), (None, "not a string"),
+     ("2^{9999}", None), ("\\frac{\\pi^2}{8}", None), ("5!", None), ("e^{i\\pi}", None), ("10,\\!080", None)],
+)
+def test_refusal(answer, reason):
+    got = refusal(answer)
+    assert got is None if reason is None else reason in got
+
+
+def test_every_gold_answer_passes_the_guards(math500):
+    assert [e["answer"] for e in math500.examples("test") if refusal(e["answer"])] == []
+
+
+def test_issue_strings_return_at_once():
+    for boxed in ("\\boxed{10^{10^{10^{10}}}}", "\\boxed{\\int_0^\\infty e^{-x^2}\\,dx}"):
+        t0 = time.perf_counter()
+        assert MathTask().reward(boxed, {"id": "m", "problem": "p", "answer": "1"}) == pytest.approx(0.1)
+        assert time.perf_counter() - t0 < 0.1
+
+
+def test_worker_overrun_is_killed_and_restarted():
+    worker = mt.MathWorker()
+    try:
+        assert worker.check("\\frac{1}{2}", "2^{-1}", 60.0)  # started and ready
+        first = worker.pid()
+        t0 = time.perf_counter()
+        assert not worker.check("0", "(x+1)^{999}-(x-1)^{999}", 1.0)  # sympy expands for minutes: killed at 1 s
+        assert time.perf_counter() - t0 < 2.0
+        assert worker.restarts == 1 and worker.pid() != first
+        assert worker.check("\\frac{1}{2}", "2^{-1}", 60.0)  # the fresh child answers
+    finally:
+        worker.close()
+    assert worker.pid() is None
+
+
+def test_unavailable_worker_counts_wrong_and_is_not_cached(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(mt, "_WORKER", mt.MathWorker())
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once: never ready
+    with pytest.raises(mt.WorkerUnavailable):
+        mt._WORKER.check("1", "1+0", 1.0)
+    assert not math_equal("\\frac{3}{5}", "3 \\cdot 5^{-1}")
+    monkeypatch.undo()
+    assert math_equal("\\frac{3}{5}", "3 \\cdot 5^{-1}")
+
+
+def test_works_off_main_thread():
+    task = MathTask(timeout_s=30.0)
     ex = {"id": "t", "problem": "p", "answer": "\\frac{3}{4}"}
+    completions = ["\\boxed{0.75}", "\\boxed{1}", "\\boxed{3 \\cdot 4^{-1}}", "\\boxed{\\frac{6}{8}}"]
     with ThreadPoolExecutor(2) as pool:
-        assert list(pool.map(lambda c: task.is_correct(c, ex), ["\\boxed{0.75}", "\\boxed{1}"])) == [True, False]
-
-    def slow(gold, pred):
-        time.sleep(5)
-        return True
-
-    monkeypatch.setattr(mt, "_check", slow)
-    t0 = time.perf_counter()
-    assert not math_equal("1", "1-timeout-case", 0.3)
-    assert time.perf_counter() - t0 < 2
-
-    def boom(gold, pred):
-        raise RuntimeError("sympy blew up")
-
-    monkeypatch.setattr(mt, "_check", boom)
-    assert not math_equal("1", "1-error-case")
+        assert list(pool.map(lambda c: task.is_correct(c, ex), completions)) == [True, False, True, True]
 
 
 def test_reward_tiers_and_prompts(chat_tok):

@@ -14,6 +14,7 @@ from esreason_lib.tasks._common import (
     check_split,
     data_root,
     has_chat_template,
+    dataset_rows,
     hub_rows,
     local_file,
     read_jsonl,
@@ -176,7 +177,7 @@ def test_sample_distinct_memoised_and_copied():
 def test_data_files(tmp_path, monkeypatch):
     f = tmp_path / "train.jsonl"
     f.write_text(json.dumps({"a": 1}) + "\n\n" + json.dumps({"a": 2}) + "\n")
-    assert read_jsonl(f) == [{"a": 1}, {"a": 2}]
+    assert read_jsonl(f) == [(1, {"a": 1}), (3, {"a": 2})]  # 1-based line numbers, blank lines skipped
     assert local_file(f, "x", "test") == f and local_file(tmp_path, "x", "train") == f
     with pytest.raises(FileNotFoundError, match="test.jsonl"):
         local_file(tmp_path, "x", "test")
@@ -196,8 +197,27 @@ def test_hub_rows_without_datasets(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(ImportError, match=r"esreason\[hub\]"):
+    with pytest.raises(ValueError, match=r"`datasets` is not installed: `pip install 'datasets>=3.0'`"):
         hub_rows("openai/gsm8k", "main", "test")
+
+
+def test_hub_rows_offline_is_one_line(monkeypatch):
+    import sys
+    import types
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)\nmore detail")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    with pytest.raises(ValueError) as err:
+        hub_rows("openai/gsm8k", "main", "test")
+    assert "\n" not in str(err.value) and "ConnectionError: Couldn't reach 'openai/gsm8k'" in str(err.value)
+    assert "ESREASON_DATA" in str(err.value)
+    rows = [{"question": "q", "answer": "#### 1"}, {"question": "q", "answer": None}]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda *a, **k: rows))
+    monkeypatch.setenv("ESREASON_DATA", "/nonexistent")
+    with pytest.raises(ValueError, match=r"openai/gsm8k split 'test', row 2: field 'answer' is null"):
+        dataset_rows(None, "gsm8k", "test", "openai/gsm8k", "main", {"answer": (str,)})
 
 
 def test_shuffled_prefix():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Hashable
@@ -127,10 +128,26 @@ def data_root() -> Path | None:
     return default if default.is_dir() else None
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """All JSON objects of a .jsonl file (blank lines skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(1-based line number, object) for every non-blank line of a .jsonl file; a UTF-8 BOM is accepted.
+    A line that is not UTF-8, not JSON or not a JSON object is a ValueError naming the file and the line."""
+    out = []
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}, line {number}: not valid UTF-8 (byte {err.start + 1} of the line)") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {number}: not valid JSON ({err.msg}, column {err.colno})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+            out.append((number, row))
+    return out
 
 
 def local_file(path: str | os.PathLike | None, subdir: str, split: str) -> Path | None:
@@ -154,16 +171,55 @@ def local_file(path: str | os.PathLike | None, subdir: str, split: str) -> Path 
 
 
 def hub_rows(repo_id: str, config: str | None, split: str) -> list[dict]:
-    """Rows of a Hugging Face dataset split via `datasets` (the optional extra `esreason[hub]`)."""
+    """Rows of a Hugging Face dataset split via `datasets`; a ValueError of one line when they cannot be had
+    (offline, unknown dataset or split, `datasets` not installed)."""
+    hint = "pass path= or set ESREASON_DATA to a folder holding a local copy"
     try:
-        import datasets  # noqa: PLC0415 (optional dependency, imported on demand)
-    except ImportError as err:
-        raise ImportError(
-            f"no local copy of {repo_id!r} (split {split!r}) was found and the optional package `datasets` is "
-            "not installed: `pip install 'esreason[hub]'`, or pass path= / set ESREASON_DATA to a local folder"
-        ) from err
-    ds = datasets.load_dataset(repo_id, config, split=split) if config else datasets.load_dataset(repo_id, split=split)
+        import datasets  # noqa: PLC0415 (heavy: imported only when no local file is found)
+    except ImportError:
+        raise ValueError(f"no local copy of {repo_id!r} (split {split!r}) and the package `datasets` is not "
+                         f"installed: `pip install 'datasets>=3.0'`, or {hint}") from None
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # offline, the hub logs a warning per retry before failing
+    try:
+        ds = datasets.load_dataset(repo_id, config, split=split)
+    except Exception as err:  # noqa: BLE001 (network, hub and cache errors all have one remedy)
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"could not load {repo_id!r} (split {split!r}) through `datasets` "
+                         f"({type(err).__name__}: {reason}); {hint}") from None
+    finally:
+        hub_log.setLevel(level)
     return [dict(row) for row in ds]
+
+
+def dataset_rows(
+    path: str | os.PathLike | None,
+    subdir: str,
+    split: str,
+    repo_id: str,
+    config: str | None,
+    fields: dict[str, tuple[type, ...]],
+) -> list[tuple[str, dict]]:
+    """(where, row) for every row of `split`: from the local jsonl (see `local_file`) when there is one, else
+    from the hub (`hub_rows`). `where` names the source for messages ("<file>, line 3" or "<repo_id> split
+    'test', row 3", 1-based). Every row must hold each of `fields` as one of its types (never null or a bool):
+    a ValueError naming the source, the line and the field otherwise."""
+    f = local_file(path, subdir, split)
+    if f is not None:
+        located = [(f"{f}, line {number}", row) for number, row in read_jsonl(f)]
+    else:
+        located = [(f"{repo_id} split {split!r}, row {i}", row)
+                   for i, row in enumerate(hub_rows(repo_id, config, split), 1)]
+    for where, row in located:
+        for name, types in fields.items():
+            value = row.get(name)
+            if value is None:
+                raise ValueError(f"{where}: field {name!r} is {'null' if name in row else 'missing'}")
+            if isinstance(value, bool) or not isinstance(value, types):
+                allowed = " or ".join(t.__name__ for t in types)
+                raise ValueError(f"{where}: field {name!r} must be {allowed}, got {type(value).__name__} {value!r:.80}")
+    return located
 
 
 def shuffled_prefix(rows: list[dict], n: int | None, seed: int, *names: object) -> list[dict]:

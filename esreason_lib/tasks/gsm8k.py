@@ -1,16 +1,23 @@
 """GSM8K: grade-school word problems with an integer answer.
 
-Data: the official jsonl (rows `question`, `answer`; the answer's last line is `#### N`) read from `path`, else
-`$ESREASON_DATA/gsm8k/<split>.jsonl` or `<repo>/../shared/data/gsm8k/<split>.jsonl` when present, else
-`datasets.load_dataset("openai/gsm8k", "main")` (the optional extra `esreason[hub]`).
+Data: the official jsonl (rows `question`, `answer`: strings; the answer's last line is `#### N`) read from
+`path`, else `$ESREASON_DATA/gsm8k/<split>.jsonl` or `<repo>/../shared/data/gsm8k/<split>.jsonl` when present,
+else `datasets.load_dataset("openai/gsm8k", "main")`. A bad row is a ValueError naming file, line and field.
 
-Answer extraction, in this order (the first rule that finds a number wins):
-  1. the number after the last `####`;
-  2. the first number inside the last `\\boxed{...}`;
-  3. the number after the last "the answer is" (case-insensitive, optional ":" / "$");
-  4. the last number anywhere in the completion.
-Numbers are normalised (thousands commas, `$`, a trailing period dropped) and compared exactly as Decimals,
-so "18.00", "$18" and "18." all equal 18. Well-formed = some number was extracted.
+A *number* is a whole token: optional sign and `$`, digits with thousands commas only in groups of three
+("1,800"; "1,8" is no number), an optional decimal part, then nothing that continues it ("18e5", "18^2",
+"18/2" are no number); a trailing ".", "%" or unit words after a space are allowed. Numbers are compared
+exactly as Decimals, so "18.00", "$18", "1,800" and "18." equal 18, 1800 and 18.
+
+Training reward (`reward`, the paper's artifact): `shaping.correct` (1) when the content of the last
+`\\boxed{}` is a number equal to the gold, `shaping.formatted` (0.1) when a non-empty `\\boxed{}` exists but
+is not that, `shaping.invalid` (0) otherwise; `is_well_formed` is the middle tier's test (a boxed answer exists).
+Evaluation (`extract_answer`, `is_correct`), the first rule that finds a number wins:
+  1. the number right after the last `####`;
+  2. the content of the last `\\boxed{...}` when it is a number (`\\$`, `\\text{units}` and `\\%` allowed);
+  3. the number right after the last "the answer is" (case-insensitive, optional ":");
+  4. only with `lenient=True`: the last number anywhere in the completion.
+Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
 """
 
 from __future__ import annotations
@@ -19,94 +26,107 @@ import re
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
-from ._common import hub_rows, local_file, read_jsonl, render_prompt, shuffled_prefix
+from ._common import dataset_rows, render_prompt, shuffled_prefix
 from .base import Example, RewardShaping, Task
 from .math_task import last_boxed
 
-__all__ = ["GSM8K", "normalize_number"]
+__all__ = ["GSM8K", "extract_number", "normalize_number"]
 
-_NUM = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
-_NUM_RE = re.compile(_NUM)
-_HASH_RE = re.compile(r"####\s*\$?\s*(" + _NUM + ")")
-_ANSWER_IS_RE = re.compile(r"answer is\s*:?\s*\$?\s*(" + _NUM + ")", re.IGNORECASE)
 _MAX_CHARS = 100_000
 """Completions are truncated to their last this-many characters before extraction."""
+_MAX_NUMBER_CHARS = 64
+"""Longer tokens are never numbers."""
+_NUMBER = re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\$?\.\d+")
+"""The number at the start of a token (see the module docstring); no nested quantifiers: linear to match."""
+_TOKEN_TAIL = re.compile(r"%?[.,;:!?)\]}*]*")
+"""What may follow a number inside its token: an optional "%", then closing punctuation."""
+_LEAD = re.compile(r"[ \t:$*]*")
+"""Skipped between a marker ("####", "the answer is") and its number."""
+_TOKEN = re.compile(r"\S*")
+_ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
+_BOX_DECORATION = re.compile(r"\\[,!; ]|\\?\$|\\?%|\\(?:text|mbox|mathrm)\{[A-Za-z .]*\}")
+"""What a boxed number may carry: LaTeX spaces, dollar and percent signs, unit words."""
 
 
 def normalize_number(text: str) -> str | None:
-    """A canonical decimal string for a number ("1,000.50" -> "1000.5", "18.00" -> "18", "$7." -> "7"),
-    or None when `text` is not a number."""
+    """A canonical decimal string for a whole number token ("1,000.50" -> "1000.5", "18.00" -> "18",
+    "$7." -> "7"), or None when `text` (stripped) is not exactly one number (see the module docstring)."""
     if not isinstance(text, str):
         return None
-    s = text.strip().replace(",", "").replace("$", "").rstrip(".").strip()
-    if not s or len(s) > 64:
+    s = text.strip()
+    m = _NUMBER.match(s) if len(s) <= _MAX_NUMBER_CHARS else None
+    if m is None or not _TOKEN_TAIL.fullmatch(s, m.end()):
         return None
     try:
         with localcontext() as ctx:
             ctx.prec = 200  # exact for every accepted length
-            d = Decimal(s)
-            if not d.is_finite():
-                return None
-            out = format(d.normalize(), "f")
+            out = format(Decimal(m.group(0).replace(",", "").replace("$", "")).normalize(), "f")
     except (InvalidOperation, ValueError):
         return None
     return "0" if out in ("-0", "0") else out
 
 
-def _first_number(text: str) -> str | None:
-    for m in _NUM_RE.finditer(text):
-        norm = normalize_number(m.group(0))
-        if norm is not None:
-            return norm
-    return None
+def _number_at(text: str, start: int) -> str | None:
+    """The normalised number that is the token at `text[start:]` (after spaces, ":", "$" or "*"), or None."""
+    start = _LEAD.match(text, start).end()
+    return normalize_number(_TOKEN.match(text, start, start + 2 * _MAX_NUMBER_CHARS).group())
 
 
-def extract_number(completion: str) -> str | None:
+def boxed_number(text: str) -> str | None:
+    """The normalised number that is the whole content of the last `\\boxed{}` of `text`, or None."""
+    boxed = last_boxed(text)
+    if boxed is None or len(boxed) > 4 * _MAX_NUMBER_CHARS:
+        return None
+    return normalize_number(_BOX_DECORATION.sub("", boxed.replace("{,}", ",")))
+
+
+def extract_number(completion: str, lenient: bool = False) -> str | None:
     """The answer number of a free-text solution, by the module's documented rule order; never raises."""
     if not isinstance(completion, str):
         return None
     text = completion[-_MAX_CHARS:]
-    hashes = _HASH_RE.findall(text)
-    if hashes and (norm := normalize_number(hashes[-1])) is not None:
-        return norm
-    boxed = last_boxed(text)
-    if boxed is not None and (norm := _first_number(boxed)) is not None:
-        return norm
-    said = _ANSWER_IS_RE.findall(text)
-    if said and (norm := normalize_number(said[-1])) is not None:
-        return norm
-    for m in reversed(list(_NUM_RE.finditer(text))):
-        norm = normalize_number(m.group(0))
-        if norm is not None:
-            return norm
-    return None
+    i = text.rfind("####")
+    if i >= 0 and (number := _number_at(text, i + 4)) is not None:
+        return number
+    if (number := boxed_number(text)) is not None:
+        return number
+    said = None
+    for said in _ANSWER_IS.finditer(text):
+        pass
+    if said is not None and (number := _number_at(text, said.end())) is not None:
+        return number
+    numbers = _NUMBER.findall(text) if lenient else []
+    return normalize_number(numbers[-1]) if numbers else None
 
 
 class GSM8K(Task):
     """GSM8K word problems (splits "train": 7473, "test": 1319). Examples are shuffled by `seed`; ids are
-    `gsm8k-<split>-<row index in the file>` and do not depend on the seed."""
+    `gsm8k-<split>-<row index in the file>` and do not depend on the seed. `lenient=True` adds extraction rule 4
+    (the last number anywhere) to evaluation; the training reward never uses it."""
 
     name = "gsm8k"
     stop = None
     max_new_tokens = 512
 
-    def __init__(self, path: str | None = None, *, shaping: RewardShaping = RewardShaping()):
+    def __init__(self, path: str | None = None, *, lenient: bool = False, shaping: RewardShaping = RewardShaping()):
         super().__init__(shaping)
-        self.path = path
+        if not isinstance(lenient, bool):
+            raise ValueError(f"lenient must be True or False, got {lenient!r}")
+        self.path, self.lenient = path, lenient
         self._rows: dict[str, list[Example]] = {}
 
     def _load(self, split: str) -> list[Example]:
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if split not in self._rows:
-            f = local_file(self.path, "gsm8k", split)
-            rows = read_jsonl(f) if f is not None else hub_rows("openai/gsm8k", "main", split)
+            fields = {"question": (str,), "answer": (str,)}
             out = []
-            for i, row in enumerate(rows):
-                marks = _HASH_RE.findall(row["answer"])
-                gold = normalize_number(marks[-1]) if marks else None
+            for i, (where, row) in enumerate(dataset_rows(self.path, "gsm8k", split, "openai/gsm8k", "main", fields)):
+                mark = row["answer"].rfind("####")
+                gold = _number_at(row["answer"], mark + 4) if mark >= 0 else None
                 if gold is None:
-                    raise ValueError(f"gsm8k {split} row {i}: answer has no '#### N' line: {row['answer'][-80:]!r}")
+                    tail = row["answer"][-80:]
+                    raise ValueError(f"{where}: field 'answer' does not end in a '#### N' line: {tail!r}")
                 out.append(
                     {"id": f"gsm8k-{split}-{i}", "question": row["question"], "answer": gold, "solution": row["answer"]}
                 )
@@ -118,24 +138,46 @@ class GSM8K(Task):
         return shuffled_prefix(self._load(split), n, seed, self.name, split)
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
-        """Plain: "Question: ...\\nAnswer:" with an instruction to end with "#### N"; chat: asks for \\boxed{}."""
+        """Plain "Question: ...\nAnswer:" text, or a chat turn; both ask for the final answer in \\boxed{} (what
+        the training reward reads)."""
         q = example["question"]
-        plain = f"Question: {q}\nSolve step by step and end with a line '#### N' where N is the final answer.\nAnswer:"
+        plain = f"Question: {q}\nSolve step by step and put the final answer within \\boxed{{}}.\nAnswer:"
         instruction = f"{q}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
         return render_prompt(plain, instruction, tokenizer)
 
     def extract_answer(self, completion: str) -> str | None:
-        """The normalised answer number (see the module docstring for the rule order), or None."""
+        """The normalised answer number by the evaluation rules (module docstring), or None."""
         try:
-            return extract_number(completion)
+            return extract_number(completion, self.lenient)
         except Exception:
             return None
 
     def is_correct(self, completion: str, example: Example) -> bool:
         """The extracted number equals the gold answer exactly (as Decimals)."""
+        return _same_number(self.extract_answer(completion), example)
+
+    def is_well_formed(self, completion: str, example: Example) -> bool:
+        """A non-empty `\\boxed{}` exists: the 0.1 tier of the training reward."""
         try:
-            ans = self.extract_answer(completion)
-            gold = normalize_number(str(example["answer"]))
-            return ans is not None and gold is not None and Decimal(ans) == Decimal(gold)
+            return last_boxed(completion) is not None
         except Exception:
             return False
+
+    def reward(self, completion: str, example: Example) -> float:
+        """The paper's training reward: correct when the last `\\boxed{}` holds the gold number, formatted when
+        a boxed answer exists but is not that, invalid otherwise. Never raises."""
+        try:
+            if _same_number(boxed_number(completion[-_MAX_CHARS:]), example):
+                return self.shaping.correct
+            return self.shaping.formatted if self.is_well_formed(completion, example) else self.shaping.invalid
+        except Exception:
+            return self.shaping.invalid
+
+
+def _same_number(answer: str | None, example: Example) -> bool:
+    """Whether the normalised `answer` equals `example`'s gold exactly; False on anything unusable."""
+    try:
+        gold = normalize_number(str(example["answer"]))
+        return answer is not None and gold is not None and Decimal(answer) == Decimal(gold)
+    except Exception:
+        return False
