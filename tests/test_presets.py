@@ -257,8 +257,6 @@ def test_paper_preset_runs_one_tiny_step_on_cpu(name, method, paper_data, tmp_pa
         # ES moves theta exactly when the population's rewards differ (z-scores of tied rewards are all zero)
         assert changed == (row["reward/std"] > 0) == (row["es/update_norm"] > 0)
         assert (row["es/drift_rel"] > 0) == changed
-        if name == "paper-easy":  # a "#### N"-less number is well-formed (0.1): random members already differ
-            assert changed and row["reward/std"] > 0
     else:
         assert row["grpo/generations"] == 2 * 2 and row["policy/kl"] == pytest.approx(0.0, abs=1e-3)
         assert row["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-2)  # on-policy (bf16 noise)
