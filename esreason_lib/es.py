@@ -235,6 +235,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     from esreason_lib.metrics import js_success
     from esreason_lib.runs import Run
+    from esreason_lib.zoo import quiet_transformers
 
     run = Run.open("es", config, seed=config.seed, home=home)
     if run.is_complete():
@@ -282,7 +283,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,
                                          "rng": {"torch": torch.get_rng_state()}})
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish()
     return run

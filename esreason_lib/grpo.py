@@ -45,6 +45,7 @@ from esreason_lib.training import DTYPES, training_inputs
 from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
                                      check_nonnegative_int, check_optional_positive_int, check_positive_float,
                                      check_positive_int, is_real)
+from esreason_lib.zoo import quiet_transformers
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
@@ -320,7 +321,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                          "iteration": it + 1, "torch_rng": torch.get_rng_state()})
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish()
     return run

@@ -39,7 +39,7 @@ import torch
 
 from esreason_lib.pretrain import build_batch, completion_loss, pretrain
 from esreason_lib.zoo import (ALPHABET, DEFAULT_BASE, ZOO, ZooSpec, build_char_tokenizer, get_spec,
-                              num_parameters, tiny_random_qwen2)
+                              num_parameters, quiet_transformers, tiny_random_qwen2)
 
 __all__ = ["ALPHABET", "DEFAULT_BASE", "ZOO", "ZooSpec", "build_batch", "build_char_tokenizer",
            "completion_loss", "get_spec", "load_model", "load_tokenizer", "num_parameters", "pretrain", "tiny_random_qwen2"]
@@ -86,8 +86,9 @@ def load_tokenizer(source: str | Path, **kwargs):
 def _from_pretrained(source: str | Path, device, dtype, **kwargs):
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(source, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    with quiet_transformers():
+        tokenizer = load_tokenizer(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     return _finish(model, tokenizer, device, dtype)
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters
+from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
 IGNORE_INDEX = -100
 FAMILIES = ("countdown", "addition", "sorting")
@@ -222,8 +222,9 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     if window:
         run.log(step, {"train/loss": float(np.mean(window)), "time/elapsed_s": seconds})
     model.eval()
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish(steps_done=step, seconds=round(seconds, 2), capped=capped,
                num_parameters=num_parameters(model), final_loss=loss)
     return run.model_dir
