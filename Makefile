@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test reproduce figures notebooks claims clean
+.PHONY: setup test reproduce figures notebooks lab browser-check claims clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed  ## the package with the dev and notebook extras (JupyterLab, ipywidgets, jupytext)
 
 test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks
@@ -28,9 +28,24 @@ reproduce: setup
 figures: setup  ## re-executes the notebooks; cached runs make this a redraw, missing runs are computed
 	$(PY) -m esreason_lib reproduce --jobs 2 $(NOTEBOOKS)
 
-notebooks: setup
+notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
+
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+
+lab: notebooks  ## JupyterLab on notebooks/; a double-clicked .py source opens as a notebook (jupytext)
+	mkdir -p $(dir $(LAB_SETTINGS))
+	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' \
+		> $(LAB_SETTINGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+$(VENV)/.browser: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[dev,browser]"
+	touch $@
+
+browser-check: $(VENV)/.browser  ## not in CI: executed build/notebooks/*.ipynb in headless Chromium (apt-get install chromium)
+	$(PY) scripts/browser_check.py
 
 claims: setup
 	$(PY) -m esreason_lib claims

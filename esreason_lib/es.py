@@ -231,9 +231,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     averaged over prompts), es/drift_rel (||theta - theta_0|| / ||theta_0||), es/update_norm, es/fixup_frac,
     es/generations (cumulative population completions), time/step_s.
     """
-    from tqdm.auto import tqdm
-
     from esreason_lib.metrics import js_success
+    from esreason_lib.progress import progress_bar
     from esreason_lib.runs import Run
     from esreason_lib.zoo import quiet_transformers
 
@@ -261,7 +260,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         run.truncate_metrics(0)
 
     p = config.prompts_per_step
-    bar = tqdm(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
+    bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
                disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()

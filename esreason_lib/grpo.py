@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models import DEFAULT_BASE
+from esreason_lib.progress import progress_bar
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed, numpy_rng
@@ -312,7 +312,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     else:
         run.truncate_metrics(0)
 
-    bar = tqdm(range(start, config.iterations), initial=start, total=config.iterations, disable=not progress,
+    bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations, disable=not progress,
                desc=f"grpo {config.task}")
     for it in bar:
         m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
@@ -197,7 +197,7 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     start = time.perf_counter()
     window: list[float] = []
     step, capped, loss = 0, False, float("nan")
-    bar = tqdm(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress, leave=False)
+    bar = progress_bar(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress)
     while step < spec.steps:
         elapsed = time.perf_counter() - start
         if elapsed >= spec.max_seconds:

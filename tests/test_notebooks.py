@@ -42,12 +42,20 @@ def noisy_outputs(executed: Path) -> list[dict]:
             if o.get("output_type") == "error" or (o.get("output_type") == "stream" and o.get("name") == "stderr")]
 
 
-def test_noisy_outputs_finds_a_stderr_cell(tmp_path):
+def test_noisy_outputs_finds_a_stderr_cell_and_progress_bars_leave_their_final_line(tmp_path):
     source = tmp_path / "99_noise.py"
-    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nprint("fine")\n\n'
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n'
+                      '# %%\nfrom esreason_lib.progress import progress_bar\nprint("fine")\n'
+                      'for _ in progress_bar(range(3), desc="kept"):\n    pass\n'
+                      'for _ in progress_bar(range(2), desc="dropped", leave=False):\n    pass\n\n'
                       '# %%\nimport sys\nprint("loud", file=sys.stderr)\n')
-    noisy = noisy_outputs(run_notebook(source, out_dir=tmp_path, progress=False))
+    executed = run_notebook(source, out_dir=tmp_path, progress=False)
+    noisy = noisy_outputs(executed)
     assert [(o["name"], "".join(o["text"])) for o in noisy] == [("stderr", "loud\n")]
+    bars = [o for o in json.loads(executed.read_text())["cells"][1]["outputs"] if o["output_type"] == "display_data"]
+    lines = ["".join(o["data"].get("text/plain", "")) for o in bars]
+    assert len(lines) == 2 and lines[0].startswith("kept: 100%") and "3/3" in lines[0], lines
+    assert lines[1] == "" and "application/vnd.jupyter.widget-view+json" in bars[0]["data"], lines
 
 
 @pytest.mark.slow
