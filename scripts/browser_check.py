@@ -27,6 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
+MAX_SHOT_HEIGHT = 15_000  # px; a taller notebook's screenshot shows its first 15,000 px (the checks see all cells)
 STDERR_MIME = "application/vnd.jupyter.stderr"  # JupyterLab renders stderr streams and tracebacks with it
 LAB_SETTINGS = {  # every cell in the DOM (no windowing), so the checks and the screenshot see the whole notebook
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
@@ -109,8 +110,9 @@ def check_page(page, base_url: str, token: str, notebook: Path, shots: Path) -> 
     page.wait_for_function("() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) img')]"
                            ".every(i => i.complete)", timeout=60_000)
     time.sleep(2)  # widgets restore from the saved state after the outputs
-    height = panel.locator(".jp-Notebook").evaluate("e => e.scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": min(int(height) + 200, 16_000)})
+    height = panel.evaluate("p => Math.max(...[...p.querySelectorAll('.jp-Notebook, .jp-WindowedPanel-outer')]"
+                            ".map(e => e.scrollHeight))")
+    page.set_viewport_size({"width": 1400, "height": min(int(height) + 200, MAX_SHOT_HEIGHT)})
     time.sleep(1)
     shot = shots / f"{notebook.stem}.png"
     page.screenshot(path=str(shot))

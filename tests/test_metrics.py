@@ -94,7 +94,7 @@ def test_hierarchical_bootstrap_ci_difference_and_errors():
     vals = np.array([[0.0, 0.0], [0.0, 2.0]])
     # a constant baseline shifts the distribution, whatever the draws spent on it
     assert M.hierarchical_bootstrap_ci(vals, n_boot=4000, baseline=np.ones((4, 2))) == (-1.0, 0.5)
-    with pytest.raises(ValueError, match=r"values must have shape \[S seeds, P problems"):
+    with pytest.raises(ValueError, match=r"values must have shape \[R seeds, P problems"):
         M.hierarchical_bootstrap_ci([0.1, 0.2])
     with pytest.raises(ValueError, match="baseline shape"):
         M.hierarchical_bootstrap_ci(vals, baseline=np.ones((2, 3)))
