@@ -261,7 +261,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     p = config.prompts_per_step
     bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
-               disable=not progress, desc=f"es {config.task}")
+                       disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()
         idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))

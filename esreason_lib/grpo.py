@@ -312,8 +312,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     else:
         run.truncate_metrics(0)
 
-    bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations, disable=not progress,
-               desc=f"grpo {config.task}")
+    bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations,
+                       disable=not progress, desc=f"grpo {config.task}")
     for it in bar:
         m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)
         run.log(it + 1, m)

@@ -212,7 +212,7 @@ def maj_at_k(answers: Sequence[Sequence], correct: Sequence[Sequence[bool]], k: 
         raise ValueError(f"method must be 'resample' or 'first', got {method!r}")
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = _rng(random_state)
     out = np.empty(len(answers))
     for p, (ans, ok) in enumerate(zip(answers, correct)):
         ans, ok = list(ans), list(ok)
