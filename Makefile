@@ -16,7 +16,7 @@ EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test reproduce figures executed bases notebooks claims clean
+.PHONY: setup test reproduce figures executed bases notebooks lab browser-check claims clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -29,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed  ## the package with the dev and notebook extras (JupyterLab, ipywidgets, jupytext)
 
 test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks
@@ -62,9 +62,24 @@ figures: setup  ## redraw figures and claims from stored results; fails naming a
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims
 
-notebooks: setup
+notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
+
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+
+lab: notebooks  ## JupyterLab on notebooks/; a double-clicked .py source opens as a notebook (jupytext)
+	mkdir -p $(dir $(LAB_SETTINGS))
+	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' \
+		> $(LAB_SETTINGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+$(VENV)/.browser: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[dev,browser]"
+	touch $@
+
+browser-check: $(VENV)/.browser  ## not in CI: executed build/notebooks/*.ipynb in headless Chromium (apt-get install chromium)
+	$(PY) scripts/browser_check.py
 
 claims: setup
 	$(PY) -m esreason_lib claims

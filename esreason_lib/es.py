@@ -263,9 +263,9 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     averaged over prompts), es/drift_rel (||theta - theta_0|| / ||theta_0||), es/update_norm, es/fixup_frac,
     es/generations (cumulative population completions), time/step_s.
     """
-    from tqdm.auto import tqdm
-
+    from esreason_lib.progress import progress_bar
     from esreason_lib.runs import Run
+    from esreason_lib.zoo import quiet_transformers
 
     run = Run.open("es", config, seed=config.seed, home=home)
     if run.is_complete():
@@ -289,8 +289,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     else:
         run.truncate_metrics(0)
 
-    bar = tqdm(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
-               disable=not progress, desc=f"es {config.task}")
+    bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
+                       disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()
         m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
@@ -301,7 +301,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,
                                          "rng": {"torch": torch.get_rng_state()}})
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish()
     return run

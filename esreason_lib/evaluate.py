@@ -52,11 +52,11 @@ class EvalResult:
         return out
 
 
-def _progress(iterable, enabled: bool, desc: str, total: int):
+def _progress(iterable, enabled: bool, desc: str, total: int, leave: bool):
     if not enabled:
         return iterable
-    from tqdm.auto import tqdm
-    return tqdm(iterable, desc=desc, total=total, leave=False)
+    from esreason_lib.progress import progress_bar
+    return progress_bar(iterable, desc=desc, total=total, leave=leave)
 
 
 def _normalise_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -128,7 +128,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     answers: list[set] = [set() for _ in range(P)]  # distinct canonical answers among correct samples
     reward_sum, entropy_sum, token_count = np.zeros(P), np.zeros(P), np.zeros(P)
     starts = range(0, P, per_chunk)
-    for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts))):
+    for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts), leave=True)):
         ro = generate(model, tokenizer, prompts[s: s + per_chunk], n=n, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, stop=task.stop, seed=derive_seed(seed, "eval", i),
                       batch_size=batch_size)
@@ -147,7 +147,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     greedy_correct = np.full(P, np.nan, dtype=object)
     if greedy:
         gstarts = range(0, P, batch_size)
-        for s in _progress(gstarts, progress, f"{name}: greedy", len(gstarts)):
+        for s in _progress(gstarts, progress, f"{name}: greedy", len(gstarts), leave=False):
             ro = generate(model, tokenizer, prompts[s: s + batch_size], greedy=True, max_new_tokens=max_new_tokens,
                           stop=task.stop, batch_size=batch_size)
             for j, text in enumerate(ro.completions):

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
+from esreason_lib.progress import progress_bar
 from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
@@ -45,6 +45,7 @@ from esreason_lib.training import DTYPES, training_inputs
 from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
                                      check_nonnegative_int, check_optional_positive_int, check_positive_float,
                                      check_positive_int, is_real)
+from esreason_lib.zoo import quiet_transformers
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
@@ -311,8 +312,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     else:
         run.truncate_metrics(0)
 
-    bar = tqdm(range(start, config.iterations), initial=start, total=config.iterations, disable=not progress,
-               desc=f"grpo {config.task}")
+    bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations,
+                       disable=not progress, desc=f"grpo {config.task}")
     for it in bar:
         m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)
         run.log(it + 1, m)
@@ -320,7 +321,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                          "iteration": it + 1, "torch_rng": torch.get_rng_state()})
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish()
     return run

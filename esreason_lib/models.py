@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from esreason_lib.pretrain import pretrain
-from esreason_lib.zoo import ZOO, ZooSpec
+from esreason_lib.zoo import ZOO, ZooSpec, quiet_transformers
 
 
 def _looks_like_path(name: str) -> bool:
@@ -62,8 +62,9 @@ def load_tokenizer(source: str | Path, **kwargs):
 def _from_pretrained(source: str | Path, device, dtype, **kwargs):
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(source, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    with quiet_transformers():
+        tokenizer = load_tokenizer(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     return _finish(model, tokenizer, device, dtype)
 
 

@@ -46,13 +46,15 @@ def _axes(ax, figsize=(5.5, 3.8)):
 
 def _finish(ax, xlabel: str, ylabel: str, *, logx: bool = False, logy: bool = False, xbase: float = 10,
             ylim: tuple[float, float] | None = None, **legend_kw) -> None:
-    """Log scales, axis labels (and `ylim` when given), then a frameless legend with `legend_kw`."""
+    """Log scales, axis labels (and `ylim` when given), then a frameless legend with `legend_kw` (none when no
+    artist has a label, e.g. a smoke run whose every point was filtered out)."""
     if logx:
         ax.set_xscale("log", base=xbase)
     if logy:
         ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, **({"ylim": ylim} if ylim is not None else {}))
-    ax.legend(frameon=False, **legend_kw)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(frameon=False, **legend_kw)
 
 
 def plot_pass_at_k(curves: Mapping[str, pd.DataFrame], ax=None, logx: bool = True):

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters
+from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
 IGNORE_INDEX = -100
 FAMILIES = ("countdown", "addition", "sorting")
@@ -197,7 +197,7 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     start = time.perf_counter()
     window: list[float] = []
     step, capped, loss = 0, False, float("nan")
-    bar = tqdm(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress, leave=False)
+    bar = progress_bar(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress)
     while step < spec.steps:
         elapsed = time.perf_counter() - start
         if elapsed >= spec.max_seconds:
@@ -222,8 +222,9 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     if window:
         run.log(step, {"train/loss": float(np.mean(window)), "time/elapsed_s": seconds})
     model.eval()
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish(steps_done=step, seconds=round(seconds, 2), capped=capped,
                num_parameters=num_parameters(model), final_loss=loss)
     return run.model_dir

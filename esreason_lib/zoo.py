@@ -11,11 +11,13 @@ Measured numbers for the named specs (params, time, greedy / pass@1 / pass@16) a
 from __future__ import annotations
 
 import string
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers.utils import logging as hf_logging
 
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check, check_nonnegative_float, check_positive_int, is_real
@@ -24,6 +26,22 @@ PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
 ALPHABET: tuple[str, ...] = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 """The 95 printable ASCII characters (space included) and "\\n"; ids 2.. in this order."""
+
+
+@contextmanager
+def quiet_transformers():
+    """Within the block, transformers draws no progress bars ("Loading weights", "Writing model shards") and
+    logs errors only; the caller's settings are restored after it. Wraps the library's own loads and saves,
+    whose per-call bars would otherwise bury a notebook's one bar per training run or evaluation."""
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:

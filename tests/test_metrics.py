@@ -66,6 +66,42 @@ def test_bootstrap_ci():
         M.bootstrap_ci(vals, alpha=1.5)
 
 
+def test_bootstrap_ci_resamples_problem_indices_from_the_generator():
+    vals = np.random.default_rng(2).random((40, 3))
+    idx = np.random.default_rng(9).integers(0, 40, size=(300, 40))  # the draw scipy makes from the same seed
+    expected = np.quantile(vals[idx].mean(axis=1), [0.05, 0.95], axis=0)
+    low, high = M.bootstrap_ci(vals, n_boot=300, alpha=0.1, random_state=9)
+    np.testing.assert_allclose([low, high], expected, rtol=1e-12)
+    assert M.bootstrap_ci([0.7]) == (0.7, 0.7)  # one problem: every resample is the sample
+
+
+def test_hierarchical_bootstrap_ci_hand_distribution():
+    # Seed 0 scores [0, 0], seed 1 scores [0, 2]. A drawn seed's problem mean X is 0 w.p. 1/2 (seed 0) and, for
+    # seed 1, 0 / 1 / 2 w.p. 1/8 / 1/4 / 1/8: P(X) = 5/8, 1/4, 1/8. The statistic (X1 + X2) / 2 has the CDF
+    # 25/64 at 0, 45/64 at 0.5, 59/64 at 1, 63/64 at 1.5: 2.5%/97.5% quantiles 0 and 1.5, 25%/75% 0 and 1.
+    vals = np.array([[0.0, 0.0], [0.0, 2.0]])
+    assert M.hierarchical_bootstrap_ci(vals, n_boot=4000, random_state=0) == (0.0, 1.5)
+    assert M.hierarchical_bootstrap_ci(vals, n_boot=4000, alpha=0.5, random_state=0) == (0.0, 1.0)
+    assert M.hierarchical_bootstrap_ci(vals, n_boot=500, random_state=4) == \
+        M.hierarchical_bootstrap_ci(vals, n_boot=500, random_state=4)  # deterministic
+    low, high = M.hierarchical_bootstrap_ci(np.stack([vals, 3 * vals], axis=-1), n_boot=4000, random_state=0)
+    np.testing.assert_allclose(low, [0.0, 0.0]) and np.testing.assert_allclose(high, [1.5, 4.5])
+
+
+def test_hierarchical_bootstrap_ci_difference_and_errors():
+    const = np.full((3, 5), 0.75)
+    assert M.hierarchical_bootstrap_ci(const, n_boot=50, baseline=np.full((2, 5), 0.25)) == (0.5, 0.5)
+    vals = np.array([[0.0, 0.0], [0.0, 2.0]])
+    # a constant baseline shifts the distribution, whatever the draws spent on it
+    assert M.hierarchical_bootstrap_ci(vals, n_boot=4000, baseline=np.ones((4, 2))) == (-1.0, 0.5)
+    with pytest.raises(ValueError, match=r"values must have shape \[R seeds, P problems"):
+        M.hierarchical_bootstrap_ci([0.1, 0.2])
+    with pytest.raises(ValueError, match="baseline shape"):
+        M.hierarchical_bootstrap_ci(vals, baseline=np.ones((2, 3)))
+    with pytest.raises(ValueError, match="n_boot"):
+        M.hierarchical_bootstrap_ci(vals, n_boot=0)
+
+
 # ----------------------------------------------------------------------------------------- Maj@K
 def test_maj_at_k_first_and_exact():
     answers = [["1", "2", "2", None], ["5", "6", None, None], [None, None, None, None]]

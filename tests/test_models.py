@@ -166,3 +166,30 @@ def test_load_model_zoo_name_goes_through_pretrain(tok, tmp_path, monkeypatch):
     monkeypatch.setattr(models, "pretrain", fake_pretrain)
     model, _ = load_model("smoke", home=tmp_path, progress=False)
     assert calls == [("smoke", tmp_path)] and not model.training
+
+
+def test_quiet_transformers_silences_library_loads_and_restores_the_settings(tok, tmp_path, capfd):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from esreason_lib.zoo import quiet_transformers
+
+    tiny_random_qwen2(len(tok), seed=3).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    hf_logging.enable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    capfd.readouterr()
+    AutoModelForCausalLM.from_pretrained(tmp_path)  # unwrapped: transformers draws its bar on stderr
+    assert "Loading weights" in capfd.readouterr().err
+    load_model(tmp_path)
+    assert capfd.readouterr().err == ""
+    with quiet_transformers():
+        assert not hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == hf_logging.ERROR
+    assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == verbosity
+    hf_logging.disable_progress_bar()  # a caller's own choice survives the block
+    try:
+        with quiet_transformers():
+            pass
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()

@@ -5,6 +5,7 @@ earlier notebooks' runs, exactly as in `make reproduce`.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,14 +35,34 @@ def test_every_notebook_has_a_parameters_cell_with_a_preset():
         assert 'preset = "tiny"' in tagged[0].source, path.name
 
 
+def noisy_outputs(executed: Path) -> list[dict]:
+    """The error outputs and stderr stream outputs of an executed notebook: what a reader sees as a red block."""
+    nb = json.loads(Path(executed).read_text())
+    return [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
+            if o.get("output_type") == "error" or (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+
+
+def test_noisy_outputs_finds_a_stderr_cell_and_progress_bars_leave_their_final_line(tmp_path):
+    source = tmp_path / "99_noise.py"
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n'
+                      '# %%\nfrom esreason_lib.progress import progress_bar\nprint("fine")\n'
+                      'for _ in progress_bar(range(3), desc="kept"):\n    pass\n'
+                      'for _ in progress_bar(range(2), desc="dropped", leave=False):\n    pass\n\n'
+                      '# %%\nimport sys\nprint("loud", file=sys.stderr)\n')
+    executed = run_notebook(source, out_dir=tmp_path, progress=False)
+    noisy = noisy_outputs(executed)
+    assert [(o["name"], "".join(o["text"])) for o in noisy] == [("stderr", "loud\n")]
+    bars = [o for o in json.loads(executed.read_text())["cells"][1]["outputs"] if o["output_type"] == "display_data"]
+    lines = ["".join(o["data"].get("text/plain", "")) for o in bars]
+    assert len(lines) == 2 and lines[0].startswith("kept: 100%") and "3/3" in lines[0], lines
+    assert lines[1] == "" and "application/vnd.jupyter.widget-view+json" in bars[0]["data"], lines
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_with_smoke_preset(path, smoke_env):
     out = run_notebook(path, parameters={"preset": "smoke"}, out_dir=smoke_env / "build", progress=False)
-    nb = json.loads(out.read_text())
-    errors = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+    assert noisy_outputs(out) == []  # no error, no stderr (warnings, transformers' bars, tqdm without widgets)
     assert list((smoke_env / "figures").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
     assert (smoke_env / "runs" / "findings" / f"{path.stem}.json").is_file(), "the notebook recorded no finding"
 

@@ -85,3 +85,11 @@ def test_figures_dir_default_and_env(tmp_path, monkeypatch):
     assert paths.figures_dir() == paths.REPO_ROOT / "figures"
     monkeypatch.setenv("ESREASON_FIGURES", str(tmp_path))
     assert paths.figures_dir() == tmp_path
+
+
+def test_scatter_of_no_points_draws_no_legend_and_warns_nothing(recwarn):
+    empty = pd.DataFrame({"x": [], "y": [], "sigma": []})
+    fig, ax = plots.plot_scatter(empty, "x", "y", hue="sigma")
+    assert ax.get_legend() is None and not [str(w.message) for w in recwarn]
+    fig, ax = plots.plot_scatter(pd.DataFrame({"x": [1.0], "y": [2.0], "sigma": [0.1]}), "x", "y", hue="sigma")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sigma=0.1", "y = x"]

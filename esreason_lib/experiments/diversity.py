@@ -16,7 +16,6 @@ from dataclasses import asdict, replace
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ..es import ES, ESConfig, es_step
 from ..es_backends import SequentialBackend
@@ -25,6 +24,7 @@ from ..generation import generate
 from ..metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
 from ..models import load_model
 from ..presets import Preset
+from ..progress import progress_bar
 from ..runs import Run
 from ..seeding import derive_seed, numpy_rng
 from ..tasks import get_task
@@ -71,7 +71,7 @@ def lemma_cells(model, tokenizer, task, examples, *, sigmas, population: int, re
     params = named_params(model)
     cells, members = [], []
     grid = [(sig, r) for r in range(repeats) for sig in sigmas]
-    for sigma, rep in tqdm(grid, disable=not progress, desc="lemmas 1-2"):
+    for sigma, rep in progress_bar(grid, disable=not progress, desc="lemmas 1-2"):
         rolls = []
         for i, sd in enumerate(seeds[rep]):
             with perturbed(params, sd, 1, sigma):
@@ -185,7 +185,7 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
     prompts = [task.prompt(ex, tokenizer) for ex in probes]
     shape = (len(probes), samples)
     out = []
-    for it in tqdm(range(config.iterations), disable=not progress, desc="prop 1"):
+    for it in progress_bar(range(config.iterations), disable=not progress, desc="prop 1"):
         ro = _sample(model, tokenizer, task, prompts, samples, derive_seed(config.seed, "diversity", "probe", it))
         batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
         correct = np.array([task.is_correct(c, probes[p]) for c, p in zip(ro.completions, ro.prompt_index())],

@@ -23,6 +23,7 @@ from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..seeding import derive_seed
 from ..training import resolve_device
+from ..zoo import quiet_transformers
 from .common import evaluate_ref, model_ref, trained_runs
 
 MODES = ("magnitude", "random")
@@ -86,8 +87,9 @@ def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> Non
     aliases = set(template.state_dict()) - set(state)
     if unexpected or set(missing) - aliases:
         raise RuntimeError(f"reset state does not fit the model: missing {missing}, unexpected {unexpected}")
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
     run.finish(**extra)
 
 

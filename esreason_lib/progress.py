@@ -1,0 +1,42 @@
+"""Progress bars: `progress_bar` is `tqdm.auto.tqdm` whose notebook widget leaves its final state in the file.
+
+In a Jupyter kernel with ipywidgets, `tqdm.auto` draws a widget. Its `text/plain` fallback, which an executed
+notebook's file keeps (papermill, nbconvert, JupyterLab showing an untrusted notebook) is the bar as first
+drawn ("0% 0/150"); the widget's later updates go to the live view only. `progress_bar` displays the widget
+under a display id and, when the bar closes, updates that display: the file then holds the final line
+("100% 150/150 ..."), or nothing for a `leave=False` bar. On a terminal it is plain tqdm.
+"""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+from tqdm.notebook import tqdm as notebook_tqdm
+
+
+class _NotebookBar(notebook_tqdm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "display": False})
+        self._handle = None
+        if not self.disable:
+            from IPython.display import display
+
+            self._handle = display(self.container, display_id=True)
+            self.displayed = True
+
+    def close(self):
+        closed = self.disable or self._handle is None
+        super().close()
+        if closed:
+            return
+        if self.leave or (self.total and self.n < self.total):  # kept, as tqdm keeps an interrupted bar
+            self._handle.update(self.container)
+        else:
+            self._handle.update({}, raw=True)
+        self._handle = None
+
+
+def progress_bar(iterable=None, **kwargs):
+    """`tqdm.auto.tqdm(iterable, **kwargs)`; in a notebook, a widget whose final state is what the saved notebook
+    shows (see the module docstring)."""
+    bar_class = _NotebookBar if issubclass(tqdm, notebook_tqdm) else tqdm
+    return bar_class(iterable, **kwargs)
