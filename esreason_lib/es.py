@@ -13,8 +13,9 @@ alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +
 noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
 
 Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
-from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) for the step's prompts,
-("es", "sample", it) for sampling. So a run resumed from a checkpoint ends bit-identical to an uninterrupted one.
+from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
+for the step's prompts (`training.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
+checkpoint ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, Sequentia
 from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.training import DTYPES, PROMPT_ORDERS, prompt_indices, training_inputs
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
                                      check_positive_float, check_positive_int)
@@ -108,6 +109,9 @@ class ESConfig:
     """Reward for a completion with no extractable answer."""
     train_size: int | None = None
     """Number of train-split examples to draw prompts from (None = the whole split)."""
+    prompt_order: str = "random"
+    """How each iteration's prompts are drawn (`training.prompt_indices`): "random" (a fresh draw per
+    iteration) or "epoch" (every train example once per epoch, reshuffled per epoch)."""
     checkpoint_every: int = 25
     """Save a resumable checkpoint every this many iterations (0 = never)."""
     device: str = "auto"
@@ -126,6 +130,7 @@ class ESConfig:
               "must be even when antithetic=True (members come in +/- pairs)")
         check_positive_float(self, "sigma", "alpha", "temperature")
         check_choice(self, "normalization", FITNESS_SHAPING)
+        check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_bool(self, "antithetic", "greedy")
         check_optional_positive_int(self, "max_new_tokens", "train_size")
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
@@ -264,7 +269,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
                disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()
-        idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
+        idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
         batch = [examples[i] for i in idx]  # [P]
         center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
                                                    temperature=config.temperature, max_new_tokens=max_new,

@@ -28,6 +28,7 @@ from ..runs import Run
 from ..seeding import derive_seed, numpy_rng
 from ..tasks import get_task
 from ..tasks.base import RewardShaping
+from ..training import prompt_indices
 from ..theory import lemma1_prediction, lemma3_identity, prop1_condition, weighted_pass
 from .common import resolve_device
 from .diversity_estimators import (bernoulli_kl, ess_fraction, fisher_projections, fitness_weights, flat_directions,
@@ -184,7 +185,7 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
     out = []
     for it in tqdm(range(config.iterations), disable=not progress, desc="prop 1"):
         p_ = config.prompts_per_step
-        idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p_, replace=p_ > len(examples))
+        idx = prompt_indices(len(examples), p_, it, config.seed, "es", config.prompt_order)  # [P]
         ro = _sample(model, tokenizer, task, prompts, samples, derive_seed(config.seed, "diversity", "probe", it))
         batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
         correct = np.array([task.is_correct(c, probes[p]) for c, p in zip(ro.completions, ro.prompt_index())],
