@@ -100,6 +100,9 @@ class Preset:
     """Samples per member and prompt for the JS_pol estimate and the Fisher trace."""
     sparsity_quantiles: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
     """Quantiles of |delta| used as reset thresholds tau in the sparsity study."""
+    sparsity_taus: tuple[float, ...] = ()
+    """Absolute reset thresholds tau on |delta| in the sparsity study (the paper's), swept beside
+    `sparsity_quantiles`; each random control resets exactly as many coordinates as its threshold."""
     device: str = "auto"
     """Torch device for evaluation ("auto" picks CUDA when available)."""
     sparsity_eval: EvalSpec | None = None
@@ -136,6 +139,10 @@ class Preset:
     """Evaluation of every scaling / ablation model: greedy accuracy on held-out problems (None = 200 problems,
     one sample, greedy)."""
 
+    eval_task_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of the task whose test split is evaluated (None = `task_kwargs`): paper-hard trains on
+    DeepScaleR, which has no test split, and evaluates on MATH-500. Read it through `test_task_kwargs()`."""
+
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("Preset.seeds must name at least one seed, got ()")
@@ -145,6 +152,10 @@ class Preset:
             if cfg.model != self.base_model or cfg.task != self.task:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "
                                  f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
+
+    def test_task_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""
+        return dict(self.task_kwargs if self.eval_task_kwargs is None else self.eval_task_kwargs)
 
     def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
         """The preset's ES or GRPO config with `changes` applied (validated)."""
@@ -166,6 +177,14 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+_KS_1_TO_32 = tuple(range(1, 33))
+"""The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
+_PAPER_POPULATIONS = (8, 16, 32, 64)
+"""Table 6's population sizes."""
+_PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
+"""The paper's absolute reset thresholds tau on |delta| (functional sparsity)."""
+_DEEPSCALER_EPOCH = 630
+"""One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
 
 PRESETS: dict[str, Preset] = {
     "smoke": _make(
@@ -206,12 +225,14 @@ PRESETS: dict[str, Preset] = {
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
         es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
-                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", **_PAPER_REWARD),
+                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", prompt_order="epoch",
+                **_PAPER_REWARD),
         grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
                   iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
-                  **_PAPER_REWARD),
-        eval=EvalSpec(n_problems=None, n_samples=64, max_new_tokens=512),
+                  minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
         scaling_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
+        scaling_populations=_PAPER_POPULATIONS, sparsity_quantiles=(), sparsity_taus=_PAPER_TAUS,
         update_budget=234, scaling_iterations=100,
         sparsity_eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
         forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
@@ -221,14 +242,16 @@ PRESETS: dict[str, Preset] = {
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
+        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=_DEEPSCALER_EPOCH, prompts_per_step=64,
                 greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                **_PAPER_REWARD),
+                prompt_order="epoch", **_PAPER_REWARD),
         grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=234, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16", micro_batch_size=8,
-                  **_PAPER_REWARD),
-        eval=EvalSpec(n_problems=500, n_samples=64, temperature=0.6, max_new_tokens=4096),
-        update_budget=234, scaling_iterations=100,
+                  iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
+                  micro_batch_size=8, minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
+        eval_task_kwargs={"dataset": "math500"},
+        update_budget=234, scaling_iterations=100, scaling_populations=_PAPER_POPULATIONS, sparsity_quantiles=(),
+        sparsity_taus=_PAPER_TAUS,
         sparsity_eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                max_new_tokens=4096),
         forgetting_eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,

@@ -134,7 +134,7 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, seed: int = 0, hom
 
 
 def _scores(ref: str, preset: Preset, spec: EvalSpec, home, progress: bool) -> dict[str, float]:
-    result = evaluate_ref(ref, preset.task, preset.task_kwargs, spec, device=resolve_device(preset.device),
+    result = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=resolve_device(preset.device),
                           home=home, progress=progress)
     curve = result.curve.set_index("k")["pass_at_k"]
     return {"pass@1": float(curve.loc[1]), "pass@K": float(curve.loc[max(spec.ks)]), "K": max(spec.ks)}
