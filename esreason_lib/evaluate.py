@@ -56,7 +56,8 @@ class EvalResult:
         groups = [g for _, g in self.samples.groupby("problem_id", sort=False)]
         answers, correct = [g["answer"].tolist() for g in groups], [g["correct"].tolist() for g in groups]
         per_problem = np.stack([metrics.maj_at_k(answers, correct, k, n_resamples=n_resamples,
-                                                 random_state=derive_seed(seed, "maj", k)) for k in ks], axis=1)  # [P, K]
+                                                 random_state=derive_seed(seed, "maj", k))
+                                for k in ks], axis=1)  # [P, K]
         low, high = metrics.bootstrap_ci(per_problem, n_boot=n_boot, random_state=derive_seed(seed, "maj", "boot"))
         return pd.DataFrame({"k": ks, "maj_at_k": per_problem.mean(axis=0), "ci_low": np.atleast_1d(low),
                              "ci_high": np.atleast_1d(high)})

@@ -26,9 +26,9 @@ Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
   (Dr.GRPO, Liu et al. 2025), removing the difficulty bias. Std is the population std (ddof=0).
 - AdamW with global grad-norm clipping. Within a minibatch, `micro_batch_size` chunks accumulate the
   gradient exactly (memory only, not a further split). A bfloat16 model keeps fp32 master weights in the
-  optimiser (`optim.master_weight_adamw`): the bf16 gradients are copied into fp32, AdamW steps the fp32 copy and the
-  model gets it rounded to bf16, so updates far below bf16's resolution (lr 1e-6 against weights ~1e-2)
-  accumulate instead of being rounded away.
+  optimiser (`optim.master_weight_adamw`): the bf16 gradients are copied into fp32, AdamW steps the fp32
+  copy and the model gets it rounded to bf16, so updates far below bf16's resolution (lr 1e-6 against
+  weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
 - Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
   every train example once per epoch (`training.prompt_indices`).
 """

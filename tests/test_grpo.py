@@ -378,3 +378,32 @@ def test_paper_preset_grpo_step_moves_a_bf16_model_through_fp32_masters():
     for p, mm in zip(model.parameters(), masters):
         assert p.dtype == torch.bfloat16 and torch.equal(p, mm.to(torch.bfloat16))
     assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), bf16_before))  # small weights moved
+
+
+def test_bf16_resume_restores_the_fp32_masters_bit_identically(tmp_path, monkeypatch):
+    """A crash right after a checkpoint, then a resume, ends where an uninterrupted bf16 run ends: the checkpoint
+    carries the fp32 masters (reloading only the bf16 weights would lose their sub-resolution part)."""
+    from esreason_lib.runs import Run
+
+    kw = dict(iterations=4, checkpoint_every=2, lr=1e-4, beta=0.0, dtype="bfloat16", minibatch_size=2)
+    model_a, tok = _fresh()
+    train_grpo(paren_config(**kw), model=model_a, tokenizer=tok, task=ParenTask(), home=tmp_path / "a",
+               progress=False)
+    save = Run.save_checkpoint
+
+    def save_then_crash(self, step, state):
+        save(self, step, state)
+        raise KeyboardInterrupt("simulated crash after the first checkpoint")
+
+    monkeypatch.setattr(Run, "save_checkpoint", save_then_crash)
+    model_b, tok = _fresh()
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo(paren_config(**kw), model=model_b, tokenizer=tok, task=ParenTask(), home=tmp_path / "b",
+                   progress=False)
+    monkeypatch.setattr(Run, "save_checkpoint", save)
+    model_b, tok = _fresh()
+    train_grpo(paren_config(**kw), model=model_b, tokenizer=tok, task=ParenTask(), home=tmp_path / "b",
+               progress=False)
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    assert next(model_b.parameters()).dtype == torch.bfloat16
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
