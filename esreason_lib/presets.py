@@ -3,7 +3,11 @@
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
-- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, ES sampling at temperature 0.6 (GPUs).
+- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
+  evaluated on MATH-500 (GPUs).
+Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.6 (Pass@K and Maj@K for
+K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
+absolute sparsity thresholds.
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
 configs (`get_preset("tiny", **{"es.sigma": 0.002})`), and an unknown name or key is a clear error.
