@@ -152,6 +152,8 @@ class Preset:
             raise ValueError("Preset.seeds must name at least one seed, got ()")
         if self.update_budget < 2:
             raise ValueError(f"Preset.update_budget must be >= 2, got {self.update_budget!r}")
+        if not all(t > 0 for t in self.sparsity_taus):
+            raise ValueError(f"Preset.sparsity_taus must all be > 0, got {self.sparsity_taus!r}")
         for name, cfg in (("es", self.es), ("grpo", self.grpo)):
             if cfg.model != self.base_model or cfg.task != self.task:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "

@@ -145,6 +145,7 @@ def test_dotting_into_a_plain_value_is_a_value_error(key):
     ({"eval.n_samples": 2}, r"EvalSpec\.ks .*n_samples=2.*got \(1, 2, 4\)"),
     ({"seeds": ()}, r"Preset\.seeds must name at least one seed, got \(\)"),
     ({"update_budget": 1}, r"Preset\.update_budget must be >= 2, got 1"),
+    ({"sparsity_taus": (1e-3, 0.0)}, r"Preset\.sparsity_taus must all be > 0, got \(0\.001, 0\.0\)"),
     ({"es.model": "qwen2-s"}, r"Preset\.es must use the preset's base_model and task \('smoke', 'countdown'\), "
                               r"got \('qwen2-s', 'countdown'\)"),
     ({"grpo.task": "sorting"}, r"Preset\.grpo must use .*got \('smoke', 'sorting'\)"),
