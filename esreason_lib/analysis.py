@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .seeding import torch_generator
+from .seeding import numpy_rng, torch_generator
 
 StateDict = dict[str, torch.Tensor]
 
@@ -114,18 +114,29 @@ def reset_small_updates(base: StateDict, tuned: StateDict, tau: float) -> tuple[
 
 
 def random_reset(base: StateDict, tuned: StateDict, sparsity: float, seed: int = 0) -> tuple[StateDict, float]:
-    """Control for `reset_small_updates`: reset a uniformly random `sparsity` fraction of changed coordinates."""
+    """Control for `reset_small_updates`: reset exactly round(sparsity * changed) changed coordinates, every
+    subset of that size equally likely, so a control given a magnitude reset's sparsity resets the same count.
+
+    The count is split over tensors by a multivariate hypergeometric draw (stream (seed, "random_reset",
+    "split")), then drawn without replacement inside each tensor (stream (seed, "random_reset", name)).
+    Returns the new state dict and the sparsity achieved (the count over the changed coordinates).
+    """
     if not 0.0 <= sparsity <= 1.0:
         raise ValueError(f"sparsity must lie in [0, 1], got {sparsity!r}")
-    out, reset, changed = dict(tuned), 0, 0
-    for name, delta in update_deltas(base, tuned).items():
-        gen = torch_generator(seed, "random_reset", name)
-        nonzero = delta != 0
-        pick = nonzero & (torch.rand(delta.shape, generator=gen) < sparsity)
-        changed += int(nonzero.sum())
-        reset += int(pick.sum())
-        out[name] = torch.where(pick, base[name], tuned[name])
-    return out, reset / max(changed, 1)
+    deltas = update_deltas(base, tuned)
+    changed_at = {k: (d != 0).flatten().nonzero().squeeze(1) for k, d in deltas.items()}  # flat positions
+    counts = np.array([len(v) for v in changed_at.values()], dtype=np.int64)  # [tensors]
+    changed = int(counts.sum())
+    target = int(round(sparsity * changed))
+    split = numpy_rng(seed, "random_reset", "split").multivariate_hypergeometric(counts, target) if changed \
+        else counts  # [tensors]
+    out = dict(tuned)
+    for (name, where), k in zip(changed_at.items(), split.tolist()):
+        order = torch.randperm(len(where), generator=torch_generator(seed, "random_reset", name))  # [changed_t]
+        pick = torch.zeros(deltas[name].numel(), dtype=torch.bool)
+        pick[where[order[:k]]] = True
+        out[name] = torch.where(pick.view(deltas[name].shape), base[name], tuned[name])
+    return out, target / max(changed, 1)
 
 
 def non_dominated(x, y) -> np.ndarray:

@@ -14,8 +14,9 @@ alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +
 noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
 
 Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
-from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) for the step's prompts,
-("es", "sample", it) for sampling. So a run resumed from a checkpoint ends bit-identical to an uninterrupted one.
+from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
+for the step's prompts (`training.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
+checkpoint ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from esreason_lib.es_backends import Evaluation, PopulationEvaluator, Sequential
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.training import DTYPES, PROMPT_ORDERS, prompt_indices, training_inputs
 from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
@@ -109,6 +110,9 @@ class ESConfig:
     """Reward for a completion with no extractable answer."""
     train_size: int | None = None
     """Number of train-split examples to draw prompts from (None = the whole split)."""
+    prompt_order: str = "random"
+    """How each iteration's prompts are drawn (`training.prompt_indices`): "random" (a fresh draw per
+    iteration) or "epoch" (every train example once per epoch, reshuffled per epoch)."""
     checkpoint_every: int = 25
     """Save a resumable checkpoint every this many iterations (0 = never)."""
     device: str = "auto"
@@ -127,6 +131,7 @@ class ESConfig:
               "must be even when antithetic=True (members come in +/- pairs)")
         check_positive_float(self, "sigma", "alpha", "temperature")
         check_choice(self, "normalization", FITNESS_SHAPING)
+        check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_bool(self, "antithetic", "greedy")
         check_optional_positive_int(self, "max_new_tokens", "train_size")
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
@@ -222,8 +227,8 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
             before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
     """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
 
-    Draws the step's P = `prompts_per_step` train prompts from `examples` (stream (seed, "es", "prompts", it),
-    without replacement when possible), scores the unperturbed centre on them with the members' sampling seed,
+    Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
+    config's `prompt_order`, stream (seed, "es", "prompts", it)), scores the unperturbed centre on them with the members' sampling seed,
     asks for the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is
     called with the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
     Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
@@ -231,7 +236,7 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     from esreason_lib.metrics import js_success
 
     config, it, p = es.config, es.iteration, es.config.prompts_per_step
-    idx = numpy_rng(config.seed, "es", "prompts", it).choice(len(examples), size=p, replace=p > len(examples))
+    idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
     batch = [examples[i] for i in idx]  # [P]
     center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
                                                temperature=config.temperature,

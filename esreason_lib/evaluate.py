@@ -3,12 +3,14 @@
 Each problem gets `n` samples (temperature / top-p) and, optionally, one greedy decode. The per-problem
 table counts correct samples `c` (the input of the unbiased Pass@k estimator), distinct correct answers
 (coverage of the solution space), mean reward, token entropy and length; the curve holds Pass@k with
-bootstrap-over-problems confidence intervals from `esreason_lib.metrics`.
+bootstrap-over-problems confidence intervals from `esreason_lib.metrics`. The per-sample table keeps every
+sample's extracted answer and correctness, from which `EvalResult.maj_curve` computes Maj@k.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,10 @@ PROBLEM_COLUMNS = ("problem_id", "n", "c", "greedy_correct", "distinct_correct",
 """Columns of `EvalResult.table`, in order."""
 CURVE_COLUMNS = ("k", "pass_at_k", "ci_low", "ci_high")
 """Columns of `EvalResult.curve`, in order."""
+SAMPLE_COLUMNS = ("problem_id", "sample", "answer", "correct")
+"""Columns of `EvalResult.samples`, in order."""
+MAJ_COLUMNS = ("k", "maj_at_k", "ci_low", "ci_high")
+"""Columns of `EvalResult.maj_curve()`, in order."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,26 @@ class EvalResult:
     (nats per token), mean_length (tokens per completion, EOS included)."""
     curve: pd.DataFrame
     """Per k: k, pass_at_k (mean unbiased Pass@k over problems), ci_low, ci_high (bootstrap over problems)."""
+    samples: pd.DataFrame | None = None
+    """Per (problem, sample), problems in table order and samples in drawing order: problem_id (str), sample
+    (0..n-1), answer (`task.extract_answer` of the completion, str, or None when there is none), correct (bool).
+    None for a result reloaded from a cache written before samples were stored."""
+
+    def maj_curve(self, ks=None, *, n_resamples: int = 200, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+        """Maj@k from the stored samples (`metrics.maj_at_k`, expectation over random k-subsets): per k of `ks`
+        (default the curve's), k, maj_at_k (mean over problems), ci_low, ci_high (bootstrap over problems)."""
+        if self.samples is None:
+            raise ValueError("this EvalResult has no per-sample answers (a cache from before they were stored); "
+                             "evaluate again to compute Maj@k")
+        ks = [int(k) for k in (self.curve["k"] if ks is None else ks)]
+        groups = [g for _, g in self.samples.groupby("problem_id", sort=False)]
+        answers, correct = [g["answer"].tolist() for g in groups], [g["correct"].tolist() for g in groups]
+        per_problem = np.stack([metrics.maj_at_k(answers, correct, k, n_resamples=n_resamples,
+                                                 random_state=derive_seed(seed, "maj", k))
+                                for k in ks], axis=1)  # [P, K]
+        low, high = metrics.bootstrap_ci(per_problem, n_boot=n_boot, random_state=derive_seed(seed, "maj", "boot"))
+        return pd.DataFrame({"k": ks, "maj_at_k": per_problem.mean(axis=0), "ci_low": np.atleast_1d(low),
+                             "ci_high": np.atleast_1d(high)})
 
     def summary(self) -> dict[str, float]:
         """Headline numbers: `eval/greedy` (when computed), `eval/pass@k` for every k, `eval/mean_reward`,
@@ -90,7 +116,25 @@ def _reload(run, name: str, ids: list[str], n: int, ks: list[int]) -> EvalResult
     table["problem_id"] = ids
     curve = curve.loc[:, list(CURVE_COLUMNS)].copy()
     curve["k"] = curve["k"].astype(np.int64)
-    return EvalResult(table=_normalise_table(table), curve=curve.astype({c: np.float64 for c in CURVE_COLUMNS[1:]}))
+    samples = run.read_table(f"{name}_samples")
+    if samples is not None:
+        if len(samples) != n * len(ids):
+            return None
+        samples = _decode_samples(samples, ids, n)
+    return EvalResult(table=_normalise_table(table), curve=curve.astype({c: np.float64 for c in CURVE_COLUMNS[1:]}),
+                      samples=samples)
+
+
+def _encode_samples(samples: pd.DataFrame) -> pd.DataFrame:
+    """Answers as JSON strings for CSV ("007" and "7" stay apart; None is JSON null, read back as missing)."""
+    return samples.assign(answer=[json.dumps(a) if a is not None else None for a in samples["answer"]])
+
+
+def _decode_samples(stored: pd.DataFrame, ids: list[str], n: int) -> pd.DataFrame:
+    """The inverse of `_encode_samples`, with the problem ids of the table (read_csv may have parsed them)."""
+    answers = [None if pd.isna(a) else json.loads(a) for a in stored["answer"]]
+    return pd.DataFrame({"problem_id": np.repeat(ids, n), "sample": stored["sample"].astype(np.int64).to_numpy(),
+                         "answer": answers, "correct": stored["correct"].astype(bool).to_numpy()})
 
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
@@ -102,8 +146,9 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     `max_new_tokens` defaults to `task.max_new_tokens`. `ks` larger than `n` are dropped. Samples are drawn
     `batch_size` rows at a time, chunk i with seed `derive_seed(seed, "eval", i)`, so results are
     deterministic for given `seed` and `batch_size`. With `run`, the tables are stored as
-    `<name>_problems` / `<name>_curve` and reloaded (not recomputed) when present for the same problem ids,
-    `n` and `ks` (other settings are not checked: put them in the run's config).
+    `<name>_problems` / `<name>_curve` / `<name>_samples` and reloaded (not recomputed) when present for the
+    same problem ids, `n` and `ks` (other settings are not checked: put them in the run's config); a cache
+    without `<name>_samples` (written before samples were stored) reloads with `samples` None.
     """
     examples = list(examples)
     if not examples:
@@ -126,6 +171,8 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     per_chunk = max(1, batch_size // n)  # prompts per sampling call, so one call is one forward batch
     c = np.zeros(P, dtype=np.int64)
     answers: list[set] = [set() for _ in range(P)]  # distinct canonical answers among correct samples
+    sample_answers: list[list] = [[] for _ in range(P)]  # [P][n] extracted answer per sample, in drawing order
+    sample_correct: list[list[bool]] = [[] for _ in range(P)]  # [P][n]
     reward_sum, entropy_sum, token_count = np.zeros(P), np.zeros(P), np.zeros(P)
     starts = range(0, P, per_chunk)
     for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts), leave=True)):
@@ -140,7 +187,10 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
             token_count[q] += lengths[j]
             entropy_sum[q] += ent_rows[j]
             reward_sum[q] += task.reward(text, ex)
-            if task.is_correct(text, ex):
+            ok = bool(task.is_correct(text, ex))
+            sample_answers[q].append(task.extract_answer(text))
+            sample_correct[q].append(ok)
+            if ok:
                 c[q] += 1
                 answers[q].add(task.canonical_answer(text, ex))
     distinct = np.array([len(a - {None}) for a in answers], dtype=np.int64)
@@ -159,8 +209,12 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     curve = metrics.pass_at_k_table(table["n"].to_numpy(), table["c"].to_numpy(), ks,
                                     random_state=derive_seed(seed, "eval", "bootstrap"))
     curve = curve.loc[:, list(CURVE_COLUMNS)]
-    result = EvalResult(table=table, curve=curve)
+    samples = pd.DataFrame({"problem_id": np.repeat(ids, n), "sample": np.tile(np.arange(n), P),
+                            "answer": [a for row in sample_answers for a in row],
+                            "correct": [ok for row in sample_correct for ok in row]})
+    result = EvalResult(table=table, curve=curve, samples=samples)
     if run is not None:
+        run.write_table(f"{name}_samples", _encode_samples(samples))
         run.write_table(f"{name}_problems", table)
         run.write_table(f"{name}_curve", curve)
     return result

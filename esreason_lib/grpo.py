@@ -9,19 +9,28 @@ Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
 - No reward model: rewards come from the task's rule-based verifier (`Task.reward`, shaped
   correct / well-formed / invalid), i.e. outcome supervision only, no process supervision.
 - No value model (as in GRPO) and no iterative reward-model retraining (the paper's "iterative RL").
-- Rollout reuse: each batch of rollouts is used for `ppo_epochs` full-batch optimiser steps (the paper's
-  mu). With ppo_epochs=1 the importance ratio is 1 (on-policy, the common "single-sample" setting); the
-  clipped ratio is still computed through `completion_logprobs` under autograd so the code path is one.
-  The old log-probs are those recorded while sampling (temperature applied, before any top-p cut, which is
-  what `completion_logprobs` computes), so ratio = 1 up to KV-cache float noise at the first epoch.
+- Rollout reuse: each batch of rollouts is used for `ppo_epochs` passes (the paper's mu), and each pass is
+  split into minibatches of `minibatch_size` prompts (all G completions of a prompt stay together), one
+  optimiser step each, so the paper's 64 prompts with minibatch 32 take two steps per rollout. The old
+  log-probs pi_old are a forward pass of the rollout policy (the weights that sampled, temperature applied,
+  no top-p cut, no grad) over the whole batch before the first step; the first minibatch of the first pass
+  reuses its own forward for them (the same weights), so its ratio is exactly 1 and from the second step
+  on the ratio and the clip are live. One minibatch for one epoch (the tiny presets) is the on-policy
+  "single-sample" setting: ratio 1, and the clipped surrogate's gradient equals the plain policy gradient.
 - KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 (Schulman 2020) added to the per-token loss, as
   in the paper, but only when beta > 0 (beta = 0 skips the reference model entirely, as in DAPO/Dr.GRPO).
 - Aggregation: "seq-mean-token-mean" is the paper's 1/G sum_i 1/|o_i| sum_t; "token-mean" (DAPO) divides
-  the sum over all tokens by the number of tokens, so long completions are not down-weighted.
+  the sum over all tokens by the number of tokens, so long completions are not down-weighted. Either is
+  normalised within each minibatch.
 - Advantage scale: "group" divides by the group's standard deviation (paper); "none" only centres
   (Dr.GRPO, Liu et al. 2025), removing the difficulty bias. Std is the population std (ddof=0).
-- AdamW with global grad-norm clipping; one optimiser step per epoch over the whole batch (gradient
-  accumulation over `micro_batch_size` chunks is exact, not a mini-batch split).
+- AdamW with global grad-norm clipping. Within a minibatch, `micro_batch_size` chunks accumulate the
+  gradient exactly (memory only, not a further split). A bfloat16 model keeps fp32 master weights in the
+  optimiser (`optim.master_weight_adamw`): the bf16 gradients are copied into fp32, AdamW steps the fp32
+  copy and the model gets it rounded to bf16, so updates far below bf16's resolution (lr 1e-6 against
+  weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
+- Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
+  every train example once per epoch (`training.prompt_indices`).
 """
 
 from __future__ import annotations
@@ -36,12 +45,13 @@ import torch
 
 from esreason_lib.generation import completion_logprobs, generate
 from esreason_lib.metrics import mean_token_entropy
+from esreason_lib.optim import master_weight_adamw, optimizer_step
 from esreason_lib.progress import progress_bar
 from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
-from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.seeding import derive_seed
+from esreason_lib.training import DTYPES, PROMPT_ORDERS, prompt_indices, training_inputs
 from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
                                      check_nonnegative_int, check_optional_positive_int, check_positive_float,
                                      check_positive_int, is_real)
@@ -157,7 +167,10 @@ class GRPOConfig:
     prompts_per_step: int = 8
     """Prompts drawn (without replacement when possible) from the train split per iteration."""
     ppo_epochs: int = 1
-    """mu: optimiser steps taken on the same rollouts (1 = on-policy, importance ratio 1)."""
+    """mu: passes over the same rollouts (each pass takes prompts_per_step / minibatch_size optimiser steps)."""
+    minibatch_size: int | None = None
+    """Prompts per optimiser step (with all their completions); must divide prompts_per_step. None = the
+    whole batch (one step per pass, on-policy at ppo_epochs=1); the paper uses 32 of 64."""
     iterations: int = 100
     """Number of sample-score-update iterations (one `step` in the metrics log each)."""
     max_new_tokens: int | None = None
@@ -178,6 +191,9 @@ class GRPOConfig:
     """Reward for a completion with no extractable answer."""
     train_size: int | None = None
     """Number of train-split examples to draw prompts from (None = the whole split)."""
+    prompt_order: str = "random"
+    """How each iteration's prompts are drawn (`training.prompt_indices`): "random" (a fresh draw per
+    iteration) or "epoch" (every train example once per epoch, reshuffled per epoch)."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
     checkpoint_every: int = 25
@@ -185,14 +201,17 @@ class GRPOConfig:
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
     dtype: str = "float32"
-    """Model parameter dtype: "float32" or "bfloat16"."""
+    """Model parameter dtype: "float32" or "bfloat16" (the optimiser then keeps fp32 master weights)."""
     seed: int = 0
     """Run seed; prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
 
     def __post_init__(self):
         check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
         check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
-        check_optional_positive_int(self, "max_new_tokens", "train_size", "micro_batch_size")
+        check_optional_positive_int(self, "max_new_tokens", "train_size", "micro_batch_size", "minibatch_size")
+        check(self, "minibatch_size", self.minibatch_size is None or self.prompts_per_step % self.minibatch_size == 0,
+              f"must divide prompts_per_step={self.prompts_per_step}")
+        check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_nonnegative_int(self, "checkpoint_every")
         check_positive_float(self, "lr", "temperature")
         check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
@@ -210,29 +229,25 @@ class GRPOConfig:
         check_int(self, "seed")
 
 
-def _chunks(n: int, size: int | None) -> list[slice]:
-    size = size or n
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+def _chunks(start: int, stop: int, size: int | None) -> list[slice]:
+    size = size or (stop - start)
+    return [slice(i, min(i + size, stop)) for i in range(start, stop, size)]
 
 
-def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
-    """One GRPO iteration: draw prompts, sample G completions each, score, and take `ppo_epochs` steps.
+def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GRPOConfig) -> list[dict[str, float]]:
+    """The optimiser steps of one iteration on a scored rollout batch: `ppo_epochs` passes over it, each split
+    into minibatches of `minibatch_size` prompts (group_size rows each, in batch order), one step apiece.
 
-    Returns the metrics for this iteration (see `train_grpo`). Deterministic in (config.seed, iteration).
+    Shapes: p_ids, p_mask [B, Lp]; c_ids, c_mask [B, Lc]; adv [B] (rows grouped by prompt). pi_old is the model
+    as passed in (the rollout policy), computed without grad before the first step; pi_ref is `ref` (None when
+    beta == 0). Returns one dict per step: `policy_loss`'s metrics (token-weighted over the micro chunks) and
+    `policy/grad_norm`.
     """
-    t0 = time.perf_counter()
-    c, G = config, config.group_size
-    device = next(model.parameters()).device
-    rng = numpy_rng(c.seed, "grpo", "prompts", iteration)
-    idx = rng.choice(len(examples), size=c.prompts_per_step, replace=c.prompts_per_step > len(examples))  # [P]
-    ro = generate(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
-                  max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
-                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
-    rewards = np.array([task.reward(s, examples[idx[i // G]]) for i, s in enumerate(ro.completions)])  # [B]
-    adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
-    p_ids, p_mask = ro.prompt_ids.to(device), ro.prompt_mask.to(device)  # [B, Lp]
-    c_ids, c_mask = ro.completion_ids.to(device), ro.completion_mask.to(device)  # [B, Lc]
-    B, parts = c_ids.shape[0], _chunks(c_ids.shape[0], c.micro_batch_size)
+    c = config
+    B = c_ids.shape[0]
+    rows = B if c.minibatch_size is None else c.minibatch_size * c.group_size
+    if B % rows:
+        raise ValueError(f"batch of {B} rows does not split into minibatches of {rows} rows")
 
     def logprobs_of(net, grad: bool, sl: slice) -> torch.Tensor:
         with torch.set_grad_enabled(grad):
@@ -240,42 +255,71 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
                                         temperature=c.temperature)
         return lp.float()  # [b, Lc]
 
-    old = ro.logprobs.to(device).float()  # [B, Lc] pi_old at sampling time (temperature, before top-p cut)
-    ref_lp = torch.cat([logprobs_of(ref, False, sl) for sl in parts]) if ref is not None else None  # [B, Lc]
+    def frozen_logprobs(net, start: int) -> torch.Tensor:  # [B - start, Lc]
+        return torch.cat([logprobs_of(net, False, sl) for sl in _chunks(start, B, c.micro_batch_size)])
+
+    old = torch.zeros(c_ids.shape, dtype=torch.float32, device=c_ids.device)  # [B, Lc] pi_old
+    if B > rows:  # the first minibatch fills its rows from its own forward (same weights, see the docstring)
+        old[rows:] = frozen_logprobs(model, rows)  # [B - rows, Lc]
+    ref_lp = frozen_logprobs(ref, 0) if ref is not None else None  # [B, Lc]
     lens = c_mask.sum(dim=1)  # [B]
-    n_tok, n_live = lens.sum().clamp(min=1), (lens > 0).sum().clamp(min=1)  # [], []
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    acc: dict[str, float] = {}
-    for _ in range(c.ppo_epochs):
-        opt.zero_grad(set_to_none=True)
-        for sl in parts:
-            logp = logprobs_of(model, True, sl)  # [b, Lc]
-            loss, m = policy_loss(logp, old[sl], None if ref_lp is None else ref_lp[sl], adv[sl], c_mask[sl],
-                                  c.clip_eps, c.beta, c.aggregation)
-            w_tok = float(lens[sl].sum() / n_tok)
-            w = w_tok if c.aggregation == "token-mean" else float((lens[sl] > 0).sum() / n_live)
-            (loss * w if len(parts) > 1 else loss).backward()
-            for k, v in m.items():  # token-weighted average over chunks and epochs
-                acc[k] = acc.get(k, 0.0) + (w if k == "loss/policy" else w_tok) * v / c.ppo_epochs
-        gn = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm or math.inf)
-        opt.step()
+    steps: list[dict[str, float]] = []
+    for epoch in range(c.ppo_epochs):
+        for mb in _chunks(0, B, rows):
+            model.zero_grad(set_to_none=True)
+            parts = _chunks(mb.start, mb.stop, c.micro_batch_size)
+            n_tok, n_live = lens[mb].sum().clamp(min=1), (lens[mb] > 0).sum().clamp(min=1)  # [], []
+            acc: dict[str, float] = {}
+            for sl in parts:
+                logp = logprobs_of(model, True, sl)  # [b, Lc]
+                if epoch == 0 and mb.start == 0:
+                    old[sl] = logp.detach()
+                loss, m = policy_loss(logp, old[sl], None if ref_lp is None else ref_lp[sl], adv[sl], c_mask[sl],
+                                      c.clip_eps, c.beta, c.aggregation)
+                w_tok = float(lens[sl].sum() / n_tok)
+                w = w_tok if c.aggregation == "token-mean" else float((lens[sl] > 0).sum() / n_live)
+                (loss * w if len(parts) > 1 else loss).backward()
+                for k, v in m.items():  # token-weighted average over the chunks
+                    acc[k] = acc.get(k, 0.0) + (w if k == "loss/policy" else w_tok) * v
+            acc["policy/grad_norm"] = optimizer_step(params, opt, c.max_grad_norm)
+            steps.append(acc)
     model.eval()
+    return steps
 
+
+def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
+    """One GRPO iteration: draw prompts, sample G completions each, score, and take the `policy_update` steps.
+
+    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps).
+    Deterministic in (config.seed, iteration).
+    """
+    t0 = time.perf_counter()
+    c, G = config, config.group_size
+    device = next(model.parameters()).device
+    idx = prompt_indices(len(examples), c.prompts_per_step, iteration, c.seed, "grpo", c.prompt_order)  # [P]
+    ro = generate(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
+                  max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
+                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
+    rewards = np.array([task.reward(s, examples[idx[i // G]]) for i, s in enumerate(ro.completions)])  # [B]
+    adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
+    c_mask = ro.completion_mask.to(device)  # [B, Lc]
+    steps = policy_update(model, ref, opt, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
+                          ro.completion_ids.to(device), c_mask, adv, c)
     groups = rewards.reshape(-1, G)  # [P, G]
-    out = {
+    means = {k: float(np.mean([s[k] for s in steps])) for k in steps[0]}
+    return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()),
         "policy/entropy": float(mean_token_entropy(ro.entropies, ro.completion_mask)),
-        **{k: v for k, v in acc.items() if not math.isnan(v)},
-        "policy/grad_norm": float(gn),
+        **{k: v for k, v in means.items() if not math.isnan(v)},
         "grpo/zero_std_frac": float((groups.max(axis=1) == groups.min(axis=1)).mean()),
-        "completion/length": float(lens.float().mean()),
-        "grpo/generations": (iteration + 1) * B,
+        "completion/length": float(c_mask.sum(dim=1).float().mean()),
+        "grpo/generations": (iteration + 1) * len(ro.completions),
         "time/step_s": time.perf_counter() - t0,
     }
-    return out
 
 
 def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
@@ -298,7 +342,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
                                                        home=home, progress=progress, caller="train_grpo")
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    opt = master_weight_adamw(model, lr=config.lr, weight_decay=config.weight_decay)
+    masters = [m for group in opt.param_groups for m in group["params"]]
 
     start = 0
     ckpt = run.latest_checkpoint() if resume else None
@@ -306,6 +351,9 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         step, state = ckpt
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
+        with torch.no_grad():
+            for m, saved in zip(masters, state["masters"]):
+                m.copy_(saved)
         torch.set_rng_state(state["torch_rng"])
         start = int(state["iteration"])
         run.truncate_metrics(step)
@@ -320,6 +368,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                         "masters": [m.detach().clone() for m in masters],
                                          "iteration": it + 1, "torch_rng": torch.get_rng_state()})
     with quiet_transformers():
         model.save_pretrained(run.model_dir)

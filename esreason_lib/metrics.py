@@ -13,7 +13,6 @@ Lemma 2's quantities (`js_success`, `pass_population`, `pass_same`, `pass_gap_ap
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Callable, Sequence
 
 import numpy as np
@@ -181,15 +180,22 @@ def pass_at_k_table(n, c, ks: Sequence[int], n_boot: int = 1000, random_state=0,
 # --------------------------------------------------------------------------------------------- Maj@K
 
 
-def _majority_score(answers: Sequence, correct: Sequence[bool]) -> float:
-    """Expected correctness of a majority vote over these samples (ties broken uniformly at random)."""
-    votes = Counter(a for a in answers if a is not None)
-    if not votes:
-        return 0.0
-    top = max(votes.values())
-    winners = [a for a, v in votes.items() if v == top]
-    scores = [np.mean([bool(ok) for a, ok in zip(answers, correct) if a == w]) for w in winners]
-    return float(np.mean(scores))
+def majority_scores(codes, correct) -> np.ndarray:
+    """Expected correctness of a majority vote per row: `codes` [R, k] integer answer codes (-1 = no answer,
+    never votes), `correct` [R, k] bool. The most frequent code wins, ties broken uniformly at random (scored by
+    their expectation); a winning code scores the mean correctness of its samples in the row; a row with no
+    answer scores 0. Returns [R] floats in [0, 1]."""
+    codes, correct = np.asarray(codes, dtype=np.int64), np.asarray(correct, dtype=bool)
+    if codes.ndim != 2 or codes.shape != correct.shape:
+        raise ValueError(f"codes and correct must be [R, k] of one shape, got {codes.shape} and {correct.shape}")
+    n_codes = int(codes.max(initial=-1)) + 1
+    onehot = codes[..., None] == np.arange(n_codes)  # [R, k, A]
+    votes = onehot.sum(axis=1)  # [R, A]
+    right = (onehot & correct[..., None]).sum(axis=1)  # [R, A]
+    top = votes.max(axis=1, initial=0)  # [R]
+    wins = (votes == top[:, None]) & (top[:, None] > 0)  # [R, A]
+    acc = right / np.maximum(votes, 1)  # [R, A]
+    return np.where(top > 0, (wins * acc).sum(axis=1) / np.maximum(wins.sum(axis=1), 1), 0.0)  # [R]
 
 
 def maj_at_k(answers: Sequence[Sequence], correct: Sequence[Sequence[bool]], k: int, *,
@@ -197,9 +203,7 @@ def maj_at_k(answers: Sequence[Sequence], correct: Sequence[Sequence[bool]], k: 
     """Maj@k per problem: is the majority answer among k samples correct? Returns [P] floats in [0, 1].
 
     `answers[p][s]`: canonical answer of sample s of problem p (hashable; None = unparseable, never votes);
-    `correct[p][s]`: whether that sample is correct (same ragged shape). The vote picks the most frequent
-    non-None answer; ties are broken uniformly at random and scored by their expectation; the winning answer
-    scores the mean correctness of its samples; no parseable answer scores 0.
+    `correct[p][s]`: whether that sample is correct (same ragged shape). The vote is `majority_scores`'s.
     `method="first"`: exactly on the first k samples (deterministic). `method="resample"` (default): the
     expectation over uniformly random k-subsets (without replacement), exact when k == n, otherwise estimated
     with `n_resamples` subsets drawn from `random_state` (int seed or np.random.Generator).
@@ -214,16 +218,18 @@ def maj_at_k(answers: Sequence[Sequence], correct: Sequence[Sequence[bool]], k: 
     rng = _rng(random_state)
     out = np.empty(len(answers))
     for p, (ans, ok) in enumerate(zip(answers, correct)):
-        ans, ok = list(ans), list(ok)
+        ans, ok = list(ans), np.asarray(list(ok), dtype=bool)
         if len(ans) != len(ok):
             raise ValueError(f"problem {p}: {len(ans)} answers but {len(ok)} correctness flags")
         if k > len(ans):
             raise ValueError(f"k must be <= number of samples, got k={k} > n={len(ans)} for problem {p}")
+        index: dict = {}
+        codes = np.array([-1 if a is None else index.setdefault(a, len(index)) for a in ans], dtype=np.int64)  # [n]
         if method == "first" or k == len(ans):
-            out[p] = _majority_score(ans[:k], ok[:k])
+            subsets = np.arange(k)[None, :]  # [1, k]
         else:
-            subsets = [rng.choice(len(ans), size=k, replace=False) for _ in range(n_resamples)]
-            out[p] = np.mean([_majority_score([ans[i] for i in s], [ok[i] for i in s]) for s in subsets])
+            subsets = np.argsort(rng.random((n_resamples, len(ans))), axis=1)[:, :k]  # [R, k] uniform k-subsets
+        out[p] = float(majority_scores(codes[subsets], ok[subsets]).mean())
     return out
 
 

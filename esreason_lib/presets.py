@@ -3,7 +3,11 @@
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
-- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, ES sampling at temperature 0.6 (GPUs).
+- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
+  evaluated on MATH-500 (GPUs).
+Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.6 (Pass@K and Maj@K for
+K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
+absolute sparsity thresholds.
 
 A `Preset` nests one frozen spec per study (`LemmaSpec`, `Prop1Spec`, `SequentialSpec`, `ScalingSpec`,
 `SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
@@ -132,10 +136,13 @@ class SparsitySpec:
 
     quantiles: tuple[float, ...]
     """Quantiles of |delta| used as reset thresholds tau."""
+    taus: tuple[float, ...]
+    """Absolute reset thresholds tau on |delta| (the paper's), swept beside `quantiles`; each random control
+    resets exactly as many coordinates as its threshold."""
     methods: tuple[str, ...]
     """Methods whose first-seed model is reset-swept (drift is shown for every seed)."""
     eval: EvalSpec
-    """Evaluation of each model of the sweep (2 x len(quantiles) + 1 models per method)."""
+    """Evaluation of each model of the sweep (2 x (len(quantiles) + len(taus)) + 1 models per method)."""
 
 
 @dataclass(frozen=True)
@@ -191,9 +198,15 @@ class Preset:
     scaling: ScalingSpec
     """Notebook 06."""
 
+    eval_task_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of the task whose test split is evaluated (None = `task_kwargs`): paper-hard trains on
+    DeepScaleR, which has no test split, and evaluates on MATH-500. Read it through `test_task_kwargs()`."""
+
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("Preset.seeds must name at least one seed, got ()")
+        if not all(t > 0 for t in self.sparsity.taus):
+            raise ValueError(f"Preset.sparsity.taus must all be > 0, got {self.sparsity.taus!r}")
         for name, cfg in (("es", self.es), ("grpo", self.grpo)):
             if cfg.model != self.base_model or cfg.task != self.task:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "
@@ -204,6 +217,10 @@ class Preset:
         from .zoo import ZOO
 
         return sorted({m for m in (self.base_model, self.control_model) if m in ZOO})
+
+    def test_task_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""
+        return dict(self.task_kwargs if self.eval_task_kwargs is None else self.eval_task_kwargs)
 
     def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
         """The preset's ES or GRPO config with `changes` applied (validated)."""
@@ -229,6 +246,14 @@ _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
 _POPULATIONS = (4, 8, 16, 32)
 _GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
+_KS_1_TO_32 = tuple(range(1, 33))
+"""The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
+_PAPER_POPULATIONS = (8, 16, 32, 64)
+"""Table 6's population sizes."""
+_PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
+"""The paper's absolute reset thresholds tau on |delta| (functional sparsity)."""
+_DEEPSCALER_EPOCH = 630
+"""One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
 
 PRESETS: dict[str, Preset] = {
     "smoke": _make(
@@ -243,7 +268,7 @@ PRESETS: dict[str, Preset] = {
         lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
         prop1=Prop1Spec(iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
-        sparsity=SparsitySpec(quantiles=(0.5, 0.9), methods=("es", "grpo"),
+        sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
                                   kl_prompts=4, kl_samples=2, lm_sequences=32),
@@ -261,7 +286,7 @@ PRESETS: dict[str, Preset] = {
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
         prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
-        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+        sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
@@ -272,44 +297,46 @@ PRESETS: dict[str, Preset] = {
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
         es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
-                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", **_PAPER_REWARD),
+                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", prompt_order="epoch",
+                **_PAPER_REWARD),
         grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
                   iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
-                  **_PAPER_REWARD),
-        eval=EvalSpec(n_problems=None, n_samples=64, max_new_tokens=512),
+                  minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
         seeds=(0, 1, 2), device="auto",
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
-        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+        sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
-                                    "Qwen/Qwen2.5-3B-Instruct"), populations=_POPULATIONS, iterations=100,
+                                    "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
                             eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512))),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
+        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=_DEEPSCALER_EPOCH, prompts_per_step=64,
                 greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                **_PAPER_REWARD),
+                prompt_order="epoch", **_PAPER_REWARD),
         grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=234, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16", micro_batch_size=8,
-                  **_PAPER_REWARD),
-        eval=EvalSpec(n_problems=500, n_samples=64, temperature=0.6, max_new_tokens=4096),
+                  iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
+                  micro_batch_size=8, minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
+        eval_task_kwargs={"dataset": "math500"},
         seeds=(0, 1, 2), device="auto",
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
-        sparsity=SparsitySpec(quantiles=_QUANTILES, methods=("es", "grpo"),
+        sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                             max_new_tokens=4096)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                                 max_new_tokens=2048),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
-        scaling=ScalingSpec(models=(), populations=_POPULATIONS, iterations=100, ablation_iterations=100,
+        scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
                             eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096))),
 }

@@ -1,9 +1,13 @@
 """What `train_es` and `train_grpo` share: the registry of trained methods, the dtype names a config may use,
-the device, and the model, tokenizer, task and train examples a run starts from."""
+the device, the model, tokenizer, task and train examples a run starts from, and which train examples each
+iteration draws."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from esreason_lib.seeding import numpy_rng
 
 METHODS = ("es", "grpo")
 """The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
@@ -20,6 +24,35 @@ def trainer(method: str):
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Model parameter dtypes by the name a config gives (`ESConfig.dtype`, `GRPOConfig.dtype`)."""
+
+
+PROMPT_ORDERS = ("random", "epoch")
+"""How an iteration's train prompts are drawn (`ESConfig.prompt_order`, `GRPOConfig.prompt_order`)."""
+
+
+def prompt_indices(n_examples: int, per_step: int, iteration: int, seed: int, method: str,
+                   order: str = "random") -> np.ndarray:
+    """Indices [per_step] into the train examples for `iteration` (0-based) of a `method` ("es"/"grpo") run.
+
+    "random": a fresh draw per iteration from the stream (seed, method, "prompts", iteration), without
+    replacement when per_step <= n_examples (with replacement otherwise); examples may repeat across
+    iterations and some may never be drawn. "epoch": the iterations read consecutive positions of one long
+    sequence made of per-epoch permutations, epoch e's from the stream (seed, method, "epoch", e), so every
+    example is drawn exactly once per epoch (a batch that crosses an epoch boundary ends one epoch and starts
+    the next). Both are pure functions of their arguments, so a resumed run draws the same prompts.
+    """
+    if order not in PROMPT_ORDERS:
+        raise ValueError(f"order must be one of {PROMPT_ORDERS}, got {order!r}")
+    if n_examples < 1 or per_step < 1 or iteration < 0:
+        raise ValueError(f"need n_examples >= 1, per_step >= 1, iteration >= 0, got {n_examples!r}, "
+                         f"{per_step!r}, {iteration!r}")
+    if order == "random":
+        rng = numpy_rng(seed, method, "prompts", iteration)
+        return rng.choice(n_examples, size=per_step, replace=per_step > n_examples)  # [per_step]
+    positions = np.arange(iteration * per_step, (iteration + 1) * per_step)  # [per_step]
+    epochs = positions // n_examples  # [per_step]
+    perms = {int(e): numpy_rng(seed, method, "epoch", int(e)).permutation(n_examples) for e in np.unique(epochs)}
+    return np.array([perms[int(e)][p % n_examples] for e, p in zip(epochs, positions)], dtype=np.int64)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -60,17 +60,36 @@ def test_delta_quantiles(state_pair):
         analysis.delta_quantiles(base, base, [0.5])
 
 
-def test_random_reset_matches_sparsity_in_expectation():
+def test_random_reset_resets_exactly_the_requested_count():
     g = torch.Generator().manual_seed(0)
-    base = {"w": torch.zeros(20000)}
-    tuned = {"w": torch.randn(20000, generator=g)}
+    base = {"w": torch.zeros(20000), "v": torch.zeros(7, 3)}
+    tuned = {"w": torch.randn(20000, generator=g), "v": torch.randn(7, 3, generator=g)}
+    tuned["w"][:1000] = 0.0  # unchanged coordinates are never counted or picked
     new, sparsity = analysis.random_reset(base, tuned, 0.3, seed=1)
-    assert sparsity == pytest.approx(0.3, abs=0.02)
-    assert (new["w"] == 0).float().mean().item() == pytest.approx(sparsity, abs=1e-6)
+    changed = 19000 + 21
+    assert sparsity == round(0.3 * changed) / changed
+    reset = sum(int(((new[k] == 0) & (tuned[k] != 0)).sum()) for k in base)
+    assert reset == round(0.3 * changed)
     again, _ = analysis.random_reset(base, tuned, 0.3, seed=1)
-    assert torch.equal(new["w"], again["w"])
+    assert all(torch.equal(new[k], again[k]) for k in base)
+    other, _ = analysis.random_reset(base, tuned, 0.3, seed=2)
+    assert not torch.equal(new["w"], other["w"])
+    assert analysis.random_reset(base, tuned, 1.0)[1] == 1.0 and analysis.random_reset(base, base, 0.5)[1] == 0.0
     with pytest.raises(ValueError, match="sparsity"):
         analysis.random_reset(base, tuned, 1.5)
+
+
+def test_random_control_resets_the_same_count_as_an_absolute_threshold():
+    base = {"a": torch.zeros(6), "b": torch.zeros(2, 2)}
+    tuned = {"a": torch.tensor([1e-4, -3e-4, 6e-4, 0.0, 2e-3, -1e-3]), "b": torch.tensor([[4e-4, 0.0], [1.2e-3, 5e-3]])}
+    # changed: 8 coordinates; |delta| <= 5e-4: 1e-4, 3e-4, 4e-4 -> 3; <= 1e-3: also 6e-4, 1e-3 -> 5
+    for tau, want in ((5e-4, 3), (1e-3, 5)):
+        mag, sparsity = analysis.reset_small_updates(base, tuned, tau)
+        assert sparsity == want / 8
+        rnd, achieved = analysis.random_reset(base, tuned, sparsity, seed=3)
+        assert achieved == sparsity
+        count = sum(int(((rnd[k] == base[k]) & (tuned[k] != base[k])).sum()) for k in base)
+        assert count == want
 
 
 def test_mismatched_state_dicts_error(state_pair):

@@ -344,3 +344,23 @@ def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatc
     assert run.is_complete() and len(run.metrics()) == 2
     assert seen and all(t.name == "countdown" and t.shaping.formatted == 0.25 and d == torch.bfloat16 for t, d in seen)
     assert len(list((run.path / "checkpoints").iterdir())) == 1  # step 1 only; the last step is the final model
+
+
+def test_train_es_epoch_order_scores_every_train_prompt_once_per_epoch(tiny, tmp_path, monkeypatch):
+    import esreason_lib.es as es_module
+
+    tok, make = tiny
+    batches = []
+    real = es_module.score_examples
+
+    def spy(model, tokenizer, task, examples, **kw):  # the center's scoring: once per iteration, on its prompts
+        batches.append([ex["id"] for ex in examples])
+        return real(model, tokenizer, task, examples, **kw)
+
+    monkeypatch.setattr(es_module, "score_examples", spy)
+    cfg = ESConfig(model="tiny-random", task="paren", population_size=2, sigma=0.02, alpha=0.01, iterations=4,
+                   prompts_per_step=3, train_size=6, prompt_order="epoch", checkpoint_every=0, device="cpu")
+    es_module.train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path, progress=False)
+    ids = [i for b in batches for i in b]  # 4 iterations x 3 prompts = 2 epochs of the 6 train examples
+    train = [ex["id"] for ex in Paren().examples("train", 6)]
+    assert sorted(ids[:6]) == sorted(train) and sorted(ids[6:]) == sorted(train)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from esreason_lib import metrics
-from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS, EvalResult, evaluate
+from esreason_lib.evaluate import CURVE_COLUMNS, MAJ_COLUMNS, PROBLEM_COLUMNS, SAMPLE_COLUMNS, EvalResult, evaluate
 from esreason_lib.generation import generate
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.runs import Run
@@ -188,3 +188,36 @@ def test_real_synthetic_tasks_smoke(model, tok, name):
     assert res.table["problem_id"].tolist() == [str(e["id"]) for e in exs]
     assert res.table["mean_length"].max() <= real.max_new_tokens
     assert set(res.summary()) >= {"eval/greedy", "eval/pass@1", "eval/pass@2"}
+
+
+def test_samples_table_and_maj_curve(model, tok, task, tmp_path):
+    res = evaluate(model, tok, task, task.examples(), n=8, ks=(1, 2, 8), seed=3, batch_size=64, progress=False)
+    assert list(res.samples.columns) == list(SAMPLE_COLUMNS) and len(res.samples) == 4 * 8
+    assert res.samples["sample"].tolist() == list(range(8)) * 4
+    per_problem = res.samples.groupby("problem_id", sort=False)["correct"].sum()
+    assert per_problem.tolist() == res.table["c"].tolist()  # the samples are the ones Pass@k counted
+    ro = generate(model, tok, [e["prompt"] for e in task.examples()], n=8, max_new_tokens=6,
+                  seed=derive_seed(3, "eval", 0), batch_size=64)
+    assert res.samples["answer"].tolist() == [task.extract_answer(t) for t in ro.completions]
+    maj = res.maj_curve()
+    assert list(maj.columns) == list(MAJ_COLUMNS) and maj["k"].tolist() == [1, 2, 8]
+    # k = n is exact: the majority of all 8 answers, scored by hand
+    want = metrics.maj_at_k([g["answer"].tolist() for _, g in res.samples.groupby("problem_id", sort=False)],
+                            [g["correct"].tolist() for _, g in res.samples.groupby("problem_id", sort=False)], 8)
+    assert maj.loc[2, "maj_at_k"] == pytest.approx(want.mean())
+    assert maj.loc[0, "maj_at_k"] == pytest.approx(res.curve.loc[0, "pass_at_k"], abs=0.1)  # Maj@1 ~ Pass@1
+    # the cache round trip keeps every answer (including None and digit strings such as "007") exactly
+    run = Run.open("eval-test", {"x": 3}, seed=0, home=tmp_path)
+    first = evaluate(model, tok, task, task.examples(), n=8, ks=(1, 2, 8), seed=3, batch_size=64, run=run,
+                     progress=False)
+    again = evaluate(None, tok, task, task.examples(), n=8, ks=(1, 2, 8), seed=3, batch_size=64, run=run,
+                     progress=False)
+    pd.testing.assert_frame_equal(again.samples, first.samples)
+    # a cache from before samples were stored still reloads, without them
+    (run.path / "results" / "eval_samples.csv").unlink()
+    old = evaluate(None, tok, task, task.examples(), n=8, ks=(1, 2, 8), seed=3, batch_size=64, run=run,
+                   progress=False)
+    assert old.samples is None
+    pd.testing.assert_frame_equal(old.table, first.table)
+    with pytest.raises(ValueError, match="no per-sample answers"):
+        old.maj_curve()

@@ -84,6 +84,26 @@ def test_reset_models_saves_cached_runs(tmp_path):
     pd.testing.assert_frame_equal(table, again)
 
 
+
+def test_reset_models_absolute_tau_and_its_random_control_reset_the_same_count(tmp_path):
+    tok = build_char_tokenizer()
+    base = tiny_random_qwen2(len(tok), seed=0)
+    tuned = tiny_random_qwen2(len(tok), seed=0)
+    with torch.no_grad():
+        for i, p in enumerate(tuned.parameters()):
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 1e-2)
+    base_ref, tuned_ref = _save(base, tok, tmp_path / "base"), _save(tuned, tok, tmp_path / "tuned")
+    table = sp.reset_models(base_ref, tuned_ref, [], taus=[5e-3], home=tmp_path / "runs")
+    mag, rnd = (table[table["mode"] == m].iloc[0] for m in sp.MODES)
+    b, t, m, r = (sp.load_state(x) for x in (base_ref, tuned_ref, mag["ref"], rnd["ref"]))
+    changed = sum(int((t[k] != b[k]).sum()) for k in b)
+    small = sum(int(((t[k] != b[k]) & ((t[k] - b[k]).abs() <= 5e-3)).sum()) for k in b)
+    assert mag["tau"] == 5e-3 and mag["sparsity"] == small / changed and mag["quantile"] == mag["sparsity"]
+    assert 0.2 < mag["sparsity"] < 0.6  # 5e-3 against N(0, 1e-2) updates: about 38% of them
+    reset = {name: sum(int(((s[k] == b[k]) & (t[k] != b[k])).sum()) for k in b) for name, s in (("mag", m), ("rnd", r))}
+    assert reset == {"mag": small, "rnd": small} and rnd["sparsity"] == mag["sparsity"]
+
+
 def _sweep(method, unreset, reset, rand, base):
     rows = []
     for mode, mid in (("magnitude", reset), ("random", rand)):

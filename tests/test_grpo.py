@@ -8,13 +8,17 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, train_grpo
+from esreason_lib.generation import generate
+from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, policy_update, train_grpo
+from esreason_lib.optim import master_weight_adamw
+from esreason_lib.presets import get_preset
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.tasks.base import BINARY, Task
 
@@ -137,7 +141,8 @@ def test_policy_loss_gradients_flow_only_through_logp():
     ({"aggregation": "sum"}, "aggregation"), ({"weight_decay": -1.0}, "weight_decay"),
     ({"max_grad_norm": 0.0}, "max_grad_norm"), ({"checkpoint_every": -1}, "checkpoint_every"),
     ({"dtype": "float16"}, "dtype"), ({"micro_batch_size": 0}, "micro_batch_size"), ({"model": ""}, "model"),
-    ({"seed": 1.5}, "seed"), ({"train_size": 0}, "train_size"),
+    ({"seed": 1.5}, "seed"), ({"train_size": 0}, "train_size"), ({"minibatch_size": 0}, "minibatch_size"),
+    ({"minibatch_size": 3}, "minibatch_size"), ({"prompt_order": "sorted"}, "prompt_order"),
 ])
 def test_config_validation_names_field_and_value(kw, field):
     with pytest.raises(ValueError, match=rf"GRPOConfig\.{field} .*got {kw[field]!r}".replace("(", r"\(")):
@@ -308,3 +313,97 @@ def test_train_grpo_builds_named_task_with_shaping(tmp_path, monkeypatch):
     assert seen["name"] == "countdown" and seen["shaping"].formatted == 0.25
     assert run.is_complete() and list(run.metrics()["step"]) == [1, 2]
     assert run.metrics()["completion/length"].max() <= 6
+
+
+# ---------------------------------------------------------------- paper scale: minibatches, bf16 masters
+def _rollout(model, tok, cfg, task):
+    ex = task.examples("train")[: cfg.prompts_per_step]
+    return generate(model, tok, [task.prompt(e) for e in ex], n=cfg.group_size, max_new_tokens=task.max_new_tokens,
+                    seed=7)
+
+
+def test_policy_update_minibatches_make_the_ratio_and_clip_live_from_the_second_step():
+    model, tok = _fresh()
+    cfg = paren_config(beta=0.0, minibatch_size=2, lr=3e-2)  # 4 prompts, minibatch 2: two steps per rollout
+    ro = _rollout(model, tok, cfg, ParenTask())
+    adv = torch.randn(ro.completion_ids.shape[0], generator=torch.Generator().manual_seed(0))  # [B] any signal
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    steps = policy_update(model, None, opt, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                          adv, cfg)
+    assert len(steps) == 2
+    assert steps[0]["policy/ratio_mean"] == 1.0 and steps[0]["policy/clip_frac"] == 0.0  # pi_old = the policy
+    assert steps[1]["policy/ratio_mean"] != pytest.approx(1.0, abs=1e-3)  # the first step moved the policy
+    assert steps[1]["policy/clip_frac"] > 0
+    two_epochs = policy_update(model, None, opt, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                               ro.completion_mask, adv, replace(cfg, ppo_epochs=2))
+    assert len(two_epochs) == 4
+
+
+def test_policy_update_old_logprobs_are_the_rollout_policy_not_the_sampler():
+    """pi_old comes from a forward pass of the weights that sampled: a policy moved after sampling (as if the
+    sampler's log-probs were stale) still gets ratio exactly 1 on its first step."""
+    model, tok = _fresh()
+    cfg = paren_config(beta=0.0)
+    ro = _rollout(model, tok, cfg, ParenTask())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    adv = torch.ones(ro.completion_ids.shape[0])  # [B]
+    (step,) = policy_update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), ro.prompt_ids, ro.prompt_mask,
+                            ro.completion_ids, ro.completion_mask, adv, cfg)
+    assert step["policy/ratio_mean"] == 1.0
+
+
+def test_paper_preset_grpo_step_moves_a_bf16_model_through_fp32_masters():
+    """One step shaped like paper-easy's GRPO (64 prompts, minibatch 32, G=8, lr 1e-6, beta 1e-3, bf16) on a
+    tiny random bf16 Qwen2: the fp32 masters move by ~lr, the bf16 model is the masters rounded."""
+    paper = get_preset("paper-easy").grpo
+    cfg = replace(paper, model="tiny-random", task="paren", device="cpu", max_new_tokens=4, prompt_order="epoch")
+    assert (cfg.prompts_per_step, cfg.minibatch_size, cfg.group_size, cfg.lr) == (64, 32, 8, 1e-6)
+    model, tok = _fresh()
+    model.to(torch.bfloat16)
+    task = ParenTask()
+    ex = task.examples("train")
+    ref = copy.deepcopy(model).requires_grad_(False)
+    opt = master_weight_adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    masters = [m for g in opt.param_groups for m in g["params"]]
+    before = [m.detach().clone() for m in masters]
+    bf16_before = [p.detach().clone() for p in model.parameters()]
+    m = grpo_step(model, ref, opt, tok, task, ex, [task.prompt(e) for e in ex], cfg, iteration=0)
+    assert m["grpo/generations"] == 64 * 8
+    moved = torch.cat([(a - b).abs().flatten() for a, b in zip(masters, before)])
+    assert all(mm.dtype == torch.float32 for mm in masters)
+    assert (moved > 0).float().mean() > 0.5  # most coordinates got a gradient and moved
+    assert float(moved.max()) <= 2 * 2e-6 + 1e-9  # two Adam steps of at most ~lr each
+    for p, mm in zip(model.parameters(), masters):
+        assert p.dtype == torch.bfloat16 and torch.equal(p, mm.to(torch.bfloat16))
+    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), bf16_before))  # small weights moved
+
+
+def test_bf16_resume_restores_the_fp32_masters_bit_identically(tmp_path, monkeypatch):
+    """A crash right after a checkpoint, then a resume, ends where an uninterrupted bf16 run ends: the checkpoint
+    carries the fp32 masters (reloading only the bf16 weights would lose their sub-resolution part)."""
+    from esreason_lib.runs import Run
+
+    kw = dict(iterations=4, checkpoint_every=2, lr=1e-4, beta=0.0, dtype="bfloat16", minibatch_size=2)
+    model_a, tok = _fresh()
+    train_grpo(paren_config(**kw), model=model_a, tokenizer=tok, task=ParenTask(), home=tmp_path / "a",
+               progress=False)
+    save = Run.save_checkpoint
+
+    def save_then_crash(self, step, state):
+        save(self, step, state)
+        raise KeyboardInterrupt("simulated crash after the first checkpoint")
+
+    monkeypatch.setattr(Run, "save_checkpoint", save_then_crash)
+    model_b, tok = _fresh()
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo(paren_config(**kw), model=model_b, tokenizer=tok, task=ParenTask(), home=tmp_path / "b",
+                   progress=False)
+    monkeypatch.setattr(Run, "save_checkpoint", save)
+    model_b, tok = _fresh()
+    train_grpo(paren_config(**kw), model=model_b, tokenizer=tok, task=ParenTask(), home=tmp_path / "b",
+               progress=False)
+    sa, sb = model_a.state_dict(), model_b.state_dict()
+    assert next(model_b.parameters()).dtype == torch.bfloat16
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)

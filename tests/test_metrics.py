@@ -1,6 +1,7 @@
 """Metrics on hand-computable cases."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -213,3 +214,23 @@ def test_js_policy_estimator_matches_exact():
     assert M.js_policy(np.zeros((4, 4, 7))) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match=r"\[..., N, N, S\]"):
         M.js_policy(np.zeros((3, 4, 5)))
+
+
+def test_majority_scores_hand_computed_rows():
+    codes = np.array([[0, 1, 1], [0, 1, -1], [-1, -1, -1], [2, 2, 0]])  # [R=4, k=3]
+    correct = np.array([[True, False, False], [True, False, False], [False] * 3, [True, False, False]])
+    # row 0: "1" wins 2-1 and is wrong -> 0; row 1: tie 0/1 -> (1 + 0) / 2; row 2: no answer -> 0;
+    # row 3: code 2 wins with one of its two samples correct -> 0.5
+    np.testing.assert_allclose(M.majority_scores(codes, correct), [0.0, 0.5, 0.0, 0.5])
+    with pytest.raises(ValueError, match="one shape"):
+        M.majority_scores(codes, correct[:, :2])
+
+
+def test_maj_at_k_resample_is_fast_enough_for_the_paper_protocol():
+    rng = np.random.default_rng(0)
+    answers = [[str(a) for a in rng.integers(0, 4, size=32)] for _ in range(50)]  # [P=50][n=32]
+    correct = [[a == "0" for a in row] for row in answers]
+    t0 = time.perf_counter()
+    per_k = [M.maj_at_k(answers, correct, k, random_state=k) for k in range(1, 33)]
+    assert time.perf_counter() - t0 < 5.0  # 500 problems x 32 K at paper scale: well under a minute
+    np.testing.assert_allclose(per_k[0], np.mean(correct, axis=1), atol=0.15)  # Maj@1 = a random sample's accuracy

@@ -68,13 +68,23 @@ def test_paper_presets_use_the_paper_setup():
     easy, hard = get_preset("paper-easy"), get_preset("paper-hard")
     assert (easy.task, easy.base_model) == ("gsm8k", "Qwen/Qwen2.5-1.5B-Instruct")
     assert (hard.task, dict(hard.es.task_kwargs)) == ("math", {"dataset": "deepscaler"})
-    for p in (easy, hard):
-        assert (p.es.population_size, p.es.sigma, p.es.alpha, p.es.iterations) == (32, 1.5e-3, 2.5e-4, 234)
-        assert (p.grpo.group_size, p.grpo.lr, p.grpo.beta, p.grpo.iterations) == (8, 1e-6, 0.001, 234)
+    # GSM8K's 7,473 train problems at 64 per iteration: 234 iterations = 2 epochs; DeepScaleR's 40,315: 630 = 1
+    for p, iterations in ((easy, 234), (hard, 630)):
+        assert (p.es.population_size, p.es.sigma, p.es.alpha, p.es.iterations) == (32, 1.5e-3, 2.5e-4, iterations)
+        assert (p.grpo.group_size, p.grpo.lr, p.grpo.beta, p.grpo.iterations) == (8, 1e-6, 0.001, iterations)
+        assert (p.grpo.prompts_per_step, p.grpo.minibatch_size) == (64, 32)  # two optimizer steps per rollout
+        assert p.es.prompt_order == p.grpo.prompt_order == "epoch"
         assert p.es.dtype == p.grpo.dtype == "bfloat16" and p.sequential.es_budget == p.sequential.grpo_budget == 234
         assert (p.es.reward_correct, p.es.reward_formatted, p.es.reward_invalid) == (1.0, 0.1, 0.0)
-        assert p.eval.n_samples == 64 and p.eval.ks == (1, 2, 4, 8, 16, 32, 64)
-    assert easy.es.greedy and not hard.es.greedy and hard.es.temperature == 0.6 == hard.eval.temperature
+        assert (p.eval.n_samples, p.eval.temperature, p.eval.ks) == (32, 0.6, tuple(range(1, 33)))
+        assert p.scaling.populations == (8, 16, 32, 64)  # Table 6
+        assert p.sparsity.taus == (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3) and p.sparsity.quantiles == ()
+    assert easy.es.greedy and not hard.es.greedy and hard.es.temperature == 0.6
+    # DeepScaleR has no test split: paper-hard evaluates on MATH-500; elsewhere the test split is the task's own
+    assert hard.test_task_kwargs() == {"dataset": "math500"} and easy.test_task_kwargs() == {}
+    tiny = get_preset("tiny")
+    assert tiny.test_task_kwargs() == tiny.task_kwargs and tiny.es.prompt_order == tiny.grpo.prompt_order == "random"
+    assert tiny.grpo.minibatch_size is None and tiny.sparsity.taus == ()
 
 
 # ------------------------------------------------------------------------------------------- overrides
@@ -140,6 +150,7 @@ def test_dotting_into_a_plain_value_is_a_value_error(key):
     ({"eval.n_samples": 2}, r"EvalSpec\.ks .*n_samples=2.*got \(1, 2, 4\)"),
     ({"seeds": ()}, r"Preset\.seeds must name at least one seed, got \(\)"),
     ({"sequential.es_budget": 1}, r"SequentialSpec\.es_budget must be >= 2, got 1"),
+    ({"sparsity.taus": (1e-3, 0.0)}, r"Preset\.sparsity\.taus must all be > 0, got \(0\.001, 0\.0\)"),
     ({"es.model": "qwen2-s"}, r"Preset\.es must use the preset's base_model and task \('smoke', 'countdown'\), "
                               r"got \('qwen2-s', 'countdown'\)"),
     ({"grpo.task": "sorting"}, r"Preset\.grpo must use .*got \('smoke', 'sorting'\)"),
@@ -234,7 +245,8 @@ def test_paper_preset_runs_one_tiny_step_on_cpu(name, method, paper_data, tmp_pa
         config = preset.config("es", population_size=4, **small)  # 4 members x 2 prompts
         trainer, keys = train_es, ES_KEYS
     else:
-        config = preset.config("grpo", group_size=2, **small)  # 2 prompts x 2 completions; beta > 0: a ref copy
+        config = preset.config("grpo", group_size=2, minibatch_size=1, **small)  # 2 prompts x 2 completions,
+        # two minibatches of one prompt (as the paper's 64 in minibatches of 32); beta > 0: a ref copy
         trainer, keys = train_grpo, GRPO_KEYS
     assert config.dtype == "bfloat16" and config.model == preset.base_model  # the hub id is never loaded
     model, tok = _tiny_model()

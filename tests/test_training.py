@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
+from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.training import DTYPES, resolve_device, training_inputs
 
 
 def test_resolve_device():
@@ -50,3 +51,42 @@ def test_trainer_registry():
     assert trainer("es") is train_es and trainer("grpo") is train_grpo
     with pytest.raises(ValueError, match="method 'base' is not one of"):
         trainer("base")
+
+
+
+
+def test_prompt_indices_random_is_todays_draw():
+    from esreason_lib.seeding import numpy_rng
+
+    for n, per_step in ((16, 4), (3, 5)):  # without, then with replacement
+        want = numpy_rng(7, "grpo", "prompts", 2).choice(n, size=per_step, replace=per_step > n)
+        assert np.array_equal(prompt_indices(n, per_step, 2, 7, "grpo"), want)
+    assert not np.array_equal(prompt_indices(16, 4, 2, 7, "grpo"), prompt_indices(16, 4, 2, 7, "es"))
+
+
+def test_prompt_indices_epoch_shows_every_example_once_per_epoch_reshuffled():
+    from esreason_lib.seeding import numpy_rng
+
+    n, per_step = 10, 4  # iteration 2 straddles the boundary: 2 from epoch 0, 2 from epoch 1
+    drawn = np.concatenate([prompt_indices(n, per_step, it, 3, "es", "epoch") for it in range(5)])  # [20]
+    perm0, perm1 = (numpy_rng(3, "es", "epoch", e).permutation(n) for e in (0, 1))
+    assert np.array_equal(drawn, np.concatenate([perm0, perm1]))
+    assert sorted(drawn[:10]) == list(range(10)) and sorted(drawn[10:]) == list(range(10))
+    assert not np.array_equal(drawn[:10], drawn[10:])  # reshuffled per epoch
+    big = prompt_indices(3, 7, 0, 3, "es", "epoch")  # a batch larger than the data: epochs 0, 1 and 2's first
+    perms = [numpy_rng(3, "es", "epoch", e).permutation(3) for e in range(3)]
+    assert np.array_equal(big, np.concatenate([perms[0], perms[1], perms[2][:1]]))
+
+
+def test_prompt_indices_errors():
+    with pytest.raises(ValueError, match="order must be one of"):
+        prompt_indices(4, 2, 0, 0, "es", "sorted")
+    with pytest.raises(ValueError, match="got 0, 2, 0"):
+        prompt_indices(0, 2, 0, 0, "es")
+
+
+def test_prompt_order_is_a_validated_config_field():
+    assert ESConfig().prompt_order == GRPOConfig().prompt_order == "random"
+    for cls in (ESConfig, GRPOConfig):
+        with pytest.raises(ValueError, match=rf"{cls.__name__}\.prompt_order must be one of"):
+            cls(prompt_order="sorted")

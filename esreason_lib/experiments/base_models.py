@@ -32,7 +32,7 @@ def base_model_report(preset: Preset, *, models: list[str] | None = None, home=N
         params = num_parameters(model)
         del model
         for task in (preset.task, *preset.heldout_tasks):
-            kwargs = preset.task_kwargs if task == preset.task else {}
+            kwargs = preset.test_task_kwargs() if task == preset.task else {}
             result = evaluate_ref(name, task, kwargs, preset.eval, device=device, home=home, progress=progress)
             curves.append(result.curve.assign(model=name, task=task))
             table = result.table

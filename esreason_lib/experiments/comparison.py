@@ -31,7 +31,7 @@ def evaluate_runs(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None
     """Evaluate the base and every trained run under `preset.eval` (cached): {(method, seed): EvalResult}."""
     device = resolve_device(preset.device)
     refs = {("base", BASE_SEED): preset.base_model, **{key: model_ref(run) for key, run in runs.items()}}
-    return {key: evaluate_ref(ref, preset.task, preset.task_kwargs, preset.eval, device=device, home=home,
+    return {key: evaluate_ref(ref, preset.task, preset.test_task_kwargs(), preset.eval, device=device, home=home,
                               progress=progress) for key, ref in refs.items()}
 
 

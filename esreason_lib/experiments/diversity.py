@@ -132,7 +132,7 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
         return run.read_table("cells"), run.read_table("members")
     model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device), home=home,
                                   progress=progress)
-    task = get_task(preset.task, **dict(preset.task_kwargs))
+    task = get_task(preset.task, **preset.test_task_kwargs())
     examples = task.examples("test", n=preset.lemma.prompts, seed=preset.eval.seed)
     cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma.sigmas,
                                  population=preset.lemma.population, repeats=preset.lemma.repeats,
@@ -226,7 +226,8 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
                                   progress=progress)
     shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
     task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-    probes = task.examples("test", n=preset.prop1.probe_prompts, seed=preset.eval.seed)
+    probes = get_task(config.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
+                                                                         seed=preset.eval.seed)
     table = prop1_trajectory(config, model, tokenizer, task, probes, samples=preset.prop1.samples,
                              ks=preset.prop1.ks, scheme=scheme, progress=progress)
     run.write_table("iterations", table)

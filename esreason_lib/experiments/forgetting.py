@@ -156,7 +156,7 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
             rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
     base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
     for task_name in (preset.task, *preset.heldout_tasks):
-        kwargs = preset.task_kwargs if task_name == preset.task else {}
+        kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
         task = get_task(task_name, **dict(kwargs))
         prompts = [task.prompt(ex, tokenizer)
                    for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]

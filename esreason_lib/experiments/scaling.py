@@ -103,7 +103,7 @@ def evaluate_runs(preset: Preset, refs: dict, names: tuple[str, ...], *, home=No
     rows, probs = [], []
     for key, ref in refs.items():
         key = key if isinstance(key, tuple) else (key,)
-        res = evaluate_ref(model_ref(ref), preset.task, preset.task_kwargs, spec, device=device, home=home,
+        res = evaluate_ref(model_ref(ref), preset.task, preset.test_task_kwargs(), spec, device=device, home=home,
                            progress=progress)
         greedy = res.table["greedy_correct"].astype(float)  # [problems]
         row = {**dict(zip(names, key)), "heldout": float(greedy.mean()),

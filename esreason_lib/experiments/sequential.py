@@ -91,7 +91,7 @@ def sequential_report(preset: Preset, *, seeds=None, home=None, progress: bool =
     device = resolve_device(preset.device)
 
     def ev(ref):
-        return evaluate_ref(ref, preset.task, preset.task_kwargs, preset.eval, device=device, home=home,
+        return evaluate_ref(ref, preset.task, preset.test_task_kwargs(), preset.eval, device=device, home=home,
                             progress=progress)
 
     costs, curves = [], [ev(preset.base_model).curve.assign(method="base", seed=-1)]

@@ -1,9 +1,10 @@
 """Notebook 04: where the ES and GRPO updates went, and whether the small ES updates matter (functional sparsity).
 
 Drift: relative L2 of the update per module type and overall, and each module type's share of the largest
-updates. Reset sweep: for each quantile q of |delta| over the changed coordinates, every coordinate with
-0 < |delta| <= tau_q is set back to its base value (sparsity ~ q of the changed coordinates), and the
-reset model is evaluated against a control that resets a uniformly random set of equal sparsity. Reset
+updates. Reset sweep: for each quantile q of |delta| over the changed coordinates (`sparsity_quantiles`) and
+each absolute threshold (`sparsity_taus`, the paper's), every coordinate with 0 < |delta| <= tau is set back to
+its base value, and the reset model is evaluated against a control that resets a uniformly random set of
+exactly as many changed coordinates. Reset
 models are saved under runs of kind `masked` (so each has a stable reference and is evaluated once by
 `evaluate_ref`); the numbers come from `esreason_lib.analysis`.
 """
@@ -93,15 +94,18 @@ def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> Non
     run.finish(**extra)
 
 
-def reset_models(base_ref: str, tuned_ref: str, quantiles, *, seed: int = 0, home=None,
+def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int = 0, home=None,
                  dtype: torch.dtype = torch.float32) -> pd.DataFrame:
-    """Build (or reload) the magnitude and random reset models of `tuned_ref` for each quantile.
+    """Build (or reload) the magnitude and random reset models of `tuned_ref` for each quantile of |delta| and
+    each absolute threshold in `taus`.
 
-    Returns one row per (mode, quantile): mode, quantile, tau, sparsity (achieved fraction of changed
-    coordinates reset) and ref (the saved model's directory). The random control of quantile q resets the
-    same fraction as the magnitude reset of q. A tuned model equal to its base (no update, e.g. all rewards
-    equal) gives tau 0 and sparsity 0. Models are saved in `dtype` (the training dtype: every reset weight is a
-    base or a tuned value, so no precision is lost).
+    Returns one row per (mode, threshold): mode, quantile, tau, sparsity (achieved fraction of changed
+    coordinates reset) and ref (the saved model's directory); quantiles first, then taus. An absolute tau's
+    quantile is its sparsity (the fraction of changed |delta| <= tau, i.e. the q of which tau is the quantile).
+    The random control of a threshold resets exactly as many coordinates as its magnitude reset
+    (`analysis.random_reset`). A tuned model equal to its base (no update, e.g. all rewards equal) gives
+    sparsity 0. Models are saved in `dtype` (the training dtype: every reset weight is a base or a tuned
+    value, so no precision is lost).
     """
     loaded: dict = {}
 
@@ -113,31 +117,35 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, seed: int = 0, hom
         return loaded
 
     rows = []
-    for q in quantiles:
-        cfg = {"base": base_ref, "tuned": tuned_ref, "quantile": float(q)}
+    for key, value in [("quantile", float(q)) for q in quantiles] + [("tau", float(t)) for t in taus]:
+        cfg = {"base": base_ref, "tuned": tuned_ref, key: value}
         mag = Run.open("masked", {**cfg, "mode": "magnitude"}, seed=seed, home=home)
         if not mag.is_complete():
             s = states()
-            changed = any(bool((d != 0).any()) for d in update_deltas(s["base"], s["tuned"]).values())
-            tau = float(delta_quantiles(s["base"], s["tuned"], [q])[0]) if changed else 0.0
+            if key == "tau":
+                tau = value
+            else:
+                changed = any(bool((d != 0).any()) for d in update_deltas(s["base"], s["tuned"]).values())
+                tau = float(delta_quantiles(s["base"], s["tuned"], [value])[0]) if changed else 0.0
             state, sparsity = reset_small_updates(s["base"], s["tuned"], tau)
             _save_reset(mag, state, s["template"], s["tokenizer"], tau=tau, sparsity=sparsity)
         tau, sparsity = mag.manifest()["tau"], mag.manifest()["sparsity"]
-        rnd = Run.open("masked", {**cfg, "mode": "random"}, seed=seed, home=home)
+        rnd = Run.open("masked", {**cfg, "mode": "random", "count": "exact"}, seed=seed, home=home)
         if not rnd.is_complete():
             s = states()
             state, achieved = random_reset(s["base"], s["tuned"], sparsity,
-                                           seed=derive_seed(seed, "sparsity", "random", float(q)))
+                                           seed=derive_seed(seed, "sparsity", "random", key, value))
             _save_reset(rnd, state, s["template"], s["tokenizer"], sparsity=achieved)
-        rows.append({"mode": "magnitude", "quantile": float(q), "tau": tau, "sparsity": sparsity,
+        quantile = value if key == "quantile" else float(sparsity)
+        rows.append({"mode": "magnitude", "quantile": quantile, "tau": tau, "sparsity": sparsity,
                      "ref": model_ref(mag)})
-        rows.append({"mode": "random", "quantile": float(q), "tau": float("nan"),
+        rows.append({"mode": "random", "quantile": quantile, "tau": float("nan"),
                      "sparsity": rnd.manifest()["sparsity"], "ref": model_ref(rnd)})
     return pd.DataFrame(rows)
 
 
 def _scores(ref: str, preset: Preset, spec: EvalSpec, home, progress: bool) -> dict[str, float]:
-    result = evaluate_ref(ref, preset.task, preset.task_kwargs, spec, device=resolve_device(preset.device),
+    result = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=resolve_device(preset.device),
                           home=home, progress=progress)
     curve = result.curve.set_index("k")["pass_at_k"]
     return {"pass@1": float(curve.loc[1]), "pass@K": float(curve.loc[max(spec.ks)]), "K": max(spec.ks)}
@@ -160,8 +168,8 @@ def sparsity_sweep(preset: Preset, runs: dict[tuple[str, int], Run], *, home=Non
             raise ValueError(f"sparsity_methods names {method!r} but runs has no ({method!r}, {seed}) entry")
         tuned_ref = model_ref(runs[(method, seed)])
         tuned = _scores(tuned_ref, preset, spec, home, progress)
-        table = reset_models(preset.base_model, tuned_ref, preset.sparsity.quantiles, seed=seed, home=home,
-                             dtype=getattr(torch, preset.config(method).dtype))
+        table = reset_models(preset.base_model, tuned_ref, preset.sparsity.quantiles, taus=preset.sparsity.taus,
+                             seed=seed, home=home, dtype=getattr(torch, preset.config(method).dtype))
         scores = pd.DataFrame([_scores(r, preset, spec, home, progress) for r in table["ref"]])
         table = pd.concat([table.drop(columns="ref"), scores], axis=1)
         ends = [{"mode": m, "quantile": q, "tau": np.nan, "sparsity": q, **s}
