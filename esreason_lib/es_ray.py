@@ -14,16 +14,19 @@ tensors, and its inputs are (population, rewards): the population the backend wa
 returned. So the backend keeps the last call's (population, rewards) and, at the next call (the next
 iteration), every replica runs `ES(config, replica).tell(population, rewards)` first: the same shaping, the
 same per-seed coefficients, the same `es_noise.apply_update` kernel on the same device type, hence the same
-bits as the driver. Only N seeds, N signs and N rewards cross the wire per step. This replay assumes the
-caller told exactly those rewards (as `train_es` and a plain ask/evaluate/tell loop do). A call whose model is
-not the one the replicas follow, or whose iteration is neither the last one nor the next (a resumed run, a new
-model), reloads every replica from the driver's weights instead (the only time weights travel after the start).
+bits as the driver. Only N seeds, N signs and N rewards cross the wire per step, and the coefficient rule stays
+in one place (sending precomputed (seeds, coefficients, scale) to `apply_update` would copy tell's). The replay
+assumes the caller told exactly those rewards (as `train_es` and a plain ask/evaluate/tell loop do). A call
+whose model is not the one the replicas follow, or whose iteration is neither the last one nor the next (a
+resumed run, a new model), reloads every replica from the driver's weights instead (the only time weights travel
+after the start).
 
-Guarding it. Every `check_every` calls (1 by default: at the tiny CPU scale it costs a few milliseconds), after
-the replay the driver's `weights_checksum` (blake2b over every parameter's name, dtype, shape and bytes) is
-compared with each replica's, and any difference raises a RuntimeError naming the replica and the iteration: a
-tell with other rewards, a lost update or a corrupted replica fails loudly instead of drifting. At paper scale
-(1.5B parameters) a checksum hashes ~3 GB on the host; raise `check_every` there.
+Guarding it. Every `check_every` calls (1 by default), after the replay, the driver's `weights_checksum`
+(blake2b over every parameter's name, dtype, shape and bytes) is compared with each replica's, and any difference
+raises a RuntimeError naming the replica and the iteration: a tell with other rewards or over another set of
+tensors, a lost update or a corrupted replica fails loudly instead of drifting. Measured here (loaded 2-core CPU):
+1.4 ms for the tiny random Qwen2, 18 ms per million float32 weights; a 1.5B bfloat16 model hashes ~3 GB on the
+host, so raise `check_every` at paper scale.
 
 Failures. An actor that dies (`RayActorError`, e.g. `ray.kill` or a crashed process) is replaced by a new actor
 built from the driver's current weights (the unperturbed theta of this iteration, which the replicas hold
@@ -105,7 +108,13 @@ _REMOTE_REPLICA = ray.remote(Replica)
 
 
 class RayBackend:
-    """Score the population on `workers` Ray actors (see the module docstring for the protocol and its checks)."""
+    """Score the population on `workers` Ray actors (see the module docstring for the protocol and its checks).
+
+    `config` gives the scoring (sigma, greedy, temperature, max_new_tokens, seed, as `SequentialBackend`) and the
+    update the replicas replay (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one).
+    `check_every`: compare weight checksums every this many calls. `max_restarts`: dead workers replaced within
+    one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
+    when the driver's model is on CUDA, else 0; fractions share a GPU)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,
@@ -118,8 +127,7 @@ class RayBackend:
         check_nonnegative_float(self, "cpus_per_worker")
         check(self, "gpus_per_worker", gpus_per_worker is None or (is_real(gpus_per_worker) and gpus_per_worker >= 0),
               "must be None or a number >= 0")
-        self.restarts = 0
-        """Actors replaced after dying, over the backend's life."""
+        self.restarts = 0  # actors replaced after dying, over the backend's life
         self._actors: list = []
         self._driver = None  # the model the replicas follow
         self._iteration: int | None = None  # the iteration of the last call

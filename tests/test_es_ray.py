@@ -3,6 +3,7 @@ drifted replicas are caught. One local Ray (2 CPUs, no dashboard) and one 2-acto
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 import time
@@ -153,3 +154,32 @@ def test_corrupted_replica_fails_loudly(backend):
     ray.get(ray_backend.actors[1].__ray_call__.remote(nudge))
     with pytest.raises(RuntimeError, match="replica 1 drifted from the driver's weights at iteration 1"):
         ray_backend(model, es.ask(), examples, iteration=1)
+
+
+class _Slowed:
+    """Wraps a replica's scorer: each member takes `delay` seconds longer; counts the members it scored."""
+
+    def __init__(self, scorer, delay):
+        self.scorer, self.delay, self.calls = scorer, delay, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        time.sleep(self.delay)
+        return self.scorer(*args, **kwargs)
+
+
+def test_a_slow_worker_does_not_stall_the_step(backend):
+    ray_backend, _ = backend
+    model, tok = _model(), build_char_tokenizer()
+    pop, examples = ES(dataclasses.replace(CFG, population_size=8), model).ask(), Digits().examples(n=2)
+    ray_backend(model, pop, examples, iteration=0)  # start or reload the replicas before timing anything
+    slow = ray_backend.actors[0]
+    ray.get(slow.__ray_call__.remote(lambda replica: setattr(replica, "scorer", _Slowed(replica.scorer, 3.0))))
+    try:
+        ev = ray_backend(model, pop, examples, iteration=0)
+        slow_calls = ray.get(slow.__ray_call__.remote(lambda replica: replica.scorer.calls))
+    finally:
+        ray.get(slow.__ray_call__.remote(lambda replica: setattr(replica, "scorer", replica.scorer.scorer)))
+    assert slow_calls < 4  # a static split would give it 4 of the 8 members
+    want = SequentialBackend.from_config(CFG, Digits(), tok)(model, pop, examples, iteration=0)
+    assert ev.rewards.tolist() == want.rewards.tolist()
