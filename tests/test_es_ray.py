@@ -137,6 +137,14 @@ def test_actor_killed_mid_step_is_replaced_and_every_member_scored(backend):
     assert len(set(ray_backend.actors) & set(before)) == 1  # one actor is new
     want = SequentialBackend.from_config(CFG, Digits(), tok)(model, pop, examples, iteration=0)
     assert ev.rewards.tolist() == want.rewards.tolist() and np.array_equal(ev.correct, want.correct)
+    ray_backend.max_restarts = 0  # no replacement allowed: the death is an error that names the member
+    arm.touch()
+    try:
+        with pytest.raises(RuntimeError, match=r"1 workers died in iteration 0 \(max_restarts=0\); the last was "
+                                                r"scoring member \d \(seed -?\d+, sign -?1\)"):
+            ray_backend(model, pop, examples, iteration=0)
+    finally:
+        ray_backend.max_restarts = 3
 
 
 def test_corrupted_replica_fails_loudly(backend):
