@@ -20,7 +20,7 @@ from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E4
 
 
 class Digits:
-    """A graded toy objective (rewards spread over [0, 1], so ES updates are non-zero): the digit sum of the
+    """A graded toy objective (rewards spread over [0, 1], so ES updates are non-zero): the sum of the
     completion's character codes mod 11, over 10. While `arm` names an existing file, the first actor to score a
     completion deletes it and kills itself with `ray.kill` (a worker dying mid-step)."""
 
@@ -70,6 +70,7 @@ def backend(tmp_path_factory):
     yield b, arm
     b.close()
     ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def _model():
