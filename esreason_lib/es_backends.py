@@ -2,7 +2,8 @@
 
 A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
 perturbs the one model in place member by member (exact restore, see `es_noise`), generates on the step's
-prompts and scores with the task. A population-batched or Ray backend implements the same protocol.
+prompts and scores with the task. `es_batched.BatchedBackend` decodes the whole population in one batched
+forward with the same rewards (bit-identical in float32, greedy). `make_backend` picks one from an `ESConfig`.
 
 All members and the center model share one sampling seed per iteration, `derive_seed(seed, "es", "sample",
 iteration)` (common random numbers): with temperature sampling, reward differences between members then come
@@ -42,6 +43,23 @@ class PopulationEvaluator(Protocol):
     iteration)."""
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
+
+
+BACKENDS = ("auto", "batched", "sequential")
+"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
+and "sequential" otherwise."""
+
+
+def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
+    """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says)."""
+    from esreason_lib.es_batched import BatchedBackend
+
+    name = config.backend
+    if name == "auto":
+        name = "batched" if config.greedy and config.dtype == "float32" else "sequential"
+    if name not in BACKENDS:
+        raise ValueError(f"ESConfig.backend must be one of {BACKENDS}, got {config.backend!r}")
+    return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)
 
 
 def sample_seed(seed: int, iteration: int) -> int:

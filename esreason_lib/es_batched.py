@@ -1,0 +1,275 @@
+"""A population-batched ES evaluator: every member of a population decodes greedily in one batched forward.
+
+`BatchedBackend` implements `es_backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
+once, materialises each member's weights W_i = fl(W + sign_i * sigma * eps(seed_i)) with the very kernel
+`es_noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
+tensor ([N, *shape]: N copies of the weights, never N model objects), and runs a functional Qwen2 forward in
+which each linear layer is one `bmm` over members, everything else (norms, rotary, attention, argmax) one op over
+all N x rows, with a preallocated KV cache.
+
+Why the rewards equal `SequentialBackend`'s exactly (float32 greedy, verified by tests/test_es_batched.py): the
+decode loop mirrors `generation._decode_chunk` per member, so each member's running batch has the same rows at
+every step as the sequential path's (same compaction rule), laid out in its slot [0, r_i) of an [N, R] grid.
+Then (1) a member's linear layer is a gemm of the same shape M = r_i * L, K, O as the sequential `F.linear`, and
+`bmm` of a member's slice calls that same gemm (measured bit-identical; a CPU gemm may round differently for
+other M, e.g. M <= 3 here, which is why members are grouped by r_i instead of padded); (2) all other ops are
+row-independent (elementwise, per-row reductions, per-row attention), measured bit-identical across batch sizes;
+(3) the attention gets the mask Hugging Face would build for that member's batch: `None` when every row of the
+member's batch is unmasked (SDPA then takes a different, not bit-equal, kernel path), else the boolean mask.
+Hence every member's logits, greedy tokens, completions and rewards are bit-identical to the sequential path's.
+Greedy only: sampling draws from one generator stream whose order depends on the batch, so it cannot match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import create_causal_mask
+from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
+
+from esreason_lib.es_backends import Evaluation
+from esreason_lib.es_noise import _shift_, named_params, noise
+from esreason_lib.generation import _COMPACT_FRACTION, _cut_at_stop, _encode, _left_pad, _positions, _special_ids
+
+
+@torch.no_grad()
+def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) -> dict[str, torch.Tensor]:
+    """name -> [N, *shape]: member i's tensor fl(W + signs[i] * sigma * eps(seeds[i])), bit-identical to what
+    `es_noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
+    out = {}
+    for name, p in params.items():
+        w = p.detach().unsqueeze(0).repeat(len(seeds), *([1] * p.dim()))  # [N, *shape]
+        eps = {}
+        for i, (s, sign) in enumerate(zip(seeds, signs)):
+            if s not in eps:
+                eps = {s: noise(s, name, p)}  # antithetic pairs are adjacent: keep one draw alive
+            _shift_(w[i], eps[s], float(sign) * float(sigma))
+        out[name] = w
+    return out
+
+
+class _Groups:
+    """Members grouped by their running row count r_i (members with r_i = 0 are finished and skipped)."""
+
+    def __init__(self, counts: torch.Tensor, width: int):
+        self.width = width
+        """R: the slot width of the [N, R] row grid."""
+        values = sorted({int(c) for c in counts.tolist() if c > 0})
+        self.parts = [(torch.nonzero(counts == r).squeeze(1), r) for r in values]
+        """(member indices [g], r) per distinct running row count."""
+        self.whole = len(self.parts) == 1 and self.parts[0][1] == width and len(self.parts[0][0]) == len(counts)
+        """True when every member runs all R rows (one bmm covers the grid)."""
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
+    """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0."""
+    n, width, length, k = x.shape
+
+    def mm(xs, ws, bs):  # xs [g, M, K] -> [g, M, O]
+        return torch.bmm(xs, ws.transpose(1, 2)) if bs is None else torch.baddbmm(bs[:, None], xs, ws.transpose(1, 2))
+
+    if groups.whole:
+        return mm(x.reshape(n, width * length, k), w, b).view(n, width, length, -1)
+    y = x.new_zeros(n, width, length, w.shape[1])  # [N, R, L, O]
+    for idx, r in groups.parts:
+        xs = x[idx, :r].reshape(len(idx), r * length, k)  # [g, r*L, K]
+        y[idx, :r] = mm(xs, w[idx], None if b is None else b[idx]).view(len(idx), r, length, -1)
+    return y
+
+
+def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2RMSNorm's op sequence with a per-member weight. x [N, R, L, d], w [N, d]."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w[:, None, None, :] * h.to(x.dtype)
+
+
+class _Qwen2Population:
+    """A functional Qwen2 forward over member-stacked weights with a preallocated KV cache."""
+
+    def __init__(self, model, weights: dict[str, torch.Tensor], capacity: int):
+        net = model.model
+        name = {id(p): n for n, p in model.named_parameters()}
+        self.w = lambda t: None if t is None else weights[name[id(t)]]
+        self.model, self.net, self.capacity = model, net, capacity
+        self.cache: list[list[torch.Tensor]] = []
+        """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
+        self.length = 0
+        """Positions filled in the cache."""
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep rows `keep` [N, R'] of every member's slot in the cache."""
+        member = torch.arange(keep.shape[0], device=keep.device)[:, None]  # [N, 1]
+        self.cache = [[t[member, keep] for t in kv] for kv in self.cache]
+
+    def __call__(self, ids, pos, mask, groups: _Groups) -> torch.Tensor:
+        """Last-position logits [N, R, V] for ids / pos [N, R, L] appended at the cache end; `mask` is the
+        attention mask each row gets (None, or bool [N*R, 1, L, cache length + L])."""
+        n, width, length = ids.shape
+        cfg, net, lw = self.model.config, self.net, self.w
+        emb = lw(net.embed_tokens.weight)  # [N, V, d]
+        member = torch.arange(n, device=ids.device)[:, None, None]  # [N, 1, 1]
+        x = emb[member, ids]  # [N, R, L, d]
+        flat = (n * width, length)
+        cos, sin = net.rotary_emb(x.view(*flat, -1), pos.reshape(flat))  # [N*R, L, D]
+        start, self.length = self.length, self.length + length
+        for li, layer in enumerate(net.layers):
+            att = layer.self_attn
+            h = _rms_norm(x, lw(layer.input_layernorm.weight), layer.input_layernorm.variance_epsilon)
+            heads = [_linear(h, lw(lin.weight), lw(lin.bias), groups).view(*flat, -1, att.head_dim).transpose(1, 2)
+                     for lin in (att.q_proj, att.k_proj, att.v_proj)]  # [N*R, heads, L, D]
+            q, k = apply_rotary_pos_emb(heads[0], heads[1], cos, sin)
+            if li == len(self.cache):
+                shape = (n, width, cfg.num_key_value_heads, self.capacity, att.head_dim)
+                self.cache.append([k.new_empty(shape), k.new_empty(shape)])
+            keys, values = self.cache[li]
+            keys[:, :, :, start:self.length] = k.view(n, width, *k.shape[1:])
+            values[:, :, :, start:self.length] = heads[2].view(n, width, *k.shape[1:])
+            kv = [t.view(n * width, *t.shape[2:])[:, :, :self.length] for t in (keys, values)]  # [N*R, kvh, T, D]
+            o = self._attention(att, q, kv, mask)  # [N*R, L, heads*D]
+            x = x + _linear(o.view(n, width, length, -1), lw(att.o_proj.weight), None, groups)
+            mlp, post = layer.mlp, layer.post_attention_layernorm
+            h = _rms_norm(x, lw(post.weight), post.variance_epsilon)
+            act = mlp.act_fn(_linear(h, lw(mlp.gate_proj.weight), None, groups)) * _linear(
+                h, lw(mlp.up_proj.weight), None, groups)
+            x = x + _linear(act, lw(mlp.down_proj.weight), None, groups)
+        h = _rms_norm(x[:, :, -1:], lw(net.norm.weight), net.norm.variance_epsilon)  # [N, R, 1, d]
+        return _linear(h, lw(self.model.lm_head.weight), None, groups)[:, :, 0]  # [N, R, V]
+
+    def _attention(self, att, q, kv, mask) -> torch.Tensor:
+        """HF's SDPA attention for every row; `mask` is None, a bool mask, or (bool mask, rows that get None)."""
+        if isinstance(mask, tuple):  # mixed: compute both kernel paths and pick per row (rows are independent)
+            both = [sdpa_attention_forward(att, q, *kv, m, dropout=0.0, scaling=att.scaling)[0] for m in (None, mask[0])]
+            o = torch.where(mask[1][:, None, None, None], both[0], both[1])  # [N*R, L, heads, D]
+        else:
+            o = sdpa_attention_forward(att, q, *kv, mask, dropout=0.0, scaling=att.scaling)[0]
+        return o.reshape(o.shape[0], o.shape[1], -1)  # [N*R, L, heads*D]
+
+
+@torch.no_grad()
+def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: int, stop: str | None, pad: int,
+                       eos: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding of one chunk of prompts (`ids`, `mask` [b, Lp], one row per prompt) by every member,
+    mirroring `generation._decode_chunk` member by member. Returns (tokens, valid), each [N, b, T]."""
+    n, (b, lp), device = next(iter(weights.values())).shape[0], ids.shape, ids.device
+    eos_t = torch.tensor(sorted(eos), device=device)  # [E]
+    stop_window = len(stop) if stop else 0
+    tokens = torch.full((n, b, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, b, T]
+    valid = torch.zeros((n, b, max_new_tokens), dtype=torch.bool, device=device)  # [N, b, T]
+    member = torch.arange(n, device=device)[:, None]  # [N, 1]
+    rows = torch.arange(b, device=device).repeat(n, 1)  # [N, R] chunk row of each slot
+    counts = torch.full((n,), b, dtype=torch.long, device=device)  # [N] r_i: running rows of member i
+    attn = torch.zeros((n, b, lp + max_new_tokens), dtype=torch.bool, device=device)  # [N, R, Lmax]
+    attn[:, :, :lp] = mask
+    pos = _positions(mask)  # [b, Lp]
+    forward = _Qwen2Population(model, weights, lp + max_new_tokens)
+    shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
+    prefill_mask = create_causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
+                                      position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
+    if prefill_mask is not None:
+        prefill_mask = prefill_mask.repeat(n, 1, 1, 1)  # [N*b, 1, Lp, Lp]
+    logits = forward(ids.expand(n, b, lp), pos.expand(n, b, lp), prefill_mask, _Groups(counts, b))  # [N, b, V]
+    last_pos = pos[:, -1:].expand(n, b, 1)  # [N, R, 1]
+    done = torch.zeros((n, b), dtype=torch.bool, device=device)  # [N, R]
+    for t in range(max_new_tokens):
+        width = rows.shape[1]
+        slot = torch.arange(width, device=device)[None] < counts[:, None]  # [N, R] slots in a member's batch
+        logits = logits.float()
+        logits = torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)  # [N, R, V]
+        live = slot & ~done  # [N, R]
+        tok = torch.where(live, logits.argmax(-1), pad)  # [N, R]
+        tokens[member, rows, t] = tok  # slots outside a member's batch hold rows it dropped: pad, not valid
+        valid[member, rows, t] = live
+        done = done | (torch.isin(tok, eos_t) & slot)
+        if stop_window:
+            check = torch.nonzero(live & ~done)  # [c, 2] (member, slot) of running rows that may hit the stop
+            if len(check):
+                tails = tokens[check[:, 0], rows[check[:, 0], check[:, 1]], max(0, t + 1 - stop_window): t + 1]
+                hit = [stop in s for s in tokenizer.batch_decode(tails.tolist(), skip_special_tokens=True)]
+                done[check[:, 0], check[:, 1]] |= torch.tensor(hit, dtype=torch.bool, device=device)
+        n_done = (done & slot).sum(1)  # [N]
+        counts = torch.where(n_done == counts, 0, counts)  # a member whose rows are all done stops
+        if not int(counts.max()):
+            break
+        attn[:, :width, lp + t] = live
+        last_pos = last_pos + 1
+        compact = (counts > 0) & (n_done >= torch.clamp(_COMPACT_FRACTION * counts, min=1))  # [N]
+        if bool(compact.any()):
+            keep_slot = slot & ~(done & compact[:, None])  # [N, R]
+            counts = torch.where(counts > 0, keep_slot.sum(1), 0)
+            new_width = int(counts.max())
+            order = torch.argsort((~keep_slot).to(torch.int8), dim=1, stable=True)[:, :new_width]  # [N, R']
+            rows, done, last_pos, attn = rows[member, order], done[member, order], last_pos[member, order], \
+                attn[member, order]
+            tok = tok[member, order]
+            forward.select(order)
+            width = new_width
+        cur = lp + t + 1
+        slot = torch.arange(width, device=device)[None] < counts[:, None]  # [N, R]
+        full = (attn[:, :, :cur] | ~slot[:, :, None]).all(2).all(1)  # [N] HF passes no mask for such a member
+        mask_now = attn[:, :, None, None, :cur].reshape(n * width, 1, 1, cur)  # [N*R, 1, 1, T]
+        if bool(full.all()):
+            mask_now = None
+        elif bool(full.any()):
+            mask_now = (mask_now, full[:, None].expand(n, width).reshape(-1))
+        logits = forward(tok[:, :, None], last_pos, mask_now, _Groups(counts, width))  # [N, R, V]
+    return tokens, valid
+
+
+class BatchedBackend:
+    """Score every member of a population in one batched greedy decode (see the module docstring); the same
+    rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
+
+    def __init__(self, task, tokenizer, *, sigma: float, max_new_tokens: int | None = None, batch_size: int = 512):
+        if not sigma > 0:
+            raise ValueError(f"BatchedBackend: sigma must be > 0, got {sigma!r}")
+        self.task, self.tokenizer, self.sigma = task, tokenizer, float(sigma)
+        self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
+        self.batch_size = int(batch_size)
+        """Prompts per decoded chunk (all members together): `generation.generate`'s default, so that prompt
+        padding, and with it every row's arithmetic, matches the sequential path."""
+
+    @classmethod
+    def from_config(cls, config, task, tokenizer) -> "BatchedBackend":
+        """The backend an `ESConfig` describes (it must decode greedily)."""
+        if not config.greedy:
+            raise ValueError("BatchedBackend: ESConfig.greedy must be True (sampling cannot match the sequential "
+                             "path's generator stream)")
+        return cls(task, tokenizer, sigma=config.sigma, max_new_tokens=config.max_new_tokens)
+
+    def completions(self, model, population, examples: list[dict]) -> list[list[str]]:
+        """[N][P] each member's greedy completion of each example's prompt (cut after the task's stop)."""
+        if not isinstance(model, Qwen2ForCausalLM):
+            raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
+                            "(use ESConfig.backend='sequential')")
+        prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
+        encoded = _encode(self.tokenizer, prompts, "prompts")  # once for the whole population
+        pad, eos = _special_ids(model, self.tokenizer)
+        params = named_params(model)
+        weights = member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+        n, p = len(population), len(examples)
+        texts: list[list[str]] = [[] for _ in range(n)]
+        was_training = model.training
+        model.eval()
+        try:
+            for start in range(0, p, self.batch_size):
+                ids, mask = _left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
+                tokens, valid = _decode_population(model, self.tokenizer, weights, ids, mask,
+                                                   max_new_tokens=self.max_new_tokens, stop=self.task.stop,
+                                                   pad=pad, eos=eos)  # [N, b, T]
+                width = max(int(valid.sum(2).max()), 1)
+                for i in range(n):
+                    texts[i] += self.tokenizer.batch_decode(tokens[i, :, :width].tolist(), skip_special_tokens=True)
+        finally:
+            model.train(was_training)
+        return [[_cut_at_stop(s, self.task.stop) for s in member] for member in texts]
+
+    def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
+        texts = self.completions(model, population, examples)
+        n, p = len(population), len(examples)
+        rewards, correct = np.zeros(n), np.zeros((n, p))  # [N], [N, P]
+        for i, done in enumerate(texts):
+            rewards[i] = np.array([self.task.reward(c, ex) for c, ex in zip(done, examples)], dtype=np.float64).mean()
+            correct[i] = np.array([self.task.is_correct(c, ex) for c, ex in zip(done, examples)], dtype=np.float64)
+        return Evaluation(rewards=rewards, correct=correct, fixup_frac=0.0, generations=n * p)
