@@ -32,6 +32,11 @@ from esreason_lib.es_backends import Evaluation
 from esreason_lib.es_noise import _shift_, named_params, noise
 from esreason_lib.generation import _COMPACT_FRACTION, _cut_at_stop, _encode, _left_pad, _positions, _special_ids
 
+_PREFILL_ROWS = 4096
+"""Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
+about this size, whose activations fit in cache (one chunk of all members is memory-bound); measured in
+benchmarks/bench_es.py."""
+
 
 @torch.no_grad()
 def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) -> dict[str, torch.Tensor]:
@@ -93,6 +98,13 @@ class _Qwen2Population:
         name = {id(p): n for n, p in model.named_parameters()}
         self.w = lambda t: None if t is None else weights[name[id(t)]]
         self.model, self.net, self.capacity = model, net, capacity
+        cat = lambda *ts: torch.cat([self.w(t) for t in ts], dim=1)  # noqa: E731
+        self.fused = [(cat(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight),
+                       cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
+                       cat(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight))
+                      for layer in net.layers for a in [layer.self_attn]]
+        """Per layer: q|k|v weights [N, (heads + 2 kv_heads) D, d] and biases, gate|up weights [N, 2 I, d]: one
+        bmm each (a gemm's output columns do not change each other's sums, so this is bit-identical too)."""
         self.cache: list[list[torch.Tensor]] = []
         """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
         self.length = 0
@@ -103,36 +115,40 @@ class _Qwen2Population:
         member = torch.arange(keep.shape[0], device=keep.device)[:, None]  # [N, 1]
         self.cache = [[t[member, keep] for t in kv] for kv in self.cache]
 
-    def __call__(self, ids, pos, mask, groups: _Groups) -> torch.Tensor:
-        """Last-position logits [N, R, V] for ids / pos [N, R, L] appended at the cache end; `mask` is the
-        attention mask each row gets (None, or bool [N*R, 1, L, cache length + L])."""
+    def __call__(self, ids, pos, mask, groups: _Groups, members: slice = slice(None)) -> torch.Tensor:
+        """Last-position logits [n, R, V] of `members` (n of them) for ids / pos [n, R, L] written at cache
+        positions [length, length + L) (the caller advances `length`); `mask` is the attention mask each row
+        gets (None, or bool [n*R, 1, L, length + L]); `groups` describes these members' row counts."""
         n, width, length = ids.shape
-        cfg, net, lw = self.model.config, self.net, self.w
-        emb = lw(net.embed_tokens.weight)  # [N, V, d]
+        cfg, net = self.model.config, self.net
+        lw = lambda t: self.w(t)[members]  # noqa: E731
+        emb = lw(net.embed_tokens.weight)  # [n, V, d]
         member = torch.arange(n, device=ids.device)[:, None, None]  # [N, 1, 1]
         x = emb[member, ids]  # [N, R, L, d]
         flat = (n * width, length)
         cos, sin = net.rotary_emb(x.view(*flat, -1), pos.reshape(flat))  # [N*R, L, D]
-        start, self.length = self.length, self.length + length
+        start, end = self.length, self.length + length
         for li, layer in enumerate(net.layers):
             att = layer.self_attn
             h = _rms_norm(x, lw(layer.input_layernorm.weight), layer.input_layernorm.variance_epsilon)
-            heads = [_linear(h, lw(lin.weight), lw(lin.bias), groups).view(*flat, -1, att.head_dim).transpose(1, 2)
-                     for lin in (att.q_proj, att.k_proj, att.v_proj)]  # [N*R, heads, L, D]
+            qkv_w, qkv_b, gate_up_w = (t[members] for t in self.fused[li])
+            qkv = _linear(h, qkv_w, qkv_b, groups)  # [N, R, L, (heads + 2 kv_heads) D]
+            sizes = [cfg.num_attention_heads * att.head_dim] + [cfg.num_key_value_heads * att.head_dim] * 2
+            heads = [t.reshape(*flat, -1, att.head_dim).transpose(1, 2) for t in qkv.split(sizes, dim=-1)]
             q, k = apply_rotary_pos_emb(heads[0], heads[1], cos, sin)
             if li == len(self.cache):
-                shape = (n, width, cfg.num_key_value_heads, self.capacity, att.head_dim)
+                shape = (len(self.fused[li][0]), width, cfg.num_key_value_heads, self.capacity, att.head_dim)
                 self.cache.append([k.new_empty(shape), k.new_empty(shape)])
-            keys, values = self.cache[li]
-            keys[:, :, :, start:self.length] = k.view(n, width, *k.shape[1:])
-            values[:, :, :, start:self.length] = heads[2].view(n, width, *k.shape[1:])
-            kv = [t.view(n * width, *t.shape[2:])[:, :, :self.length] for t in (keys, values)]  # [N*R, kvh, T, D]
+            keys, values = (t[members] for t in self.cache[li])  # [n, R, kv_heads, capacity, D]
+            keys[:, :, :, start:end] = k.view(n, width, *k.shape[1:])
+            values[:, :, :, start:end] = heads[2].view(n, width, *k.shape[1:])
+            kv = [t.view(n * width, *t.shape[2:])[:, :, :end] for t in (keys, values)]  # [n*R, kv_heads, T, D]
             o = self._attention(att, q, kv, mask)  # [N*R, L, heads*D]
             x = x + _linear(o.view(n, width, length, -1), lw(att.o_proj.weight), None, groups)
             mlp, post = layer.mlp, layer.post_attention_layernorm
             h = _rms_norm(x, lw(post.weight), post.variance_epsilon)
-            act = mlp.act_fn(_linear(h, lw(mlp.gate_proj.weight), None, groups)) * _linear(
-                h, lw(mlp.up_proj.weight), None, groups)
+            gate, up = _linear(h, gate_up_w, None, groups).chunk(2, dim=-1)  # [N, R, L, I] each
+            act = mlp.act_fn(gate) * up
             x = x + _linear(act, lw(mlp.down_proj.weight), None, groups)
         h = _rms_norm(x[:, :, -1:], lw(net.norm.weight), net.norm.variance_epsilon)  # [N, R, 1, d]
         return _linear(h, lw(self.model.lm_head.weight), None, groups)[:, :, 0]  # [N, R, V]
@@ -145,6 +161,30 @@ class _Qwen2Population:
         else:
             o = sdpa_attention_forward(att, q, *kv, mask, dropout=0.0, scaling=att.scaling)[0]
         return o.reshape(o.shape[0], o.shape[1], -1)  # [N*R, L, heads*D]
+
+
+def _unique_rows(keys: torch.Tensor):
+    """(distinct keys [U], index of one occurrence of each [U], inverse [B]) of keys [B]."""
+    distinct, inverse = torch.unique(keys, return_inverse=True)  # [U], [B]
+    first = torch.empty(len(distinct), dtype=torch.long, device=keys.device)
+    first[inverse] = torch.arange(len(keys), device=keys.device)  # any occurrence will do
+    return distinct, first, inverse
+
+
+def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
+    """`tokenizer.batch_decode` of each row of ids [B, L] (special tokens skipped), decoding each distinct row
+    once: members mostly agree, and the per-token Python conversion dominates decoding."""
+    if not len(ids):
+        return []
+    base = int(ids.max()) + 1
+    if base ** ids.shape[1] < 2**62:  # each row as one int64 number in base `base`: a 1-D unique is much faster
+        keys = (ids * base ** torch.arange(ids.shape[1] - 1, -1, -1, device=ids.device)).sum(1)  # [B]
+        _, first, inverse = _unique_rows(keys)
+        distinct = ids[first]  # [U, L]
+    else:
+        distinct, inverse = torch.unique(ids, dim=0, return_inverse=True)  # [U, L], [B]
+    texts = tokenizer.batch_decode(distinct.tolist(), skip_special_tokens=True)
+    return [texts[k] for k in inverse.tolist()]
 
 
 @torch.no_grad()
@@ -169,7 +209,12 @@ def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: 
                                       position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
     if prefill_mask is not None:
         prefill_mask = prefill_mask.repeat(n, 1, 1, 1)  # [N*b, 1, Lp, Lp]
-    logits = forward(ids.expand(n, b, lp), pos.expand(n, b, lp), prefill_mask, _Groups(counts, b))  # [N, b, V]
+    step = max(1, _PREFILL_ROWS // (b * lp))  # members per prefill chunk: its activations stay cache-sized
+    chunks = [slice(at, min(at + step, n)) for at in range(0, n, step)]
+    logits = torch.cat([forward(ids.expand(c.stop - c.start, b, lp), pos.expand(c.stop - c.start, b, lp),
+                                None if prefill_mask is None else prefill_mask[: (c.stop - c.start) * b],
+                                _Groups(counts[c], b), c) for c in chunks])  # [N, b, V]
+    forward.length = lp
     last_pos = pos[:, -1:].expand(n, b, 1)  # [N, R, 1]
     done = torch.zeros((n, b), dtype=torch.bool, device=device)  # [N, R]
     for t in range(max_new_tokens):
@@ -186,7 +231,7 @@ def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: 
             check = torch.nonzero(live & ~done)  # [c, 2] (member, slot) of running rows that may hit the stop
             if len(check):
                 tails = tokens[check[:, 0], rows[check[:, 0], check[:, 1]], max(0, t + 1 - stop_window): t + 1]
-                hit = [stop in s for s in tokenizer.batch_decode(tails.tolist(), skip_special_tokens=True)]
+                hit = [stop in s for s in _decode_rows(tokenizer, tails)]
                 done[check[:, 0], check[:, 1]] |= torch.tensor(hit, dtype=torch.bool, device=device)
         n_done = (done & slot).sum(1)  # [N]
         counts = torch.where(n_done == counts, 0, counts)  # a member whose rows are all done stops
@@ -214,6 +259,7 @@ def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: 
         elif bool(full.any()):
             mask_now = (mask_now, full[:, None].expand(n, width).reshape(-1))
         logits = forward(tok[:, :, None], last_pos, mask_now, _Groups(counts, width))  # [N, R, V]
+        forward.length += 1
     return tokens, valid
 
 
@@ -259,8 +305,9 @@ class BatchedBackend:
                                                    max_new_tokens=self.max_new_tokens, stop=self.task.stop,
                                                    pad=pad, eos=eos)  # [N, b, T]
                 width = max(int(valid.sum(2).max()), 1)
+                chunk = _decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
                 for i in range(n):
-                    texts[i] += self.tokenizer.batch_decode(tokens[i, :, :width].tolist(), skip_special_tokens=True)
+                    texts[i] += chunk[i * len(ids): (i + 1) * len(ids)]
         finally:
             model.train(was_training)
         return [[_cut_at_stop(s, self.task.stop) for s in member] for member in texts]
@@ -269,7 +316,12 @@ class BatchedBackend:
         texts = self.completions(model, population, examples)
         n, p = len(population), len(examples)
         rewards, correct = np.zeros(n), np.zeros((n, p))  # [N], [N, P]
+        scored: dict[tuple[int, str], tuple[float, bool]] = {}  # (prompt, completion) -> verdict, each scored once
         for i, done in enumerate(texts):
-            rewards[i] = np.array([self.task.reward(c, ex) for c, ex in zip(done, examples)], dtype=np.float64).mean()
-            correct[i] = np.array([self.task.is_correct(c, ex) for c, ex in zip(done, examples)], dtype=np.float64)
+            for j, (c, ex) in enumerate(zip(done, examples)):
+                if (j, c) not in scored:
+                    scored[j, c] = (self.task.reward(c, ex), self.task.is_correct(c, ex))
+            verdicts = [scored[j, c] for j, c in enumerate(done)]
+            rewards[i] = np.array([r for r, _ in verdicts], dtype=np.float64).mean()
+            correct[i] = np.array([c for _, c in verdicts], dtype=np.float64)
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=0.0, generations=n * p)
