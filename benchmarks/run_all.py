@@ -38,7 +38,7 @@ def main(argv=None) -> None:
               f"- machine: {_machine()}",
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
               f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''}` (each row: "
-              "`python benchmarks/bench_es.py <benchmark>`)", ""]
+              "`python benchmarks/bench_es.py <benchmark>`)", "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
     rows = []
     for name, fn in bench_es.BENCHMARKS.items():

@@ -90,21 +90,32 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return w[:, None, None, :] * h.to(x.dtype)
 
 
+def fuse_weights(model, weights: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
+    """Per layer: q|k|v weights [N, (heads + 2 kv_heads) D, d] and biases, gate|up weights [N, 2 I, d], so that
+    each is one bmm (a gemm's output columns do not change each other's sums: bit-identical too). The fused
+    tensors replace those entries of `weights`, which is emptied of them (N copies of most of the weights)."""
+    name = {id(p): n for n, p in model.named_parameters()}
+    fused = []
+    for layer in model.model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        cat = lambda *ts: torch.cat([weights.pop(name[id(t)]) for t in ts], dim=1)  # noqa: E731
+        fused.append((cat(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight),
+                      cat(att.q_proj.bias, att.k_proj.bias, att.v_proj.bias),
+                      cat(mlp.gate_proj.weight, mlp.up_proj.weight)))
+    return fused
+
+
 class _Qwen2Population:
     """A functional Qwen2 forward over member-stacked weights with a preallocated KV cache."""
 
-    def __init__(self, model, weights: dict[str, torch.Tensor], capacity: int):
+    def __init__(self, model, weights: dict[str, torch.Tensor], fused: list[tuple[torch.Tensor, ...]],
+                 capacity: int):
         net = model.model
         name = {id(p): n for n, p in model.named_parameters()}
         self.w = lambda t: None if t is None else weights[name[id(t)]]
         self.model, self.net, self.capacity = model, net, capacity
-        cat = lambda *ts: torch.cat([self.w(t) for t in ts], dim=1)  # noqa: E731
-        self.fused = [(cat(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight),
-                       cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
-                       cat(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight))
-                      for layer in net.layers for a in [layer.self_attn]]
-        """Per layer: q|k|v weights [N, (heads + 2 kv_heads) D, d] and biases, gate|up weights [N, 2 I, d]: one
-        bmm each (a gemm's output columns do not change each other's sums, so this is bit-identical too)."""
+        self.fused = fused
+        """`fuse_weights(model, weights)`: the fused q|k|v and gate|up weights per layer."""
         self.cache: list[list[torch.Tensor]] = []
         """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
         self.length = 0
@@ -188,11 +199,11 @@ def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
 
 
 @torch.no_grad()
-def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: int, stop: str | None, pad: int,
+def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_tokens: int, stop: str | None, pad: int,
                        eos: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding of one chunk of prompts (`ids`, `mask` [b, Lp], one row per prompt) by every member,
     mirroring `generation._decode_chunk` member by member. Returns (tokens, valid), each [N, b, T]."""
-    n, (b, lp), device = next(iter(weights.values())).shape[0], ids.shape, ids.device
+    n, (b, lp), device = fused[0][0].shape[0], ids.shape, ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
     stop_window = len(stop) if stop else 0
     tokens = torch.full((n, b, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, b, T]
@@ -203,7 +214,7 @@ def _decode_population(model, tokenizer, weights, ids, mask, *, max_new_tokens: 
     attn = torch.zeros((n, b, lp + max_new_tokens), dtype=torch.bool, device=device)  # [N, R, Lmax]
     attn[:, :, :lp] = mask
     pos = _positions(mask)  # [b, Lp]
-    forward = _Qwen2Population(model, weights, lp + max_new_tokens)
+    forward = _Qwen2Population(model, weights, fused, lp + max_new_tokens)
     shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
     prefill_mask = create_causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
                                       position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
@@ -294,6 +305,7 @@ class BatchedBackend:
         pad, eos = _special_ids(model, self.tokenizer)
         params = named_params(model)
         weights = member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+        fused = fuse_weights(model, weights)
         n, p = len(population), len(examples)
         texts: list[list[str]] = [[] for _ in range(n)]
         was_training = model.training
@@ -301,7 +313,7 @@ class BatchedBackend:
         try:
             for start in range(0, p, self.batch_size):
                 ids, mask = _left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
-                tokens, valid = _decode_population(model, self.tokenizer, weights, ids, mask,
+                tokens, valid = _decode_population(model, self.tokenizer, weights, fused, ids, mask,
                                                    max_new_tokens=self.max_new_tokens, stop=self.task.stop,
                                                    pad=pad, eos=eos)  # [N, b, T]
                 width = max(int(valid.sum(2).max()), 1)
