@@ -30,7 +30,8 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rot
 
 from esreason_lib.es_backends import Evaluation
 from esreason_lib.es_noise import _shift_, named_params, noise
-from esreason_lib.generation import _COMPACT_FRACTION, _cut_at_stop, _encode, _left_pad, _positions, _special_ids
+from esreason_lib.generation import (_COMPACT_FRACTION, _cut_at_stop, _decode_rows, _encode, _left_pad, _positions,
+                                     _special_ids)
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
@@ -172,30 +173,6 @@ class _Qwen2Population:
         else:
             o = sdpa_attention_forward(att, q, *kv, mask, dropout=0.0, scaling=att.scaling)[0]
         return o.reshape(o.shape[0], o.shape[1], -1)  # [N*R, L, heads*D]
-
-
-def _unique_rows(keys: torch.Tensor):
-    """(distinct keys [U], index of one occurrence of each [U], inverse [B]) of keys [B]."""
-    distinct, inverse = torch.unique(keys, return_inverse=True)  # [U], [B]
-    first = torch.empty(len(distinct), dtype=torch.long, device=keys.device)
-    first[inverse] = torch.arange(len(keys), device=keys.device)  # any occurrence will do
-    return distinct, first, inverse
-
-
-def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
-    """`tokenizer.batch_decode` of each row of ids [B, L] (special tokens skipped), decoding each distinct row
-    once: members mostly agree, and the per-token Python conversion dominates decoding."""
-    if not len(ids):
-        return []
-    base = int(ids.max()) + 1
-    if base ** ids.shape[1] < 2**62:  # each row as one int64 number in base `base`: a 1-D unique is much faster
-        keys = (ids * base ** torch.arange(ids.shape[1] - 1, -1, -1, device=ids.device)).sum(1)  # [B]
-        _, first, inverse = _unique_rows(keys)
-        distinct = ids[first]  # [U, L]
-    else:
-        distinct, inverse = torch.unique(ids, dim=0, return_inverse=True)  # [U, L], [B]
-    texts = tokenizer.batch_decode(distinct.tolist(), skip_special_tokens=True)
-    return [texts[k] for k in inverse.tolist()]
 
 
 @torch.no_grad()
