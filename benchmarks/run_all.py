@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     header = [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
               f"- machine: {_machine()}",
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
-              f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''}` (each row: "
+              f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}` (each row: "
               "`python benchmarks/bench_es.py <benchmark>`)", "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
     rows = []
