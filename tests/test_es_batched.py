@@ -111,3 +111,21 @@ def test_make_backend_and_config_choice(setup):
     with pytest.raises(TypeError, match="Qwen2ForCausalLM"):
         BatchedBackend(task, tok, sigma=0.1).completions(torch.nn.Linear(2, 2), ES(ESConfig(), {}).ask(), [])
     assert dataclasses.replace(ESConfig(), backend="batched").backend == "batched"
+
+
+def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
+    from esreason_lib.es import train_es
+
+    tok, model = setup
+    states, rewards = [], []
+    for backend in ("sequential", "batched"):
+        net = type(model)(model.config)
+        net.load_state_dict(model.state_dict())
+        cfg = ESConfig(model="tiny-random", population_size=4, antithetic=True, sigma=0.05, alpha=0.05,
+                       iterations=2, prompts_per_step=8, checkpoint_every=0, device="cpu", backend=backend)
+        run = train_es(cfg, model=net, tokenizer=tok, task=Lengths(), home=tmp_path, progress=False)
+        states.append(net.state_dict())
+        rewards.append(run.metrics()["reward/mean"].tolist())
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 2
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not all(torch.equal(states[0][k], v) for k, v in model.state_dict().items())  # training moved them
