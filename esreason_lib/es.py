@@ -29,7 +29,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from esreason_lib.es_backends import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
+from esreason_lib.es_backends import (BACKENDS, Evaluation, PopulationEvaluator, make_backend,
+                                      sample_seed, score_examples)
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
@@ -121,6 +122,11 @@ class ESConfig:
     """Model parameter dtype: "float32" or "bfloat16" (perturb/restore stays bit-exact in both)."""
     seed: int = 0
     """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
+    backend: str = "auto"
+    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), or "auto"
+    (batched when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
+    workers: int = 2
+    """Ray actors (one model replica each) when `backend` is "ray"; ignored by the in-process backends."""
 
     def __post_init__(self):
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
@@ -139,6 +145,9 @@ class ESConfig:
         check_choice(self, "dtype", DTYPES)
         check_nonempty_str(self, "model", "task", "device")
         check_int(self, "seed")
+        check_choice(self, "backend", BACKENDS)
+        check_positive_int(self, "workers")
+        check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,7 +268,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
     `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
-    overrides `SequentialBackend.from_config`. With `resume`, training continues from the run's last checkpoint
+    overrides `make_backend(config, ...)`. With `resume`, training continues from the run's last checkpoint
     and ends bit-identical to an uninterrupted run; without it, earlier metrics are dropped and training starts
     from the base. Logs per iteration (step = 1-based iteration): reward/mean, reward/std, reward/max,
     reward/min (population fitness), reward/center (the unperturbed model on the same prompts, same sampling
@@ -278,7 +287,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
                                                        home=home, progress=progress, caller="train_es")
     model.eval()
-    backend = backend or SequentialBackend.from_config(config, task, tokenizer)
+    backend = backend or make_backend(config, task, tokenizer)
     es = ES(config, model)
     theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
 

@@ -2,7 +2,8 @@
 
 A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
 perturbs the one model in place member by member (exact restore, see `es_noise`), generates on the step's
-prompts and scores with the task. A population-batched or Ray backend implements the same protocol.
+prompts and scores with the task. `es_batched.BatchedBackend` decodes the whole population in one batched
+forward with the same rewards (bit-identical in float32, greedy). `make_backend` picks one from an `ESConfig`.
 
 All members and the center model share one sampling seed per iteration, `derive_seed(seed, "es", "sample",
 iteration)` (common random numbers): with temperature sampling, reward differences between members then come
@@ -29,7 +30,7 @@ class Evaluation:
     correct: np.ndarray
     """[N, P] float64: each member's fraction of correct completions per prompt (0/1 with one greedy sample)."""
     fixup_frac: float = 0.0
-    """Mean over members of the fraction of weights the exact restore had to fix up (0 for remote backends)."""
+    """Mean over members of the fraction of weights the exact restore had to fix up (remote backends report their workers' fractions)."""
     generations: int = 0
     """Completions generated for this evaluation."""
 
@@ -42,6 +43,27 @@ class PopulationEvaluator(Protocol):
     iteration)."""
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
+
+
+BACKENDS = ("auto", "batched", "sequential", "ray")
+"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
+and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`)."""
+
+
+def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
+    """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says)."""
+    from esreason_lib.es_batched import BatchedBackend
+
+    name = config.backend
+    if name == "auto":
+        name = "batched" if config.greedy and config.dtype == "float32" else "sequential"
+    if name not in BACKENDS:
+        raise ValueError(f"ESConfig.backend must be one of {BACKENDS}, got {config.backend!r}")
+    if name == "ray":
+        from esreason_lib.es_ray import RayBackend  # here: es_ray imports es, which imports this module
+
+        return RayBackend.from_config(config, task, tokenizer, workers=config.workers)
+    return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)
 
 
 def sample_seed(seed: int, iteration: int) -> int:

@@ -104,6 +104,31 @@ def _cut_at_stop(text: str, stop: str | None) -> str:
     return text
 
 
+def _unique_rows(keys: torch.Tensor):
+    """(distinct keys [U], index of one occurrence of each [U], inverse [B]) of keys [B]."""
+    distinct, inverse = torch.unique(keys, return_inverse=True)  # [U], [B]
+    first = torch.empty(len(distinct), dtype=torch.long, device=keys.device)
+    first[inverse] = torch.arange(len(keys), device=keys.device)  # any occurrence will do
+    return distinct, first, inverse
+
+
+def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
+    """`tokenizer.batch_decode` of each row of ids [B, L] (special tokens skipped), decoding each distinct row
+    once: rows often agree (ES members, a prompt's samples, short stop-check tails), and the per-token Python
+    conversion dominates decoding."""
+    if not len(ids):
+        return []
+    base = int(ids.max()) + 1
+    if base ** ids.shape[1] < 2**62:  # each row as one int64 number in base `base`: a 1-D unique is much faster
+        keys = (ids * base ** torch.arange(ids.shape[1] - 1, -1, -1, device=ids.device)).sum(1)  # [B]
+        _, first, inverse = _unique_rows(keys)
+        distinct = ids[first]  # [U, L]
+    else:
+        distinct, inverse = torch.unique(ids, dim=0, return_inverse=True)  # [U, L], [B]
+    texts = tokenizer.batch_decode(distinct.tolist(), skip_special_tokens=True)
+    return [texts[k] for k in inverse.tolist()]
+
+
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
                   pad, eos, gen, use_cache=True):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
@@ -158,7 +183,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
             lo = max(0, t + 1 - stop_window)
             check = torch.nonzero(live & ~done).squeeze(-1)  # [c] running rows that may have hit the stop
             if len(check):
-                tails = tokenizer.batch_decode(tokens[rows[check], lo: t + 1].tolist(), skip_special_tokens=True)
+                tails = _decode_rows(tokenizer, tokens[rows[check], lo: t + 1])
                 hit = torch.tensor([stop in s for s in tails], dtype=torch.bool, device=device)  # [c]
                 done[check] = done[check] | hit
         n_done = int(done.sum())  # the one host sync per step
@@ -233,7 +258,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     prompt_ids, prompt_mask = cat(0, lp, pad, True), cat(1, lp, False, True)  # [B, Lp]
     completion_ids, completion_mask = cat(2, lc, pad, False), cat(3, lc, False, False)  # [B, Lc]
     logprobs, entropies = cat(4, lc, 0.0, False), cat(5, lc, 0.0, False)  # [B, Lc]
-    texts = tokenizer.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
+    texts = _decode_rows(tokenizer, completion_ids)
     return Rollouts(prompts=list(prompts), n=n, completions=[_cut_at_stop(s, stop) for s in texts],
                     prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
                     completion_mask=completion_mask, logprobs=logprobs, entropies=entropies)

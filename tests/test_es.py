@@ -296,7 +296,7 @@ def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
     `before_tell` sees the model still at theta."""
     from esreason_lib.es import es_step, train_es
-    from esreason_lib.es_backends import SequentialBackend
+    from esreason_lib.es_backends import make_backend
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
@@ -312,7 +312,7 @@ def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
 
     logged = []
     for _ in range(2):
-        m, ev = es_step(es, model, tok, task, task.examples("train"), SequentialBackend.from_config(cfg, task, tok),
+        m, ev = es_step(es, model, tok, task, task.examples("train"), make_backend(cfg, task, tok),
                         theta0=theta0, before_tell=before_tell if not seen else None)
         logged.append(m)
         assert ev.generations == 4 * 3

@@ -14,7 +14,8 @@ import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend tests need the `ray` extra (pip install 'esreason[ray]')")
 
-from esreason_lib.es import ES, ESConfig, SequentialBackend, train_es  # noqa: E402
+from esreason_lib.es import ES, ESConfig, train_es  # noqa: E402
+from esreason_lib.es_backends import SequentialBackend  # noqa: E402
 from esreason_lib.es_ray import RayBackend, weights_checksum  # noqa: E402
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
@@ -98,6 +99,15 @@ def test_rejects_bad_options():
         with pytest.raises(ValueError, match=f"RayBackend.{field}"):
             RayBackend(CFG, Digits(), None, **kw)
     assert RayBackend.from_config(CFG, Digits(), None, workers=3).workers == 3
+
+
+def test_make_backend_builds_a_ray_backend_from_the_config():
+    from esreason_lib.es_backends import make_backend
+
+    made = make_backend(dataclasses.replace(CFG, backend="ray", workers=3), Digits(), None)
+    assert isinstance(made, RayBackend) and made.workers == 3 and not made.actors  # actors start on first call
+    with pytest.raises(ValueError, match="ESConfig.workers must be a positive int"):
+        dataclasses.replace(CFG, backend="ray", workers=0)
 
 
 def test_train_es_matches_sequential_bit_for_bit(backend, tmp_path):

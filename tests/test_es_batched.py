@@ -1,0 +1,132 @@
+"""The population-batched ES evaluator against the sequential one: bit-identical weights, completions, rewards."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from esreason_lib.es import ES, ESConfig
+from esreason_lib.es_backends import SequentialBackend, make_backend
+from esreason_lib.es_batched import BatchedBackend, member_weights
+from esreason_lib.es_noise import named_params, perturbed
+from esreason_lib.generation import generate
+
+
+class Lengths:
+    """Prompts of 4-9 characters; reward = completion length / 10; correct when it contains "3"."""
+
+    name, stop, max_new_tokens = "lengths", "Vl", 10
+
+    def examples(self, split="test", n=None, seed=0):
+        rng = np.random.default_rng(0)
+        ex = [{"id": str(i), "text": "".join(rng.choice(list("0123456789+"), rng.integers(3, 9)))} for i in range(24)]
+        return ex[:n] if n else ex
+
+    def prompt(self, example, tokenizer=None):
+        return example["text"] + "="
+
+    def is_correct(self, completion, example):
+        return "3" in completion
+
+    def reward(self, completion, example):
+        return len(completion) / 10
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+
+    torch.set_num_threads(1)
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    with torch.no_grad():  # make EOS the greedy choice in some contexts, so rows finish at different steps
+        w = model.lm_head.weight
+        common = (torch.randn(2000, w.shape[1]) @ w.T).argmax(-1).mode().values
+        w[tok.eos_token_id] = w[common] + 0.02 * torch.randn(w.shape[1], generator=torch.Generator().manual_seed(0))
+    return tok, model
+
+
+def test_member_weights_equal_perturbed_weights_bitwise(setup):
+    tok, model = setup
+    params = named_params(model)
+    seeds, signs = [11, 11, 12], [1, -1, 1]
+    stacked = member_weights(params, seeds, signs, 0.05)
+    for i, (s, sign) in enumerate(zip(seeds, signs)):
+        with perturbed(params, s, sign, 0.05):
+            for name, p in params.items():
+                assert torch.equal(stacked[name][i], p), name
+    assert stacked[name].shape == (3, *params[name].shape)
+
+
+def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):
+    import esreason_lib.es_batched as eb
+
+    tok, model = setup
+    task, sigma = Lengths(), 0.05
+    widths = []
+    real_groups = eb._Groups
+
+    def spy(counts, width):
+        g = real_groups(counts, width)
+        widths.append(len(g.parts))
+        return g
+
+    monkeypatch.setattr(eb, "_Groups", spy)
+    cfg = ESConfig(population_size=6, antithetic=True, sigma=sigma, alpha=0.05)
+    es = ES(cfg, model)
+    examples = task.examples()
+    sequential, batched = SequentialBackend(task, tok, sigma=sigma), BatchedBackend(task, tok, sigma=sigma)
+    for it in range(3):
+        pop = es.ask()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        fast = batched.completions(model, pop, examples)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # weights untouched
+        params = named_params(model)
+        for i, (s, sign) in enumerate(zip(pop.seeds.tolist(), pop.signs.tolist())):
+            with perturbed(params, s, sign, sigma):
+                ro = generate(model, tok, [task.prompt(e) for e in examples], greedy=True, max_new_tokens=10,
+                              stop=task.stop)
+            assert fast[i] == ro.completions, (it, i)
+        a = sequential(model, pop, examples, iteration=it)
+        b = batched(model, pop, examples, iteration=it)
+        assert np.array_equal(a.rewards, b.rewards) and np.array_equal(a.correct, b.correct)
+        assert len(set(a.rewards.tolist())) > 1 and b.generations == 6 * 24
+        es.tell(pop, a.rewards)
+    assert max(widths) > 1  # members ran different row counts at some step (the grouped path ran)
+
+
+def test_make_backend_and_config_choice(setup):
+    tok, _ = setup
+    task = Lengths()
+    assert isinstance(make_backend(ESConfig(), task, tok), BatchedBackend)
+    assert isinstance(make_backend(ESConfig(greedy=False), task, tok), SequentialBackend)
+    assert isinstance(make_backend(ESConfig(dtype="bfloat16"), task, tok), SequentialBackend)
+    assert isinstance(make_backend(ESConfig(backend="sequential"), task, tok), SequentialBackend)
+    with pytest.raises(ValueError, match="backend"):
+        ESConfig(backend="tpu-pods")
+    with pytest.raises(ValueError, match="greedy"):
+        ESConfig(backend="batched", greedy=False)
+    with pytest.raises(ValueError, match="sigma"):
+        BatchedBackend(task, tok, sigma=0.0)
+    with pytest.raises(TypeError, match="Qwen2ForCausalLM"):
+        BatchedBackend(task, tok, sigma=0.1).completions(torch.nn.Linear(2, 2), ES(ESConfig(), {}).ask(), [])
+    assert dataclasses.replace(ESConfig(), backend="batched").backend == "batched"
+
+
+def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
+    from esreason_lib.es import train_es
+
+    tok, model = setup
+    states, rewards = [], []
+    for backend in ("sequential", "batched"):
+        net = type(model)(model.config)
+        net.load_state_dict(model.state_dict())
+        cfg = ESConfig(model="tiny-random", population_size=4, antithetic=True, sigma=0.05, alpha=0.05,
+                       iterations=2, prompts_per_step=8, checkpoint_every=0, device="cpu", backend=backend)
+        run = train_es(cfg, model=net, tokenizer=tok, task=Lengths(), home=tmp_path, progress=False)
+        states.append(net.state_dict())
+        rewards.append(run.metrics()["reward/mean"].tolist())
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 2
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not all(torch.equal(states[0][k], v) for k, v in model.state_dict().items())  # training moved them
