@@ -32,10 +32,10 @@ from esreason_lib.es_backends import (Evaluation, PopulationEvaluator, Sequentia
 from esreason_lib.es_noise import apply_update, named_params, perturbed  # noqa: F401
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import DTYPES, training_inputs
+from esreason_lib.training import DTYPES, check_finite_step, check_training_config, training_inputs
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
-                                     check_positive_float, check_positive_int)
+                                     check_positive_float, check_positive_int, check_step_size)
 
 
 def zscore(rewards: np.ndarray) -> np.ndarray:
@@ -124,7 +124,8 @@ class ESConfig:
               "must be >= 2 (fitness is relative within the population)")
         check(self, "population_size", not (self.antithetic and self.population_size % 2),
               "must be even when antithetic=True (members come in +/- pairs)")
-        check_positive_float(self, "sigma", "alpha", "temperature")
+        check_positive_float(self, "temperature")
+        check_step_size(self, "sigma", "alpha")
         check_choice(self, "normalization", FITNESS_SHAPING)
         check_bool(self, "antithetic", "greedy")
         check_optional_positive_int(self, "max_new_tokens", "train_size")
@@ -236,7 +237,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     from esreason_lib.metrics import js_success
     from esreason_lib.runs import Run
 
-    run = Run.open("es", config, seed=config.seed, home=home)
+    check_training_config(config, model=model, task=task, home=home)
+    run = Run.open("es", config, seed=config.seed, home=home, lock=True)
     if run.is_complete():
         return run
     model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
@@ -278,6 +280,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
                   "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac,
                   "es/generations": generations, "time/step_s": time.perf_counter() - t0})
         run.log(it + 1, m)
+        check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,
