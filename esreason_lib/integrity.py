@@ -108,15 +108,24 @@ def unseal(data: bytes, identity: dict) -> bytes:
     return payload
 
 
+_HELD: dict[str, "DirectoryLock"] = {}
+"""The locks this process holds, by lock-file path (so that a trainer that raised can be rerun in-process)."""
+
+
 class DirectoryLock:
     """An exclusive `flock` on `<folder>/.lock`, which records the holder's PID. Held until `release` (or until
-    the process exits: the kernel drops it, so a killed trainer never leaves a stale lock)."""
+    the process exits: the kernel drops it, so a killed trainer never leaves a stale lock). Locking a folder this
+    process already holds takes the lock over from the earlier holder (a trainer that raised and left its `Run`
+    in a traceback), instead of waiting for itself."""
 
     def __init__(self, folder: Path, *, timeout: float | None = None, poll_s: float = 0.1):
         """Acquire the lock, waiting (with one warning naming the holder's PID) up to `timeout` seconds (None:
         forever); past it, raise BlockingIOError naming the lock file and the PID that holds it."""
         self.path = Path(folder) / ".lock"
         """The lock file."""
+        stale = _HELD.pop(str(self.path.resolve()), None)
+        if stale is not None:
+            stale.release()
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
         deadline = None if timeout is None else time.monotonic() + timeout
         warned = False
@@ -137,6 +146,7 @@ class DirectoryLock:
                 time.sleep(poll_s)
         os.ftruncate(self._fd, 0)
         os.write(self._fd, f"{os.getpid()}\n".encode())
+        _HELD[str(self.path.resolve())] = self
 
     def holder(self) -> str:
         """The PID recorded in the lock file ("?" if unreadable)."""
@@ -150,3 +160,5 @@ class DirectoryLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
+        if _HELD.get(str(self.path.resolve())) is self:
+            del _HELD[str(self.path.resolve())]

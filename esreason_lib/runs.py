@@ -258,7 +258,17 @@ class Run:
             if run.is_complete():  # finished by the process we waited for
                 run.release()
                 return run
-        if stored is None:
+        try:
+            run._record_start(stored is None)
+        except BaseException:
+            run.release()
+            raise
+        return run
+
+    def _record_start(self, write_config: bool) -> None:
+        """Write config.json (when new) and record this start (or resume) in started.json."""
+        path, cfg, kind, seed = self.path, self.config, self.kind, self.seed
+        if write_config:
             _write_json(path / "config.json", cfg)
         started = _read_json(path / "started.json")
         if started is None:
@@ -269,7 +279,6 @@ class Run:
         else:
             started.setdefault("resumed", []).append(_now())
         _write_json(path / "started.json", started)
-        return run
 
     def release(self) -> None:
         """Drop this process's lock on the run directory (no-op without one)."""

@@ -225,11 +225,27 @@ def test_a_trainer_waits_for_the_holder_then_finds_the_run_complete(tmp_path):
     assert time.monotonic() - t0 >= 0.9 and run.is_complete() and run.lock is None
 
 
+def _try_lock_elsewhere(folder) -> subprocess.CompletedProcess:
+    code = ("import sys; from pathlib import Path; from esreason_lib.integrity import DirectoryLock; "
+            "DirectoryLock(Path(sys.argv[1]), timeout=0).release()")
+    return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
 def test_the_trainer_holds_the_lock_until_finish(tmp_path):
     run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)
-    assert run.lock is not None
-    with pytest.raises(BlockingIOError, match=f"PID {os.getpid()}"):
-        DirectoryLock(run.path, timeout=0)
+    held = _try_lock_elsewhere(run.path)
+    assert held.returncode != 0 and f"another process (PID {os.getpid()}, lock file" in held.stderr
     run.fail("stopped")
     assert run.lock is None and run.manifest()["status"] == "failed" and run.manifest()["error"] == "stopped"
-    DirectoryLock(run.path, timeout=0).release()
+    assert _try_lock_elsewhere(run.path).returncode == 0
+
+
+def test_a_run_left_locked_by_an_earlier_failure_in_this_process_is_taken_over(tmp_path):
+    first = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)  # e.g. a trainer that raised
+    second = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True, lock_timeout=0)
+    assert first.lock._fd is None and second.lock.holder() == str(os.getpid())
+    second.release()
+    with pytest.raises(ValueError, match="started with seed=0"):  # a failed open releases its lock
+        R.Run.open("es", {"x": 1}, seed=1, home=tmp_path, lock=True)
+    DirectoryLock(first.path, timeout=0).release()
