@@ -46,7 +46,8 @@ _BAD_INPUTS = [
     (["es", "--set", "task=nosuch"], r"unknown task 'nosuch'; choose one of"),
     (["grpo", "--set", "task=nosuch"], r"unknown task 'nosuch'; choose one of"),
     (["es", "--set", "model=/no/such/dir"], r"ESConfig\.model: '/no/such/dir' is not a zoo name .* no directory"),
-    (["es", "--set", "train_size=1000000000"], r"ESConfig\.train_size=1000000000: .*asked for n=1000000000"),
+    (["es", "--set", "task=addition", "--set", 'task_kwargs={"digits": 1}', "--set", "train_size=1000"],
+     r"ESConfig\.train_size=1000: .*asked for n=1000 distinct 'train' problems but found only 90"),
     (["es", "--set", "max_new_tokens=100000"], r"ESConfig\.max_new_tokens must be below the model's context "
                                                r"length \(max_position_embeddings=64.*got 100000"),
     (["grpo", "--set", "max_new_tokens=64"], r"GRPOConfig\.max_new_tokens must be below .*=64.*got 64"),
