@@ -1,5 +1,6 @@
 """What keeps the run store trustworthy: atomic writes that follow the umask, sealed (hashed, identified) files,
-content digests of saved models, and the per-directory lock a training process holds.
+content digests of saved models, readers of JSON files and metrics lines that warn (`RunStoreWarning`) instead
+of raising, and the per-directory lock a training process holds.
 
 A sealed file is `MAGIC`, one JSON header line {"sha256", "size", **identity}, then the payload bytes. `unseal`
 returns the payload only when the magic, the size, the sha256 and every identity field agree, so a flipped byte,
@@ -24,6 +25,36 @@ MAGIC = b"ESREASON-SEALED-1\n"
 
 class RunStoreWarning(UserWarning):
     """A file of the run store was skipped or distrusted (corrupt, foreign, torn); the message names it."""
+
+
+def warn_store(message: str) -> None:
+    """Warn (`RunStoreWarning`) about a file of the store that is skipped or distrusted."""
+    warnings.warn(message, RunStoreWarning, stacklevel=3)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        warn_store(f"{path}: unreadable ({type(err).__name__}: {err}); ignored")
+        return None
+    if not isinstance(data, dict):
+        warn_store(f"{path}: expected a JSON object, got a {type(data).__name__}; ignored")
+        return None
+    return data
+
+
+def metric_record(line: bytes):
+    """The record of one metrics.jsonl line, or None unless it is a JSON object with an int (non-bool) "step"."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return record if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 class CorruptFileError(ValueError):

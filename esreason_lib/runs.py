@@ -35,15 +35,14 @@ import os
 import platform
 import re
 import subprocess
-import warnings
 from pathlib import Path, PurePath
 
 import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.integrity import (CorruptFileError, DirectoryLock, RunStoreWarning, atomic_write_bytes, seal,
-                                    tree_digest, tree_mismatch, unseal)
+from esreason_lib.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, metric_record, read_json,
+                                    seal, tree_digest, tree_mismatch, unseal, warn_store)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = _PACKAGE_DIR.parent
@@ -135,35 +134,6 @@ def _write_json(path: Path, data: dict) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _warn(message: str) -> None:
-    warnings.warn(message, RunStoreWarning, stacklevel=3)
-
-
-def _read_json(path: Path) -> dict | None:
-    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object."""
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        _warn(f"{path}: unreadable ({type(err).__name__}: {err}); ignored")
-        return None
-    if not isinstance(data, dict):
-        _warn(f"{path}: expected a JSON object, got a {type(data).__name__}; ignored")
-        return None
-    return data
-
-
-def _metric_record(line: bytes):
-    """The record of one metrics.jsonl line, or None unless it is a JSON object with an int (non-bool) "step"."""
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    step = record.get("step") if isinstance(record, dict) else None
-    return record if isinstance(step, int) and not isinstance(step, bool) else None
-
-
 def package_versions() -> dict[str, str | None]:
     """Versions of python, torch, transformers, numpy, esreason (None where not installed)."""
     from esreason_lib import __version__
@@ -247,7 +217,7 @@ class Run:
             want_dir = "." not in sub
             if (path / sub).exists() and (path / sub).is_dir() != want_dir:
                 raise ValueError(f"{path / sub} must be a {'directory' if want_dir else 'file'}; move it away")
-        stored = _read_json(path / "config.json")
+        stored = read_json(path / "config.json")
         if stored is not None and stored != cfg:
             raise ValueError(f"{path} holds a different config (hash collision?): {stored!r}")
         run = cls(path, kind, cfg, seed)
@@ -270,7 +240,7 @@ class Run:
         path, cfg, kind, seed = self.path, self.config, self.kind, self.seed
         if write_config:
             _write_json(path / "config.json", cfg)
-        started = _read_json(path / "started.json")
+        started = read_json(path / "started.json")
         if started is None:
             started = {"kind": kind, "config_hash": path.name.rsplit("-", 1)[1], "seed": seed,
                        "started": _now(), "resumed": []}
@@ -294,7 +264,7 @@ class Run:
 
     def manifest(self) -> dict | None:
         """The parsed manifest.json, or None before `finish`."""
-        return _read_json(self.path / "manifest.json")
+        return read_json(self.path / "manifest.json")
 
     def is_complete(self) -> bool:
         """True when manifest.json has status "complete" and every file it records under model/ still has its
@@ -305,7 +275,7 @@ class Run:
         files = manifest.get("model_files", {})
         why = tree_mismatch(self.model_dir, files) if isinstance(files, dict) else "model_files is not a mapping"
         if why is not None:
-            _warn(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its last "
+            warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its last "
                   f"good checkpoint)")
         return why is None
 
@@ -331,10 +301,10 @@ class Run:
             return [], None
         records, intact = [], None
         for number, line in enumerate(lines, start=1):
-            record = _metric_record(line)
+            record = metric_record(line)
             if record is None:
                 if line.strip():
-                    _warn(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
+                    warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
                     if intact is None:
                         intact = max((r["step"] for r in records), default=-1)
                 continue
@@ -386,14 +356,14 @@ class Run:
         intact = self._metric_lines()[1]
         for step, path in reversed(self._checkpoints()):
             if intact is not None and step > intact:
-                _warn(f"{path} skipped: metrics.jsonl has a bad line before step {step} (last intact step "
+                warn_store(f"{path} skipped: metrics.jsonl has a bad line before step {step} (last intact step "
                       f"{intact}); resuming from an earlier point")
                 continue
             try:
                 payload = unseal(path.read_bytes(), self._identity(step))
                 return step, torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
             except (CorruptFileError, OSError, RuntimeError, EOFError, ValueError) as err:
-                _warn(f"{path} skipped: {err}")
+                warn_store(f"{path} skipped: {err}")
         return None
 
     # ------------------------------------------------------------------------------------ tables
@@ -421,7 +391,7 @@ class Run:
         clash = _RESERVED & set(extra)
         if clash:
             raise ValueError(f"extra manifest fields clash with reserved keys: {sorted(clash)}")
-        started = _read_json(self.path / "started.json") or {}
+        started = read_json(self.path / "started.json") or {}
         manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
                     "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
                     "started": started.get("started"), "ended": _now(), "status": str(status),
