@@ -237,7 +237,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     from esreason_lib.metrics import js_success
     from esreason_lib.runs import Run
 
-    check_training_config(config, model=model, task=task, home=home)
+    check_training_config("es", config, model=model, tokenizer=tokenizer, task=task, home=home)
     run = Run.open("es", config, seed=config.seed, home=home, lock=True)
     if run.is_complete():
         return run

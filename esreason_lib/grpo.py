@@ -291,7 +291,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/step_s.
     """
-    check_training_config(config, model=model, task=task, home=home)
+    check_training_config("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home)
     run = Run.open("grpo", config, seed=config.seed, home=home, lock=True)
     if run.is_complete():
         return run

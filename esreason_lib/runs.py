@@ -184,6 +184,8 @@ class Run:
         """The run seed (every random stream derives from it)."""
         self.lock: DirectoryLock | None = None
         """The directory lock while this process trains the run (`open(..., lock=True)`), else None."""
+        self._distrusted: set[str] = set()
+        """Reasons `is_complete` already warned about (each is warned once per `Run`)."""
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -202,9 +204,7 @@ class Run:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         seed = int(seed)
-        cfg = json.loads(_canonical_json(config))
-        if kind != "zoo":
-            cfg = with_zoo_versions(cfg)
+        cfg = _stored_config(kind, config)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         path = Path(home if home is not None else esreason_home()) / f"{kind}-{config_hash(cfg)}"
@@ -274,9 +274,10 @@ class Run:
             return False
         files = manifest.get("model_files", {})
         why = tree_mismatch(self.model_dir, files) if isinstance(files, dict) else "model_files is not a mapping"
-        if why is not None:
-            warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its last "
-                  f"good checkpoint)")
+        if why is not None and why not in self._distrusted:
+            self._distrusted.add(why)
+            warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its "
+                       f"last good checkpoint)")
         return why is None
 
     # ------------------------------------------------------------------------------------ metrics
@@ -404,8 +405,15 @@ class Run:
         self.finish(status="failed", error=str(error))
 
 
+def _stored_config(kind: str, config) -> dict:
+    """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
+    cfg = json.loads(_canonical_json(config))
+    return cfg if kind == "zoo" else with_zoo_versions(cfg)
+
+
 def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
-    """True when the run for (kind, config) under `home` is complete (`Run.is_complete`: manifest status
-    "complete" and model/ matching its recorded hashes)."""
-    path = Path(home if home is not None else esreason_home()) / f"{_check_kind(kind)}-{config_hash(config)}"
-    return Run(path, kind, config, 0).is_complete()
+    """True when the run `Run.open(kind, config, home=home)` opens is complete (`Run.is_complete`: manifest
+    status "complete" and model/ matching its recorded hashes); reads only."""
+    cfg = _stored_config(_check_kind(kind), config)
+    path = Path(home if home is not None else esreason_home()) / f"{kind}-{config_hash(cfg)}"
+    return Run(path, kind, cfg, 0).is_complete()

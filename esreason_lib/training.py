@@ -69,15 +69,22 @@ def check_finite_step(model_or_params, metrics: dict, *, where: str, run) -> Non
     check_finite_params(model_or_params, where=where, run=run)
 
 
-def check_training_config(config, *, model=None, task=None, home=None) -> None:
-    """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists:
-    the device, the task and its kwargs, enough train examples for `train_size`, a model source that exists
+def check_training_config(kind: str, config, *, model=None, tokenizer=None, task=None, home=None) -> None:
+    """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists
+    (nothing when the `kind` run of `config` under `home` is already complete): a tokenizer beside a given
+    model, the device, the task and its kwargs, enough train examples for `train_size`, a model source that exists
     (zoo name, directory, or a hub id reachable or cached), and an explicit `max_new_tokens` below the model's
     context length (max_position_embeddings). Every error is a ValueError naming the field and the value."""
     from esreason_lib.models import model_context_length
     from esreason_lib.tasks import RewardShaping, get_task
 
+    from esreason_lib.runs import run_exists
+
+    if run_exists(kind, config, home=home):
+        return
     cls = type(config).__name__
+    if model is not None and tokenizer is None:
+        raise ValueError(f"train {kind}: a tokenizer is required when a model is passed")
     resolve_device(config.device, f"{cls}.device")
     if task is None:
         shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
