@@ -36,7 +36,7 @@ def read_json(path: Path) -> dict | None:
     """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object."""
     try:
         data = json.loads(path.read_bytes())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # absent (a parent that is a file: Run.open says so)
         return None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         warn_store(f"{path}: unreadable ({type(err).__name__}: {err}); ignored")
