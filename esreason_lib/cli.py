@@ -18,6 +18,7 @@ import argparse
 import ast
 import dataclasses
 import sys
+import warnings
 from typing import Sequence
 
 from .presets import PRESETS, get_preset
@@ -84,6 +85,9 @@ def _train(args) -> int:
 
     preset = get_preset(args.preset)
     groups = group_by_method(args.set)
+    if args.budget is not None and args.method != "sequence":
+        raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
+                         f"iterations), got --budget {args.budget}")
     if args.method == "sequence":
         if groups[""]:  # would otherwise be silently ignored: a sequence has two configs
             raise ValueError(f"train sequence: --set keys need an 'es.' or 'grpo.' prefix, got {groups[''][0]!r}")
@@ -91,7 +95,7 @@ def _train(args) -> int:
         grpo = dataclasses.replace(preset.grpo, **parse_assignments(groups["grpo"], preset.grpo))
         order = [m.strip() for m in args.order.split(",")]
         budgets = {"es": preset.sequential.es_budget, "grpo": preset.sequential.grpo_budget}
-        stages = sequence_stages(order, args.budget or budgets)
+        stages = sequence_stages(order, budgets if args.budget is None else args.budget)
         runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
         for run in runs:
             print(run.path)
@@ -176,10 +180,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"esreason: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; bad input (ValueError) and file-system failures (OSError: read-only or full disk,
+    a path that is a file) are one `esreason: error:` line on stderr and exit status 2, never a traceback."""
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as err:  # bad user input: one clear line, no traceback
-        print(f"esreason: error: {err}", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except ValueError as err:  # bad user input: one clear line, no traceback
+            print(f"esreason: error: {err}", file=sys.stderr)
+        except OSError as err:
+            where = f": {err.filename}" if err.filename else ""
+            print(f"esreason: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2

@@ -34,11 +34,12 @@ from esreason_lib.es_backends import (BACKENDS, Evaluation, PopulationEvaluator,
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import DTYPES, PROMPT_ORDERS, prompt_indices, training_inputs
+from esreason_lib.training import (DTYPES, PROMPT_ORDERS, NonFiniteError, check_finite_step, check_training_config,
+                                   prompt_indices, training_inputs)
 from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
-                                     check_positive_float, check_positive_int)
+                                     check_positive_float, check_positive_int, check_step_size)
 
 
 def zscore(rewards: np.ndarray) -> np.ndarray:
@@ -135,7 +136,8 @@ class ESConfig:
               "must be >= 2 (fitness is relative within the population)")
         check(self, "population_size", not (self.antithetic and self.population_size % 2),
               "must be even when antithetic=True (members come in +/- pairs)")
-        check_positive_float(self, "sigma", "alpha", "temperature")
+        check_positive_float(self, "temperature")
+        check_step_size(self, "sigma", "alpha")
         check_choice(self, "normalization", FITNESS_SHAPING)
         check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_bool(self, "antithetic", "greedy")
@@ -203,7 +205,7 @@ class ES:
         if r.size != len(pop):
             raise ValueError(f"tell: got {r.size} rewards for a population of {len(pop)}")
         if not np.isfinite(r).all():
-            raise ValueError(f"tell: rewards must be finite, got {r.tolist()!r:.200}")
+            raise NonFiniteError(f"tell: rewards must be finite, got {r.tolist()!r:.200}")
         z = np.asarray(self.shaping(r), dtype=np.float64).reshape(-1)  # [N]
         if z.shape != r.shape or not np.isfinite(z).all():
             raise ValueError(f"tell: fitness shaping must map {r.size} rewards to as many finite values, "
@@ -281,7 +283,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     from esreason_lib.runs import Run
     from esreason_lib.zoo import quiet_transformers
 
-    run = Run.open("es", config, seed=config.seed, home=home)
+    check_training_config("es", config, model=model, tokenizer=tokenizer, task=task, home=home)
+    run = Run.open("es", config, seed=config.seed, home=home, lock=True)
     if run.is_complete():
         return run
     model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
@@ -307,10 +310,15 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
                        disable=not progress, desc=f"es {config.task}")
     for it in bar:
         t0 = time.perf_counter()
-        m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
+        try:
+            m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
+        except NonFiniteError as err:  # a reward the task or backend made nan/inf: the run is failed, not resumable
+            run.fail(f"train_es iteration {it + 1}: {err}")
+            raise
         generations += ev.generations
         m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
         run.log(it + 1, m)
+        check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,

@@ -51,10 +51,11 @@ from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed
-from esreason_lib.training import DTYPES, PROMPT_ORDERS, prompt_indices, training_inputs
+from esreason_lib.training import (DTYPES, PROMPT_ORDERS, check_finite_step, check_training_config, prompt_indices,
+                                   training_inputs)
 from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
                                      check_nonnegative_int, check_optional_positive_int, check_positive_float,
-                                     check_positive_int, is_real)
+                                     check_positive_int, check_step_size, is_real)
 from esreason_lib.zoo import quiet_transformers
 
 SCALES = ("group", "none")
@@ -213,7 +214,8 @@ class GRPOConfig:
               f"must divide prompts_per_step={self.prompts_per_step}")
         check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_nonnegative_int(self, "checkpoint_every")
-        check_positive_float(self, "lr", "temperature")
+        check_positive_float(self, "temperature")
+        check_step_size(self, "lr")
         check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
         check_nonnegative_float(self, "beta")
         check(self, "top_p", is_real(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]")
@@ -335,7 +337,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/step_s.
     """
-    run = Run.open("grpo", config, seed=config.seed, home=home)
+    check_training_config("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home)
+    run = Run.open("grpo", config, seed=config.seed, home=home, lock=True)
     if run.is_complete():
         return run
     model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
@@ -365,6 +368,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     for it in bar:
         m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)
         run.log(it + 1, m)
+        check_finite_step(model, m, where=f"train_grpo iteration {it + 1}", run=run)
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
         if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
             run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),

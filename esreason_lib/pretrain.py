@@ -185,7 +185,7 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     from esreason_lib.runs import Run
 
     spec = get_spec(spec_or_name)
-    run = Run.open("zoo", spec, seed=spec.seed, home=None if home is None else Path(home))
+    run = Run.open("zoo", spec, seed=spec.seed, home=None if home is None else Path(home), lock=True)
     if run.is_complete() and (run.model_dir / "config.json").exists():
         return run.model_dir
     run.truncate_metrics(-1)

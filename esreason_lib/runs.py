@@ -4,10 +4,22 @@ Layout of `<home>/<kind>-<config_hash>/`:
     config.json        canonical config (written at open)
     started.json       kind, hash, seed, first start time (+ resume times)
     metrics.jsonl      one JSON line per `log` call: {"step": ..., "<namespace>/<name>": ...}
-    checkpoints/       step-XXXXXX.pt (torch.save, atomic; the last 2 kept)
+    checkpoints/       step-XXXXXX.pt (torch.save, sealed with its sha256 and the run's kind/config hash/step;
+                       atomic; the last 2 kept)
     results/<name>.csv tidy tables (atomic)
     model/             save_pretrained target (`Run.model_dir`)
-    manifest.json      written last and atomically by `finish`; its presence with status "complete" marks done
+    manifest.json      written last and atomically by `finish`; status "complete" marks done, "failed" a run
+                       stopped by an error; it records the sha256 of every file under model/
+    .lock              flock held by the process training the run (`Run.open(..., lock=True)`)
+
+Trust rules. A run is complete only while its manifest says so and every file under model/ still matches the
+recorded sha256 (else a `RunStoreWarning` and it is not complete: the trainer resumes from its last checkpoint
+and rewrites model/). A checkpoint is used only when its seal checks (sha256, kind, config hash, step); a bad one
+is skipped with a warning naming it and the reason, and the next older one (or the base) is used. A line of
+metrics.jsonl that is not a JSON object with an integer "step" is skipped with a warning naming the file and its
+1-based line; resume then only trusts checkpoints at or before the last step logged above the first bad line
+(so no logged step is ever lost: the steps after it are recomputed). A complete run is opened without writing
+anything (a read-only store serves it).
 """
 
 from __future__ import annotations
@@ -23,12 +35,14 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from pathlib import Path, PurePath
 
 import numpy as np
 import pandas as pd
 import torch
+
+from esreason_lib.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, metric_record, read_json,
+                                    seal, tree_digest, tree_mismatch, unseal, warn_store)
 
 from .paths import REPO_ROOT, run_store_root
 
@@ -36,7 +50,8 @@ _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
 _KEEP_CHECKPOINTS = 2
-_RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status"}
+_RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status",
+             "model_files"}
 
 
 STORED_ONLY = "ESREASON_STORED_ONLY"
@@ -117,29 +132,8 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_json(path: Path, data: dict) -> None:
-    _atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 def package_versions() -> dict[str, str | None]:
@@ -190,38 +184,70 @@ class Run:
         """The canonical (JSON-normalised) config."""
         self.seed = seed
         """The run seed (every random stream derives from it)."""
+        self.lock: DirectoryLock | None = None
+        """The directory lock while this process trains the run (`open(..., lock=True)`), else None."""
+        self._distrusted: set[str] = set()
+        """Reasons `is_complete` already warned about (each is warned once per `Run`)."""
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
 
     @classmethod
-    def open(cls, kind: str, config, *, seed: int, home: Path | None = None) -> "Run":
+    def open(cls, kind: str, config, *, seed: int, home: Path | None = None, lock: bool = False,
+             lock_timeout: float | None = None) -> "Run":
         """Create (or reopen, never wiping) the directory for (kind, config); records the start in started.json.
 
-        Raises ValueError if the config has a top-level "seed" different from `seed`, or if the directory
-        was started with another seed or config; raises `MissingResult` when `$ESREASON_STORED_ONLY` is set
+        A complete run is returned without writing anything. With `lock` (a trainer), an incomplete run is
+        locked for this process first (`DirectoryLock`: waits for another holder, up to `lock_timeout` s).
+        Raises ValueError if the config has a top-level "seed" different from `seed`, if the directory was
+        started with another seed or config, or if one of its sub-folders is not a directory; OSError (naming
+        the path) when the store cannot be created; `MissingResult` when `$ESREASON_STORED_ONLY` is set
         (`make figures`) and the run is not complete, so that nothing is computed."""
         kind = _check_kind(kind)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         seed = int(seed)
-        cfg = json.loads(_canonical_json(config))
-        if kind != "zoo":
-            cfg = with_zoo_versions(cfg)
+        cfg = _stored_config(kind, config)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
-        if os.environ.get(STORED_ONLY) and (_read_json(path / "manifest.json") or {}).get("status") != "complete":
+        if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
             raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
                                 f"computed in this mode; run `make reproduce` first (config: "
                                 f"{_canonical_json(cfg)[:300]})")
-        path.mkdir(parents=True, exist_ok=True)
-        stored = _read_json(path / "config.json")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise type(err)(err.errno, f"cannot create the run directory {path} ({err.strerror}); "
+                                       f"check ESREASON_HOME / home") from None
+        for sub in ("checkpoints", "results", "model", "metrics.jsonl", "manifest.json"):
+            want_dir = "." not in sub
+            if (path / sub).exists() and (path / sub).is_dir() != want_dir:
+                raise ValueError(f"{path / sub} must be a {'directory' if want_dir else 'file'}; move it away")
+        stored = read_json(path / "config.json")
         if stored is not None and stored != cfg:
             raise ValueError(f"{path} holds a different config (hash collision?): {stored!r}")
-        if stored is None:
+        run = cls(path, kind, cfg, seed)
+        if stored is not None and run.is_complete():
+            return run  # nothing to record: a read-only store serves complete runs
+        if lock:
+            run.lock = DirectoryLock(path, timeout=lock_timeout)
+            if run.is_complete():  # finished by the process we waited for
+                run.release()
+                return run
+        try:
+            run._record_start(stored is None)
+        except BaseException:
+            run.release()
+            raise
+        return run
+
+    def _record_start(self, write_config: bool) -> None:
+        """Write config.json (when new) and record this start (or resume) in started.json."""
+        path, cfg, kind, seed = self.path, self.config, self.kind, self.seed
+        if write_config:
             _write_json(path / "config.json", cfg)
-        started = _read_json(path / "started.json")
+        started = read_json(path / "started.json")
         if started is None:
             started = {"kind": kind, "config_hash": path.name.rsplit("-", 1)[1], "seed": seed,
                        "started": _now(), "resumed": []}
@@ -230,7 +256,12 @@ class Run:
         else:
             started.setdefault("resumed", []).append(_now())
         _write_json(path / "started.json", started)
-        return cls(path, kind, cfg, seed)
+
+    def release(self) -> None:
+        """Drop this process's lock on the run directory (no-op without one)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # ------------------------------------------------------------------------------------ state
     @property
@@ -240,12 +271,21 @@ class Run:
 
     def manifest(self) -> dict | None:
         """The parsed manifest.json, or None before `finish`."""
-        return _read_json(self.path / "manifest.json")
+        return read_json(self.path / "manifest.json")
 
     def is_complete(self) -> bool:
-        """True when manifest.json exists with status "complete"."""
+        """True when manifest.json has status "complete" and every file it records under model/ still has its
+        sha256 (a mismatch warns and counts as not complete)."""
         manifest = self.manifest()
-        return manifest is not None and manifest.get("status") == "complete"
+        if manifest is None or manifest.get("status") != "complete":
+            return False
+        files = manifest.get("model_files", {})
+        why = tree_mismatch(self.model_dir, files) if isinstance(files, dict) else "model_files is not a mapping"
+        if why is not None and why not in self._distrusted:
+            self._distrusted.add(why)
+            warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its "
+                       f"last good checkpoint)")
+        return why is None
 
     # ------------------------------------------------------------------------------------ metrics
     def log(self, step: int, metrics: dict) -> None:
@@ -259,18 +299,28 @@ class Run:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _metric_records(self) -> list[dict]:
+    def _metric_lines(self) -> tuple[list[dict], int | None]:
+        """(valid records, the largest step logged above the first bad line or None when every line is valid);
+        warns once per bad line, naming the file and its 1-based line number."""
+        path = self.path / "metrics.jsonl"
         try:
-            lines = (self.path / "metrics.jsonl").read_text().splitlines()
+            lines = path.read_bytes().splitlines()
         except FileNotFoundError:
-            return []
-        records = []
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line torn by a crash mid-write
-        return records
+            return [], None
+        records, intact = [], None
+        for number, line in enumerate(lines, start=1):
+            record = metric_record(line)
+            if record is None:
+                if line.strip():
+                    warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
+                    if intact is None:
+                        intact = max((r["step"] for r in records), default=-1)
+                continue
+            records.append(record)
+        return records, intact
+
+    def _metric_records(self) -> list[dict]:
+        return self._metric_lines()[0]
 
     def metrics(self) -> pd.DataFrame:
         """metrics.jsonl as a table, one row per logged line (empty DataFrame with a 'step' column if none)."""
@@ -281,8 +331,8 @@ class Run:
         """Drop metric lines with step > `step` (and torn lines), rewriting metrics.jsonl atomically."""
         if not (self.path / "metrics.jsonl").exists():
             return
-        keep = [r for r in self._metric_records() if r.get("step", 0) <= step]
-        _atomic_write_bytes(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep).encode())
+        keep = [r for r in self._metric_records() if r["step"] <= step]
+        atomic_write_bytes(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep).encode())
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _checkpoints(self) -> list[tuple[int, Path]]:
@@ -292,25 +342,36 @@ class Run:
         found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT.match(p.name))]
         return sorted(found)
 
+    def _identity(self, step: int) -> dict:
+        return {"kind": self.kind, "config_hash": self.path.name.rsplit("-", 1)[1], "step": int(step)}
+
     def save_checkpoint(self, step: int, state: dict) -> Path:
-        """torch.save `state` atomically to checkpoints/step-XXXXXX.pt and keep only the last 2 checkpoints."""
+        """torch.save `state`, sealed with its sha256 and this run's identity, atomically to
+        checkpoints/step-XXXXXX.pt, and keep only the last 2 checkpoints."""
         if int(step) < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         buffer = io.BytesIO()
         torch.save(state, buffer)
         path = self.path / "checkpoints" / f"step-{int(step):06d}.pt"
-        _atomic_write_bytes(path, buffer.getvalue())
+        atomic_write_bytes(path, seal(buffer.getvalue(), self._identity(step)))
         for _, old in self._checkpoints()[:-_KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
         return path
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
-        """(step, state) of the newest loadable checkpoint, or None."""
+        """(step, state) of the newest checkpoint whose seal checks and whose metrics lines are all intact
+        (see the module docstring), or None. Each checkpoint skipped is named in a `RunStoreWarning`."""
+        intact = self._metric_lines()[1]
         for step, path in reversed(self._checkpoints()):
-            try:
-                return step, torch.load(path, map_location="cpu", weights_only=False)
-            except Exception:  # noqa: BLE001 - an unreadable file falls back to the previous checkpoint
+            if intact is not None and step > intact:
+                warn_store(f"{path} skipped: metrics.jsonl has a bad line before step {step} (last intact step "
+                      f"{intact}); resuming from an earlier point")
                 continue
+            try:
+                payload = unseal(path.read_bytes(), self._identity(step))
+                return step, torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+            except (CorruptFileError, OSError, RuntimeError, EOFError, ValueError) as err:
+                warn_store(f"{path} skipped: {err}")
         return None
 
     # ------------------------------------------------------------------------------------ tables
@@ -322,7 +383,7 @@ class Run:
     def write_table(self, name: str, df: pd.DataFrame) -> Path:
         """Write `df` to results/<name>.csv atomically (no index column)."""
         path = self._table_path(name)
-        _atomic_write_bytes(path, df.to_csv(index=False).encode())
+        atomic_write_bytes(path, df.to_csv(index=False).encode())
         return path
 
     def read_table(self, name: str) -> pd.DataFrame | None:
@@ -333,20 +394,33 @@ class Run:
     # ------------------------------------------------------------------------------------ finish
     def finish(self, status: str = "complete", **extra) -> None:
         """Write manifest.json last and atomically: kind, config, config_hash, seed, versions, git_sha,
-        started, ended, status, plus any JSON-serialisable `extra` fields."""
+        started, ended, status, model_files ({path under model/: sha256}), plus any JSON-serialisable `extra`
+        fields; then release this process's lock."""
         clash = _RESERVED & set(extra)
         if clash:
             raise ValueError(f"extra manifest fields clash with reserved keys: {sorted(clash)}")
-        started = _read_json(self.path / "started.json") or {}
+        started = read_json(self.path / "started.json") or {}
         manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
                     "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
                     "started": started.get("started"), "ended": _now(), "status": str(status),
-                    **_jsonable(extra, "extra")}
+                    "model_files": tree_digest(self.model_dir), **_jsonable(extra, "extra")}
         _write_json(self.path / "manifest.json", manifest)
+        self.release()
+
+    def fail(self, error: str) -> None:
+        """Mark the run failed (manifest status "failed" with the `error` message) and release the lock."""
+        self.finish(status="failed", error=str(error))
+
+
+def _stored_config(kind: str, config) -> dict:
+    """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
+    cfg = json.loads(_canonical_json(config))
+    return cfg if kind == "zoo" else with_zoo_versions(cfg)
 
 
 def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
-    """True when the run for (kind, config) under `home` is complete (manifest status "complete")."""
-    path = Path(home if home is not None else run_store_root()) / f"{_check_kind(kind)}-{config_hash(config)}"
-    manifest = _read_json(path / "manifest.json")
-    return manifest is not None and manifest.get("status") == "complete"
+    """True when the run `Run.open(kind, config, home=home)` opens is complete (`Run.is_complete`: manifest
+    status "complete" and model/ matching its recorded hashes); reads only."""
+    cfg = _stored_config(_check_kind(kind), config)
+    path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
+    return Run(path, kind, cfg, 0).is_complete()

@@ -1,8 +1,11 @@
 """What `train_es` and `train_grpo` share: the registry of trained methods, the dtype names a config may use,
-the device, the model, tokenizer, task and train examples a run starts from, and which train examples each
-iteration draws."""
+the device, the input checks a run must pass before its directory is created, the finite-ness guards that stop
+a diverging run (marking it failed), the model, tokenizer, task and train examples a run starts from, and which
+train examples each iteration draws."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -25,6 +28,8 @@ def trainer(method: str):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Model parameter dtypes by the name a config gives (`ESConfig.dtype`, `GRPOConfig.dtype`)."""
 
+GUARDED_METRICS = ("reward/", "loss/")
+"""Prefixes of the per-step metrics that must be finite (`check_finite_metrics`): rewards and losses."""
 
 PROMPT_ORDERS = ("random", "epoch")
 """How an iteration's train prompts are drawn (`ESConfig.prompt_order`, `GRPOConfig.prompt_order`)."""
@@ -55,11 +60,95 @@ def prompt_indices(n_examples: int, per_step: int, iteration: int, seed: int, me
     return np.array([perms[int(e)][p % n_examples] for e, p in zip(epochs, positions)], dtype=np.int64)
 
 
-def resolve_device(name: str) -> torch.device:
-    """"auto" -> cuda when available, else cpu; any other name as given."""
+class NonFiniteError(ValueError):
+    """Weights, a loss or a reward became nan or +-inf; the run was stopped (and marked failed)."""
+
+
+def resolve_device(name: str, field: str = "device") -> torch.device:
+    """"auto" -> cuda when available, else cpu; any other torch device name as given. ValueError naming `field`
+    for a string torch does not parse ("tpu9") or a cuda device this machine does not have."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{field} must be 'auto', 'cpu', 'cuda' or 'cuda:<index>' (a torch device), "
+                         f"got {name!r}") from None
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"{field}={name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                         f"use device='cpu' or 'auto'")
+    return device
+
+
+def _stop(message: str, run) -> None:
+    if run is not None:
+        run.fail(message)
+    raise NonFiniteError(message)
+
+
+def check_finite_params(model_or_params, *, where: str, run=None) -> None:
+    """Raise NonFiniteError (after `run.fail`, when a run is given) if any parameter of `model_or_params` (a
+    module or a {name: tensor} dict) holds nan or inf; the message names `where`, the count and the first tensor."""
+    named = (model_or_params.items() if isinstance(model_or_params, dict)
+             else model_or_params.named_parameters())
+    bad, first = 0, None
+    for name, tensor in named:
+        n = int((~torch.isfinite(tensor.detach())).sum())
+        if n and first is None:
+            first = name
+        bad += n
+    if bad:
+        _stop(f"{where}: {bad} non-finite weight(s) (nan/inf), first in {first!r}; the run is stopped", run)
+
+
+def check_finite_metrics(metrics: dict, *, where: str, run=None) -> None:
+    """Raise NonFiniteError (after `run.fail`) if a metric named with a `GUARDED_METRICS` prefix is nan/inf."""
+    for key, value in metrics.items():
+        if key.startswith(GUARDED_METRICS) and isinstance(value, float) and not math.isfinite(value):
+            _stop(f"{where}: {key} = {value}; the run is stopped", run)
+
+
+def check_finite_step(model_or_params, metrics: dict, *, where: str, run) -> None:
+    """`check_finite_metrics` then `check_finite_params`: what a trainer calls after logging each step."""
+    check_finite_metrics(metrics, where=where, run=run)
+    check_finite_params(model_or_params, where=where, run=run)
+
+
+def check_training_config(kind: str, config, *, model=None, tokenizer=None, task=None, home=None) -> None:
+    """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists
+    (nothing when the `kind` run of `config` under `home` is already complete): a tokenizer beside a given
+    model, the device, the task and its kwargs, enough train examples for `train_size`, a model source that exists
+    (zoo name, directory, or a hub id reachable or cached), and an explicit `max_new_tokens` below the model's
+    context length (max_position_embeddings). Every error is a ValueError naming the field and the value."""
+    from esreason_lib.models import model_context_length
+    from esreason_lib.tasks import RewardShaping, get_task
+
+    from esreason_lib.runs import run_exists
+
+    if run_exists(kind, config, home=home):
+        return
+    cls = type(config).__name__
+    if model is not None and tokenizer is None:
+        raise ValueError(f"train {kind}: a tokenizer is required when a model is passed")
+    resolve_device(config.device, f"{cls}.device")
+    if task is None:
+        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
+        try:
+            task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
+        except TypeError as err:
+            raise ValueError(f"{cls}.task_kwargs {dict(config.task_kwargs)!r} do not fit task {config.task!r}: "
+                             f"{err}") from None
+    try:
+        examples = task.examples("train", n=config.train_size, seed=0)
+    except ValueError as err:
+        raise ValueError(f"{cls}.train_size={config.train_size!r}: {err}") from None
+    if not examples:
+        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    context = (getattr(model.config, "max_position_embeddings", None) if model is not None
+               else model_context_length(config.model, field=f"{cls}.model"))
+    if config.max_new_tokens is not None and context is not None and config.max_new_tokens >= context:
+        raise ValueError(f"{cls}.max_new_tokens must be below the model's context length (max_position_embeddings="
+                         f"{context}, which the prompt shares), got {config.max_new_tokens}")
 
 
 def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None, progress: bool = True,
@@ -71,7 +160,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     config's `reward_*` shaping unless one is passed; `examples` are its train split (`config.train_size`,
     seed 0), and must not be empty. `caller` names the trainer in errors.
     """
-    from esreason_lib.models import load_model
+    from esreason_lib.models import load_model  # here, so that importing `esreason_lib.es` stays light
     from esreason_lib.tasks import RewardShaping, get_task
 
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]
@@ -81,6 +170,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     elif tokenizer is None:
         raise ValueError(f"{caller}: a tokenizer is required when a model is passed")
     model.to(device=device, dtype=dtype)
+    check_finite_params(model, where=f"base model {config.model!r}")
     if task is None:
         shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
         task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))

@@ -70,6 +70,12 @@ def check_positive_float(obj: Any, *names: str) -> None:
     _check_each(obj, names, lambda v: is_finite_real(v) and v > 0, "must be a positive finite float")
 
 
+def check_step_size(obj: Any, *names: str, high: float = 1.0) -> None:
+    """Each field is a finite real number in (0, high]: a step size (ES sigma/alpha, a learning rate) beyond it
+    only ever diverges (e.g. alpha=1e300 turns every weight into nan)."""
+    _check_each(obj, names, lambda v: is_finite_real(v) and 0 < v <= high, f"must be a finite float in (0, {high}]")
+
+
 def check_nonnegative_float(obj: Any, *names: str) -> None:
     """Each field is a finite real number >= 0."""
     _check_each(obj, names, lambda v: is_finite_real(v) and v >= 0, "must be a finite float >= 0")

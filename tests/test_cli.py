@@ -122,7 +122,7 @@ def test_help_lists_the_commands(capsys):
     (["train", "es", "--set", "bogus=1"], r"--set 'bogus' is not a field of ESConfig"),
     (["train", "grpo", "--set", "sigma=0.1"], r"--set 'sigma' is not a field of GRPOConfig"),
     (["train", "es", "--set", "sigma"], r"--set expects key=value, got 'sigma'"),
-    (["train", "es", "--set", "sigma=-1"], r"ESConfig\.sigma must be a positive finite float, got -1"),
+    (["train", "es", "--set", "sigma=-1"], r"ESConfig\.sigma must be a finite float in \(0, 1\.0\], got -1"),
     (["train", "es", "--set", "grpo.seed=1"], r"--set 'grpo\.seed=1' is a grpo setting, but this trains es"),
     (["train", "sequence", "--set", "sigma=0.1"], r"train sequence: --set keys need an 'es\.' or 'grpo\.' "
                                                   r"prefix, got 'sigma=0\.1'"),

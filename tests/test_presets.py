@@ -142,7 +142,7 @@ def test_dotting_into_a_plain_value_is_a_value_error(key):
 
 
 @pytest.mark.parametrize("overrides, pattern", [
-    ({"es.sigma": -1}, r"ESConfig\.sigma must be a positive finite float, got -1"),
+    ({"es.sigma": -1}, r"ESConfig\.sigma must be a finite float in \(0, 1\.0\], got -1"),
     ({"es.population_size": 3}, r"ESConfig\.population_size .*even.*got 3"),  # smoke ES is antithetic
     ({"grpo.clip_eps": 1.5}, r"GRPOConfig\.clip_eps must be in \(0, 1\), got 1\.5"),
     ({"eval.ks": (1, 8)}, r"EvalSpec\.ks must be .*n_samples=4.*got \(1, 8\)"),

@@ -150,7 +150,7 @@ def test_train_sequence_chains_stages_and_reuses_finished_runs(home, monkeypatch
         assert {name: (r.path / name).read_bytes() for name in files[r.path]} == files[r.path]
     assert (first.model_dir / "model.safetensors").read_bytes() == stage1_weights
     started = json.loads((second.path / "started.json").read_text())
-    assert len(started["resumed"]) == 1  # reopened once, never restarted
+    assert started["resumed"] == []  # reopening a complete run records nothing (a read-only store serves it)
 
     # an explicit base_model: starting ES from stage 1's model is exactly the cached stage 2
     (only,) = train_sequence([("es", 1)], es=es, grpo=smoke.grpo, base_model=first.model_dir, progress=False)

@@ -99,7 +99,7 @@ def freeze_task_kwargs(value, where: str) -> tuple:
     if isinstance(value, dict):
         value = tuple(sorted(value.items()))
     if isinstance(value, list):
-        value = tuple(map(tuple, value))
+        value = tuple(tuple(kv) if isinstance(kv, (list, tuple)) else kv for kv in value)
     if not (isinstance(value, tuple) and all(
             isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str) for kv in value)):
         raise ValueError(f"{where}.task_kwargs must be a dict or a tuple of (str, value) pairs, got {value!r}")

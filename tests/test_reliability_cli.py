@@ -1,0 +1,198 @@
+"""Hostile command lines: each bad input is one `esreason: error:` line naming the field or file, exit status 2,
+no traceback, and no run directory written; failures of the store (a file in place of a folder, a read-only or
+full disk) are the same one line; a complete run is served from a read-only store."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import time
+
+import pytest
+import torch
+
+from esreason_lib import integrity
+from esreason_lib import runs as R
+from esreason_lib.cli import main
+from esreason_lib.es import ESConfig
+from esreason_lib.grpo import GRPOConfig
+from esreason_lib.validation import check_step_size
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
+    torch.set_num_threads(1)
+    return tmp_path
+
+
+def _one_error_line(capsys, pattern: str) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("esreason: error: "), captured.err
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in captured.err and captured.out == ""
+    return lines[0]
+
+
+_BAD_INPUTS = [
+    (["es", "--set", "device=tpu9"], r"ESConfig\.device must be 'auto', 'cpu', 'cuda' .*got 'tpu9'"),
+    (["es", "--set", 'task_kwargs={"bogus": 1}'], r"ESConfig\.task_kwargs \{'bogus': 1\} do not fit task "
+                                                  r"'countdown': .*unexpected keyword argument 'bogus'"),
+    (["es", "--set", "task_kwargs=[1, 2]"], r"ESConfig\.task_kwargs must be a dict or a tuple of \(str, value\) "
+                                            r"pairs, got \(1, 2\)"),
+    (["es", "--set", "task=nosuch"], r"unknown task 'nosuch'; choose one of"),
+    (["grpo", "--set", "task=nosuch"], r"unknown task 'nosuch'; choose one of"),
+    (["es", "--set", "model=/no/such/dir"], r"ESConfig\.model: '/no/such/dir' is not a zoo name .* no directory"),
+    (["es", "--set", "task=addition", "--set", 'task_kwargs={"digits": 1}', "--set", "train_size=1000"],
+     r"ESConfig\.train_size=1000: .*asked for n=1000 distinct 'train' problems but found only 90"),
+    (["es", "--set", "max_new_tokens=100000"], r"ESConfig\.max_new_tokens must be below the model's context "
+                                               r"length \(max_position_embeddings=64.*got 100000"),
+    (["grpo", "--set", "max_new_tokens=64"], r"GRPOConfig\.max_new_tokens must be below .*=64.*got 64"),
+    (["es", "--set", "alpha=1e300"], r"ESConfig\.alpha must be a finite float in \(0, 1\.0\], got 1e\+300"),
+    (["grpo", "--set", "lr=1e4"], r"GRPOConfig\.lr must be a finite float in \(0, 1\.0\], got 10000\.0"),
+    (["sequence", "--budget", "0"], r"total must be an int >= the number of stages \(2\), got 0"),
+    (["es", "--budget", "5"], r"--budget applies to train sequence only"),
+]
+
+
+@pytest.mark.parametrize("argv, pattern", _BAD_INPUTS, ids=[" ".join(a) for a, _ in _BAD_INPUTS])
+def test_bad_input_is_one_line_and_leaves_no_run_directory(argv, pattern, home, capsys):
+    assert main(["train", *argv, "--preset", "smoke"]) == 2
+    _one_error_line(capsys, pattern)
+    assert list(home.iterdir()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_on_a_cpu_machine(home, capsys):
+    assert main(["train", "grpo", "--preset", "smoke", "--set", "device=cuda"]) == 2
+    _one_error_line(capsys, r"GRPOConfig\.device='cuda', but this machine has 0 CUDA device\(s\)")
+    assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_an_unknown_model_fails_fast_without_hub_retries(offline, home, capsys, monkeypatch):
+    if offline:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:  # the hub's host does not resolve from this sandbox; elsewhere it answers, and the repo does not exist
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    t0 = time.monotonic()
+    assert main(["train", "es", "--preset", "smoke", "--set", "model=nosuchmodel"]) == 2
+    assert time.monotonic() - t0 < 15
+    _one_error_line(capsys, r"ESConfig\.model: unknown model 'nosuchmodel': not a zoo name .*"
+                            + (r"HF_HUB_OFFLINE is set" if offline else ""))
+    assert list(home.iterdir()) == []
+
+
+def test_check_step_size_bounds():
+    config = ESConfig(sigma=1.0, alpha=1e-12)
+    check_step_size(config, "sigma", "alpha")
+    for bad in (0.0, 1.5, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match=r"must be a finite float in \(0, 1\.0\]"):
+            ESConfig(alpha=bad)
+    with pytest.raises(ValueError, match=r"GRPOConfig\.lr must be a finite float in \(0, 1\.0\], got 10000"):
+        GRPOConfig(lr=1e4)
+
+
+@pytest.mark.parametrize("home_kind", ["file", "under-a-file"])
+def test_esreason_home_that_is_or_is_under_a_file(home_kind, tmp_path, monkeypatch, capsys):
+    (tmp_path / "f").write_text("x")
+    home = tmp_path / "f" if home_kind == "file" else tmp_path / "f" / "store"
+    monkeypatch.setenv("ESREASON_HOME", str(home))
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1"]) == 2
+    _one_error_line(capsys, f"cannot create the run directory {home}/")
+
+
+def test_esreason_home_read_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "ro"))
+
+    def read_only(path, *args, **kwargs):  # the tests run as root, where chmod does not stop writes
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(os, "mkdir", read_only)
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1"]) == 2
+    _one_error_line(capsys, r"cannot create the run directory .*\(Read-only file system\)")
+
+
+# ---------------------------------------------------------------------------------- on a trained smoke run
+_ARGV = ["train", "es", "--preset", "smoke", "--set", "iterations=2", "--set", "checkpoint_every=1"]
+
+
+@pytest.fixture(scope="module")
+def trained(isolated_store):
+    """The smoke ES run trained once by the CLI into the module's store; returns its directory."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ESREASON_HOME", str(isolated_store.store))
+    assert main(_ARGV) == 0
+    mp.undo()
+    (path,) = [p for p in isolated_store.store.iterdir() if p.name.startswith("es-")]
+    return path
+
+
+@pytest.fixture
+def store(isolated_store, monkeypatch):
+    monkeypatch.setenv("ESREASON_HOME", str(isolated_store.store))
+    return isolated_store.store
+
+
+def test_a_complete_run_is_served_from_a_read_only_store(trained, store, monkeypatch, capsys):
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in trained.rglob("*") if p.is_file()}
+
+    def no_writes(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(args[0]))
+
+    monkeypatch.setattr(R, "atomic_write_bytes", no_writes)
+    monkeypatch.setattr(integrity.os, "open", no_writes)
+    monkeypatch.setattr(os, "mkdir", no_writes)
+    assert main(_ARGV) == 0
+    assert capsys.readouterr().out.strip() == str(trained)
+    assert {p: p.read_bytes() for p in trained.rglob("*") if p.is_file()} == before
+
+
+def test_checkpoints_replaced_by_a_file(trained, store, capsys):
+    (trained / "manifest.json").rename(trained / "manifest.keep")
+    checkpoints = trained / "checkpoints"
+    checkpoints.rename(trained / "checkpoints.keep")
+    checkpoints.write_text("not a folder")
+    try:
+        assert main(_ARGV) == 2
+        _one_error_line(capsys, f"{checkpoints} must be a directory")
+    finally:
+        checkpoints.unlink()
+        (trained / "checkpoints.keep").rename(checkpoints)
+        (trained / "manifest.keep").rename(trained / "manifest.json")
+
+
+def test_a_manifest_that_is_a_json_list_is_distrusted_and_the_run_rebuilt(trained, store, capsys):
+    manifest = trained / "manifest.json"
+    manifest.write_text("[1, 2]")
+    assert main(_ARGV) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(trained) and "Traceback" not in captured.err
+    assert re.search(r"esreason: warning: .*manifest\.json: expected a JSON object, got a list", captured.err)
+    assert json.loads(manifest.read_text())["status"] == "complete"
+    assert [json.loads(x)["step"] for x in (trained / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_disk_full_is_one_line_and_loses_nothing(trained, store, monkeypatch, capsys):
+    (trained / "manifest.json").unlink()
+    good = sorted(p.name for p in (trained / "checkpoints").iterdir())
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(integrity.os, "fsync", full)
+    assert main(_ARGV) == 2
+    _one_error_line(capsys, r"esreason: error: No space left on device")
+    monkeypatch.undo()
+    assert sorted(p.name for p in (trained / "checkpoints").iterdir()) == good  # no .tmp left, nothing lost
+    assert not (trained / "manifest.json").exists()
+    monkeypatch.setenv("ESREASON_HOME", str(store))
+    assert main(_ARGV) == 0 and json.loads((trained / "manifest.json").read_text())["status"] == "complete"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in (trained / "manifest.json", *(trained / "checkpoints").iterdir()):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # not mkstemp's 0o600

@@ -1,0 +1,251 @@
+"""The run store under corruption and concurrency: bad checkpoints are skipped (never used), a truncated model is
+not complete, bad metrics lines never raise nor lose a step, runs are locked, files follow the umask, and a
+complete run opens from a read-only store. No model is trained here (see test_reliability_training.py)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from esreason_lib import integrity
+from esreason_lib import runs as R
+from esreason_lib.integrity import CorruptFileError, DirectoryLock, RunStoreWarning, seal, unseal
+
+
+def _run_with_checkpoints(tmp_path, config=None, steps=(2, 4)):
+    run = R.Run.open("es", config or {"x": 1}, seed=0, home=tmp_path)
+    for step in steps:
+        run.log(step, {"reward/mean": float(step)})
+        run.save_checkpoint(step, {"theta": torch.full((3,), float(step))})
+    return run
+
+
+def _newest(run):
+    return run.path / "checkpoints" / "step-000004.pt"
+
+
+def test_seal_round_trip_and_every_refusal():
+    data = seal(b"payload", {"kind": "es", "step": 3})
+    assert unseal(data, {"kind": "es", "step": 3}) == b"payload"
+    flipped = bytearray(data)
+    flipped[-2] ^= 0x01
+    for bad, why in [(bytes(flipped), "does not match its sha256"), (data[:-1], "truncated"),
+                     (b"\0" * len(data), "no header"), (integrity.MAGIC + b"{not json\npayload", "unreadable header")]:
+        with pytest.raises(CorruptFileError, match=why):
+            unseal(bad, {"kind": "es", "step": 3})
+    with pytest.raises(CorruptFileError, match="step=3, not 4"):
+        unseal(data, {"kind": "es", "step": 4})
+
+
+@pytest.mark.parametrize("corrupt, why", [
+    (lambda p: p.write_bytes(bytes(b ^ 0xFF if i == len(p.read_bytes()) - 5 else b
+                                   for i, b in enumerate(p.read_bytes()))), "does not match its sha256"),
+    (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "truncated"),
+    (lambda p: p.write_bytes(b"\0" * len(p.read_bytes())), "no header"),
+    (lambda p: torch.save({"theta": torch.zeros(3)}, p), "no header"),  # zeroed params in a plain torch file
+], ids=["flipped-byte", "truncated", "zero-filled", "zeroed-params"])
+def test_a_bad_checkpoint_is_skipped_for_the_older_good_one(tmp_path, corrupt, why):
+    run = _run_with_checkpoints(tmp_path)
+    corrupt(_newest(run))
+    with pytest.warns(RunStoreWarning, match=f"step-000004.pt skipped: .*{why}"):
+        step, state = run.latest_checkpoint()
+    assert step == 2 and torch.equal(state["theta"], torch.full((3,), 2.0))
+
+
+def test_another_runs_checkpoint_is_never_used(tmp_path):
+    mine = _run_with_checkpoints(tmp_path / "a")
+    other = _run_with_checkpoints(tmp_path / "b", config={"x": 2}, steps=(4,))
+    _newest(mine).write_bytes(_newest(other).read_bytes())
+    with pytest.warns(RunStoreWarning, match=f"belongs to config_hash='{other.path.name[3:]}'"):
+        assert mine.latest_checkpoint()[0] == 2
+    (mine.path / "checkpoints" / "step-000002.pt").rename(mine.path / "checkpoints" / "step-000006.pt")
+    with pytest.warns(RunStoreWarning) as record:  # a renamed file claims another step: refused too
+        assert mine.latest_checkpoint() is None
+    assert any("step=2, not 6" in str(w.message) for w in record)
+
+
+@pytest.mark.parametrize("line", ["garbage", "[1, 2]", '{"step": "x"}', '{"step": true}', "\xff\xfe"])
+def test_a_bad_metrics_line_warns_with_file_and_line_and_resume_falls_back(tmp_path, line):
+    run = R.Run.open("grpo", {"x": 1}, seed=0, home=tmp_path)
+    for step in (1, 2):
+        run.log(step, {"reward/mean": 0.1})
+    run.save_checkpoint(2, {"theta": torch.zeros(1)})
+    with open(run.path / "metrics.jsonl", "ab") as fh:  # step 3's line is corrupt
+        fh.write(line.encode("latin-1") + b"\n")
+    run.log(4, {"reward/mean": 0.4})
+    run.save_checkpoint(4, {"theta": torch.ones(1)})
+    with pytest.warns(RunStoreWarning, match=r"metrics\.jsonl:3: not a JSON object with an integer 'step'"):
+        assert list(run.metrics()["step"]) == [1, 2, 4]
+    with pytest.warns(RunStoreWarning, match=r"step-000004\.pt skipped: .*last intact step 2"):
+        step, _ = run.latest_checkpoint()
+    assert step == 2  # the checkpoint after the bad line is not trusted: step 3 is recomputed, not lost
+    run.truncate_metrics(step)
+    assert [json.loads(x)["step"] for x in (run.path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_truncated_model_makes_a_complete_run_incomplete(tmp_path):
+    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    run.model_dir.mkdir()
+    weights = run.model_dir / "model.safetensors"
+    weights.write_bytes(b"w" * 100)
+    run.finish()
+    assert run.manifest()["model_files"] == {"model.safetensors": integrity.sha256_file(weights)}
+    assert run.is_complete() and R.run_exists("es", {"x": 1}, home=tmp_path)
+    weights.write_bytes(b"w" * 50)
+    with pytest.warns(RunStoreWarning, match="model.safetensors does not match its recorded sha256"):
+        assert not run.is_complete()
+    weights.unlink()
+    with pytest.warns(RunStoreWarning, match="model.safetensors is missing"):
+        assert not R.run_exists("es", {"x": 1}, home=tmp_path)
+
+
+def test_a_manifest_that_is_a_json_list_means_not_complete(tmp_path):
+    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    (run.path / "manifest.json").write_text("[1, 2]")
+    with pytest.warns(RunStoreWarning, match=r"manifest\.json: expected a JSON object, got a list"):
+        assert run.manifest() is None and not run.is_complete()
+
+
+@pytest.mark.parametrize("sub", ["checkpoints", "model", "results"])
+def test_a_subfolder_replaced_by_a_file_is_a_clear_error(tmp_path, sub):
+    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    (run.path / sub).write_text("not a folder")
+    with pytest.raises(ValueError, match=f"{sub} must be a directory"):
+        R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+
+
+def test_saved_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        run = _run_with_checkpoints(tmp_path)
+        run.write_table("t", __import__("pandas").DataFrame({"a": [1]}))
+        run.finish()
+    finally:
+        os.umask(old)
+    for path in [_newest(run), run.path / "manifest.json", run.path / "config.json", run.path / "results" / "t.csv"]:
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+@pytest.mark.parametrize("home_kind", ["file", "under-a-file", "read-only"])
+def test_an_unwritable_home_names_the_run_directory(tmp_path, monkeypatch, home_kind):
+    (tmp_path / "f").write_text("x")
+    home = {"file": tmp_path / "f", "under-a-file": tmp_path / "f" / "store", "read-only": tmp_path / "ro"}[home_kind]
+    if home_kind == "read-only":  # the tests run as root, where chmod does not stop writes: simulate EROFS
+
+        def read_only(*args, **kwargs):
+            raise OSError(errno.EROFS, "Read-only file system", str(args[0]))
+
+        monkeypatch.setattr(os, "mkdir", read_only)
+    with pytest.raises(OSError, match=f"cannot create the run directory {home}/es-"):
+        R.Run.open("es", {"x": 1}, seed=0, home=home)
+
+
+def test_a_complete_run_opens_from_a_read_only_store(tmp_path, monkeypatch):
+    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    run.finish()
+    started = (run.path / "started.json").read_bytes()
+
+    def no_writes(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(R, "atomic_write_bytes", no_writes)
+    monkeypatch.setattr(integrity.os, "open", no_writes)  # no lock file either
+    again = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)
+    assert again.is_complete() and again.lock is None
+    assert (run.path / "started.json").read_bytes() == started
+
+
+def test_disk_full_leaves_the_older_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
+    run = _run_with_checkpoints(tmp_path, steps=(2,))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(integrity.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        run.save_checkpoint(4, {"theta": torch.ones(3)})
+    monkeypatch.undo()
+    assert sorted(p.name for p in (run.path / "checkpoints").iterdir()) == ["step-000002.pt"]
+    assert run.latest_checkpoint()[0] == 2
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from esreason_lib.integrity import DirectoryLock
+    lock = DirectoryLock(Path(sys.argv[1]))
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    if len(sys.argv) > 3:
+        Path(sys.argv[3]).write_text(sys.argv[4])
+""")
+
+
+def _hold(folder, seconds, then_write=None):
+    args = [sys.executable, "-c", _HOLDER, str(folder), str(seconds)] + (list(then_write) if then_write else [])
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_locked_run_names_the_holder_pid_or_waits_for_it(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    proc = _hold(folder, 30)
+    try:
+        with pytest.warns(RunStoreWarning, match=f"locked by PID {proc.pid}"):
+            with pytest.raises(BlockingIOError, match=f"another process \\(PID {proc.pid}, lock file"):
+                DirectoryLock(folder, timeout=0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    lock = DirectoryLock(folder, timeout=0)  # the kernel dropped the killed holder's lock
+    assert lock.holder() == str(os.getpid())
+    lock.release()
+
+
+def test_a_trainer_waits_for_the_holder_then_finds_the_run_complete(tmp_path):
+    first = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    first.finish()
+    manifest = (first.path / "manifest.json").read_text()
+    (first.path / "manifest.json").unlink()
+    t0 = time.monotonic()
+    proc = _hold(first.path, 1.0, then_write=(first.path / "manifest.json", manifest))
+    with pytest.warns(RunStoreWarning, match=f"locked by PID {proc.pid}; waiting"):
+        run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)
+    proc.wait()
+    assert time.monotonic() - t0 >= 0.9 and run.is_complete() and run.lock is None
+
+
+def _try_lock_elsewhere(folder) -> subprocess.CompletedProcess:
+    code = ("import sys; from pathlib import Path; from esreason_lib.integrity import DirectoryLock; "
+            "DirectoryLock(Path(sys.argv[1]), timeout=0).release()")
+    return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+def test_the_trainer_holds_the_lock_until_finish(tmp_path):
+    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)
+    held = _try_lock_elsewhere(run.path)
+    assert held.returncode != 0 and f"another process (PID {os.getpid()}, lock file" in held.stderr
+    run.fail("stopped")
+    assert run.lock is None and run.manifest()["status"] == "failed" and run.manifest()["error"] == "stopped"
+    assert _try_lock_elsewhere(run.path).returncode == 0
+
+
+def test_a_run_left_locked_by_an_earlier_failure_in_this_process_is_taken_over(tmp_path):
+    first = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True)  # e.g. a trainer that raised
+    second = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True, lock_timeout=0)
+    assert first.lock._fd is None and second.lock.holder() == str(os.getpid())
+    second.release()
+    with pytest.raises(ValueError, match="started with seed=0"):  # a failed open releases its lock
+        R.Run.open("es", {"x": 1}, seed=1, home=tmp_path, lock=True)
+    DirectoryLock(first.path, timeout=0).release()
