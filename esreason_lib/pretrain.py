@@ -4,13 +4,16 @@ The stream mixes Countdown (`prompt + demonstration + <eos>`, the demonstration 
 solution from the task's solver, or with probability `habit_fraction` the task's `habit_answer`) with the
 held-out families (addition, sorting). Problems come only from each task's *train* split, so Countdown test
 problems are never seen. The loss is next-token cross-entropy on the completion tokens only (prompt and
-padding masked). AdamW, linear warm-up then cosine decay, a fixed step budget and a wall-clock cap. The model
-and tokenizer are saved with `save_pretrained` into the run store (`Run.open("zoo", spec)`); a finished run
-is found and reused, never retrained.
+padding masked). AdamW, linear warm-up then cosine decay over exactly `spec.steps` steps, at one thread
+(`torch.set_num_threads(1)` while training, restored afterwards), with every random draw derived from the spec's
+seed by name: the same spec gives the same weights bit for bit on one machine kind, and the manifest records
+their `weights_sha256`. The model and tokenizer are saved with `save_pretrained` into the run store
+(`Run.open("zoo", spec)`); a finished run is found and reused, never retrained.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from pathlib import Path
@@ -145,6 +148,21 @@ def completion_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
                            ignore_index=IGNORE_INDEX)
 
 
+def weights_sha256(model_dir: Path | str) -> str:
+    """sha256 over the tensors of `model_dir/model.safetensors`: name, dtype, shape and bytes, in name order.
+
+    Independent of the file's header layout and metadata, so it names the weights themselves."""
+    from safetensors import safe_open
+
+    digest = hashlib.sha256()
+    with safe_open(Path(model_dir) / "model.safetensors", framework="pt") as fh:
+        for name in sorted(fh.keys()):
+            tensor = fh.get_tensor(name).contiguous()
+            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
 def lr_factor(spec: ZooSpec, step: int, progress: float) -> float:
     """Learning-rate multiplier: linear warm-up over `warmup` steps times a cosine over `progress` in [0, 1]."""
     warm = min(1.0, (step + 1) / max(1, spec.warmup))
@@ -179,8 +197,8 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
 
     A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
     from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
-    the manifest records the steps done, the seconds taken, whether the wall-clock cap stopped training, the
-    parameter count and the final loss.
+    the manifest records the steps done, the seconds taken (wall time, which depends on the machine's load; the
+    weights do not), the parameter count, the final loss and `weights_sha256`.
     """
     from esreason_lib.runs import Run
 
@@ -189,27 +207,37 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     if run.is_complete() and (run.model_dir / "config.json").exists():
         return run.model_dir
     run.truncate_metrics(-1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # float reductions change order with the thread count
+    try:
+        model, loss, seconds = _train(spec, run, progress=progress, log_every=log_every)
+    finally:
+        torch.set_num_threads(threads)
+    tokenizer = build_char_tokenizer()
+    model.save_pretrained(run.model_dir)
+    tokenizer.save_pretrained(run.model_dir)
+    run.finish(steps_done=spec.steps, seconds=round(seconds, 2), num_parameters=num_parameters(model),
+               final_loss=loss, weights_sha256=weights_sha256(run.model_dir))
+    return run.model_dir
 
+
+def _train(spec: ZooSpec, run, *, progress: bool, log_every: int):
+    """`(model in eval mode, last step's loss, seconds)` after `spec.steps` steps, logging into `run`."""
     tokenizer = build_char_tokenizer()
     model = spec.build(len(tokenizer)).train()
     optimizer = make_optimizer(model, spec)
     stream = CorpusStream(spec)
     start = time.perf_counter()
     window: list[float] = []
-    step, capped, loss = 0, False, float("nan")
+    loss = float("nan")
     bar = tqdm(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress, leave=False)
-    while step < spec.steps:
-        elapsed = time.perf_counter() - start
-        if elapsed >= spec.max_seconds:
-            capped = True
-            break
+    for step in range(1, spec.steps + 1):
         t0 = time.perf_counter()
         prompts, completions = stream.sample(spec.batch_size)
         batch = build_batch(tokenizer, prompts, completions, max_length=spec.max_position_embeddings)
-        lr = spec.lr * lr_factor(spec, step, max(step / spec.steps, elapsed / spec.max_seconds))
+        lr = spec.lr * lr_factor(spec, step - 1, (step - 1) / spec.steps)
         loss = train_step(model, optimizer, batch, lr)
         window.append(loss)
-        step += 1
         bar.update(1)
         if step % log_every == 0 or step == spec.steps:
             bar.set_postfix(loss=f"{np.mean(window):.3f}")
@@ -218,12 +246,4 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
                            "time/elapsed_s": time.perf_counter() - start})
             window = []
     bar.close()
-    seconds = time.perf_counter() - start
-    if window:
-        run.log(step, {"train/loss": float(np.mean(window)), "time/elapsed_s": seconds})
-    model.eval()
-    model.save_pretrained(run.model_dir)
-    tokenizer.save_pretrained(run.model_dir)
-    run.finish(steps_done=step, seconds=round(seconds, 2), capped=capped,
-               num_parameters=num_parameters(model), final_loss=loss)
-    return run.model_dir
+    return model.eval(), loss, time.perf_counter() - start
