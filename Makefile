@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test reproduce figures notebooks claims clean
+.PHONY: setup test reproduce figures notebooks claims zoo-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ notebooks: setup
 
 claims: setup
 	$(PY) -m esreason_lib claims
+
+zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (minutes)
+	$(PY) benchmarks/zoo_weights.py
 
 clean:
 	rm -rf build

@@ -9,12 +9,19 @@ padding masked). AdamW, linear warm-up then cosine decay over exactly `spec.step
 seed by name: the same spec gives the same weights bit for bit on one machine kind, and the manifest records
 their `weights_sha256`. The model and tokenizer are saved with `save_pretrained` into the run store
 (`Run.open("zoo", spec)`); a finished run is found and reused, never retrained.
+
+The repository ships the weights of the preset zoo models in `SHIPPED_ZOO` (this module's own output): `pretrain`
+returns a shipped directory, without training, when its recorded config hash is the spec's own, and checks its
+`weights_sha256` first. `ship` (re)writes an entry from a fresh pretraining; `benchmarks/zoo_weights.py` and
+`make zoo-check` rebuild entries and compare the hashes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -26,6 +33,8 @@ from tqdm.auto import tqdm
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters
 
+SHIPPED_ZOO = Path(__file__).resolve().parent.parent / "zoo"
+"""The shipped zoo: `<name>/` (`save_pretrained` output) per model and `manifest.json` ({name: record})."""
 IGNORE_INDEX = -100
 FAMILIES = ("countdown", "addition", "sorting")
 _POOL_SIZE = 16384
@@ -191,11 +200,54 @@ def train_step(model, optimizer, batch: dict[str, torch.Tensor], lr: float) -> f
     return float(loss.detach())
 
 
+def shipped_manifest() -> dict[str, dict]:
+    """The shipped zoo's records, {name: {"config_hash", "weights_sha256", "steps", "seconds", ...}} ({} if none)."""
+    path = SHIPPED_ZOO / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def shipped_model_dir(spec_or_name: ZooSpec | str) -> Path | None:
+    """The shipped directory of this spec when the shipped record has its config hash, else None.
+
+    Raises ValueError when the shipped weights do not hash to the recorded `weights_sha256` (a damaged file)."""
+    from esreason_lib.runs import config_hash
+
+    spec = get_spec(spec_or_name)
+    record = shipped_manifest().get(spec.name)
+    if record is None or record["config_hash"] != config_hash(spec):
+        return None
+    directory = SHIPPED_ZOO / spec.name
+    found = weights_sha256(directory)
+    if found != record["weights_sha256"]:
+        raise ValueError(f"shipped zoo model {spec.name!r} at {directory}: weights_sha256 {found} differs from the "
+                         f"recorded {record['weights_sha256']}; rebuild it with benchmarks/zoo_weights.py --ship")
+    return directory
+
+
+def ship(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True) -> dict:
+    """Pretrain the spec (never from the shipped copy), copy it to `SHIPPED_ZOO/<name>` and record it; returns
+    the record written into the shipped manifest."""
+    from esreason_lib.runs import config_hash
+
+    spec = get_spec(spec_or_name)
+    directory = pretrain(spec, home=home, progress=progress, shipped=False)
+    manifest = json.loads((directory.parent / "manifest.json").read_text())
+    target = SHIPPED_ZOO / spec.name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(directory, target)
+    record = {"config_hash": config_hash(spec), **{k: manifest[k] for k in (
+        "weights_sha256", "steps_done", "seconds", "final_loss", "num_parameters", "versions")}}
+    records = {**shipped_manifest(), spec.name: record}
+    (SHIPPED_ZOO / "manifest.json").write_text(json.dumps(records, indent=2, sort_keys=True) + "\n")
+    return record
+
+
 def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True,
-             log_every: int = 10) -> Path:
+             log_every: int = 10, shipped: bool = True) -> Path:
     """Train the zoo model `spec_or_name` (a name in `ZOO` or a `ZooSpec`) and return its model directory.
 
-    A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
+    With `shipped`, a shipped model of this very spec (`shipped_model_dir`) is returned as is, and nothing is
+    written into the store. A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
     from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
     the manifest records the steps done, the seconds taken (wall time, which depends on the machine's load; the
     weights do not), the parameter count, the final loss and `weights_sha256`.
@@ -203,6 +255,8 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     from esreason_lib.runs import Run
 
     spec = get_spec(spec_or_name)
+    if shipped and (directory := shipped_model_dir(spec)) is not None:
+        return directory
     run = Run.open("zoo", spec, seed=spec.seed, home=None if home is None else Path(home))
     if run.is_complete() and (run.model_dir / "config.json").exists():
         return run.model_dir
