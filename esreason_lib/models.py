@@ -7,9 +7,10 @@ directory written by `save_pretrained` (or a run directory holding `model/`), or
 module re-exports the public names. Load zoo directories with `load_model` / `load_tokenizer`, never with
 `AutoTokenizer` (transformers 5 forces Qwen2Tokenizer there, which drops every space of the char format).
 
-Measured zoo (recipe 2; 2-core CPU; held-out Countdown: `get_task("countdown").examples("test", n=200,
-seed=0)`, greedy and n=16 samples at T=1 (`python -m esreason_lib train ... --eval` prints the same table);
-held-out families: greedy accuracy on 200 test items of addition (2 digits) and sorting):
+Measured zoo (recipe 2, before the wall-clock caps were removed; 2-core CPU; held-out Countdown:
+`get_task("countdown").examples("test", n=200, seed=0)`, greedy and n=16 samples at T=1 (`python -m esreason_lib
+train ... --eval` prints the same table); held-out families: greedy accuracy on 200 test items of addition
+(2 digits) and sorting):
 
 | name          | params | steps done (budget) | greedy | pass@1 | pass@16 | addition | sorting |
 |---------------|-------:|--------------------:|-------:|-------:|--------:|---------:|--------:|
@@ -19,15 +20,19 @@ held-out families: greedy accuracy on 200 test items of addition (2 digits) and 
 qwen2-s-habit saw the habit answer (the numbers summed in prompt order) for 40% of its Countdown examples:
 its greedy accuracy falls to 0.120 against the clean model's 0.250, while the correct skill remains
 reachable by sampling (Pass@16 0.635): the latent capability ES and GRPO are compared on.
-Pretraining "s" takes 70-100 s on an idle 2-core CPU. "m" (998k) and "l" (3.27M) stop at their wall-clock
-caps (the cosine schedule still completes, see `ZooSpec.max_seconds`), so they are undertrained and their
-step count depends on the machine; notebook 06 reports what they reach. In two `make reproduce` runs (one
-thread beside the other notebook lane) "m" did 1244 / 1145 of 1500 steps (final loss 0.215 / 0.260, greedy
-0.320 / 0.280 on the held-out 200) and "l" 519 / 490 of 1000 (loss 0.320 / 0.350, greedy 0.165 / 0.150),
-against "s" at loss 0.229 / 0.242, greedy 0.285 / 0.250: on this CPU budget the largest model is the least
-trained. Given 800 uncapped steps at lr 2e-3 (395 s, one thread), "l" reached
-loss 0.290 and greedy 0.205, still below "s" and "m", so no cap that fits the 30-minute `make reproduce`
-makes it the most capable size.
+Pretraining "s" takes 70-100 s on an idle 2-core CPU. Under recipe 2, "m" (998k) and "l" (3.27M) stopped at
+wall-clock caps, so their step count depended on the machine's load: in two `make reproduce` runs "m" did
+1244 / 1145 of 1500 steps (greedy 0.320 / 0.280) and "l" 519 / 490 of 1000 (greedy 0.165 / 0.150); given 800
+uncapped steps at lr 2e-3 (395 s, one thread), "l" reached greedy 0.205.
+
+Recipe 3 (now) runs exactly `steps` steps at one thread, so a spec's weights are the same bit for bit on one
+machine kind (`weights_sha256` in the zoo manifest; `tests/test_pretrain.py` pretrains a spec twice). The "s"
+specs keep 3000 steps: under recipe 2 they finished their budget before the cap in every measured run, and their
+schedule was step-driven whenever a run kept above 3000/360 = 8.3 steps/s (idle: 30-43), so only the thread
+count can make their weights differ from a recipe-2 run's. "m" and "l" now get 3000 steps each, the data "s"
+sees: model size is the only difference between the three. The shipped weights (`zoo/`,
+`esreason_lib.pretrain.SHIPPED_ZOO`) are loaded when the spec matches; `zoo/README.md` says what is shipped and
+what it measured.
 """
 
 from __future__ import annotations
@@ -95,7 +100,8 @@ def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = 
                dtype: torch.dtype = torch.float32, *, home: Path | str | None = None, progress: bool = True):
     """`(model, tokenizer)` in eval mode on `device` with `dtype`; tokenizer left-padded with a pad token.
 
-    `name_or_path`: a `ZOO` name or `ZooSpec` (pretrains on first use into `home`, default the run store),
+    `name_or_path`: a `ZOO` name or `ZooSpec` (the shipped weights when their spec matches, else pretrained on
+    first use into `home`, default the run store),
     an existing local directory (`save_pretrained` output, or a run directory containing `model/`), or a hub
     id. Unknown names raise ValueError naming the zoo choices.
     """
