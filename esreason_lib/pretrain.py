@@ -201,7 +201,7 @@ def train_step(model, optimizer, batch: dict[str, torch.Tensor], lr: float) -> f
 
 
 def shipped_manifest() -> dict[str, dict]:
-    """The shipped zoo's records, {name: {"config_hash", "weights_sha256", "steps", "seconds", ...}} ({} if none)."""
+    """The shipped zoo's records, {name: {"config_hash", "weights_sha256", "steps_done", ...}} ({} if none)."""
     path = SHIPPED_ZOO / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -247,8 +247,8 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
     """Train the zoo model `spec_or_name` (a name in `ZOO` or a `ZooSpec`) and return its model directory.
 
     With `shipped`, a shipped model of this very spec (`shipped_model_dir`) is returned as is, and nothing is
-    written into the store. A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
-    from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
+    written into the store. A complete run in the store is reused as is (no training). An incomplete one
+    (interrupted) is retrained from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
     the manifest records the steps done, the seconds taken (wall time, which depends on the machine's load; the
     weights do not), the parameter count, the final loss and `weights_sha256`.
     """
