@@ -35,7 +35,7 @@ notebooks: setup
 claims: setup
 	$(PY) -m esreason_lib claims
 
-zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (minutes)
+zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (qwen2-s: ~6 min on a busy machine)
 	$(PY) benchmarks/zoo_weights.py
 
 clean:
