@@ -16,7 +16,7 @@ EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test reproduce figures executed bases notebooks lab browser-check claims clean
+.PHONY: setup test reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -83,6 +83,9 @@ browser-check: $(VENV)/.browser  ## not in CI: executed build/notebooks/*.ipynb 
 
 claims: setup
 	$(PY) -m esreason_lib claims
+
+zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (qwen2-s: ~6 min on a busy machine)
+	$(PY) benchmarks/zoo_weights.py
 
 clean:
 	rm -rf build

@@ -7,7 +7,10 @@ directory written by `save_pretrained` (or a run directory holding `model/`), or
 those names from there. Load zoo directories with `load_model` / `load_tokenizer`, never with
 `AutoTokenizer` (transformers 5 forces Qwen2Tokenizer there, which drops every space of the char format).
 
-What the zoo models reach (steps, loss, greedy accuracy and Pass@K per size) is recorded in notebook 00.
+What the zoo models reach (steps, loss, greedy accuracy and Pass@K per size) is recorded in notebook 00 and
+`zoo/README.md`. Zoo pretraining runs exactly `steps` steps at one thread, so a spec's weights are the same bit
+for bit on one machine kind (`weights_sha256` in the zoo manifest); the shipped weights (`zoo/`,
+`esreason_lib.pretrain.SHIPPED_ZOO`) are loaded when the spec matches.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = 
                dtype: torch.dtype = torch.float32, *, home: Path | str | None = None, progress: bool = True):
     """`(model, tokenizer)` in eval mode on `device` with `dtype`; tokenizer left-padded with a pad token.
 
-    `name_or_path`: a `ZOO` name or `ZooSpec` (pretrains on first use into `home`, default the run store),
+    `name_or_path`: a `ZOO` name or `ZooSpec` (the shipped weights when their spec matches, else pretrained on
+    first use into `home`, default the run store),
     an existing local directory (`save_pretrained` output, or a run directory containing `model/`), or a hub
     id (from the local cache first; an offline or unreachable hub fails at once). Unknown names raise
     ValueError naming the zoo choices.

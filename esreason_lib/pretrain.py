@@ -4,14 +4,24 @@ The stream mixes Countdown (`prompt + demonstration + <eos>`, the demonstration 
 solution from the task's solver, or with probability `habit_fraction` the task's `habit_answer`) with the
 held-out families (addition, sorting). Problems come only from each task's *train* split, so Countdown test
 problems are never seen. The loss is next-token cross-entropy on the completion tokens only (prompt and
-padding masked). AdamW, linear warm-up then cosine decay, a fixed step budget and a wall-clock cap. The model
-and tokenizer are saved with `save_pretrained` into the run store (`Run.open("zoo", spec)`); a finished run
-is found and reused, never retrained.
+padding masked). AdamW, linear warm-up then cosine decay over exactly `spec.steps` steps, at one thread
+(`torch.set_num_threads(1)` while training, restored afterwards), with every random draw derived from the spec's
+seed by name: the same spec gives the same weights bit for bit on one machine kind, and the manifest records
+their `weights_sha256`. The model and tokenizer are saved with `save_pretrained` into the run store
+(`Run.open("zoo", spec)`); a finished run is found and reused, never retrained.
+
+The repository ships the weights of the preset zoo models in `SHIPPED_ZOO` (this module's own output): `pretrain`
+returns a shipped directory, without training, when its recorded config hash is the spec's own, and checks its
+`weights_sha256` first. `ship` (re)writes an entry from a fresh pretraining; `benchmarks/zoo_weights.py` and
+`make zoo-check` rebuild entries and compare the hashes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -19,10 +29,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from esreason_lib.paths import REPO_ROOT
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
+SHIPPED_ZOO = REPO_ROOT / "zoo"
+"""The shipped zoo: `<name>/` (`save_pretrained` output) per model and `manifest.json` ({name: record})."""
 IGNORE_INDEX = -100
 FAMILIES = ("countdown", "addition", "sorting")
 _POOL_SIZE = 16384
@@ -145,6 +158,21 @@ def completion_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
                            ignore_index=IGNORE_INDEX)
 
 
+def weights_sha256(model_dir: Path | str) -> str:
+    """sha256 over the tensors of `model_dir/model.safetensors`: name, dtype, shape and bytes, in name order.
+
+    Independent of the file's header layout and metadata, so it names the weights themselves."""
+    from safetensors import safe_open
+
+    digest = hashlib.sha256()
+    with safe_open(Path(model_dir) / "model.safetensors", framework="pt") as fh:
+        for name in sorted(fh.keys()):
+            tensor = fh.get_tensor(name).contiguous()
+            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
 def lr_factor(spec: ZooSpec, step: int, progress: float) -> float:
     """Learning-rate multiplier: linear warm-up over `warmup` steps times a cosine over `progress` in [0, 1]."""
     warm = min(1.0, (step + 1) / max(1, spec.warmup))
@@ -173,43 +201,99 @@ def train_step(model, optimizer, batch: dict[str, torch.Tensor], lr: float) -> f
     return float(loss.detach())
 
 
+def shipped_manifest() -> dict[str, dict]:
+    """The shipped zoo's records, {name: {"config_hash", "weights_sha256", "steps_done", ...}} ({} if none)."""
+    path = SHIPPED_ZOO / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def shipped_model_dir(spec_or_name: ZooSpec | str) -> Path | None:
+    """The shipped directory of this spec when the shipped record has its config hash, else None.
+
+    Raises ValueError when the shipped weights do not hash to the recorded `weights_sha256` (a damaged file)."""
+    from esreason_lib.runs import config_hash
+
+    spec = get_spec(spec_or_name)
+    record = shipped_manifest().get(spec.name)
+    if record is None or record["config_hash"] != config_hash(spec):
+        return None
+    directory = SHIPPED_ZOO / spec.name
+    found = weights_sha256(directory)
+    if found != record["weights_sha256"]:
+        raise ValueError(f"shipped zoo model {spec.name!r} at {directory}: weights_sha256 {found} differs from the "
+                         f"recorded {record['weights_sha256']}; rebuild it with benchmarks/zoo_weights.py --ship")
+    return directory
+
+
+def ship(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True) -> dict:
+    """Pretrain the spec (never from the shipped copy), copy it to `SHIPPED_ZOO/<name>` and record it; returns
+    the record written into the shipped manifest."""
+    from esreason_lib.runs import config_hash
+
+    spec = get_spec(spec_or_name)
+    directory = pretrain(spec, home=home, progress=progress, shipped=False)
+    manifest = json.loads((directory.parent / "manifest.json").read_text())
+    target = SHIPPED_ZOO / spec.name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(directory, target)
+    record = {"config_hash": config_hash(spec), **{k: manifest[k] for k in (
+        "weights_sha256", "steps_done", "seconds", "final_loss", "num_parameters", "versions")}}
+    records = {**shipped_manifest(), spec.name: record}
+    (SHIPPED_ZOO / "manifest.json").write_text(json.dumps(records, indent=2, sort_keys=True) + "\n")
+    return record
+
+
 def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True,
-             log_every: int = 10) -> Path:
+             log_every: int = 10, shipped: bool = True) -> Path:
     """Train the zoo model `spec_or_name` (a name in `ZOO` or a `ZooSpec`) and return its model directory.
 
-    A complete run in the store is reused as is (no training). An incomplete one (interrupted) is retrained
-    from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
-    the manifest records the steps done, the seconds taken, whether the wall-clock cap stopped training, the
-    parameter count and the final loss.
+    With `shipped`, a shipped model of this very spec (`shipped_model_dir`) is returned as is, and nothing is
+    written into the store. A complete run in the store is reused as is (no training). An incomplete one
+    (interrupted) is retrained from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
+    the manifest records the steps done, the seconds taken (wall time, which depends on the machine's load; the
+    weights do not), the parameter count, the final loss and `weights_sha256`.
     """
     from esreason_lib.runs import Run
 
     spec = get_spec(spec_or_name)
+    if shipped and (directory := shipped_model_dir(spec)) is not None:
+        return directory
     run = Run.open("zoo", spec, seed=spec.seed, home=None if home is None else Path(home), lock=True)
     if run.is_complete() and (run.model_dir / "config.json").exists():
         return run.model_dir
     run.truncate_metrics(-1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # float reductions change order with the thread count
+    try:
+        model, loss, seconds = _train(spec, run, progress=progress, log_every=log_every)
+    finally:
+        torch.set_num_threads(threads)
+    tokenizer = build_char_tokenizer()
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
+    run.finish(steps_done=spec.steps, seconds=round(seconds, 2), num_parameters=num_parameters(model),
+               final_loss=loss, weights_sha256=weights_sha256(run.model_dir))
+    return run.model_dir
 
+
+def _train(spec: ZooSpec, run, *, progress: bool, log_every: int):
+    """`(model in eval mode, last step's loss, seconds)` after `spec.steps` steps, logging into `run`."""
     tokenizer = build_char_tokenizer()
     model = spec.build(len(tokenizer)).train()
     optimizer = make_optimizer(model, spec)
     stream = CorpusStream(spec)
     start = time.perf_counter()
     window: list[float] = []
-    step, capped, loss = 0, False, float("nan")
+    loss = float("nan")
     bar = progress_bar(total=spec.steps, desc=f"pretrain {spec.name}", disable=not progress)
-    while step < spec.steps:
-        elapsed = time.perf_counter() - start
-        if elapsed >= spec.max_seconds:
-            capped = True
-            break
+    for step in range(1, spec.steps + 1):
         t0 = time.perf_counter()
         prompts, completions = stream.sample(spec.batch_size)
         batch = build_batch(tokenizer, prompts, completions, max_length=spec.max_position_embeddings)
-        lr = spec.lr * lr_factor(spec, step, max(step / spec.steps, elapsed / spec.max_seconds))
+        lr = spec.lr * lr_factor(spec, step - 1, (step - 1) / spec.steps)
         loss = train_step(model, optimizer, batch, lr)
         window.append(loss)
-        step += 1
         bar.update(1)
         if step % log_every == 0 or step == spec.steps:
             bar.set_postfix(loss=f"{np.mean(window):.3f}")
@@ -218,13 +302,4 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
                            "time/elapsed_s": time.perf_counter() - start})
             window = []
     bar.close()
-    seconds = time.perf_counter() - start
-    if window:
-        run.log(step, {"train/loss": float(np.mean(window)), "time/elapsed_s": seconds})
-    model.eval()
-    with quiet_transformers():
-        model.save_pretrained(run.model_dir)
-        tokenizer.save_pretrained(run.model_dir)
-    run.finish(steps_done=step, seconds=round(seconds, 2), capped=capped,
-               num_parameters=num_parameters(model), final_loss=loss)
-    return run.model_dir
+    return model.eval(), loss, time.perf_counter() - start

@@ -112,10 +112,10 @@ class ZooSpec:
 
     name: str
     """The zoo name (also recorded in the run manifest)."""
-    recipe: int = 2
+    recipe: int = 3
     """Version of the pretraining recipe (corpus stream, loss, schedule, the mixture tasks' defaults): part of
     the config hash, so bumping it after such a change stops stale zoo models in the store from being reused.
-    2: addition with 2-digit operands (was 3)."""
+    2: addition with 2-digit operands (was 3). 3: exactly `steps` steps at one thread (no wall-clock cap)."""
     # --- architecture ---
     hidden_size: int = 64
     """Model width d_model."""
@@ -150,7 +150,8 @@ class ZooSpec:
     the latent-capability knob (a plausible wrong habit sits on top of the correct skill)."""
     # --- training ---
     steps: int = 1000
-    """Optimizer steps (the step budget; training may stop earlier at `max_seconds`)."""
+    """Optimizer steps: training always runs exactly this many (no wall-clock cap), so the weights depend on
+    the spec only."""
     batch_size: int = 256
     """Sequences per step."""
     lr: float = 3e-3
@@ -161,9 +162,6 @@ class ZooSpec:
     """The cosine schedule decays to `lr * min_lr_ratio`."""
     weight_decay: float = 0.01
     """AdamW weight decay (not applied to norms and biases)."""
-    max_seconds: float = 180.0
-    """Wall-clock cap in seconds; the schedule's progress is max(step/steps, elapsed/max_seconds), so a capped
-    run still finishes its cosine decay."""
     seed: int = 0
     """Run seed: model init and the corpus stream derive from it by name."""
 
@@ -176,7 +174,6 @@ class ZooSpec:
         if self.countdown_weight + self.addition_weight + self.sorting_weight <= 0:
             raise ValueError("ZooSpec mixture weights (countdown_weight, addition_weight, sorting_weight) "
                              "must have a positive sum")
-        check(self, "max_seconds", is_real(self.max_seconds) and self.max_seconds > 0, "must be > 0")  # inf = no time cap
 
     def task_kwargs(self) -> dict:
         """Keyword arguments for `get_task("countdown", **kwargs)` matching this model's training."""
@@ -195,17 +192,17 @@ class ZooSpec:
         return init_qwen2(self.qwen2_config(vocab_size), self.seed)
 
 
-_S = ZooSpec("qwen2-s", batch_size=64, steps=3000, lr=3e-3, warmup=100, max_seconds=360.0)
+_S = ZooSpec("qwen2-s", batch_size=64, steps=3000, lr=3e-3, warmup=100)
 ZOO: dict[str, ZooSpec] = {
     spec.name: spec for spec in [
         ZooSpec("smoke", hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                steps=30, batch_size=64, lr=3e-3, warmup=5, max_seconds=20.0),
+                steps=30, batch_size=64, lr=3e-3, warmup=5),
         _S,
         replace(_S, name="qwen2-s-habit", habit_fraction=0.4),
-        ZooSpec("qwen2-m", hidden_size=128, num_layers=4, intermediate_size=512, batch_size=64, steps=1500,
-                lr=2e-3, warmup=100, max_seconds=210.0),
+        ZooSpec("qwen2-m", hidden_size=128, num_layers=4, intermediate_size=512, batch_size=64, steps=3000,
+                lr=2e-3, warmup=100),
         ZooSpec("qwen2-l", hidden_size=192, num_layers=6, num_heads=6, num_kv_heads=2, intermediate_size=768,
-                batch_size=64, steps=1000, lr=1.5e-3, warmup=50, max_seconds=240.0),
+                batch_size=64, steps=3000, lr=1.5e-3, warmup=50),
     ]
 }
 """Named base models: "smoke" (~14k params, seconds, tests only), "qwen2-s" (130k), "qwen2-s-habit" (130k,

@@ -16,7 +16,7 @@ from esreason_lib.zoo import ZOO, build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.pretrain import IGNORE_INDEX, build_batch, completion_loss, lr_factor
 
 TOK = build_char_tokenizer()
-FAST = dataclasses.replace(ZOO["smoke"], steps=6, batch_size=16, warmup=2, max_seconds=60.0)
+FAST = dataclasses.replace(ZOO["smoke"], steps=6, batch_size=16, warmup=2)
 
 
 def test_build_batch_masks_prompt_and_padding():
@@ -110,12 +110,73 @@ def test_smoke_pretrain_reuse_and_load(tmp_path, monkeypatch):
     assert model.config.max_position_embeddings == FAST.max_position_embeddings
 
 
-def test_wall_clock_cap_stops_early(tmp_path, monkeypatch):
+def _manifest(directory):
+    return json.loads((directory.parent / "manifest.json").read_text())
+
+
+def test_pretraining_is_bit_for_bit_in_the_spec(tmp_path, monkeypatch):
     monkeypatch.setattr(pt, "_POOL_SIZE", 64)
-    spec = dataclasses.replace(FAST, steps=10_000, max_seconds=1.5)
-    directory = pt.pretrain(spec, home=tmp_path, progress=False)
-    manifest = json.loads((directory.parent / "manifest.json").read_text())
-    assert manifest["capped"] is True and 0 < manifest["steps_done"] < 10_000
+    torch.set_num_threads(2)
+    first = pt.pretrain(FAST, home=tmp_path / "a", progress=False)
+    assert torch.get_num_threads() == 2  # pretraining ran at one thread and restored the caller's count
+    again = pt.pretrain(FAST, home=tmp_path / "b", progress=False)
+    other = pt.pretrain(dataclasses.replace(FAST, seed=1), home=tmp_path / "a", progress=False)
+    digest = _manifest(first)["weights_sha256"]
+    assert len(digest) == 64 and digest == pt.weights_sha256(first)
+    assert _manifest(again)["weights_sha256"] == digest  # same spec, separate run: the same weights
+    assert (first / "model.safetensors").read_bytes() == (again / "model.safetensors").read_bytes()
+    assert _manifest(other)["weights_sha256"] != digest
+    assert _manifest(first)["steps_done"] == FAST.steps and "capped" not in _manifest(first)
+    torch.set_num_threads(1)
+
+
+def test_weights_sha256_names_the_tensors(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"b": torch.tensor([1.0, 2.0]), "a": torch.zeros(2, 1)}, tmp_path / "model.safetensors")
+    digest = pt.weights_sha256(tmp_path)
+    save_file({"a": torch.zeros(2, 1), "b": torch.tensor([1.0, 2.0])}, tmp_path / "model.safetensors")
+    assert pt.weights_sha256(tmp_path) == digest  # the file's tensor order does not matter
+    save_file({"a": torch.zeros(1, 2), "b": torch.tensor([1.0, 2.0])}, tmp_path / "model.safetensors")
+    assert pt.weights_sha256(tmp_path) != digest  # the shape does
+    save_file({"a": torch.zeros(2, 1), "b": torch.tensor([1.0, 2.5])}, tmp_path / "model.safetensors")
+    assert pt.weights_sha256(tmp_path) != digest  # and every value
+
+
+def test_shipped_zoo_is_used_when_the_spec_matches(tmp_path, monkeypatch):
+    monkeypatch.setattr(pt, "_POOL_SIZE", 64)
+    monkeypatch.setattr(pt, "SHIPPED_ZOO", tmp_path / "zoo")
+    assert pt.shipped_manifest() == {} and pt.shipped_model_dir(FAST) is None
+    record = pt.ship(FAST, home=tmp_path / "store", progress=False)
+    shipped = tmp_path / "zoo" / FAST.name
+    assert pt.shipped_manifest() == {FAST.name: record} and record["steps_done"] == FAST.steps
+    assert record["weights_sha256"] == pt.weights_sha256(shipped)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a shipped zoo model must be used, not retrained")
+
+    monkeypatch.setattr(pt, "train_step", boom)
+    fresh = tmp_path / "fresh"
+    assert pt.pretrain(FAST, home=fresh, progress=False) == shipped and not fresh.exists()
+    model, _ = load_model(FAST, home=fresh, progress=False)
+    assert model.config.hidden_size == FAST.hidden_size and not fresh.exists()
+    changed = dataclasses.replace(FAST, lr=FAST.lr / 2)  # another spec under the same name: not the shipped one
+    assert pt.shipped_model_dir(changed) is None
+    with pytest.raises(AssertionError, match="retrained"):
+        pt.pretrain(changed, home=fresh, progress=False)
+    (shipped / "model.safetensors").write_bytes((tmp_path / "store").joinpath(
+        next((tmp_path / "store").glob("zoo-*")).name, "model", "model.safetensors").read_bytes()[:-4] + b"\0" * 4)
+    with pytest.raises(ValueError, match="weights_sha256"):
+        pt.shipped_model_dir(FAST)
+
+
+@pytest.mark.slow
+def test_shipped_qwen2_s_rebuilds_bit_for_bit(tmp_path):
+    """The smallest shipped model retrained here has the shipped weights (the larger ones: make zoo-check)."""
+    record = pt.shipped_manifest()["qwen2-s"]
+    directory = pt.pretrain("qwen2-s", home=tmp_path, progress=False, shipped=False)
+    assert pt.weights_sha256(directory) == record["weights_sha256"]
+    assert pt.shipped_model_dir("qwen2-s") == pt.SHIPPED_ZOO / "qwen2-s"
 
 
 def test_make_optimizer_decays_matrices_only():
