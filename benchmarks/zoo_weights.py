@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from esreason_lib.pretrain import pretrain, ship, shipped_manifest, weights_sha256
-from esreason_lib.runs import esreason_home
+from esreason_lib.paths import run_store_root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or sorted(shipped)
     if args.ship:
         for name in names:
-            record = ship(name, home=esreason_home())
+            record = ship(name, home=run_store_root())
             print(f"{name}: shipped {record['weights_sha256']} ({record['steps_done']} steps, "
                   f"{record['seconds']} s, final loss {record['final_loss']:.4f})")
         return 0

@@ -84,6 +84,11 @@ def _train(args) -> int:
     from .sequence import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
+    backend = [f"{k}={v}" for k, v in (("backend", args.backend), ("workers", args.workers)) if v is not None]
+    if backend and args.method == "grpo":
+        raise ValueError(f"--backend/--workers choose how ES scores its population, but this trains grpo "
+                         f"(got {' '.join(backend)})")
+    args.set = [*args.set, *(("es." if args.method == "sequence" else "") + b for b in backend)]
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
@@ -160,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
     train.add_argument("--budget", type=int, default=None,
                        help="every method's full budget in a sequence (default: the preset's)")
+    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential or ray "
+                       "(the same as --set backend=...)")
+    train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray (default 2)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)

@@ -231,3 +231,13 @@ def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
     assert [line.split()[:-2] for line in lines[2:]] == [["base", "smoke"], [run.path.name]]
     specs = [json.loads((p / "config.json").read_text())["eval"] for p in home.iterdir() if p.name.startswith("eval-")]
     assert len(specs) == 2 and all((s["n_samples"], s["ks"], s["greedy"]) == (2, [1, 2], False) for s in specs)
+
+
+def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--backend", "sequential"]) == 0
+    run_dir = Path(capsys.readouterr().out.splitlines()[0])
+    assert json.loads((run_dir / "config.json").read_text())["backend"] == "sequential"
+    assert main(["train", "grpo", "--preset", "smoke", "--backend", "ray"]) == 2  # grpo has no population backend
+    assert "--backend/--workers choose how ES scores its population" in capsys.readouterr().err
+    assert main(["train", "es", "--preset", "smoke", "--workers", "0", "--backend", "ray"]) == 2
+    assert "ESConfig.workers must be a positive int, got 0" in capsys.readouterr().err
