@@ -54,7 +54,8 @@ class Digits:
 
 
 CFG = ESConfig(model="tiny-random", task="digits", population_size=4, sigma=0.05, alpha=0.05, iterations=3,
-               prompts_per_step=3, antithetic=True, checkpoint_every=0, device="cpu", seed=0)
+               prompts_per_step=3, antithetic=True, checkpoint_every=0, device="cpu", seed=0,
+               backend="sequential")  # the in-process reference the Ray results are compared with
 
 
 @pytest.fixture(scope="module")
