@@ -211,7 +211,7 @@ def shipped_model_dir(spec_or_name: ZooSpec | str) -> Path | None:
     """The shipped directory of this spec when the shipped record has its config hash, else None.
 
     Raises ValueError when the shipped weights do not hash to the recorded `weights_sha256` (a damaged file)."""
-    from esreason_lib.runs import config_hash
+    from esreason_lib.run_identity import config_hash
 
     spec = get_spec(spec_or_name)
     record = shipped_manifest().get(spec.name)
@@ -228,7 +228,7 @@ def shipped_model_dir(spec_or_name: ZooSpec | str) -> Path | None:
 def ship(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progress: bool = True) -> dict:
     """Pretrain the spec (never from the shipped copy), copy it to `SHIPPED_ZOO/<name>` and record it; returns
     the record written into the shipped manifest."""
-    from esreason_lib.runs import config_hash
+    from esreason_lib.run_identity import config_hash
 
     spec = get_spec(spec_or_name)
     directory = pretrain(spec, home=home, progress=progress, shipped=False)

@@ -24,18 +24,12 @@ anything (a read-only store serves it).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
-import enum
-import hashlib
-import importlib.metadata
 import io
 import json
 import os
-import platform
 import re
-import subprocess
-from pathlib import Path, PurePath
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,7 +38,8 @@ import torch
 from esreason_lib.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, metric_record, read_json,
                                     seal, tree_digest, tree_mismatch, unseal, warn_store)
 
-from .paths import REPO_ROOT, run_store_root
+from .paths import run_store_root
+from .run_identity import canonical_json, config_hash, git_sha, jsonable, package_versions, with_zoo_versions
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -62,65 +57,6 @@ class MissingResult(RuntimeError):
     """A result that `$ESREASON_STORED_ONLY` forbids computing is not in the run store."""
 
 
-def _jsonable(obj, where: str = "config"):
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        for key in obj:
-            if not isinstance(key, str):
-                raise TypeError(f"{where}: keys must be strings, got {key!r}")
-        return {k: _jsonable(v, f"{where}.{k}") for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, enum.Enum):
-        return _jsonable(obj.value, where)
-    if isinstance(obj, PurePath):
-        return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise TypeError(f"{where}: cannot store {type(obj).__name__} value {obj!r} in a run config")
-
-
-def canonical_config(config) -> dict:
-    """A dataclass or dict as plain JSON data (tuples -> lists, Paths -> str, numpy scalars -> Python)."""
-    if not (isinstance(config, dict) or (dataclasses.is_dataclass(config) and not isinstance(config, type))):
-        raise TypeError(f"config must be a dataclass instance or a dict, got {type(config).__name__}")
-    return _jsonable(config)
-
-
-def _canonical_json(config) -> str:
-    return json.dumps(canonical_config(config), sort_keys=True, separators=(",", ":"), allow_nan=True)
-
-
-def config_hash(config) -> str:
-    """10 hex chars of sha256 over the canonical JSON (sorted keys) of a dataclass or dict."""
-    return hashlib.sha256(_canonical_json(config).encode()).hexdigest()[:10]
-
-
-def _strings(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _strings(v)
-
-
-def with_zoo_versions(cfg: dict) -> dict:
-    """`cfg` plus `"zoo_versions": {name: hash of its ZooSpec}` for every zoo model name among its string values.
-
-    A run that starts from a zoo model by name must not be reused once that model's recipe changes (a new
-    habit fraction, step budget, ...), so the spec's hash joins the run's identity."""
-    from esreason_lib.zoo import ZOO
-
-    names = sorted({s for s in _strings(cfg) if s in ZOO})
-    return {**cfg, "zoo_versions": {n: config_hash(ZOO[n]) for n in names}} if names else cfg
-
-
 def _check_kind(kind) -> str:
     if not isinstance(kind, str) or not _SLUG.match(kind):
         raise ValueError(f"kind must be a simple slug (lowercase letters, digits, '-', '_'; starts with a "
@@ -134,30 +70,6 @@ def _now() -> str:
 
 def _write_json(path: Path, data: dict) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-
-
-def package_versions() -> dict[str, str | None]:
-    """Versions of python, torch, transformers, numpy, esreason (None where not installed)."""
-    from esreason_lib import __version__
-
-    out: dict[str, str | None] = {"python": platform.python_version(), "esreason": __version__}
-    for name in ("torch", "transformers", "numpy"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def git_sha() -> str | None:
-    """`git rev-parse HEAD` of the repository holding this package, or None if unavailable."""
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sha = res.stdout.strip()
-    return sha if res.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
 
 
 def _scalar(key: str, value):
@@ -214,7 +126,7 @@ class Run:
         if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
             raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
                                 f"computed in this mode; run `make reproduce` first (config: "
-                                f"{_canonical_json(cfg)[:300]})")
+                                f"{canonical_json(cfg)[:300]})")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -403,7 +315,7 @@ class Run:
         manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
                     "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
                     "started": started.get("started"), "ended": _now(), "status": str(status),
-                    "model_files": tree_digest(self.model_dir), **_jsonable(extra, "extra")}
+                    "model_files": tree_digest(self.model_dir), **jsonable(extra, "extra")}
         _write_json(self.path / "manifest.json", manifest)
         self.release()
 
@@ -414,7 +326,7 @@ class Run:
 
 def _stored_config(kind: str, config) -> dict:
     """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
-    cfg = json.loads(_canonical_json(config))
+    cfg = json.loads(canonical_json(config))
     return cfg if kind == "zoo" else with_zoo_versions(cfg)
 
 

@@ -22,7 +22,7 @@ def test_config_is_frozen_hashable_and_json_able():
     assert c.task_kwargs == (("a", (1, 2)), ("b", 2))
     hash(c)
     json.dumps(dataclasses.asdict(c))
-    from esreason_lib.runs import config_hash
+    from esreason_lib.run_identity import config_hash
 
     assert config_hash(c) == config_hash(ESConfig(task_kwargs=(("a", (1, 2)), ("b", 2)))) != config_hash(ESConfig())
     with pytest.raises(dataclasses.FrozenInstanceError):

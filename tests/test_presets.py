@@ -17,7 +17,7 @@ import torch
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
 from esreason_lib.presets import PRESETS, EvalSpec, Preset, get_preset
-from esreason_lib.runs import config_hash
+from esreason_lib.run_identity import config_hash
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from esreason_lib.grpo import GRPOConfig, train_grpo
 from esreason_lib.integrity import RunStoreWarning, sha256_file
 from esreason_lib.models import load_model
 from esreason_lib.pretrain import pretrain
-from esreason_lib.runs import config_hash
+from esreason_lib.run_identity import config_hash
 from esreason_lib.training import NonFiniteError
 from esreason_lib.zoo import ZOO
 

@@ -11,6 +11,7 @@ import torch
 
 from esreason_lib import paths
 from esreason_lib import runs as R
+from esreason_lib import run_identity as RI
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,16 +25,16 @@ class _Cfg:
 
 
 def test_config_hash_canonical():
-    a = R.config_hash(_Cfg())
+    a = RI.config_hash(_Cfg())
     assert len(a) == 10 and all(ch in "0123456789abcdef" for ch in a)
-    assert a == R.config_hash({"seed": 0, "sizes": [1, 2], "lr": 0.1})  # dataclass == dict, keys sorted
-    assert a != R.config_hash(_Cfg(lr=0.2))
-    assert R.canonical_config({"p": Path("/x"), "n": np.int64(3), "t": (1, (2,))}) == \
+    assert a == RI.config_hash({"seed": 0, "sizes": [1, 2], "lr": 0.1})  # dataclass == dict, keys sorted
+    assert a != RI.config_hash(_Cfg(lr=0.2))
+    assert RI.canonical_config({"p": Path("/x"), "n": np.int64(3), "t": (1, (2,))}) == \
         {"p": "/x", "n": 3, "t": [1, [2]]}
     with pytest.raises(TypeError, match="config.bad"):
-        R.config_hash({"bad": object()})
+        RI.config_hash({"bad": object()})
     with pytest.raises(TypeError, match="dataclass instance or a dict"):
-        R.config_hash([1, 2])
+        RI.config_hash([1, 2])
 
 
 def test_run_store_root(monkeypatch, tmp_path):
@@ -57,7 +58,7 @@ def test_stored_only_reopens_complete_runs_and_names_a_missing_one(monkeypatch, 
 
 def test_open_layout_and_reopen(tmp_path):
     run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
-    assert run.path == tmp_path / f"es-{R.config_hash(_Cfg())}"
+    assert run.path == tmp_path / f"es-{RI.config_hash(_Cfg())}"
     assert run.config == {"lr": 0.1, "sizes": [1, 2], "seed": 0} and run.kind == "es"
     assert json.loads((run.path / "config.json").read_text()) == run.config
     started = json.loads((run.path / "started.json").read_text())
@@ -132,7 +133,7 @@ def test_finish_manifest(tmp_path):
     run.finish(wall_s=1.5)
     manifest = run.manifest()
     assert manifest["status"] == "complete" and manifest["seed"] == 0 and manifest["kind"] == "es"
-    assert manifest["config"] == run.config and manifest["config_hash"] == R.config_hash(_Cfg())
+    assert manifest["config"] == run.config and manifest["config_hash"] == RI.config_hash(_Cfg())
     assert set(manifest["versions"]) == {"python", "torch", "transformers", "numpy", "esreason"}
     assert manifest["versions"]["torch"] and manifest["versions"]["numpy"] == np.__version__
     assert manifest["git_sha"] is None or len(manifest["git_sha"]) >= 40
@@ -149,7 +150,8 @@ def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from esreason_lib import zoo
-    from esreason_lib.runs import Run, config_hash, with_zoo_versions
+    from esreason_lib.run_identity import config_hash, with_zoo_versions
+    from esreason_lib.runs import Run
 
     assert with_zoo_versions({"model": "not-a-zoo-name", "x": [1]}) == {"model": "not-a-zoo-name", "x": [1]}
     tagged = with_zoo_versions({"model": "smoke", "nested": {"refs": ["qwen2-s"]}})
@@ -168,7 +170,7 @@ def test_package_versions_names_the_stack():
 
     import esreason_lib
 
-    versions = R.package_versions()
+    versions = RI.package_versions()
     assert set(versions) == {"python", "esreason", "torch", "transformers", "numpy"}
     assert versions["python"] == platform.python_version() and versions["esreason"] == esreason_lib.__version__
     assert versions["numpy"] == np.__version__ and versions["torch"].split("+")[0] == torch.__version__.split("+")[0]
