@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from esreason_lib.paths import REPO_ROOT
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
+from esreason_lib.training import check_finite_metrics
 from esreason_lib.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
 SHIPPED_ZOO = REPO_ROOT / "zoo"
@@ -293,6 +294,7 @@ def _train(spec: ZooSpec, run, *, progress: bool, log_every: int):
         batch = build_batch(tokenizer, prompts, completions, max_length=spec.max_position_embeddings)
         lr = spec.lr * lr_factor(spec, step - 1, (step - 1) / spec.steps)
         loss = train_step(model, optimizer, batch, lr)
+        check_finite_metrics({"loss/train": loss}, where=f"pretrain {spec.name} step {step}", run=run)
         window.append(loss)
         bar.update(1)
         if step % log_every == 0 or step == spec.steps:

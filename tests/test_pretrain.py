@@ -188,3 +188,15 @@ def test_make_optimizer_decays_matrices_only():
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     assert any(p.ndim == 1 for p in no_decay["params"])  # the RMSNorm weights
+
+
+def test_a_nan_pretraining_loss_stops_and_marks_the_zoo_run_failed(tmp_path, monkeypatch):
+    from esreason_lib.runs import Run
+    from esreason_lib.training import NonFiniteError
+    from esreason_lib.zoo import get_spec
+
+    monkeypatch.setattr(pt, "train_step", lambda *a, **k: float("nan"))
+    with pytest.raises(NonFiniteError, match="pretrain smoke step 1: loss/train = nan"):
+        pt.pretrain("smoke", home=tmp_path, progress=False, shipped=False)
+    run = Run.open("zoo", get_spec("smoke"), seed=get_spec("smoke").seed, home=tmp_path)
+    assert run.manifest()["status"] == "failed" and not run.is_complete()
