@@ -100,6 +100,15 @@ def tree_digest(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def follow_umask(folder: Path) -> None:
+    """Give every file under `folder` mode 0o666 minus the umask (safetensors writes model files 0o600)."""
+    if folder.is_dir():
+        mode = 0o666 & ~_umask()
+        for p in folder.rglob("*"):
+            if p.is_file():
+                os.chmod(p, mode)
+
+
 def tree_mismatch(folder: Path, expected: dict[str, str]) -> str | None:
     """Why `folder` does not hold exactly the files of `expected` ({relative path: sha256}); None when it does."""
     for rel, digest in expected.items():

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, metric_record, read_json,
-                                    seal, tree_digest, tree_mismatch, unseal, warn_store)
+from esreason_lib.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, follow_umask, metric_record,
+                                    read_json, seal, tree_digest, tree_mismatch, unseal, warn_store)
 
 from .paths import run_store_root
 from .run_identity import canonical_json, config_hash, git_sha, jsonable, package_versions, with_zoo_versions
@@ -312,6 +312,7 @@ class Run:
         if clash:
             raise ValueError(f"extra manifest fields clash with reserved keys: {sorted(clash)}")
         started = read_json(self.path / "started.json") or {}
+        follow_umask(self.model_dir)
         manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
                     "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
                     "started": started.get("started"), "ended": _now(), "status": str(status),

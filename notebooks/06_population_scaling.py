@@ -128,9 +128,9 @@ print(finding)
 # monotonically) or "no"; "(within noise)" means the first and last gaps differ by less than two standard
 # errors, so the miniature cannot tell. The paper's claim is reproduced only by a "yes" that is not within noise.
 # The paper's sizes differ in capability as well as parameters; the "base accuracy" clause says whether that holds
-# here. The zoo's larger models pretrain under a wall-clock cap on CPU, so on a 2-core machine the largest can be
-# the least trained (and the least accurate): then the size axis is parameter count only, and the study says
-# nothing about "more capable models need smaller populations".
+# here. The zoo trains every size for the same 3000 steps on the same data (shipped weights, `zoo/README.md`): "m"
+# is more accurate than "s", but "l" is only level with "m", so from "m" to "l" the size axis is parameter count
+# only, and there the study says nothing about "more capable models need smaller populations".
 # Keep the budget in mind: all cells run the same number of iterations, so the largest N also used many times
 # the generations of the smallest (the ratio is printed); at equal generations (bottom row of the curves) a small
 # N has taken many more steps. The last two clauses compare fitness shaping and sampling at equal budget on the

@@ -127,10 +127,14 @@ def test_saved_files_follow_the_umask(tmp_path):
     try:
         run = _run_with_checkpoints(tmp_path)
         run.write_table("t", __import__("pandas").DataFrame({"a": [1]}))
+        run.model_dir.mkdir()
+        (run.model_dir / "model.safetensors").write_bytes(b"w")
+        os.chmod(run.model_dir / "model.safetensors", 0o600)  # what safetensors' save_file leaves
         run.finish()
     finally:
         os.umask(old)
-    for path in [_newest(run), run.path / "manifest.json", run.path / "config.json", run.path / "results" / "t.csv"]:
+    for path in [_newest(run), run.path / "manifest.json", run.path / "config.json", run.path / "results" / "t.csv",
+                 run.model_dir / "model.safetensors"]:
         assert path.stat().st_mode & 0o777 == 0o644, path
 
 
