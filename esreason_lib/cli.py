@@ -59,6 +59,8 @@ def before_after(preset, runs) -> str:
     spec = replace(preset.eval, n_samples=n, ks=tuple(ks))
     first = runs[0].config
     base, task, task_kwargs = first["model"], first["task"], dict(first["task_kwargs"])
+    if task == preset.task and task_kwargs == dict(preset.task_kwargs):
+        task_kwargs = preset.test_task_kwargs()  # paper-hard trains on DeepScaleR (no test split), tests on MATH-500
     rows = [("base " + base, base)] + [(run.path.name, model_ref(run)) for run in runs]
     cols = (["eval/greedy"] if spec.greedy else []) + [f"eval/pass@{k}" for k in ks]
     width = max(len(name) for name, _ in rows)

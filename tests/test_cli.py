@@ -241,3 +241,23 @@ def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
     assert "--backend/--workers choose how ES scores its population" in capsys.readouterr().err
     assert main(["train", "es", "--preset", "smoke", "--workers", "0", "--backend", "ray"]) == 2
     assert "ESConfig.workers must be a positive int, got 0" in capsys.readouterr().err
+
+
+def test_before_after_evaluates_on_the_presets_test_task(monkeypatch):
+    """paper-hard trains on DeepScaleR, which has no test split: `--eval` scores MATH-500 (`eval_task_kwargs`)."""
+    import types
+
+    from esreason_lib.experiments import common
+
+    seen = []
+
+    def fake_evaluate_ref(ref, task, task_kwargs, spec, **kw):
+        seen.append((task, dict(task_kwargs)))
+        return types.SimpleNamespace(summary=lambda: {"eval/greedy": 0.0, "eval/pass@1": 0.0, "eval/pass@16": 0.0})
+
+    monkeypatch.setattr(common, "evaluate_ref", fake_evaluate_ref)
+    preset = get_preset("paper-hard")
+    run = types.SimpleNamespace(config={"model": preset.base_model, "task": "math",
+                                        "task_kwargs": [["dataset", "deepscaler"]]}, path=Path("/x/es-1"))
+    cli.before_after(preset, [run])
+    assert seen == [("math", {"dataset": "math500"})] * 2
