@@ -60,14 +60,19 @@ def _save(model, tokenizer, path):
     return str(path)
 
 
-def test_reset_models_saves_cached_runs(tmp_path):
+def _base_and_tuned(tmp_path) -> tuple[str, str]:
+    """Saved refs of a tiny random Qwen2 and a copy with every weight moved by N(0, 1e-2^2) noise."""
     tok = build_char_tokenizer()
     base = tiny_random_qwen2(len(tok), seed=0)
     tuned = tiny_random_qwen2(len(tok), seed=0)
     with torch.no_grad():
         for i, p in enumerate(tuned.parameters()):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 1e-2)
-    base_ref, tuned_ref = _save(base, tok, tmp_path / "base"), _save(tuned, tok, tmp_path / "tuned")
+    return _save(base, tok, tmp_path / "base"), _save(tuned, tok, tmp_path / "tuned")
+
+
+def test_reset_models_saves_cached_runs(tmp_path):
+    base_ref, tuned_ref = _base_and_tuned(tmp_path)
     table = sp.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
     assert list(table["mode"]) == ["magnitude", "random"] * 2
     mag = table[table["mode"] == "magnitude"]
@@ -84,15 +89,8 @@ def test_reset_models_saves_cached_runs(tmp_path):
     pd.testing.assert_frame_equal(table, again)
 
 
-
 def test_reset_models_absolute_tau_and_its_random_control_reset_the_same_count(tmp_path):
-    tok = build_char_tokenizer()
-    base = tiny_random_qwen2(len(tok), seed=0)
-    tuned = tiny_random_qwen2(len(tok), seed=0)
-    with torch.no_grad():
-        for i, p in enumerate(tuned.parameters()):
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 1e-2)
-    base_ref, tuned_ref = _save(base, tok, tmp_path / "base"), _save(tuned, tok, tmp_path / "tuned")
+    base_ref, tuned_ref = _base_and_tuned(tmp_path)
     table = sp.reset_models(base_ref, tuned_ref, [], taus=[5e-3], home=tmp_path / "runs")
     mag, rnd = (table[table["mode"] == m].iloc[0] for m in sp.MODES)
     b, t, m, r = (sp.load_state(x) for x in (base_ref, tuned_ref, mag["ref"], rnd["ref"]))
