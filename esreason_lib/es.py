@@ -239,9 +239,9 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
 
     Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
-    config's `prompt_order`, stream (seed, "es", "prompts", it)), scores the unperturbed centre on them with the members' sampling seed,
-    asks for the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is
-    called with the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
+    config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed, asks for
+    the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is called with
+    the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
     Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
     (the centre's mean token entropy), es/js_succ, es/drift_rel (against `theta0`) and es/fixup_frac."""
     from esreason_lib.metrics import js_success

@@ -114,6 +114,31 @@ def check_finite_step(model_or_params, metrics: dict, *, where: str, run) -> Non
     check_finite_params(model_or_params, where=where, run=run)
 
 
+def config_task(config):
+    """`get_task(config.task, ...)` with the config's `reward_*` shaping; ValueError naming `task_kwargs` when
+    they do not fit the task."""
+    from esreason_lib.tasks import RewardShaping, get_task
+
+    shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
+    try:
+        return get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
+    except TypeError as err:
+        raise ValueError(f"{type(config).__name__}.task_kwargs {dict(config.task_kwargs)!r} do not fit task "
+                         f"{config.task!r}: {err}") from None
+
+
+def train_examples(config, task) -> list:
+    """`task`'s train split (`config.train_size` examples, seed 0); ValueError naming `train_size` when the split
+    cannot give them, or when it is empty."""
+    try:
+        examples = task.examples("train", n=config.train_size, seed=0)
+    except ValueError as err:
+        raise ValueError(f"{type(config).__name__}.train_size={config.train_size!r}: {err}") from None
+    if not examples:
+        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    return examples
+
+
 def check_training_config(kind: str, config, *, model=None, tokenizer=None, task=None, home=None) -> None:
     """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists
     (nothing when the `kind` run of `config` under `home` is already complete): a tokenizer beside a given
@@ -121,8 +146,6 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
     (zoo name, directory, or a hub id reachable or cached), and an explicit `max_new_tokens` below the model's
     context length (max_position_embeddings). Every error is a ValueError naming the field and the value."""
     from esreason_lib.models import model_context_length
-    from esreason_lib.tasks import RewardShaping, get_task
-
     from esreason_lib.runs import run_exists
 
     if run_exists(kind, config, home=home):
@@ -131,19 +154,7 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
     if model is not None and tokenizer is None:
         raise ValueError(f"train {kind}: a tokenizer is required when a model is passed")
     resolve_device(config.device, f"{cls}.device")
-    if task is None:
-        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-        try:
-            task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-        except TypeError as err:
-            raise ValueError(f"{cls}.task_kwargs {dict(config.task_kwargs)!r} do not fit task {config.task!r}: "
-                             f"{err}") from None
-    try:
-        examples = task.examples("train", n=config.train_size, seed=0)
-    except ValueError as err:
-        raise ValueError(f"{cls}.train_size={config.train_size!r}: {err}") from None
-    if not examples:
-        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
+    train_examples(config, task if task is not None else config_task(config))
     context = (getattr(model.config, "max_position_embeddings", None) if model is not None
                else model_context_length(config.model, field=f"{cls}.model"))
     if config.max_new_tokens is not None and context is not None and config.max_new_tokens >= context:
@@ -161,7 +172,6 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     seed 0), and must not be empty. `caller` names the trainer in errors.
     """
     from esreason_lib.models import load_model  # here, so that importing `esreason_lib.es` stays light
-    from esreason_lib.tasks import RewardShaping, get_task
 
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]
     if model is None:
@@ -171,10 +181,5 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
         raise ValueError(f"{caller}: a tokenizer is required when a model is passed")
     model.to(device=device, dtype=dtype)
     check_finite_params(model, where=f"base model {config.model!r}")
-    if task is None:
-        shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-        task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
-    examples = task.examples("train", n=config.train_size, seed=0)
-    if not examples:
-        raise ValueError(f"task {config.task!r} has no train examples (train_size={config.train_size!r})")
-    return model, tokenizer, task, examples
+    task = task if task is not None else config_task(config)
+    return model, tokenizer, task, train_examples(config, task)

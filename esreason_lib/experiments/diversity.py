@@ -28,9 +28,8 @@ from ..progress import progress_bar
 from ..runs import Run
 from ..seeding import derive_seed, numpy_rng
 from ..tasks import get_task
-from ..tasks.base import RewardShaping
 from ..theory import lemma1_prediction, lemma3_identity, prop1_condition, weighted_pass
-from ..training import resolve_device
+from ..training import config_task, resolve_device
 from .diversity_estimators import (bernoulli_kl, ess_fraction, fisher_projections, fitness_weights, flat_directions,
                                    full_logprobs, is_success, loglog_slope, mis_success, pass_k, sequence_logp,
                                    stack_rollouts, token_logprobs, tokenwise_kl)
@@ -224,8 +223,7 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
     device = resolve_device(config.device)
     model, tokenizer = load_model(config.model, device=device, dtype=getattr(torch, config.dtype), home=home,
                                   progress=progress)
-    shaping = RewardShaping(config.reward_correct, config.reward_formatted, config.reward_invalid)
-    task = get_task(config.task, shaping=shaping, **dict(config.task_kwargs))
+    task = config_task(config)
     probes = get_task(config.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
                                                                          seed=preset.eval.seed)
     table = prop1_trajectory(config, model, tokenizer, task, probes, samples=preset.prop1.samples,
