@@ -1,8 +1,8 @@
 """The findings table: what the paper claims, where, and what this project's run measured.
 
-Each notebook ends by calling `record_finding(id, result)` with a one-line result string that the library
-computed from its results files (never typed by hand). `write_claims()` renders `papers/claims.md` and the
-README's findings table from those records, so both always show the last measured numbers.
+Each notebook ends by calling `record_finding(id, finding)` with the `findings.Finding` its study computed from
+its results (status, sentence and checks; never typed by hand). `write_claims()` renders `papers/claims.md` and
+the README's findings table from those records, so both always show the last measured status and numbers.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .findings import Finding
 from .paths import CLAIMS_PATH, README_PATH, findings_dir
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One row of the findings table."""
+class Claim:
+    """One row of the findings table: a claim of the paper and the notebook that tests it."""
 
     id: str
     """Stable key, also the notebook stem that measures it."""
@@ -31,32 +32,34 @@ class Finding:
     """The figure stem(s) in `figures/` that show this project's result."""
 
 
-FINDINGS: tuple[Finding, ...] = (
-    Finding("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
-            "setup (base models)", "00_base_passk"),
-    Finding("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
-            "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_passk, 01_entropy, 01_coverage"),
-    Finding("02_js_diversity", "The verifier-projected JS diversity of the ES population explains its Pass@K gain.",
-            "Lemmas 1-3, Proposition 1", "02_lemma1, 02_lemma2, 02_prop1"),
-    Finding("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
-            "sequential training", "03_plane"),
-    Finding("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain (functional sparsity).",
-            "functional sparsity", "04_drift, 04_reset"),
-    Finding("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
-            "05_forgetting"),
-    Finding("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
-            "Table 6, normalization ablation", "06_scaling, 06_normalization"),
+CLAIMS: tuple[Claim, ...] = (
+    Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
+          "setup (base models)", "00_base_passk"),
+    Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
+          "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_passk, 01_entropy, 01_coverage"),
+    Claim("02_js_diversity", "The verifier-projected JS diversity of the ES population explains its Pass@K gain.",
+          "Lemmas 1-3, Proposition 1", "02_lemma1, 02_lemma2, 02_prop1"),
+    Claim("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
+          "sequential training", "03_plane"),
+    Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain (functional sparsity).",
+          "functional sparsity", "04_drift, 04_reset"),
+    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
+          "05_forgetting"),
+    Claim("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
+          "Table 6, normalization ablation", "06_scaling, 06_normalization"),
 )
-_BY_ID = {f.id: f for f in FINDINGS}
+_BY_ID = {c.id: c for c in CLAIMS}
 
 
-def record_finding(finding_id: str, result: str, *, preset: str, home: str | Path | None = None) -> Path:
-    """Store the measured result line for `finding_id` (one of `FINDINGS`) under the run store."""
+def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
+    """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in the run store."""
     if finding_id not in _BY_ID:
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
+    if not isinstance(finding, Finding):
+        raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
     path = findings_dir(home) / f"{finding_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"id": finding_id, "result": result, "preset": preset,
+    record = {"id": finding_id, **finding.to_json(), "preset": preset,
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
@@ -66,16 +69,17 @@ def record_finding(finding_id: str, result: str, *, preset: str, home: str | Pat
 
 def render_claims(home: str | Path | None = None) -> str:
     """The findings table as Markdown; rows without a record say so."""
-    lines = ["| finding | paper | notebook | figure | this project's result (tiny scale) |",
-             "|---|---|---|---|---|"]
-    for f in FINDINGS:
-        path = findings_dir(home) / f"{f.id}.json"
+    lines = ["| finding | paper | notebook | figure | status | this project's result |",
+             "|---|---|---|---|---|---|"]
+    for c in CLAIMS:
+        path = findings_dir(home) / f"{c.id}.json"
+        status, result = "not run", "not run yet (`make reproduce`)"
         if path.is_file():
             rec = json.loads(path.read_text())
-            result = f"{rec['result']} (preset `{rec['preset']}`, {rec['time'][:10]})"
-        else:
-            result = "not run yet (`make reproduce`)"
-        lines.append(f"| {f.claim} | {f.where} | `notebooks/{f.id}.py` | {f.figure} | {result.replace('|', '/')} |")
+            status = rec.get("status", "not run")
+            result = f"{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
+        lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | "
+                     f"{result.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,29 +1,38 @@
 import pytest
 
 from esreason_lib import claims, paths
+from esreason_lib.findings import Check, make_finding
+
+
+def _finding(sentence, low=0.1, high=0.2):
+    return make_finding(sentence, [Check("effect", (low + high) / 2, low, high, 0.05)])
 
 
 def test_record_and_render_claims(tmp_path):
     home = tmp_path / "runs"
     table = claims.render_claims(home)
-    assert table.count("not run yet") == len(claims.FINDINGS)
-    claims.record_finding("05_forgetting", "Delta pass@1 on addition +0.01 | sorting -0.02", preset="smoke", home=home)
+    assert table.count("not run yet") == len(claims.CLAIMS)
+    claims.record_finding("05_forgetting", _finding("Delta pass@1 on addition +0.01 | sorting -0.02", -0.1, 0.2),
+                          preset="smoke", home=home)
     table = claims.render_claims(home)
     assert "Delta pass@1 on addition +0.01 / sorting -0.02" in table  # pipes escaped for Markdown
-    assert table.count("not run yet") == len(claims.FINDINGS) - 1
+    assert "| **not resolved** |" in table  # the status column comes from the checks
+    assert table.count("not run yet") == len(claims.CLAIMS) - 1
     with pytest.raises(ValueError, match="finding_id"):
-        claims.record_finding("99_nope", "x", preset="smoke", home=home)
+        claims.record_finding("99_nope", _finding("x"), preset="smoke", home=home)
+    with pytest.raises(TypeError, match="findings.Finding"):
+        claims.record_finding("05_forgetting", "a string verdict", preset="smoke", home=home)
 
 
 def test_write_claims_updates_readme_block(tmp_path):
     home = tmp_path / "runs"
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- claims:start -->\nold\n<!-- claims:end -->\nrest\n")
-    claims.record_finding("00_base_models", "greedy 0.30", preset="tiny", home=home)
+    claims.record_finding("00_base_models", _finding("greedy 0.30"), preset="tiny", home=home)
     claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
     text = readme.read_text()
     assert "old" not in text and "greedy 0.30" in text and text.endswith("rest\n")
-    assert "greedy 0.30" in (tmp_path / "claims.md").read_text()
+    assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**reproduced**" in text
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
@@ -39,8 +48,8 @@ def test_every_finding_names_a_notebook_and_its_committed_figures():
     from esreason_lib.notebooks import list_notebooks
 
     stems = [p.stem for p in list_notebooks()]
-    assert [f.id for f in claims.FINDINGS] == stems
-    for finding in claims.FINDINGS:
+    assert [f.id for f in claims.CLAIMS] == stems
+    for finding in claims.CLAIMS:
         source = (paths.REPO_ROOT / "notebooks" / f"{finding.id}.py").read_text()
         for figure in finding.figure.split(", "):
             assert f'"{figure}"' in source, f"{finding.id} does not save {figure}"
