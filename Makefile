@@ -31,9 +31,11 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed  ## the package with the dev and notebook extras (JupyterLab, ipywidgets, jupytext)
 
+# Two pytest workers (one per core; the tests run torch on one thread), each test module kept on one worker so
+# that its module-scoped run store is built once.
 test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
-	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks
-	$(PY) -m pytest -q
+	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The preset's zoo bases (base and control), which every notebook loads, are pretrained first, side by side,
 # so that no two notebooks build the same model.

@@ -18,11 +18,24 @@ import numpy as np
 from .paths import REPO_ROOT
 
 
+ADDED_OPTION = {"identity": "omit_default"}
+"""`dataclasses.field(metadata=ADDED_OPTION)` marks a config field added after runs were stored: at its default
+(which must reproduce the behaviour from before the field existed) it is left out of the canonical config, so
+every stored run keeps its identity; any other value is part of it."""
+
+
+def _identity_fields(obj) -> dict:
+    """A dataclass's {name: value}, without `ADDED_OPTION` fields that hold their default."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+            if not (f.metadata.get("identity") == "omit_default" and getattr(obj, f.name) == f.default)}
+
+
 def jsonable(obj, where: str = "config"):
     """`obj` (dataclasses, dicts with str keys, lists/tuples, enums, paths, numpy scalars, JSON scalars) as plain
-    JSON data; TypeError naming the path `where` of the first value that cannot be stored."""
+    JSON data; TypeError naming the path `where` of the first value that cannot be stored. `ADDED_OPTION` fields
+    at their default are left out of a dataclass."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        obj = _identity_fields(obj)
     if isinstance(obj, dict):
         for key in obj:
             if not isinstance(key, str):

@@ -37,6 +37,19 @@ def test_config_hash_canonical():
         RI.config_hash([1, 2])
 
 
+def test_added_option_at_its_default_keeps_the_identity():
+    """A field added with `ADDED_OPTION` leaves the hash of every config at its default unchanged."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class _Later(_Cfg):
+        noise: str = dataclasses.field(default="full", metadata=RI.ADDED_OPTION)
+
+    assert RI.config_hash(_Later()) == RI.config_hash(_Cfg())
+    assert RI.config_hash(_Later(noise="lowrank")) != RI.config_hash(_Cfg())
+    assert RI.canonical_config(_Later(noise="lowrank"))["noise"] == "lowrank"
+
+
 def test_run_store_root(monkeypatch, tmp_path):
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
     assert paths.run_store_root() == tmp_path
