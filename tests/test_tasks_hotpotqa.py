@@ -81,4 +81,5 @@ def test_verifier_and_reward(task):
     assert task.f1("no answer given", ex) == 0.0
     assert task.reward("\\boxed{chief of protocol}", ex) == 1.0
     assert task.reward("\\boxed{ambassador}", ex) == pytest.approx(0.1) and task.reward("hmm", ex) == 0.0
-    assert task.prompt(ex).endswith("yes or no) in \\boxed{}.\nAnswer:") and task.prompt(ex).startswith("Question: What")
+    plain = task.prompt(ex)
+    assert plain.startswith("Question: What") and plain.endswith("yes or no) in \\boxed{}.\nAnswer:")

@@ -70,7 +70,8 @@ def after_answer_marker(text: str) -> int | None:
 
 
 def unwrap_tex_text(text: str) -> str:
-    """`text` stripped, with `\\text{...}`, `\\textbf{...}`, `\\mathrm{...}`, `\\mathbf{...}` replaced by their content."""
+    """`text` stripped, with `\\text{...}`, `\\textbf{...}`, `\\mathrm{...}`, `\\mathbf{...}` replaced by their
+    content."""
     return _TEX_TEXT.sub(r"\1", text).strip()
 
 

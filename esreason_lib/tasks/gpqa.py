@@ -54,7 +54,8 @@ class GPQA(MultipleChoiceTask):
             check_choices(where, "Correct Answer / Incorrect Answer 1-3", choices, gold, self.letters)
             texts = [text for _, text in choices]
             if len(set(texts)) < 4:
-                raise ValueError(f"{where}: fields {ANSWER_FIELDS} must hold four different answers, got {texts!r:.200}")
+                raise ValueError(f"{where}: fields {ANSWER_FIELDS} must hold four different answers, "
+                                 f"got {texts!r:.200}")
             ex = {"id": f"{self.name}-{split}-{i}", "question": row["Question"].strip(), "choices": choices,
                   "answer": gold}
             if isinstance(row.get("Record ID"), str):

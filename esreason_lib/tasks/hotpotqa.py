@@ -47,7 +47,9 @@ def normalize_answer(text: str) -> str:
 
 def exact_match(prediction: Any, gold: Any) -> bool:
     """Whether the normalised strings are equal (False for a non-string). Never raises."""
-    return isinstance(prediction, str) and isinstance(gold, str) and normalize_answer(prediction) == normalize_answer(gold)
+    if not (isinstance(prediction, str) and isinstance(gold, str)):
+        return False
+    return normalize_answer(prediction) == normalize_answer(gold)
 
 
 def token_f1(prediction: Any, gold: Any) -> float:

@@ -108,13 +108,15 @@ class MBPP(Task):
                 tests, setup = row["test_list"], row.get("test_setup_code", "")
                 bad = [j for j, t in enumerate(tests) if not isinstance(t, str)]
                 if not tests or bad:
-                    raise ValueError(f"{where}: field 'test_list' must be a non-empty list of strings, got {tests!r:.120}")
+                    raise ValueError(f"{where}: field 'test_list' must be a non-empty list of strings, "
+                                     f"got {tests!r:.120}")
                 if not isinstance(setup, str):
                     raise ValueError(f"{where}: field 'test_setup_code' must be str, got {type(setup).__name__}")
                 try:
                     names = entry_points(tests)
                 except SyntaxError as err:
-                    raise ValueError(f"{where}: field 'test_list' holds a line that is not Python ({err.msg})") from None
+                    raise ValueError(f"{where}: field 'test_list' holds a line that is not Python "
+                                     f"({err.msg})") from None
                 task_id = row.get("task_id")
                 ident = f"mbpp-{task_id}" if isinstance(task_id, int) and not isinstance(task_id, bool) else \
                     f"mbpp-{split}-{i}"
