@@ -54,7 +54,7 @@ def build_model(shape: str, device: str, tokenizer):
     config = qwen2_config(len(tokenizer), max_position_embeddings=4096, **SHAPES[shape])
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(0)
-        model = Qwen2ForCausalLM._from_config(config, torch_dtype=torch.bfloat16)
+        model = Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 1
     model.generation_config.bos_token_id = None
     return model.eval()
