@@ -295,7 +295,7 @@ PRESETS: dict[str, Preset] = {
                             eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
-        heldout_tasks=("math",),
+        heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
         es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
                 greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", prompt_order="epoch",
                 **_PAPER_REWARD),
@@ -317,7 +317,7 @@ PRESETS: dict[str, Preset] = {
                             eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512))),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
-        task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
+        task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
         es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=_DEEPSCALER_EPOCH, prompts_per_step=64,
                 greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
                 prompt_order="epoch", **_PAPER_REWARD),

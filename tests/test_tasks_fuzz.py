@@ -26,9 +26,16 @@ EXAMPLES = {
     "sorting": {"id": "s", "digits": "53819"},
     "gsm8k": {"id": "g", "question": "q", "answer": "18", "solution": "#### 18"},
     "math": {"id": "m", "problem": "p", "answer": "\\frac{1}{2}"},
+    "commonsenseqa": {"id": "q", "question": "q", "choices": [[k, k.lower()] for k in "ABCDE"], "answer": "B"},
+    "gpqa": {"id": "p", "question": "q", "choices": [[k, k.lower()] for k in "ABCD"], "answer": "C"},
+    "hotpotqa": {"id": "h", "question": "q", "answer": "the 18 apples"},
+    # "pi" occurs in about 20 distinct corpus strings that compile: the sandbox runs them (and times out on none)
+    "mbpp": {"id": "b", "text": "t", "code": "def pi():\n    return 3", "test_list": ["assert pi() == 3"],
+             "test_setup_code": "", "entry_points": ["pi"]},
 }
-MATH_TIMEOUT_S = 2.0
-TASKS = {name: get_task(name, **({"timeout_s": MATH_TIMEOUT_S} if name == "math" else {})) for name in TASK_NAMES}
+MATH_TIMEOUT_S = MBPP_TIMEOUT_S = 2.0
+TIMEOUTS = {"math": MATH_TIMEOUT_S, "mbpp": MBPP_TIMEOUT_S}
+TASKS = {name: get_task(name, **({"timeout_s": TIMEOUTS[name]} if name in TIMEOUTS else {})) for name in TASK_NAMES}
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 pieces = st.sampled_from(["<answer>", "</answer>", "\\boxed{", "}", "{", "\\fbox", "####", "$", "=", ">", "\n",
@@ -90,8 +97,9 @@ def test_non_string_completions(name):
 
 
 CORPUS_SIZE, CORPUS_SEED = 10_000, 0
-PER_CALL_LIMIT_S = {name: 2.0 for name in TASK_NAMES} | {"math": MATH_TIMEOUT_S + 10.0}
-"""Bound on one verifier call (generous for a loaded 2-core machine); MATH's allows one worker restart."""
+PER_CALL_LIMIT_S = {name: 2.0 for name in TASK_NAMES} | {"math": MATH_TIMEOUT_S + 10.0, "mbpp": MBPP_TIMEOUT_S + 5.0}
+"""Bound on one verifier call (generous for a loaded 2-core machine); MATH's allows one worker restart, MBPP's a
+sandbox start and kill."""
 PER_TASK_LIMIT_S = 60.0
 """Bound on one task's whole corpus (5 calls per string); measured 1-4 s per task, 11-17 s for MATH, under load."""
 PIECES = ["<answer>", "</answer>", "\\boxed{", "\\boxed ", "\\fbox{", "}", "{", "####", "#### ", "$", "\\$", "=",

@@ -1,4 +1,5 @@
-"""Verifiable tasks: synthetic (countdown, addition, sorting) and real (gsm8k, math), one module each.
+"""Verifiable tasks: synthetic (countdown, addition, sorting), real training and test sets (gsm8k, math) and the
+paper's held-out suite (commonsenseqa, gpqa, hotpotqa, mbpp), one module each.
 
 `get_task("countdown", num_count=4)` builds a task by name; every task follows `base.Task`.
 """
@@ -9,9 +10,13 @@ from typing import Callable
 
 from .addition import Addition
 from .base import BINARY, Example, RewardShaping, Task
+from .commonsenseqa import CommonsenseQA
 from .countdown import Countdown
+from .gpqa import GPQA
 from .gsm8k import GSM8K
+from .hotpotqa import HotpotQA
 from .math_task import MathTask
+from .mbpp import MBPP
 from .sorting import Sorting
 
 _REGISTRY: dict[str, Callable[..., Task]] = {
@@ -20,6 +25,10 @@ _REGISTRY: dict[str, Callable[..., Task]] = {
     "sorting": Sorting,
     "gsm8k": GSM8K,
     "math": MathTask,
+    "commonsenseqa": CommonsenseQA,
+    "gpqa": GPQA,
+    "hotpotqa": HotpotQA,
+    "mbpp": MBPP,
 }
 
 TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
@@ -37,9 +46,13 @@ __all__ = [
     "BINARY",
     "TASK_NAMES",
     "Addition",
+    "CommonsenseQA",
     "Countdown",
     "Example",
+    "GPQA",
     "GSM8K",
+    "HotpotQA",
+    "MBPP",
     "MathTask",
     "RewardShaping",
     "Sorting",

@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Hashable
 
@@ -17,6 +18,11 @@ SPLITS = ("train", "test")
 """The split names every task accepts."""
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+_ANSWER_MARKER = re.compile(r"\b(?i:answer)(?:\s*:|\s+is\b)")
+"""An answer marker; one backtracking pass over the whitespace after each "answer": linear overall."""
+_MARKER_LEAD = re.compile(r"[\s*:]*+")
+"""Skipped after a marker (possessive: no backtracking)."""
+_TEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}")
 
 
 def check_split(split: str) -> str:
@@ -52,6 +58,21 @@ def answer_span(completion: Any) -> str:
         j = rest.find(ANSWER_CLOSE)
         return (rest if j < 0 else rest[:j]).strip()
     return completion.split("\n", 1)[0].strip()
+
+
+def after_answer_marker(text: str) -> int | None:
+    """The index in `text` right after its last "answer is" / "answer:" (the word case-insensitive) and the
+    spaces, "*" and ":" that follow it; None when there is no such marker. Linear time."""
+    marker = None
+    for marker in _ANSWER_MARKER.finditer(text):
+        pass
+    return None if marker is None else _MARKER_LEAD.match(text, marker.end()).end()
+
+
+def unwrap_tex_text(text: str) -> str:
+    """`text` stripped, with `\\text{...}`, `\\textbf{...}`, `\\mathrm{...}`, `\\mathbf{...}` replaced by their
+    content."""
+    return _TEX_TEXT.sub(r"\1", text).strip()
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -200,17 +221,20 @@ def dataset_rows(
     repo_id: str,
     config: str | None,
     fields: dict[str, tuple[type, ...]],
+    hub_split: str | None = None,
 ) -> list[tuple[str, dict]]:
     """(where, row) for every row of `split`: from the local jsonl (see `local_file`) when there is one, else
-    from the hub (`hub_rows`). `where` names the source for messages ("<file>, line 3" or "<repo_id> split
+    from the hub's split `hub_split` (default `split`; e.g. "validation" where the hub's test split has no
+    answers) through `hub_rows`. `where` names the source for messages ("<file>, line 3" or "<repo_id> split
     'test', row 3", 1-based). Every row must hold each of `fields` as one of its types (never null or a bool):
     a ValueError naming the source, the line and the field otherwise."""
     f = local_file(path, subdir, split)
     if f is not None:
         located = [(f"{f}, line {number}", row) for number, row in read_jsonl(f)]
     else:
-        located = [(f"{repo_id} split {split!r}, row {i}", row)
-                   for i, row in enumerate(hub_rows(repo_id, config, split), 1)]
+        hub_split = split if hub_split is None else hub_split
+        located = [(f"{repo_id} split {hub_split!r}, row {i}", row)
+                   for i, row in enumerate(hub_rows(repo_id, config, hub_split), 1)]
     for where, row in located:
         for name, types in fields.items():
             value = row.get(name)

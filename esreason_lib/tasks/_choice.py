@@ -1,0 +1,115 @@
+"""Multiple-choice tasks (CommonsenseQA, GPQA): one prompt layout and one letter extraction for both.
+
+An example holds `question`, `choices` (a list of `[letter, text]` pairs in display order) and `answer` (the gold
+letter). The prompt lists the choices as "A. text" lines and asks for the letter in `\\boxed{}`.
+
+Extraction (`extract_letter`, evaluation and training alike), the first rule that finds a letter wins; letters are
+the task's labels, upper case only; the completion's last 100,000 characters are read, each rule in linear time:
+  1. the content of the last `\\boxed{}` when it is one choice letter, optionally in parentheses or `\\text{}` and
+     optionally followed by its text: `\\boxed{B}`, `\\boxed{(B)}`, `\\boxed{\\text{B}}`, `\\boxed{B. river}`;
+  2. the letter right after the last "answer is" or "answer:" (the word case-insensitive), past spaces, "*", ":"
+     and "(": "The answer is (B)", "Answer: B", "**Answer:** C", "the answer is: D".
+A letter followed by another letter or a digit is no answer ("Answer: Bob"). Nothing else counts: never the last
+capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was extracted; correct = it is the gold.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from ._common import after_answer_marker, check_split, render_prompt, shuffled_prefix, unwrap_tex_text
+from .base import Example, RewardShaping, Task
+from .math_task import last_boxed
+
+__all__ = ["MultipleChoiceTask", "extract_letter"]
+
+_MAX_CHARS = 100_000
+"""Completions are cut to their last this-many characters before extraction."""
+
+
+def _letter_at(text: str, i: int, letters: str) -> str | None:
+    """The letter at `text[i]` when it is one of `letters` and no letter or digit follows it, else None."""
+    if i < len(text) and text[i] in letters and not (i + 1 < len(text) and text[i + 1].isalnum()):
+        return text[i]
+    return None
+
+
+def extract_letter(completion: Any, letters: str) -> str | None:
+    """The choice letter (one of `letters`) the completion gives, by the module's rules, or None. Never raises."""
+    if not isinstance(completion, str):
+        return None
+    text = completion[-_MAX_CHARS:]
+    boxed = last_boxed(text)
+    if boxed is not None:
+        content = unwrap_tex_text(boxed)
+        if (letter := _letter_at(content, 1 if content.startswith("(") else 0, letters)) is not None:
+            return letter
+    start = after_answer_marker(text)
+    if start is None:
+        return None
+    return _letter_at(text, start + 1 if text.startswith("(", start) else start, letters)
+
+
+class MultipleChoiceTask(Task):
+    """A multiple-choice task read from `path` (see `_common.local_file`) or the hub; subclasses set `name` and
+    `letters` and implement `_read(split)`. Examples are shuffled by `seed`; ids do not depend on it."""
+
+    letters: str = "ABCD"
+    """The choice labels this task's answers may use."""
+    stop = None
+    max_new_tokens = 512
+
+    def __init__(self, path: str | None = None, *, shaping: RewardShaping = RewardShaping()):
+        super().__init__(shaping)
+        self.path = path
+        self._rows: dict[str, list[Example]] = {}
+
+    @abc.abstractmethod
+    def _read(self, split: str) -> list[Example]:
+        """The validated examples of `split` ("train" or "test") in file order."""
+
+    def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
+        """Keys `id`, `question`, `choices` ([[letter, text], ...]), `answer` (the gold letter)."""
+        if check_split(split) not in self._rows:
+            self._rows[split] = self._read(split)
+        return shuffled_prefix(self._rows[split], n, seed, self.name, split)
+
+    def prompt(self, example: Example, tokenizer: Any = None) -> str:
+        """The question, one "X. text" line per choice and the instruction to box the letter; plain text ending
+        in "Answer:" or a chat turn."""
+        body = example["question"].strip() + "\n" + "\n".join(f"{k}. {t}" for k, t in example["choices"])
+        plain = f"Question: {body}\nAnswer with the letter of the correct choice in \\boxed{{}}.\nAnswer:"
+        instruction = (f"{body}\n\nThink step by step, then give the letter of the correct choice in \\boxed{{}}, "
+                       "e.g. \\boxed{A}.")
+        return render_prompt(plain, instruction, tokenizer)
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The choice letter the completion gives (module rules), or None."""
+        try:
+            return extract_letter(completion, self.letters)
+        except Exception:
+            return None
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        """The extracted letter equals the gold letter."""
+        try:
+            letter = self.extract_answer(completion)
+            return letter is not None and letter == example["answer"]
+        except Exception:
+            return False
+
+
+def check_choices(where: str, field: str, choices: list, answer: Any, letters: str) -> None:
+    """ValueError naming `where` and `field` unless `choices` are [letter, non-empty text] pairs with distinct
+    letters from `letters` and `answer` is one of them."""
+    labels = [label for label, _ in choices]
+    if len(labels) < 2 or len(set(labels)) != len(labels) or not all(isinstance(x, str) and len(x) == 1 and
+                                                                       x in letters for x in labels):
+        raise ValueError(f"{where}: field {field!r} must have 2 or more distinct labels from {letters!r}, "
+                         f"got {labels!r:.120}")
+    empty = [label for label, text in choices if not (isinstance(text, str) and text.strip())]
+    if empty:
+        raise ValueError(f"{where}: field {field!r} has choices without text: {empty!r}")
+    if answer not in labels:
+        raise ValueError(f"{where}: the answer {answer!r:.40} is not one of the labels {labels!r}")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU readiness check (minutes): on a CUDA machine, one ES step, one GRPO step and a one-worker Ray ES step of
+# the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then Qwen2.5-1.5B's
+# architecture (realistic step time and memory); prints step times and peak GPU memory (scripts/gpu_check.py).
+# Usage: scripts/gpu_check.sh [extra gpu_check.py arguments, e.g. --no-ray or --max-new-tokens 64]
+# PYTHON picks the interpreter (default .venv/bin/python when present, else python3); RESULTS a folder for the
+# JSON results (default: none written).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu_check: nvidia-smi not found: this is no CUDA machine (run 'python scripts/gpu_check.py --device cpu' to check the code path on a CPU)" >&2
+    exit 2
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: $PYTHON's torch sees no CUDA device (torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not installed')); install a CUDA build of torch (make setup does on a machine with nvidia-smi)" >&2
+    exit 2
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # Ray's workers import esreason_lib from here too
+status=0
+for shape in tiny qwen2.5-1.5b; do
+    json=()
+    if [[ -n "${RESULTS:-}" ]]; then mkdir -p "$RESULTS"; json=(--json "$RESULTS/gpu_check_$shape.json"); fi
+    "$PYTHON" scripts/gpu_check.py --device cuda --shape "$shape" "${json[@]}" "$@" || status=1
+done
+exit $status

@@ -1,0 +1,65 @@
+"""scripts/gpu_check: the CPU-runnable part (the Python entry on device cpu, tiny shape, without Ray: the Ray
+backend has its own tests), its synthetic GSM8K rows, and the shell wrapper's refusal on a machine without CUDA.
+The CUDA path itself (bfloat16 on a GPU, peak memory, the Qwen2.5-1.5B shape, Ray with a GPU) cannot run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from esreason_lib.tasks import GSM8K
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_check  # noqa: E402
+
+
+def test_synthetic_gsm8k_rows_load_and_verify(tmp_path):
+    gpu_check.write_gsm8k(tmp_path, n=5)
+    task = GSM8K(path=tmp_path / "gsm8k")
+    first = next(e for e in task.examples("train") if e["id"] == "gsm8k-train-0")
+    assert first["question"] == "What is 3 + 5?" and first["answer"] == "8"  # 3 % 7 + 2 = 5
+    assert len(task.examples("test")) == 5 and task.reward("\\boxed{8}", first) == 1.0
+
+
+def test_cpu_run_of_the_checks(tmp_path):
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
+                           "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "gpu_check: ok" in proc.stdout and "peak GPU memory n/a (cpu)" in proc.stdout
+    result = json.loads(out.read_text())
+    assert [r["check"] for r in result["results"]] == ["es", "grpo"] and result["failed"] == []
+    for r in result["results"]:
+        assert 0 < r["step_s"] <= r["wall_s"] and 0.0 <= r["reward_mean"] <= 1.0 and r["peak_gpu_mib"] is None
+
+
+def test_model_shapes_build_in_bfloat16():
+    import torch
+
+    from esreason_lib.zoo import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    tiny = gpu_check.build_model("tiny", "cpu", tok)
+    assert {p.dtype for p in tiny.parameters()} == {torch.bfloat16}
+    big = gpu_check.build_model("qwen2.5-1.5b", "meta", tok)  # shapes only, no memory
+    body = sum(p.numel() for name, p in big.named_parameters() if "embed_tokens" not in name)
+    # per layer: q 1536^2 + 1536 bias, k and v 1536 * 256 + 256 each (2 of 12 heads), o 1536^2, MLP 3 * 1536 * 8960,
+    # 2 norms; 28 layers and the final norm: Qwen2.5-1.5B's published 1.31B non-embedding parameters
+    layer = (1536**2 + 1536) + 2 * (1536 * 256 + 256) + 1536**2 + 3 * 1536 * 8960 + 2 * 1536
+    assert body == 28 * layer + 1536 == 1_310_340_608
+    assert big.config.tie_word_embeddings and {p.dtype for p in big.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
+def test_shell_wrapper_refuses_without_cuda():
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "nvidia-smi not found: this is no CUDA machine" in proc.stderr
