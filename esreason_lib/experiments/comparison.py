@@ -1,7 +1,7 @@
 """Notebook 01: ES vs GRPO from the same base on the same task: Pass@K, token entropy, coverage and cost.
 
 Both methods train from `preset.base_model` on `preset.task` for every seed in `preset.seeds` (cached runs via
-`common.train`); the base and every trained model are evaluated under `preset.eval` (cached `eval` runs). The
+`training.trainer`); the base and every trained model are evaluated under `preset.eval` (cached `eval` runs). The
 functions below turn those runs and evaluations into tidy tables; the base model has no training seed and
 appears with `seed = BASE_SEED` (-1).
 """
@@ -16,8 +16,8 @@ from ..metrics import bootstrap_ci, pass_at_k
 from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from ..training import resolve_device
-from .common import evaluate_ref, model_ref, run_cost, trained_runs
+from ..training import resolve_device, trainer
+from .common import evaluate_ref, model_ref, run_cost
 
 METHOD_ORDER = ("base", "grpo", "es")
 """Method labels in display order (`base` is the untrained model)."""
@@ -160,7 +160,8 @@ def comparison_report(preset: Preset, *, seeds=None, home=None, progress: bool =
     `curves` (per seed), `mean_curves`, `coverage` (per seed), `summary` (per method, mean and seed min/max of
     pass@1, pass@K, distinct_correct, solved, eval_entropy, train entropy ratio), `traces`, `entropy_change`
     and `diffs` (ES - GRPO and ES - base, paired, at K=1 and the largest K)."""
-    runs = trained_runs(preset, ("grpo", "es"), seeds, home=home, progress=progress)
+    runs = {(m, s): trainer(m)(preset.config(m, seed=s), home=home, progress=progress)
+            for m in ("grpo", "es") for s in (preset.seeds if seeds is None else seeds)}
     results = evaluate_runs(preset, runs, home=home, progress=progress)
     problems, ks = problem_table(results), list(preset.eval.ks)
     kmax = max(ks)

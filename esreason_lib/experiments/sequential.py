@@ -13,16 +13,14 @@ reported so the reader can check the budget in compute.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pandas as pd
 
 from ..analysis import non_dominated
 from ..presets import Preset
 from ..runs import Run
 from ..sequence import sequence_stages, train_sequence
-from ..training import resolve_device
-from .common import evaluate_ref, model_ref, run_cost, train
+from ..training import resolve_device, trainer
+from .common import evaluate_ref, model_ref, run_cost
 
 ARMS = ("base", "es", "grpo", "grpo->es", "es->grpo")
 """Arms of the study in display order (`base` is the untrained model)."""
@@ -47,16 +45,17 @@ def arm_stages(preset: Preset, arm: str, fractions=(0.5, 0.5)) -> list[tuple[str
 
 
 def train_arms(preset: Preset, seed: int, *, arms=ARMS[1:], home=None, progress: bool = True) -> dict[str, list[Run]]:
-    """Train (or load) every arm for `seed`: {arm: [stage runs in order]}. Single-method arms go through
-    `common.train` (so they share notebook 01's cache), sequences through `sequence.train_sequence`."""
+    """Train (or load) every arm for `seed`: {arm: [stage runs in order]}. Single-method arms go straight to
+    `training.trainer` (so they share notebook 01's cache), sequences through `sequence.train_sequence`."""
     out = {}
     for arm in arms:
         stages = arm_stages(preset, arm)
         if len(stages) == 1:
             method, iterations = stages[0]
-            out[arm] = [train(preset, method, seed=seed, iterations=iterations, home=home, progress=progress)]
+            config = preset.config(method, seed=seed, iterations=iterations)
+            out[arm] = [trainer(method)(config, home=home, progress=progress)]
         else:
-            out[arm] = train_sequence(stages, es=replace(preset.es, seed=seed), grpo=replace(preset.grpo, seed=seed),
+            out[arm] = train_sequence(stages, es=preset.config("es", seed=seed), grpo=preset.config("grpo", seed=seed),
                                       home=home, progress=progress)
     return out
 
