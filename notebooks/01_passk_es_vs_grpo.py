@@ -66,9 +66,12 @@ front = tables["frontier"]
 fig, ax = plt.subplots(figsize=(6, 4.5))
 for _, arms in front.groupby("method", sort=False):
     plot_pass_plane(arms, label="arm", ax=ax)
+for _, r in front.iterrows():  # arms of one method share its color: name each point's step size
+    ax.annotate(r["arm"].partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=8, xytext=(4, 4),
+                textcoords="offset points")
 ax.set_ylabel(f"pass@{int(front['k'].iloc[0])}")
 _ = save_figure(fig, "01_frontier")
-front.round(3)
+front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %% [markdown]
 # **Pass@K.** The base and each method's best-Pass@K arm. Thick lines: the mean over training seeds of the
