@@ -2,6 +2,7 @@
 
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
+- `full`: `tiny` with the bigger grids, seeds and problem sets a powered verdict needs (`_FULL_OVERRIDES`; hours).
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs).
@@ -9,8 +10,8 @@ Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
 
-A `Preset` nests one frozen spec per study (`LemmaSpec`, `Prop1Spec`, `SequentialSpec`, `ScalingSpec`,
-`SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
+A `Preset` nests one frozen spec per study (`ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
+`ScalingSpec`, `SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
 field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
@@ -94,6 +95,30 @@ class Prop1Spec:
     """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
     ks: tuple[int, ...]
     """The K values at which Proposition 1's condition is evaluated."""
+
+
+@dataclass(frozen=True)
+class ComparisonSpec:
+    """Notebook 01: the step-size grid of each method, and the held-out problems on which each method's best
+    setting is chosen (disjoint from the problems the verdicts are computed on)."""
+
+    es_alphas: tuple[float, ...]
+    """ES learning rates alpha trained for every seed (list the preset's `es.alpha` so that notebooks 03-05,
+    which train at `es.alpha`, reuse those runs)."""
+    grpo_lrs: tuple[float, ...]
+    """GRPO learning rates trained for every seed (list the preset's `grpo.lr`, as for `es_alphas`)."""
+    selection_problems: int
+    """Held-out test problems, disjoint from `eval`'s, on which each method's best-Pass@1 and best-Pass@K
+    setting is chosen (the next ones of the same test draw); 0 chooses on the evaluation problems themselves
+    (used where `eval` already takes the whole test split), which favours the chosen settings."""
+
+    def __post_init__(self):
+        for name in ("es_alphas", "grpo_lrs"):
+            values = getattr(self, name)
+            if not values or not all(v > 0 for v in values) or len(set(values)) != len(values):
+                raise ValueError(f"ComparisonSpec.{name} must be distinct values > 0, got {values!r}")
+        if self.selection_problems < 0:
+            raise ValueError(f"ComparisonSpec.selection_problems must be >= 0, got {self.selection_problems!r}")
 
 
 @dataclass(frozen=True)
@@ -182,9 +207,11 @@ class Preset:
     eval: EvalSpec
     """The evaluation protocol shared by every method."""
     seeds: tuple[int, ...]
-    """Training seeds for the ES vs GRPO comparison (spread shown across them)."""
+    """Training seeds of every verdict that compares trained models (at least `findings.MIN_SEEDS` to resolve one)."""
     device: str
     """Torch device for evaluation ("auto" picks CUDA when available)."""
+    comparison: ComparisonSpec
+    """Notebook 01."""
     lemma: LemmaSpec
     """Notebook 02, Lemmas 1-2."""
     prop1: Prop1Spec
@@ -205,6 +232,9 @@ class Preset:
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("Preset.seeds must name at least one seed, got ()")
+        if self.comparison.selection_problems and self.eval.n_problems is None:
+            raise ValueError("Preset.comparison.selection_problems must be 0 when eval.n_problems is None (the "
+                             "whole test split is evaluated, so no held-out problems are left to choose on)")
         if not all(t > 0 for t in self.sparsity.taus):
             raise ValueError(f"Preset.sparsity.taus must all be > 0, got {self.sparsity.taus!r}")
         for name, cfg in (("es", self.es), ("grpo", self.grpo)):
@@ -252,6 +282,9 @@ _PAPER_POPULATIONS = (8, 16, 32, 64)
 """Table 6's population sizes."""
 _PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
 """The paper's absolute reset thresholds tau on |delta| (functional sparsity)."""
+_PAPER_COMPARISON = ComparisonSpec(es_alphas=(2.5e-4,), grpo_lrs=(1e-6,), selection_problems=0)
+"""The paper's own step sizes only (a grid at 1.5B costs GPU days), chosen on the evaluation problems: paper-easy
+evaluates the whole GSM8K test split and paper-hard all of MATH-500, so none are left over."""
 _DEEPSCALER_EPOCH = 630
 """One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
 
@@ -265,6 +298,7 @@ PRESETS: dict[str, Preset] = {
                   device="cpu", **_BINARY),
         eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
         seeds=(0,), device="cpu",
+        comparison=ComparisonSpec(es_alphas=(1e-3,), grpo_lrs=(2e-5,), selection_problems=4),
         lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
         prop1=Prop1Spec(iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
@@ -283,6 +317,7 @@ PRESETS: dict[str, Preset] = {
                   temperature=1.0, checkpoint_every=25, device="cpu", **_BINARY),
         eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
         seeds=(0, 1, 2), device="cpu",
+        comparison=ComparisonSpec(es_alphas=(1.2e-3, 2.4e-3), grpo_lrs=(2e-5, 1e-4), selection_problems=100),
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
         prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
@@ -304,6 +339,7 @@ PRESETS: dict[str, Preset] = {
                   minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
         eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
         seeds=(0, 1, 2), device="auto",
+        comparison=_PAPER_COMPARISON,
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
@@ -327,6 +363,7 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
         eval_task_kwargs={"dataset": "math500"},
         seeds=(0, 1, 2), device="auto",
+        comparison=_PAPER_COMPARISON,
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
@@ -371,3 +408,15 @@ def get_preset(name: str, **overrides) -> Preset:
         else:
             preset = _set_field(preset, key, value, f"preset {name!r}")
     return preset
+
+
+_FULL_OVERRIDES: dict[str, Any] = {
+    # notebook 01: each method's step size over three values (the sweep in papers/sweeps.md: GRPO lr 3e-4 gave the
+    # highest Pass@1, ES alpha 4.8e-3 overshot), chosen on 200 selection problems
+    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3),
+    "comparison.grpo_lrs": (2e-5, 1e-4, 3e-4),
+    "comparison.selection_problems": 200,
+}
+"""`full`: the tiny preset with the bigger grids, seeds or problem sets that the verdicts `tiny` cannot resolve
+need (dotted keys of `get_preset`; each study's lines kept together). Same notebooks, hours on this machine."""
+PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")

@@ -16,59 +16,60 @@
 # # 03 · Sequential training: GRPO->ES and ES->GRPO
 #
 # The paper trains one method after the other at an equal update budget split 50/50 and finds that the
-# sequences combine the strengths of both: GRPO's sharper Pass@1 and ES's broader Pass@K, so that a sequence sits
-# on the Pass@1 vs Pass@K frontier where neither single method does.
+# sequences combine the strengths of both: GRPO's sharper Pass@1 and ES's broader Pass@K.
 #
 # **The budget, stated.** In the paper both methods run 234 iterations, so "the same number of updates" is
-# unambiguous. At tiny scale one GRPO iteration (a few sampled groups and one backward pass) costs far less than
-# one ES iteration (every perturbed model decodes every prompt of the step), and the presets give each method its
-# own full budget: `sequential.es_budget` ES iterations and `sequential.grpo_budget` GRPO iterations. A sequence
-# spends half of *each method's own* budget on its stage of that method (GRPO->ES: GRPO for half of the GRPO
-# budget, then ES for half of the ES budget), so every arm spends the equivalent of one full training run. ES-only
-# and GRPO-only are then exactly notebook 01's runs for the same seed and are reused from the run store. The cost
-# table below reports the generations and seconds each arm actually used, so the reader can check how equal the
-# budgets are in compute.
+# unambiguous. Here each method has its own full budget, `sequential.es_budget` ES iterations and
+# `sequential.grpo_budget` GRPO iterations (one single-method run each), and a sequence spends half of *each
+# method's own* budget on its stage of that method (GRPO->ES: GRPO for half of the GRPO budget, then ES for half of
+# the ES budget), so every arm spends the equivalent of one full training run. ES-only and GRPO-only are then
+# exactly notebook 01's runs at the preset's step sizes and are reused from the run store. Every arm trains for
+# every training seed of the preset; the cost table reports the generations and seconds each arm used, so the
+# reader can check how equal the budgets are in compute. Models are evaluated as in notebook 01 (same cached
+# evaluations), and every number below is on its test problems.
 
 # %% tags=["parameters"]
 preset = "tiny"
-n_seeds = 1  # training seeds (the first n of the preset's); points are means over them
 
 # %%
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.sequential import describe_sequential, sequential_report
+from esreason_lib.experiments.sequential import compute, finding
 from esreason_lib.plots import plot_pass_at_k, plot_pass_plane, save_figure
 from esreason_lib.presets import get_preset
 
 config = get_preset(preset)
-report = sequential_report(config, seeds=config.seeds[:n_seeds])
-report["cost"]
+tables = compute(config)
+tables["cost"].groupby(["arm", "stages"], sort=False)[["generations", "seconds"]].agg(["mean", "min", "max"]).round(1)
 
 # %% [markdown]
-# Left: the Pass@1 vs Pass@K plane (K = the largest evaluated K); outlined points are non-dominated (no other
-# arm is at least as good on both axes and better on one), joined by the dashed front. Right: the Pass@K curves
-# of every arm with 95% bootstrap bands over problems.
+# Left: the Pass@1 vs Pass@K plane (K = the largest evaluated K; seed means); outlined points are non-dominated
+# (no other arm is at least as good on both axes and better on one), joined by the dashed front. Right: the
+# seed-mean Pass@K curves of every arm with 95% bootstrap bands over problems.
 
 # %%
-k = report["k"]
+points, curves = tables["points"], tables["curves"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-plot_pass_plane(report["points"], ax=axes[0])
-axes[0].set_ylabel(f"pass@{k}")
-plot_pass_at_k(report["arm_curves"], ax=axes[1])
+plot_pass_plane(points, label="arm", ax=axes[0])
+axes[0].set_ylabel(f"pass@{int(points['k'].iloc[0])}")
+plot_pass_at_k({arm: g for arm, g in curves.groupby("arm", sort=False)}, ax=axes[1])
 _ = save_figure(fig, "03_plane")
-report["points"].round(3)
+points.round(3)
 
 # %%
-finding = describe_sequential(report["points"], k, report["budgets"], report["seeds"])
-record_finding("03_sequential", finding, preset=preset)
-print(finding)
+result = finding(tables)
+record_finding("03_sequential", result, preset=preset)
+print(result.status)
+print(result.sentence)
 
 # %% [markdown]
-# **What this run shows.** The printed line lists Pass@1 / Pass@K of every arm (base, ES-only, GRPO-only,
-# GRPO->ES, ES->GRPO), the budget each method's stages shared, which arms are non-dominated on the plane, and
-# whether each sequence is at least as good as *both* single methods on both axes (the strongest form of the
-# paper's claim). A sequence on the front but not dominating both singles is the weaker "combines the
-# trade-off" reading. With one seed and 200 problems, differences of a few points are within noise (see the
-# bootstrap bands on the right and notebook 01's seed spread); if no sequence is on the front, this miniature
-# does not reproduce the claim at this budget.
+# **What this run shows.** The printed status is computed from four checks, two per order, each an effect on the
+# test problems with its 95% interval (bootstrap over training seeds, then problems, paired by problem), its
+# minimum detectable effect (MDE) and its own status. "Combines both gains" means: the sequence's Pass@1 is above
+# ES-only's (it kept GRPO's Pass@1 gain) *and* its Pass@K at the largest K is above GRPO-only's (it kept ES's
+# Pass@K gain). The finding is `reproduced` only when all four checks are, `not reproduced` when any is
+# contradicted (e.g. a sequence whose Pass@K falls below GRPO-only's), and `not resolved` when an interval
+# contains zero, the seeds disagree, or fewer than 3 seeds back it; the MDE then says how large an effect this
+# design could have seen. The plane shows the weaker reading (a sequence on the front between the two single
+# methods), which is not a check.

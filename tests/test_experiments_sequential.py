@@ -32,17 +32,65 @@ def test_tiny_single_arms_reuse_notebook_01_runs():
     assert S.arm_stages(tiny, "grpo") == [("grpo", tiny.grpo.iterations)], "sequential.grpo_budget != grpo.iterations"
 
 
+def _arm(arm, test_c, seeds=(0, 1, 2), n=8, repeat=10):
+    """Per-problem rows of one arm: the pattern `test_c` repeated `repeat` times on the test split, plus one
+    selection problem that no check may read (c = n, which would flip every check)."""
+    cs, ids = list(test_c) * repeat, [f"t{i:02d}" for i in range(len(test_c) * repeat)]
+    seeds = (-1,) if arm == "base" else seeds
+    return pd.concat([pd.DataFrame({"problem_id": ids + ["s0"], "n": n, "c": cs + [n], "arm": arm, "seed": s,
+                                    "split": ["test"] * len(ids) + ["selection"]}) for s in seeds], ignore_index=True)
+
+
+def _tables(arms, k=4, repeat=10):
+    problems = pd.concat([_arm(a, c, repeat=repeat) for a, c in arms.items()], ignore_index=True)
+    return {"problems": problems, "points": S.plane_points(problems, k)}
+
+
+# pass@1 / pass@4 from 8 samples: c=8,8,8,0 -> 0.75 / 0.75 (GRPO: sharp), c=4 -> 0.5 / 0.986 (ES: broad)
+SHARP, BROAD = [8, 8, 8, 0], [4, 4, 4, 4]
+
+
 def test_plane_points_hand_computed():
-    curves = pd.DataFrame({"method": ["base"] * 2 + ["es"] * 4 + ["grpo"] * 2,
-                           "seed": [-1, -1, 0, 0, 1, 1, 0, 0], "k": [1, 8, 1, 8, 1, 8, 1, 8],
-                           "pass_at_k": [0.1, 0.6, 0.2, 0.9, 0.3, 0.7, 0.4, 0.7]})
-    pts = S.plane_points(curves, 8).set_index("method")
-    assert list(pts.index) == ["base", "es", "grpo"]
-    assert pts.loc["es", "pass@1"] == pytest.approx(0.25) and pts.loc["es", "pass@K"] == pytest.approx(0.8)
-    assert pts.loc["es", "n_seeds"] == 2
-    assert pts["non_dominated"].to_dict() == {"base": False, "es": True, "grpo": True}
-    with pytest.raises(ValueError, match="k=16"):
-        S.plane_points(curves, 16)
+    tables = _tables({"base": [1, 1, 1, 1], "es": BROAD, "grpo": SHARP, "grpo->es": [6, 6, 6, 6]})
+    pts = tables["points"].set_index("arm")
+    assert list(pts.index) == ["base", "es", "grpo", "grpo->es"]  # ARMS order, selection rows left out
+    assert pts.loc["es", "pass@1"] == pytest.approx(0.5) and pts.loc["grpo", "pass@K"] == pytest.approx(0.75)
+    assert pts.loc["es", "n_seeds"] == 3 and pts.loc["base", "n_seeds"] == 1 and (pts["k"] == 4).all()
+    # c=6 of 8 everywhere (0.75 / 1.0) dominates both single methods
+    assert pts["non_dominated"].to_dict() == {"base": False, "es": False, "grpo": False, "grpo->es": True}
+
+
+def test_finding_reproduced_when_both_orders_combine_the_gains():
+    # c=6 of 8 on every problem: pass@1 0.75 > ES's 0.5 and pass@4 1.0 > GRPO's 0.75
+    f = S.finding(_tables({"base": [1, 1, 1, 1], "es": BROAD, "grpo": SHARP, "grpo->es": [6, 6, 6, 6],
+                           "es->grpo": [6, 6, 6, 6]}))
+    assert [c.status for c in f.checks] == ["reproduced"] * 4, f.sentence
+    assert f.status == "reproduced"
+    assert [c.name for c in f.checks] == ["grpo->es Pass@1 above ES-only", "grpo->es Pass@4 above GRPO-only",
+                                          "es->grpo Pass@1 above ES-only", "es->grpo Pass@4 above GRPO-only"]
+    assert f.checks[0].effect == pytest.approx(0.25) and f.checks[1].effect == pytest.approx(0.25)
+
+
+def test_finding_not_reproduced_when_every_check_fails():
+    # a sequence below ES at K=1 (c=2: 0.25 < 0.5) and below GRPO at K=4 (1 - C(6,4)/C(8,4) = 0.786 ... on
+    # three problems and 0 on the fourth: mean 0.589 < 0.75)
+    f = S.finding(_tables({"base": [1, 1, 1, 1], "es": BROAD, "grpo": SHARP, "grpo->es": [2, 2, 2, 0],
+                           "es->grpo": [2, 2, 2, 0]}))
+    assert [c.status for c in f.checks] == ["not reproduced"] * 4, f.sentence
+    assert f.status == "not reproduced"
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_each_check_alone_can_fail(which):
+    """Break one check of the passing tables: a sequence with Pass@1 below ES-only's ([3, 3, 3, 3]: 0.375), or with
+    Pass@4 below GRPO-only's while its Pass@1 stays above ES-only's ([8, 8, 2, 0]: pass@1 0.5625, pass@4 0.696;
+    400 problems resolve the small Pass@1 margin)."""
+    arms = {"base": [1, 1, 1, 1], "es": BROAD, "grpo": SHARP, "grpo->es": [6, 6, 6, 6], "es->grpo": [6, 6, 6, 6]}
+    arms[S.SEQUENCES[which // 2]] = [8, 8, 2, 0] if which % 2 else [3, 3, 3, 3]
+    f = S.finding(_tables(arms, repeat=100))
+    assert f.checks[which].status == "not reproduced", f.sentence
+    assert [c.status for i, c in enumerate(f.checks) if i != which] == ["reproduced"] * 3, f.sentence
+    assert f.status == "not reproduced"
 
 
 def test_arm_cost(tmp_path):
@@ -58,19 +106,6 @@ def test_arm_cost(tmp_path):
     assert cost["generations"] == 16 + 30 and cost["seconds"] == pytest.approx(2.0 + 6.0)
 
 
-def test_describe_sequential():
-    pts = pd.DataFrame({"method": ["base", "es", "grpo", "grpo->es", "es->grpo"],
-                        "pass@1": [0.1, 0.2, 0.3, 0.3, 0.25], "pass@K": [0.8, 0.9, 0.7, 0.9, 0.6]})
-    from esreason_lib.analysis import non_dominated
-
-    pts["non_dominated"] = non_dominated(pts["pass@1"], pts["pass@K"])
-    text = S.describe_sequential(pts, 64, {"es": 150, "grpo": 400}, (0,))
-    assert text.startswith("pass@1/pass@64 base 0.10/0.80 / es 0.20/0.90 / grpo 0.30/0.70 / grpo->es 0.30/0.90")
-    assert "(budget: ES 150 it, GRPO 400 it, 50/50 per method; seed 0)" in text
-    assert "non-dominated: grpo->es;" in text
-    assert "GRPO->ES at least as good as both singles on both axes: yes; ES->GRPO: no" in text
-
-
 # ------------------------------------------------------------------------------------ the smoke study end to end
 @pytest.fixture(scope="module")
 def smoke_store(isolated_store):
@@ -80,28 +115,22 @@ def smoke_store(isolated_store):
 
 
 @pytest.fixture(scope="module")
-def report(smoke_store):
+def tables(smoke_store):
     preset, store, _ = smoke_store
-    return S.sequential_report(preset, home=store, progress=False)
+    return S.compute(preset, home=store, progress=False)
 
 
-@pytest.fixture
-def frozen(forbid_loading):
-    """Any model load (training, pretraining or an uncached evaluation) fails the test."""
+def test_train_arms_spends_each_methods_budget_share_and_chains_stages(tables, smoke_store, forbid_loading):
     import esreason_lib.models
     from esreason_lib.experiments import common
+    from esreason_lib.training import trainer
 
-    forbid_loading(esreason_lib.models, common)
-
-
-def test_train_arms_spends_each_methods_budget_share_and_chains_stages(report, smoke_store, frozen):
-    from esreason_lib.experiments.common import train
-
+    forbid_loading(esreason_lib.models, common)  # every arm was trained by `compute`
     preset, store, _ = smoke_store
     budgets = S.method_budgets(preset)
     assert budgets == {"es": 2, "grpo": 4}
     before = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
-    arms = S.train_arms(preset, 0, home=store, progress=False)  # every arm was trained by the report
+    arms = S.train_arms(preset, 0, home=store, progress=False)
     assert list(arms) == list(S.ARMS[1:])
     for arm, runs in arms.items():
         assert [(r.kind, r.config["iterations"]) for r in runs] == S.arm_stages(preset, arm)
@@ -113,55 +142,48 @@ def test_train_arms_spends_each_methods_budget_share_and_chains_stages(report, s
     per_method = {arm: {m: sum(r.config["iterations"] for r in runs if r.kind == m) for m in budgets}
                   for arm, runs in arms.items()}
     assert per_method["grpo->es"] == per_method["es->grpo"] == {"es": 1, "grpo": 2}  # half of each budget
-    for m in ("es", "grpo"):  # single arms are notebook 01's cached runs at the method's full budget
-        assert arms[m][0].path == train(preset, m, seed=0, iterations=budgets[m], home=store, progress=False).path
+    for m in ("es", "grpo"):  # single arms are the preset's own runs (notebook 01's) at the method's full budget
+        own = trainer(m)(preset.config(m, seed=0, iterations=budgets[m]), home=store, progress=False)
+        assert arms[m][0].path == own.path
     only = S.train_arms(preset, 0, arms=("es->grpo",), home=store, progress=False)
     assert list(only) == ["es->grpo"] and [r.path for r in only["es->grpo"]] == [r.path for r in arms["es->grpo"]]
     after = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
     assert after == before
 
 
-def test_sequential_report_on_the_smoke_preset(report, smoke_store):
-    from esreason_lib.analysis import non_dominated
-
+def test_compute_on_the_smoke_preset(tables, smoke_store):
     preset, store, default = smoke_store
-    ks = list(preset.eval.ks)
-    assert set(report) == {"cost", "curves", "arm_curves", "points", "k", "budgets", "seeds"}
-    assert report["seeds"] == (0,)  # default: the first preset seed only
-    assert report["k"] == max(ks) and report["budgets"] == S.method_budgets(preset)
+    ks, seeds = list(preset.eval.ks), list(preset.seeds)
+    assert set(tables) == {"problems", "cost", "points", "curves"}
 
-    cost = report["cost"]
-    assert cost["arm"].tolist() == list(S.ARMS[1:]) and (cost["seed"] == 0).all()
-    assert cost["stages"].tolist() == ["es 2", "grpo 4", "grpo 2 + es 1", "es 1 + grpo 2"]
+    cost = tables["cost"]
+    assert list(zip(cost["arm"], cost["seed"])) == [(a, s) for s in seeds for a in S.ARMS[1:]]
+    assert cost["stages"].tolist() == ["es 2", "grpo 4", "grpo 2 + es 1", "es 1 + grpo 2"] * len(seeds)
     per_it = {"es": preset.es.population_size * preset.es.prompts_per_step,
               "grpo": preset.grpo.group_size * preset.grpo.prompts_per_step}
     want = [sum(per_it[m] * it for m, it in S.arm_stages(preset, arm)) for arm in S.ARMS[1:]]
-    assert cost["generations"].tolist() == want
+    assert cost["generations"].tolist() == want * len(seeds)
 
-    curves = report["curves"]
-    assert curves["method"].unique().tolist() == list(S.ARMS)
-    assert curves.groupby("method")["seed"].unique().map(list).to_dict() == {
-        arm: [-1 if arm == "base" else 0] for arm in S.ARMS}
-    assert curves.groupby("method")["k"].apply(list).to_dict() == {a: ks for a in S.ARMS}
-    assert curves["pass_at_k"].between(0, 1).all()
-    assert (curves["ci_low"] <= curves["pass_at_k"] + 1e-12).all()
-    assert (curves["pass_at_k"] <= curves["ci_high"] + 1e-12).all()
-    assert list(report["arm_curves"]) == list(S.ARMS)
-    for arm, curve in report["arm_curves"].items():  # one seed: the seed mean is that seed's curve
-        mine = curves[curves["method"] == arm]
-        assert curve["k"].tolist() == ks and curve["pass_at_k"].tolist() == mine["pass_at_k"].tolist()
+    problems = tables["problems"]
+    assert problems.groupby("arm")["seed"].unique().map(sorted).to_dict() == {
+        arm: [-1] if arm == "base" else seeds for arm in S.ARMS}
+    n = preset.eval.n_problems
+    assert (problems[problems["split"] == "test"].groupby(["arm", "seed"]).size() == n).all()
 
-    points = report["points"].set_index("method")
-    assert list(points.index) == list(S.ARMS) and (points["n_seeds"] == 1).all()
-    at = curves.set_index(["method", "k"])["pass_at_k"]
-    assert points["pass@1"].to_dict() == {a: at[(a, 1)] for a in S.ARMS}
-    assert points["pass@K"].to_dict() == {a: at[(a, max(ks))] for a in S.ARMS}
-    assert points["non_dominated"].tolist() == list(non_dominated(points["pass@1"], points["pass@K"]))
+    curves = tables["curves"]
+    assert curves.groupby("arm", sort=False)["k"].apply(list).to_dict() == {a: ks for a in S.ARMS}
+    assert ((curves["ci_low"] <= curves["pass_at_k"] + 1e-12) & (curves["pass_at_k"] <= curves["ci_high"] + 1e-12)).all()
+    points = tables["points"].set_index("arm")
+    assert list(points.index) == list(S.ARMS) and points["n_seeds"].tolist() == [1] + [len(seeds)] * 4
+    at = curves.set_index(["arm", "k"])["pass_at_k"]
+    assert points["pass@1"].to_numpy() == pytest.approx([at[(a, 1)] for a in S.ARMS])
+    assert points["pass@K"].to_numpy() == pytest.approx([at[(a, max(ks))] for a in S.ARMS])
 
-    # what was evaluated: the base and each arm's final stage, nothing else
-    arms = S.train_arms(preset, 0, home=store, progress=False)
+    # what was evaluated: the base and each arm's final stage per seed, nothing else
+    finals = {str(runs[-1].model_dir) for s in seeds for runs in S.train_arms(preset, s, home=store,
+                                                                                progress=False).values()}
     evaluated = {json.loads((p / "config.json").read_text())["model"] for p in store.glob("eval-*")}
-    assert evaluated == {preset.base_model} | {str(runs[-1].model_dir) for runs in arms.values()}
+    assert evaluated == {preset.base_model} | finals and len(finals) == 4 * len(seeds)
     assert not default.exists(), "the study wrote outside its run store"
-    text = S.describe_sequential(report["points"], report["k"], report["budgets"], report["seeds"])
-    assert "(budget: ES 2 it, GRPO 4 it, 50/50 per method; seed 0)" in text
+    f = S.finding(tables)
+    assert f.status == "not resolved" and [c.n_seeds for c in f.checks] == [len(seeds)] * 4  # two seeds < 3

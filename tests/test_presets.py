@@ -27,12 +27,12 @@ def _home(tmp_path, monkeypatch):
 
 
 EVAL_FIELDS = ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")
-STUDY_SPECS = ("lemma", "prop1", "sequential", "sparsity", "forgetting", "scaling")
+STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forgetting", "scaling")
 
 
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
-    assert set(PRESETS) == {"smoke", "tiny", "paper-easy", "paper-hard"}
+    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard"}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -118,8 +118,8 @@ def test_base_model_and_task_overrides_propagate():
 
 
 def test_unknown_preset_name():
-    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['paper-easy', 'paper-hard', 'smoke', "
-                                         r"'tiny'\]"):
+    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['full', 'paper-easy', 'paper-hard', "
+                                         r"'smoke', 'tiny'\]"):
         get_preset("nope")
 
 

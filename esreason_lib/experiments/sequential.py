@@ -1,31 +1,40 @@
 """Notebook 03: sequential post-training (GRPO->ES, ES->GRPO) against ES-only and GRPO-only at one update budget.
 
+The paper's claim: a sequence at an equal update budget combines both gains, GRPO's Pass@1 and ES's Pass@K.
+
 The budget. Each method's *full* budget is one single-method training run of the preset:
-`preset.sequential.es_budget` ES iterations and `preset.sequential.grpo_budget` GRPO iterations. At tiny scale a
-GRPO iteration (a few sampled groups and one backward pass) is cheaper than an ES iteration (every population
-member decodes every prompt of the step), so the presets give GRPO more iterations for a comparable run; in the
-paper both counts are 234. A sequence spends the 50/50 split of *each method's own* budget on its stage of that
-method (the rule is `sequence.sequence_stages`): GRPO->ES = GRPO for grpo_budget/2 iterations, then ES for
-es_budget/2 iterations. Every arm therefore spends "one full run" in total, and ES-only / GRPO-only coincide with
-notebook 01's runs for the same seed (reused from the run store). Generations and seconds of every arm are
+`preset.sequential.es_budget` ES iterations and `preset.sequential.grpo_budget` GRPO iterations (in the paper
+both are 234). A sequence spends the 50/50 split of *each method's own* budget on its stage of that method (the
+one rule: `sequence.sequence_stages`): GRPO->ES = GRPO for grpo_budget/2 iterations, then ES for es_budget/2.
+Every arm therefore spends "one full run", and ES-only / GRPO-only at the preset's step sizes are notebook 01's
+runs for the same seed (reused from the run store). Every arm trains for every seed of `preset.seeds` and is
+evaluated like notebook 01 (`comparison.evaluate_models`, shared cache); generations and seconds per arm are
 reported so the reader can check the budget in compute.
+
+Evidence (`findings.effect_check` on the test problems, seeds then problems, paired by problem), for each order:
+the sequence's Pass@1 above ES-only's (it keeps GRPO's Pass@1 gain) and its Pass@K at the largest K above
+GRPO-only's (it keeps ES's Pass@K gain).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Mapping
 
 import pandas as pd
 
 from ..analysis import non_dominated
+from ..findings import Finding, effect_check, make_finding
 from ..presets import Preset
 from ..runs import Run
 from ..sequence import sequence_stages, train_sequence
-from ..training import resolve_device
-from .common import evaluate_ref, model_ref, run_cost, train
+from ..training import trainer
+from .common import model_ref, run_cost
+from .comparison import BASE_SEED, evaluate_models, pass_curves, seed_problem_values, with_pass
 
 ARMS = ("base", "es", "grpo", "grpo->es", "es->grpo")
 """Arms of the study in display order (`base` is the untrained model)."""
+SEQUENCES = ("grpo->es", "es->grpo")
+"""The two orders the paper trains."""
 
 
 def method_budgets(preset: Preset) -> dict[str, int]:
@@ -47,83 +56,64 @@ def arm_stages(preset: Preset, arm: str, fractions=(0.5, 0.5)) -> list[tuple[str
 
 
 def train_arms(preset: Preset, seed: int, *, arms=ARMS[1:], home=None, progress: bool = True) -> dict[str, list[Run]]:
-    """Train (or load) every arm for `seed`: {arm: [stage runs in order]}. Single-method arms go through
-    `common.train` (so they share notebook 01's cache), sequences through `sequence.train_sequence`."""
+    """Train (or load) every arm for `seed`: {arm: [stage runs in order]}. Single-method arms call
+    `training.trainer` (so they share notebook 01's cache), sequences `sequence.train_sequence`."""
     out = {}
     for arm in arms:
         stages = arm_stages(preset, arm)
         if len(stages) == 1:
             method, iterations = stages[0]
-            out[arm] = [train(preset, method, seed=seed, iterations=iterations, home=home, progress=progress)]
+            out[arm] = [trainer(method)(preset.config(method, seed=seed, iterations=iterations), home=home,
+                                        progress=progress)]
         else:
-            out[arm] = train_sequence(stages, es=replace(preset.es, seed=seed), grpo=replace(preset.grpo, seed=seed),
+            out[arm] = train_sequence(stages, es=preset.config("es", seed=seed), grpo=preset.config("grpo", seed=seed),
                                       home=home, progress=progress)
     return out
 
 
-def arm_cost(arms: dict[str, list[Run]], seed: int) -> pd.DataFrame:
+def arm_cost(arms: Mapping[str, list[Run]], seed: int) -> pd.DataFrame:
     """One row per arm: arm, seed, stages ("grpo 200 + es 75"), generations and seconds summed over stages."""
     rows = [{"arm": arm, "seed": seed, "stages": " + ".join(f"{r.kind} {int(r.config['iterations'])}" for r in runs),
              **run_cost(runs)} for arm, runs in arms.items()]
     return pd.DataFrame(rows, columns=["arm", "seed", "stages", "generations", "seconds"])
 
 
-def plane_points(per_seed: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Mean over seeds per arm of pass@1 and pass@K (K = `k`) from a tidy curve table [method, seed, k,
-    pass_at_k], with `non_dominated` (higher is better in both) and n_seeds; arms in `ARMS` order."""
-    sub = per_seed[per_seed["k"].isin([1, k])]
-    wide = sub.pivot_table(index=["method", "seed"], columns="k", values="pass_at_k").reset_index()
-    if 1 not in wide or k not in wide:
-        raise ValueError(f"the curve table must hold k=1 and k={k}")
-    g = wide.groupby("method", sort=False)
-    pts = pd.DataFrame({"pass@1": g[1].mean(), "pass@K": g[k].mean(), "n_seeds": g["seed"].nunique()})
+def plane_points(problems: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per arm (in `ARMS` order): pass@1 and pass@K (K = `k`) averaged over seeds and test problems, n_seeds, k,
+    and non_dominated (no other arm at least as good on both axes and better on one)."""
+    test = with_pass(problems[problems["split"] == "test"], (1, k))
+    g = test.groupby("arm", sort=False)
+    pts = pd.DataFrame({"pass@1": g["pass@1"].mean(), "pass@K": g[f"pass@{k}"].mean(), "n_seeds": g["seed"].nunique()})
     order = [a for a in ARMS if a in pts.index] + [a for a in pts.index if a not in ARMS]
-    pts = pts.loc[order].rename_axis("method").reset_index()
+    pts = pts.loc[order].rename_axis("arm").reset_index().assign(k=int(k))
     pts["non_dominated"] = non_dominated(pts["pass@1"], pts["pass@K"])
     return pts
 
 
-def sequential_report(preset: Preset, *, seeds=None, home=None, progress: bool = True) -> dict[str, object]:
-    """Train and evaluate every arm for `seeds` (default `preset.seeds[:1]`), plus the base: a dict with `cost`,
-    `curves` (tidy, per arm and seed, with bootstrap CIs), `arm_curves` ({arm: seed-mean curve}), `points` (the
-    Pass@1 vs Pass@K plane), `k`, `budgets` and `seeds`."""
-    seeds = tuple(preset.seeds[:1] if seeds is None else seeds)
-    device = resolve_device(preset.device)
-
-    def ev(ref):
-        return evaluate_ref(ref, preset.task, preset.test_task_kwargs(), preset.eval, device=device, home=home,
-                            progress=progress)
-
-    costs, curves = [], [ev(preset.base_model).curve.assign(method="base", seed=-1)]
-    for seed in seeds:
-        arms = train_arms(preset, seed, home=home, progress=progress)
-        costs.append(arm_cost(arms, seed))
-        curves += [ev(model_ref(runs[-1])).curve.assign(method=arm, seed=seed) for arm, runs in arms.items()]
-    curves = pd.concat(curves, ignore_index=True)
-    k = max(preset.eval.ks)
-    arm_curves = {m: g.groupby("k", as_index=False)[["pass_at_k", "ci_low", "ci_high"]].mean()
-                  for m, g in curves.groupby("method", sort=False)}  # seed means (bands: mean of per-seed CIs)
-    return {"cost": pd.concat(costs, ignore_index=True), "curves": curves, "arm_curves": arm_curves,
-            "points": plane_points(curves, k),
-            "k": k, "budgets": method_budgets(preset), "seeds": seeds}
+def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Train every arm for every seed of `preset.seeds` and evaluate them and the base (all cached): tidy tables
+    `problems` (per model and problem), `cost` (per arm and seed), `points` (the Pass@1-Pass@K plane per arm) and
+    `curves` (seed-mean Pass@K per arm with bootstrap bands over problems)."""
+    runs = {seed: train_arms(preset, seed, home=home, progress=progress) for seed in preset.seeds}
+    refs = {("base", BASE_SEED): preset.base_model,
+            **{(arm, seed): model_ref(stages[-1]) for seed, arms in runs.items() for arm, stages in arms.items()}}
+    problems = evaluate_models(preset, refs, home=home, progress=progress)
+    curves, _ = pass_curves(problems, preset.eval.ks, n_boot=preset.eval.n_boot, seed=preset.eval.seed)
+    return {"problems": problems, "cost": pd.concat([arm_cost(arms, seed) for seed, arms in runs.items()],
+                                                     ignore_index=True),
+            "points": plane_points(problems, max(preset.eval.ks)), "curves": curves}
 
 
-def describe_sequential(points: pd.DataFrame, k: int, budgets: dict[str, int], seeds) -> str:
-    """The finding line of notebook 03, computed from `sequential_report`'s points, k, budgets and seeds."""
-    p = points.set_index("method")
-    k_label = "pass@K"
-    vals = " / ".join(f"{m} {p.loc[m, 'pass@1']:.2f}/{p.loc[m, k_label]:.2f}" for m in p.index)
-    front = [m for m in p.index if p.loc[m, "non_dominated"]]
-
-    def dominates_both(arm):
-        if arm not in p.index or not {"es", "grpo"} <= set(p.index):
-            return "n/a"
-        a = p.loc[arm]
-        ok = all(a["pass@1"] >= p.loc[m, "pass@1"] and a[k_label] >= p.loc[m, k_label] for m in ("es", "grpo"))
-        return "yes" if ok else "no"
-
-    seeds = tuple(seeds)
-    seed_txt = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of {len(seeds)} seeds"
-    return (f"pass@1/pass@{k} {vals} (budget: ES {budgets['es']} it, GRPO {budgets['grpo']} it, 50/50 per method; "
-            f"{seed_txt}); non-dominated: {', '.join(front)}; GRPO->ES at least as good as both singles on both "
-            f"axes: {dominates_both('grpo->es')}; ES->GRPO: {dominates_both('es->grpo')}")
+def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
+    """Notebook 03's finding from `compute`'s `problems` and `points` (checks in the module docstring)."""
+    pts = tables["points"]
+    k = int(pts["k"].iloc[0])
+    p = with_pass(tables["problems"], (1, k))
+    checks = []
+    for seq in SEQUENCES:
+        checks.append(effect_check(f"{seq} Pass@1 above ES-only", *seed_problem_values(p, "pass@1", seq, "es")))
+        checks.append(effect_check(f"{seq} Pass@{k} above GRPO-only",
+                                   *seed_problem_values(p, f"pass@{k}", seq, "grpo")))
+    points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in pts.iterrows())
+    front = ", ".join(pts.loc[pts["non_dominated"], "arm"])
+    return make_finding(f"Pass@1/Pass@{k} (seed means): {points}; non-dominated: {front}", checks)
