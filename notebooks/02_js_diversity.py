@@ -61,8 +61,8 @@ from esreason_lib.plots import plot_scatter, plot_xy, save_figure
 from esreason_lib.presets import get_preset
 
 config = get_preset(preset)
-cells, members = diversity.compute_lemmas(config)
-prop1 = diversity.compute_prop1(config)
+tables = diversity.compute(config)
+cells, prop1 = tables["cells"], tables["prop1"]
 
 # %% [markdown]
 # **Lemma 1.** Per sigma: JS_pol measured (mean over populations and prompts, with its standard error over the
@@ -117,9 +117,9 @@ prop1.drop_duplicates("iteration")[["iteration", "reward_mean", "p_theta", "p_ba
                                     "lemma3_err", "eps", "ess_min"]].round(5)
 
 # %%
-finding = diversity.describe_diversity(cells, prop1)
+finding = diversity.finding(tables)
 record_finding("02_js_diversity", finding, preset=preset)
-print(finding)
+print(finding.status, "-", finding.sentence)
 
 # %% [markdown]
 # **What this run shows.** The printed line is computed from the tables above.

@@ -11,7 +11,6 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.es_noise import perturbed
-from esreason_lib.experiments import common
 from esreason_lib.experiments import diversity as div
 from esreason_lib.experiments import diversity_estimators as est
 from esreason_lib.metrics import js_policy_exact
@@ -22,6 +21,7 @@ from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.countdown import Countdown
 from esreason_lib.theory import fisher_trace, lemma1_prediction
+from esreason_lib.training import trainer
 
 # ----------------------------------------------------------------------------------- token-level JS_pol
 
@@ -318,7 +318,7 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     for col in ("jk_theta", "jk_w", "jk_plus", "p_theta", "p_bar", "p_w", "p_plus"):
         assert table[col].between(0, 1).all(), col
     # the trajectory is the start of the preset's ES run: the same population rewards, iteration by iteration
-    run = common.train(preset, "es", seed=preset.seeds[0], home=store, progress=False)
+    run = trainer("es")(preset.config("es", seed=preset.seeds[0]), home=store, progress=False)
     per_it = table.drop_duplicates("iteration")["reward_mean"].to_numpy()
     assert per_it == pytest.approx(run.metrics()["reward/mean"].to_numpy()[:its], abs=1e-12)
     assert len(list(store.glob("diversity-prop1-*"))) == 1

@@ -20,6 +20,7 @@ import torch
 from ..es import ES, ESConfig, es_step
 from ..es_backends import SequentialBackend
 from ..es_noise import named_params, perturbed
+from ..findings import Finding, make_finding
 from ..generation import generate
 from ..metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
 from ..models import load_model
@@ -317,3 +318,18 @@ def describe_diversity(cells: pd.DataFrame, prop1: pd.DataFrame) -> str:
     t1 = lemma1_table(cells)
     small = small_sigmas(t1["sigma"])
     return "; ".join((_lemma1_sentence(t1, small), _lemma2_sentence(cells, small), _lemma3_prop1_sentence(prop1)))
+
+
+# ------------------------------------------------------------------------------------------ the study face
+
+
+def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Notebook 02's tables, from cached runs: {"cells", "members"} (`compute_lemmas`) and {"prop1"}
+    (`compute_prop1`)."""
+    cells, members = compute_lemmas(preset, home=home, progress=progress)
+    return {"cells": cells, "members": members, "prop1": compute_prop1(preset, home=home, progress=progress)}
+
+
+def finding(tables: dict[str, pd.DataFrame]) -> Finding:
+    """Notebook 02's finding from `compute`'s tables."""
+    return make_finding(describe_diversity(tables["cells"], tables["prop1"]), checks=())
