@@ -282,17 +282,17 @@ def lemma_checks(cells: pd.DataFrame, n_boot: int = 2000) -> list:
     small = small_sigmas(cells["sigma"])
     sub = cells[cells["sigma"].isin(small)]
     keep = lemma2_resolved(sub) & (sub["gap_approx"] > 0)
-    gap = sub.assign(r=np.where(keep, sub["gap"] / sub["gap_approx"].where(keep, 1.0), np.nan))
+    sub = sub.assign(gap_ratio=(sub["gap"] / sub["gap_approx"]).where(keep))  # NaN outside the resolved cells
     stats = {f"Lemma 1 slope (sigma <= {max(small):g})": (
                  SLOPE_BAND, lambda js: loglog_slope(small, js.mean(axis=(-2, -1))), ["js_pol"]),
              "Lemma 1 measured/predicted": (
                  RATIO_BAND, lambda js, pr: (js.mean(axis=(-2, -1)) / pr.mean(axis=(-2, -1))).mean(-1),
                  ["js_pol", "prediction"]),
-             "Lemma 2 median gap/approximation": (RATIO_BAND, nanmedian_rows, ["r"])}
+             "Lemma 2 median gap/approximation": (RATIO_BAND, nanmedian_rows, ["gap_ratio"])}
     checks = []
     for name, (band, stat, cols) in stats.items():
-        grids = [grid(gap if c == "r" else sub, c) for c in cols]
-        checks += band_checks(name, *grid_bootstrap(grids, stat, n_boot=n_boot, name=name), band)
+        checks += band_checks(name, *grid_bootstrap([grid(sub, c) for c in cols], stat, n_boot=n_boot, name=name),
+                              band)
     return checks
 
 
@@ -311,7 +311,7 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     lead = {"reproduced": "Lemmas 1-2 hold within their bands and Prop 1's bound holds on fresh samples",
             "not reproduced": "At least one check of Lemmas 1-2 or Prop 1 failed",
             "not resolved": "Lemmas 1-2 and Prop 1 are not all resolved"}[combine_status(checks)]
-    held = "/".join(f"{c}" for c in s1["condition"])
+    held = "/".join(map(str, s1["condition"]))
     sanity = (f"P_pop >= P_same (AM-GM) in {(cells['p_pop'] >= cells['p_same'] - 1e-12).sum()}/{len(cells)} cells",
               f"JS_succ >= 0 (Jensen) in {(cells['js_succ'] >= -1e-12).sum()}/{len(cells)} cells",
               f"JS_succ <= JS_pol (data processing) in {(cells['js_succ'] <= cells['js_pol'])[res].sum()}/"
