@@ -326,8 +326,10 @@ def test_finding_reproduced_when_every_check_holds():
     (dict(cells=_cells(ratio=5.0)), "Lemma 1 measured/predicted < 2"),
     (dict(cells=_cells(ratio=0.2)), "Lemma 1 measured/predicted > 0.5"),
     (dict(cells=_cells(gap_ratio=4.0)), "Lemma 2 median gap/approximation < 2"),
+    (dict(cells=_cells(gap_ratio=0.2)), "Lemma 2 median gap/approximation > 0.5"),
     (dict(probes=_probes(p_next=0.1)), "Prop 1 K=1: fresh J_K(theta+) - bound"),
-], ids=["slope-low", "slope-high", "ratio-high", "ratio-low", "gap", "prop1"])
+    (dict(probes=_probes(p_next=0.1)), "Prop 1 K=4: fresh J_K(theta+) - bound"),
+], ids=["slope-low", "slope-high", "ratio-high", "ratio-low", "gap-high", "gap-low", "prop1-k1", "prop1-k4"])
 def test_finding_says_not_reproduced_when_an_evidence_check_fails(tables, failing):
     f = div.finding(_tables(**tables))
     status = {c.name: c.status for c in f.checks}
