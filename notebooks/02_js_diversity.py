@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # 02 · Why ES keeps Pass@K: the population's Jensen-Shannon diversity
+# # 02 · The paper's account of ES's Pass@K: the population's Jensen-Shannon diversity
 #
 # The paper explains ES's broader coverage with three lemmas and a proposition about the population of perturbed
 # policies pi_i = pi_{theta + sigma eps_i} that ES evaluates at every iteration:
