@@ -85,16 +85,26 @@ class LemmaSpec:
 
 @dataclass(frozen=True)
 class Prop1Spec:
-    """Notebook 02, Lemma 3 and Proposition 1 along the first iterations of the seed-0 ES run."""
+    """Notebook 02, Lemma 3 and Proposition 1 along the first iterations of the preset's ES runs."""
 
+    seeds: int
+    """How many of the preset's training seeds (`Preset.seeds[:seeds]`) have their ES run followed; below
+    `findings.MIN_SEEDS` the Proposition 1 checks are `not resolved`."""
     iterations: int
-    """ES iterations along which Lemma 3 and Proposition 1 are evaluated."""
+    """ES iterations of each followed run along which Lemma 3 and Proposition 1 are evaluated."""
     probe_prompts: int
     """Fixed held-out probe prompts."""
     samples: int
     """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
     ks: tuple[int, ...]
     """The K values at which Proposition 1's condition is evaluated."""
+
+    def __post_init__(self):
+        for name in ("seeds", "iterations", "probe_prompts", "samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Prop1Spec.{name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"Prop1Spec.ks must be non-empty values >= 1, got {self.ks!r}")
 
 
 @dataclass(frozen=True)
@@ -275,7 +285,7 @@ _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
 _POPULATIONS = (4, 8, 16, 32)
-_GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
+_GPU_PROP1 = Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
 _KS_1_TO_32 = tuple(range(1, 33))
 """The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
 _PAPER_POPULATIONS = (8, 16, 32, 64)
@@ -300,7 +310,7 @@ PRESETS: dict[str, Preset] = {
         seeds=(0,), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1e-3,), grpo_lrs=(2e-5,), selection_problems=4),
         lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
-        prop1=Prop1Spec(iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
+        prop1=Prop1Spec(seeds=1, iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
         sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
@@ -319,7 +329,7 @@ PRESETS: dict[str, Preset] = {
         seeds=(0, 1, 2), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1.2e-3, 2.4e-3), grpo_lrs=(2e-5, 1e-4), selection_problems=100),
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
-        prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
+        prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),

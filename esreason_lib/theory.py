@@ -16,6 +16,11 @@ policy on a prompt x, p_i its success probability, w_i its (normalised) update w
 - Proposition 1 (Pass@K of the update): if KL between the weighted mixture pi_w and the updated policy
   pi_theta+ is at most eps, then J_K(pi_theta+) >= J_K(pi_w) - K sqrt(eps / 2) (Pinsker: TV <= sqrt(eps/2), and
   Pass@K is K-Lipschitz in TV); hence J_K(pi_w) - J_K(pi_theta) > K sqrt(eps / 2) implies J_K improves.
+
+What data can falsify: Lemma 1's leading-order scaling and constant, Lemma 2's small-spread approximation, and
+Proposition 1's bound against a theta+ measured on samples it was not computed from. The rest are identities that
+hold for any numbers (Lemma 2's P_pop >= P_same is AM-GM, JS_succ >= 0 is Jensen, Lemma 3 is algebra, and
+Proposition 1 on exact probabilities is Pinsker); `experiments/diversity.finding` reports them as sanity checks only.
 """
 
 from __future__ import annotations

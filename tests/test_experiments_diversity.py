@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -11,9 +12,9 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.es_noise import perturbed
-from esreason_lib.experiments import common
 from esreason_lib.experiments import diversity as div
 from esreason_lib.experiments import diversity_estimators as est
+from esreason_lib.findings import mde_from_ci
 from esreason_lib.metrics import js_policy_exact
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.presets import get_preset
@@ -22,6 +23,7 @@ from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.countdown import Countdown
 from esreason_lib.theory import fisher_trace, lemma1_prediction
+from esreason_lib.training import trainer
 
 # ----------------------------------------------------------------------------------- token-level JS_pol
 
@@ -102,8 +104,39 @@ def test_bernoulli_kl_pass_k_and_slope():
     assert est.pass_k(0.5, 2) == pytest.approx(0.75)
     x = np.array([1e-4, 1e-3, 1e-2])
     assert est.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
-    assert est.loglog_slope([1e-3, 1e-2, 0.1], [1e-6, 1e-4, -1.0]) == pytest.approx(2.0)
-    assert np.isnan(est.loglog_slope([1.0], [1.0]))
+    np.testing.assert_allclose(est.loglog_slope(x, np.stack([x, 5 * x**3])), [1.0, 3.0])  # rows: [2, S] -> [2]
+    assert np.isnan(est.loglog_slope(x, [1e-6, 1e-4, -1.0])) and np.isnan(est.loglog_slope([1.0], [1.0]))
+
+
+def test_nanmedian_rows():
+    x = np.array([[[[1.0, np.nan, 3.0, 10.0]]], [[[np.nan] * 4]]])  # [2, S=1, R=1, P=4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = est.nanmedian_rows(x)
+    assert out[0] == 3.0 and np.isnan(out[1])
+
+
+def test_grid_bootstrap_resamples_populations_and_shares_prompts():
+    by_pop = np.array([[[0.0], [1.0]]])  # [S=1, R=2, P=1]: populations differ
+    estimate, draws = est.grid_bootstrap([by_pop], lambda g: g.mean(axis=(-3, -2, -1)), n_boot=4000)
+    assert estimate == 0.5 and set(np.unique(draws)) == {0.0, 0.5, 1.0}
+    assert np.mean(draws == 0.5) == pytest.approx(0.5, abs=0.03)  # 2 of the 4 equally likely pairs
+    by_prompt = np.tile(np.arange(3.0), (2, 2, 1))  # [S=2, R=2, P=3]: value = prompt index
+    _, draws = est.grid_bootstrap([by_prompt], lambda g: g[..., 0, :].mean(-1).mean(-1) - g[..., 1, :].mean(-1).mean(-1))
+    assert np.all(draws == 0)  # every population sees the same resampled prompts
+    _, draws = est.grid_bootstrap([by_prompt, 2 * by_prompt], lambda a, b: (b - 2 * a).sum(axis=(-3, -2, -1)))
+    assert np.all(draws == 0)  # several grids share each resample
+
+
+def test_band_checks():
+    lo, hi = est.band_checks("slope", 2.0, np.linspace(1.9, 2.1, 101), (1.8, 2.2))
+    assert (lo.name, lo.direction, lo.threshold) == ("slope > 1.8", "greater", 1.8) and hi.name == "slope < 2.2"
+    assert lo.status == hi.status == "reproduced" and lo.n_seeds is None
+    assert lo.ci_low == pytest.approx(1.905) and lo.mde == pytest.approx(mde_from_ci(lo.ci_low, lo.ci_high))
+    lo, hi = est.band_checks("slope", 1.0, np.linspace(0.9, 1.1, 101), (1.8, 2.2))
+    assert lo.status == "not reproduced" and hi.status == "reproduced"
+    lo, hi = est.band_checks("slope", 2.0, [2.0, np.nan], (1.8, 2.2))
+    assert lo.status == hi.status == "not resolved"
 
 
 # ----------------------------------------------------------------------------------- model pieces
@@ -177,18 +210,40 @@ def test_lemma_cells_on_a_tiny_model(tiny):
     assert table["prediction_pop"].iloc[1] / table["prediction_pop"].iloc[0] == pytest.approx(100.0)
 
 
-def test_prop1_step_hand_case():
-    rows = div.prop1_step([[0.2, 0.4]], np.array([0.5, 0.5]), [0.1], [0.3], ks=(1, 2))
-    r1 = rows[rows["k"] == 1].iloc[0]
-    assert r1["jk_w"] == pytest.approx(0.3) and r1["eps"] == pytest.approx(0.0, abs=1e-12)
-    assert r1["margin"] == pytest.approx(0.2)
-    assert r1["condition"] and r1["rose"] and r1["lemma3_err"] < 1e-15 and r1["lift"] == pytest.approx(0.0)
-    r2 = rows[rows["k"] == 2].iloc[0]
-    assert r2["jk_theta"] == pytest.approx(1 - 0.9**2)
-    rows = div.prop1_step([[0.2, 0.4]], np.array([0.0, 1.0]), [0.3], [0.3], ks=(1,))
+def test_probe_rows_hand_case():
+    rows = est.probe_rows([[0.2, 0.4]], np.array([0.5, 0.5]), [0.1], [0.3], [0.25])
     r = rows.iloc[0]
-    assert r["lift"] == pytest.approx(0.1) and r["eps"] > 0 and r["threshold"] == pytest.approx(np.sqrt(r["eps"] / 2))
-    assert not r["rose"]
+    assert list(rows.columns) == ["prompt", "p_theta", "p_bar", "p_w", "p_plus", "p_next", "kl", "lift", "lemma3_err"]
+    assert r["p_w"] == pytest.approx(0.3) and r["p_bar"] == pytest.approx(0.3) and r["p_next"] == 0.25
+    assert r["kl"] == pytest.approx(0.0, abs=1e-12) and r["lift"] == pytest.approx(0.0) and r["lemma3_err"] < 1e-15
+    r = est.probe_rows([[0.2, 0.4]], np.array([0.0, 1.0]), [0.3], [0.3], [0.3]).iloc[0]
+    assert r["lift"] == pytest.approx(0.1) and r["kl"] == pytest.approx(est.bernoulli_kl(0.4, 0.3))
+
+
+def _probes(p_next=0.3, seeds=3, iterations=2, prompts=6):
+    """Hand-built `compute_prop1` rows: p_w = 0.3, p_plus = 0.29 (kl ~ 2.4e-4), p_next = `p_next` + small noise."""
+    rng = np.random.default_rng(2)
+    rows = [{"seed": s, "iteration": i + 1, "prompt": p, "p_theta": 0.28, "p_bar": 0.3, "p_w": 0.3, "p_plus": 0.29,
+             "p_next": float(np.clip(p_next + 0.002 * rng.standard_normal(), 0, 1)),
+             "kl": est.bernoulli_kl(0.3, 0.29), "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1,
+             "ess_min": 0.9} for s in range(seeds) for i in range(iterations) for p in range(prompts)]
+    return pd.DataFrame(rows)
+
+
+def test_prop1_table_and_slack_hand_case():
+    probes = pd.DataFrame({"seed": 0, "iteration": 1, "prompt": [0, 1], "p_theta": [0.2, 0.2], "p_bar": 0.3,
+                           "p_w": [0.5, 0.2], "p_plus": 0.3, "p_next": [0.6, 0.1], "kl": [0.02, 0.0],
+                           "lift": 0.0, "lemma3_err": 0.0, "reward_mean": 0.1, "ess_min": 1.0})
+    np.testing.assert_allclose(est.prop1_slack(probes, 1), [[0.6 - (0.5 - 0.1), 0.1 - 0.2]])  # sqrt(0.02/2) = 0.1
+    t = est.prop1_table(probes, ks=(1, 2)).set_index("k")
+    assert t.loc[1, "jk_w"] == pytest.approx(0.35) and t.loc[1, "eps"] == pytest.approx(0.01)
+    assert t.loc[1, "threshold"] == pytest.approx(np.sqrt(0.005)) and t.loc[2, "threshold"] == pytest.approx(
+        2 * np.sqrt(0.005))
+    assert t.loc[1, "margin"] == pytest.approx(0.15) and t.loc[1, "condition"]  # 0.15 > 0.0707
+    assert t.loc[1, "change"] == pytest.approx(0.35 - 0.2) and t.loc[1, "rose"]
+    assert t.loc[2, "jk_theta"] == pytest.approx(1 - 0.8**2)
+    s1 = div.prop1_summary(est.prop1_table(probes, ks=(1,)))
+    assert s1.iloc[0].to_dict() == {"k": 1, "iterations": 1, "condition": 1, "rose_given_condition": 1, "rose": 1}
 
 
 def test_prop1_trajectory_on_a_tiny_model(tiny):
@@ -197,12 +252,11 @@ def test_prop1_trajectory_on_a_tiny_model(tiny):
     task = get_task("countdown", shaping=RewardShaping(1.0, 0.0, 0.0))
     config = ESConfig(model="unused", population_size=2, sigma=1e-2, alpha=1e-2, iterations=2, prompts_per_step=2,
                       antithetic=True, device="cpu")
-    table = div.prop1_trajectory(config, model, tok, task, task.examples("test", n=2, seed=0), samples=2, ks=(1, 2),
+    table = div.prop1_trajectory(config, model, tok, task, task.examples("test", n=3, seed=0), samples=2,
                                  progress=False)
-    assert len(table) == 4 and list(table["iteration"].unique()) == [1, 2]
+    assert len(table) == 2 * 3 and list(table["iteration"].unique()) == [1, 2]
     assert table["ess_min"].between(0, 1).all() and (table["lemma3_err"] < 1e-12).all()
-    summary = div.prop1_summary(table)
-    assert list(summary.columns) == ["k", "iterations", "condition", "rose_given_condition", "rose"]
+    assert table["p_next"].isin([0.0, 0.5, 1.0]).all()  # a fraction of the 2 fresh samples
 
 
 def test_small_sigmas():
@@ -211,38 +265,85 @@ def test_small_sigmas():
     assert div.small_sigmas([1e-3]) == [1e-3]
 
 
-def _cells():
+def _cells(slope=2.0, ratio=1.0, gap_ratio=1.0, n=8):
+    """Hand-built `lemma_cells` rows on 3 sigmas x 3 populations x 4 prompts: JS_pol = ratio x Lemma 1's prediction
+    x (sigma / 1e-3)^(slope - 2), gap = gap_ratio x gap_approx, each with a few percent of noise."""
+    rng = np.random.default_rng(1)
     rows = []
-    for sigma in (1e-3, 1e-2):
-        for rep in (0, 1):
-            for p in (0, 1):
-                js = 50 * sigma**2 * (1 + 0.1 * rep)
-                rows.append({"sigma": sigma, "repeat": rep, "prompt": p, "fisher_trace": 100.0,
-                             "prediction": 50 * sigma**2 * 0.5 * 2, "prediction_pop": js, "js_pol": js,
-                             "js_pol_mc": js, "js_succ": js / 10, "n_correct": 3 + p, "n_samples": 8,
-                             "p_bar": 0.4, "p_pop": 0.9, "p_same": 0.8, "gap": 0.1, "gap_approx": 0.1})
+    for sigma in (1e-4, 1e-3, 1e-2):
+        for rep in range(3):
+            for p in range(4):
+                trace = 100.0 * (1 + p / 10)
+                pred = lemma1_prediction(sigma, n, trace)
+                js = ratio * pred * (sigma / 1e-3) ** (slope - 2) * (1 + 0.03 * rng.standard_normal())
+                approx = 0.01 * (1 + 0.2 * rng.standard_normal())
+                rows.append({"sigma": sigma, "repeat": rep, "prompt": p, "fisher_trace": trace, "prediction": pred,
+                             "prediction_pop": pred, "js_pol": js, "js_pol_mc": js, "js_succ": js / 10,
+                             "n_correct": 3 + p % 2, "n_samples": n * 8, "p_bar": 0.4, "p_pop": 0.9, "p_same": 0.8,
+                             "gap": gap_ratio * approx * (1 + 0.02 * rng.standard_normal()), "gap_approx": approx})
     return pd.DataFrame(rows)
 
 
+def _tables(cells=None, probes=None):
+    probes = _probes() if probes is None else probes
+    return {"cells": _cells() if cells is None else cells, "probes": probes, "prop1": est.prop1_table(probes, (1, 4))}
+
+
 def test_lemma1_table_and_plot_tables():
-    t = div.lemma1_table(_cells())
-    assert t["ratio"].iloc[0] == pytest.approx(1.05) and t["ratio_pop"].iloc[0] == pytest.approx(1.0)
-    assert t["js_pol_se"].iloc[0] == pytest.approx(np.std([5e-5, 5.5e-5], ddof=1) / np.sqrt(2))
-    long = div.lemma1_plot_table(_cells())
+    cells = _cells()
+    t = div.lemma1_table(cells)
+    assert list(t["sigma"]) == [1e-4, 1e-3, 1e-2] and t["ratio"].between(0.97, 1.03).all()
+    per_rep = cells[cells["sigma"] == 1e-4].groupby("repeat")["js_pol"].mean()
+    assert t["js_pol_se"].iloc[0] == pytest.approx(per_rep.std(ddof=1) / np.sqrt(3))
+    long = div.lemma1_plot_table(cells)
     assert set(long["estimator"]) == {"JS_pol token-level", "JS_pol sequence MC", "sigma^2 Q / 2 (drawn populations)"}
-    assert div.lemma2_resolved(_cells()).sum() == 8 - 0  # 3 or 4 correct of 8: resolved
+    assert div.lemma2_resolved(cells).all()  # 3 or 4 correct of 64, and many incorrect
+    long = div.prop1_plot_table(est.prop1_table(_probes(), (1, 4)))
+    assert set(long["quantity"]) == {"J_K(w) - J_K(theta)", "K sqrt(eps/2)", "J_K(theta+) - J_K(theta), fresh"}
+    assert len(long) == 3 * 2 * 2  # quantities x K x iterations (the seed mean)
 
 
-def test_describe_diversity_reads_its_tables():
-    prop1 = pd.DataFrame({"iteration": [1, 1, 2, 2], "k": [1, 4, 1, 4], "condition": [True, False, False, False],
-                          "rose": [True, False, True, True], "lemma3_err": [1e-17] * 4, "lift": [0.01] * 4,
-                          "margin": [0.1] * 4, "threshold": [0.05] * 4, "jk_plus": [0.2] * 4,
-                          "jk_theta": [0.1] * 4})
-    text = div.describe_diversity(_cells(), prop1)
-    assert "slope of JS_pol 2.00" in text and "8/8" in text and "median gap/approximation 1.00" in text
-    assert "Prop 1 (K=1/4): condition held in 1/0 of 2 iterations, Pass@K rose in 1/0 of those (2/1 of 2 " in text
-    long = div.prop1_plot_table(prop1)
-    assert len(long) == 3 * len(prop1)
+def test_finding_reproduced_when_every_check_holds():
+    f = div.finding(_tables())
+    assert f.status == "reproduced", f.sentence
+    assert f.sentence.startswith("Lemmas 1-2 hold within their bands") and "explains" not in f.sentence
+    names = [c.name for c in f.checks]
+    assert names == ["Lemma 1 slope (sigma <= 0.001) > 1.8", "Lemma 1 slope (sigma <= 0.001) < 2.2",
+                     "Lemma 1 measured/predicted > 0.5", "Lemma 1 measured/predicted < 2",
+                     "Lemma 2 median gap/approximation > 0.5", "Lemma 2 median gap/approximation < 2",
+                     "Prop 1 K=1: fresh J_K(theta+) - bound", "Prop 1 K=4: fresh J_K(theta+) - bound"]
+    assert f.checks[0].effect == pytest.approx(2.0, abs=0.05) and f.checks[2].effect == pytest.approx(1.0, abs=0.05)
+    assert f.checks[-1].n_seeds == 3 and f.checks[0].n_seeds is None  # Lemmas: a base model, no training seeds
+    # the identities are reported as sanity checks, never as evidence
+    assert [s.split(" (")[0] for s in f.sanity] == ["P_pop >= P_same", "JS_succ >= 0", "JS_succ <= JS_pol",
+                                                    "Lemma 3 identity"]
+    assert "in 36/36 cells" in f.sanity[0] and "condition held in 6/0 of 6 iterations (K=1/4)" in f.sentence
+
+
+@pytest.mark.parametrize("tables, failing", [
+    (dict(cells=_cells(slope=1.0)), "Lemma 1 slope (sigma <= 0.001) > 1.8"),
+    (dict(cells=_cells(slope=3.0)), "Lemma 1 slope (sigma <= 0.001) < 2.2"),
+    (dict(cells=_cells(ratio=5.0)), "Lemma 1 measured/predicted < 2"),
+    (dict(cells=_cells(ratio=0.2)), "Lemma 1 measured/predicted > 0.5"),
+    (dict(cells=_cells(gap_ratio=4.0)), "Lemma 2 median gap/approximation < 2"),
+    (dict(cells=_cells(gap_ratio=0.2)), "Lemma 2 median gap/approximation > 0.5"),
+    (dict(probes=_probes(p_next=0.1)), "Prop 1 K=1: fresh J_K(theta+) - bound"),
+    (dict(probes=_probes(p_next=0.1)), "Prop 1 K=4: fresh J_K(theta+) - bound"),
+], ids=["slope-low", "slope-high", "ratio-high", "ratio-low", "gap-high", "gap-low", "prop1-k1", "prop1-k4"])
+def test_finding_says_not_reproduced_when_an_evidence_check_fails(tables, failing):
+    f = div.finding(_tables(**tables))
+    status = {c.name: c.status for c in f.checks}
+    assert status[failing] == "not reproduced", f.sentence
+    assert f.status == "not reproduced" and f.sentence.startswith("At least one check of Lemmas 1-2 or Prop 1 failed")
+
+
+def test_finding_is_not_resolved_with_one_seed_or_no_resolved_cell():
+    f = div.finding(_tables(probes=_probes(seeds=1)))
+    assert f.status == "not resolved" and f.sentence.startswith("Lemmas 1-2 and Prop 1 are not all resolved")
+    assert {c.reason for c in f.checks if c.name.startswith("Prop 1")} == {"1 training seed(s) < 3"}
+    f = div.finding(_tables(cells=_cells().assign(n_correct=0)))  # no resolved cell: Lemma 2 has no estimate
+    lemma2 = [c for c in f.checks if c.name.startswith("Lemma 2")]
+    assert [c.reason for c in lemma2] == ["non-finite estimate"] * 2 and f.status == "not resolved"
 
 
 # ----------------------------------------------------------------------------------- the cached study, smoke
@@ -299,29 +400,40 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     store, default = smoke_store
     # sampled members with a sigma large enough to tell them apart: unequal rewards, so non-uniform weights
     preset = get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False})
-    table = div.compute_prop1(preset, home=store, progress=False)
-    assert list(table.columns) == ["k", "jk_theta", "jk_w", "jk_plus", "eps", "margin", "threshold", "condition",
-                                   "rose", "p_theta", "p_bar", "p_w", "p_plus", "lift", "lemma3_err", "iteration",
-                                   "reward_mean", "ess_min"]
-    its, ks = preset.prop1.iterations, list(preset.prop1.ks)
-    assert table["iteration"].tolist() == [i for i in range(1, its + 1) for _ in ks]
-    assert table["k"].tolist() == ks * its
+    probes = div.compute_prop1(preset, home=store, progress=False)
+    assert list(probes.columns) == ["prompt", "p_theta", "p_bar", "p_w", "p_plus", "p_next", "kl", "lift",
+                                    "lemma3_err", "iteration", "reward_mean", "ess_min", "seed"]
+    its, n_p = preset.prop1.iterations, preset.prop1.probe_prompts
+    assert probes["iteration"].tolist() == [i for i in range(1, its + 1) for _ in range(n_p)]
+    assert (probes["seed"] == preset.seeds[0]).all()
     # Lemma 3 holds to rounding, on weights that do lift the success probability
-    assert (table["lemma3_err"] < 1e-12).all() and (table["lift"].abs() > 1e-3).any()
-    assert table["p_w"].to_numpy() - table["p_bar"].to_numpy() == pytest.approx(table["lift"].to_numpy(), abs=1e-12)
+    assert (probes["lemma3_err"] < 1e-12).all() and (probes["lift"].abs() > 1e-3).any()
+    assert probes["p_w"].to_numpy() - probes["p_bar"].to_numpy() == pytest.approx(probes["lift"].to_numpy(), abs=1e-12)
+    assert (probes["kl"] >= 0).all() and probes["ess_min"].between(0, 1, inclusive="right").all()
+    for col in ("p_theta", "p_bar", "p_w", "p_plus", "p_next"):
+        assert probes[col].between(0, 1).all(), col
+    # the fresh samples of theta+ at iteration t are the centre's samples at iteration t + 1
+    by_it = probes.set_index(["iteration", "prompt"])
+    for it in range(1, its):
+        assert by_it.loc[it, "p_next"].tolist() == by_it.loc[it + 1, "p_theta"].tolist()
     # Proposition 1's pieces are consistent with each other
-    assert table["margin"].to_numpy() == pytest.approx((table["jk_w"] - table["jk_theta"]).to_numpy())
+    table = est.prop1_table(probes, preset.prop1.ks)
     assert table["threshold"].to_numpy() == pytest.approx((table["k"] * np.sqrt(table["eps"] / 2)).to_numpy())
     assert (table["condition"] == (table["margin"] > table["threshold"])).all()
-    assert (table["rose"] == (table["jk_plus"] > table["jk_theta"])).all()
-    assert (table["eps"] >= 0).all() and table["ess_min"].between(0, 1, inclusive="right").all()
-    for col in ("jk_theta", "jk_w", "jk_plus", "p_theta", "p_bar", "p_w", "p_plus"):
-        assert table[col].between(0, 1).all(), col
+    assert (table["rose"] == (table["jk_next"] > table["jk_theta"])).all()
     # the trajectory is the start of the preset's ES run: the same population rewards, iteration by iteration
-    run = common.train(preset, "es", seed=preset.seeds[0], home=store, progress=False)
-    per_it = table.drop_duplicates("iteration")["reward_mean"].to_numpy()
+    run = trainer("es")(preset.config("es", seed=preset.seeds[0]), home=store, progress=False)
+    per_it = probes.drop_duplicates("iteration")["reward_mean"].to_numpy()
     assert per_it == pytest.approx(run.metrics()["reward/mean"].to_numpy()[:its], abs=1e-12)
     assert len(list(store.glob("diversity-prop1-*"))) == 1
     assert not default.exists() or not any(default.iterdir())
     forbid_loading(div)
-    pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False), table)
+    pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False), probes)
+    with pytest.raises(ValueError, match="prop1.seeds=2"):
+        div.compute_prop1(get_preset("smoke", **{"prop1.seeds": 2}), home=store, progress=False)
+
+
+def test_prop1_spec_rejects_bad_values():
+    for key, value in (("prop1.seeds", 0), ("prop1.iterations", 0), ("prop1.ks", ())):
+        with pytest.raises(ValueError, match=key.split(".")[1]):
+            get_preset("smoke", **{key: value})

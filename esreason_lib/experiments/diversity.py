@@ -20,6 +20,7 @@ import torch
 from ..es import ES, ESConfig, es_step
 from ..es_backends import SequentialBackend
 from ..es_noise import named_params, perturbed
+from ..findings import Finding, combine_status, effect_check, make_finding
 from ..generation import generate
 from ..metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
 from ..models import load_model
@@ -28,11 +29,12 @@ from ..progress import progress_bar
 from ..runs import Run
 from ..seeding import derive_seed, numpy_rng
 from ..tasks import get_task
-from ..theory import lemma1_prediction, lemma3_identity, prop1_condition, weighted_pass
+from ..theory import lemma1_prediction
 from ..training import config_task, resolve_device
-from .diversity_estimators import (bernoulli_kl, ess_fraction, fisher_projections, fitness_weights, flat_directions,
-                                   full_logprobs, is_success, loglog_slope, mis_success, pass_k, sequence_logp,
-                                   stack_rollouts, token_logprobs, tokenwise_kl)
+from .diversity_estimators import (band_checks, ess_fraction, fisher_projections, fitness_weights, flat_directions,
+                                   full_logprobs, grid, grid_bootstrap, is_success, loglog_slope, mis_success,
+                                   nanmedian_rows, probe_rows, prop1_slack, prop1_table, sequence_logp, stack_rollouts,
+                                   token_logprobs, tokenwise_kl)
 
 
 def _sample(model, tokenizer, task, prompts, n, seed):
@@ -146,49 +148,32 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
 # ------------------------------------------------------------------------------------------ Lemma 3 and Prop 1
 
 
-def prop1_step(p_members, w, p_theta, p_plus, ks) -> pd.DataFrame:
-    """Lemma 3 and Proposition 1 for one ES iteration from per-prompt success probabilities.
-
-    `p_members` [P, N] (members on the probe prompts), `w` [N] simplex weights, `p_theta`, `p_plus` [P] (center
-    before and after the update). One row per K: jk_theta, jk_w, jk_plus (mean plug-in Pass@K), eps
-    (mean_x KL(Bern(p_w) || Bern(p_plus))), margin = jk_w - jk_theta, threshold = K sqrt(eps / 2), condition,
-    rose (jk_plus > jk_theta), and the iteration's p_theta, p_bar, p_w, p_plus, lift (mean p_w - p_bar) and
-    lemma3_err (max over prompts of |p_w - p_bar - N Cov(w, p)|)."""
-    p_members, p_theta, p_plus = (np.asarray(a, dtype=np.float64) for a in (p_members, p_theta, p_plus))
-    lhs, rhs = lemma3_identity(p_members, np.broadcast_to(w, p_members.shape))  # [P], [P]
-    p_w = weighted_pass(p_members, np.broadcast_to(w, p_members.shape))  # [P]
-    eps = float(np.mean(bernoulli_kl(p_w, p_plus)))
-    rows = []
-    for k in ks:
-        jt, jw, jp = (float(np.mean(pass_k(p, k))) for p in (p_theta, p_w, p_plus))
-        rows.append({"k": int(k), "jk_theta": jt, "jk_w": jw, "jk_plus": jp, "eps": eps, "margin": jw - jt,
-                     "threshold": float(k * np.sqrt(eps / 2)), "condition": prop1_condition(eps, jw, jt, k),
-                     "rose": jp > jt, "p_theta": float(p_theta.mean()), "p_bar": float(p_members.mean()),
-                     "p_w": float(p_w.mean()), "p_plus": float(p_plus.mean()), "lift": float(np.mean(lhs)),
-                     "lemma3_err": float(np.max(np.abs(np.asarray(lhs) - np.asarray(rhs))))})
-    return pd.DataFrame(rows)
-
-
-def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, ks, scheme: str = "positive",
+def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, scheme: str = "positive",
                      progress: bool = True) -> pd.DataFrame:
     """Run `config.iterations` iterations of `es.es_step` (so the trajectory is the first iterations of the
-    `train_es` run of `config`) and evaluate Lemma 3 and Proposition 1 at each: before the update, the center
-    samples `samples` completions per probe prompt (T = 1), scored under the center and every member; after it,
-    under the updated center; weights are `fitness_weights` of the iteration's shaped fitness. Returns the stacked
-    `prop1_step` tables with `iteration`, `reward_mean` and `ess_min` (smallest importance-sampling effective
-    sample size fraction over members)."""
+    `train_es` run of `config`) and record Lemma 3 and Proposition 1's inputs at each (`probe_rows`).
+
+    Before each update the centre samples `samples` completions per probe prompt (T = 1), scored under the
+    centre and every member; after it, under the updated centre theta+; weights are `fitness_weights` of the
+    iteration's shaped fitness. p_next is the fraction correct among the next iteration's centre samples: drawn
+    from theta+ after the update, independent of the samples every other column is computed from (one extra
+    draw after the last iteration). Returns the stacked rows with `iteration`, `reward_mean` and `ess_min`
+    (smallest importance-sampling effective sample size fraction over members)."""
     examples = task.examples("train", n=config.train_size, seed=0)
     backend = SequentialBackend.from_config(config, task, tokenizer)
     es = ES(config, model)
     theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}
     prompts = [task.prompt(ex, tokenizer) for ex in probes]
     shape = (len(probes), samples)
-    out = []
-    for it in progress_bar(range(config.iterations), disable=not progress, desc="prop 1"):
+
+    def draw(it):  # the current centre's samples on the probes: (batch, correct [P, S])
         ro = _sample(model, tokenizer, task, prompts, samples, derive_seed(config.seed, "diversity", "probe", it))
+        correct = [task.is_correct(c, probes[p]) for c, p in zip(ro.completions, ro.prompt_index())]
         batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-        correct = np.array([task.is_correct(c, probes[p]) for c, p in zip(ro.completions, ro.prompt_index())],
-                           dtype=np.float64).reshape(shape)  # [P, S]
+        return batch, np.array(correct, dtype=np.float64).reshape(shape)
+
+    out, (batch, correct) = [], draw(0)
+    for it in progress_bar(range(config.iterations), disable=not progress, desc="prop 1"):
         lp0 = sequence_logp(model, *batch).reshape(shape)  # [P, S]
         at_theta = {}
 
@@ -206,31 +191,36 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
         p_members = np.stack([is_success(lp[p], lp0[p], correct[p]) for p in range(len(probes))])  # [P, N]
         p_plus = np.array([is_success(lp_plus[p][None], lp0[p], correct[p])[0] for p in range(len(probes))])
         ess = ess_fraction(lp.transpose(1, 0, 2).reshape(lp.shape[1], -1), lp0.reshape(-1))  # [N]
-        out.append(prop1_step(p_members, w, correct.mean(1), p_plus, ks).assign(
+        p_theta = correct.mean(1)  # [P]
+        batch, correct = draw(it + 1)  # fresh samples of theta+
+        out.append(probe_rows(p_members, w, p_theta, p_plus, correct.mean(1)).assign(
             iteration=it + 1, reward_mean=float(ev.rewards.mean()), ess_min=float(ess.min())))
     return pd.concat(out, ignore_index=True)
 
 
 def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive") -> pd.DataFrame:
-    """`prop1_trajectory` for the preset's ES (seed `preset.seeds[0]`, `prop1.iterations` iterations) on
-    `prop1.probe_prompts` held-out prompts; cached as a `diversity-prop1` run."""
-    config = replace(preset.es, iterations=preset.prop1.iterations, seed=preset.seeds[0])
-    key = {"es": asdict(config), "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
-           "ks": list(preset.prop1.ks), "scheme": scheme, "probe_seed": preset.eval.seed, "version": 1}
-    run = Run.open("diversity-prop1", key, seed=config.seed, home=home)
-    if run.is_complete():
-        return run.read_table("iterations")
-    device = resolve_device(config.device)
-    model, tokenizer = load_model(config.model, device=device, dtype=getattr(torch, config.dtype), home=home,
-                                  progress=progress)
-    task = config_task(config)
-    probes = get_task(config.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
+    """`prop1_trajectory` for the preset's ES runs of seeds `preset.seeds[:prop1.seeds]` (`prop1.iterations`
+    iterations) on `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run; stacked with
+    a `seed` column."""
+    if preset.prop1.seeds > len(preset.seeds):
+        raise ValueError(f"Preset.prop1.seeds={preset.prop1.seeds} exceeds the preset's {len(preset.seeds)} seeds")
+    probes = get_task(preset.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
                                                                          seed=preset.eval.seed)
-    table = prop1_trajectory(config, model, tokenizer, task, probes, samples=preset.prop1.samples,
-                             ks=preset.prop1.ks, scheme=scheme, progress=progress)
-    run.write_table("iterations", table)
-    run.finish()
-    return table
+    out = []
+    for seed in preset.seeds[:preset.prop1.seeds]:
+        config = replace(preset.es, iterations=preset.prop1.iterations, seed=seed)
+        key = {"es": asdict(config), "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
+               "scheme": scheme, "probe_seed": preset.eval.seed, "version": 2}
+        run = Run.open("diversity-prop1", key, seed=seed, home=home)
+        if not run.is_complete():
+            model, tokenizer = load_model(config.model, device=resolve_device(config.device),
+                                          dtype=getattr(torch, config.dtype), home=home, progress=progress)
+            run.write_table("probes", prop1_trajectory(config, model, tokenizer, config_task(config), probes,
+                                                       samples=preset.prop1.samples, scheme=scheme,
+                                                       progress=progress))
+            run.finish()
+        out.append(run.read_table("probes").assign(seed=seed))
+    return pd.concat(out, ignore_index=True)
 
 
 # ------------------------------------------------------------------------------------------ tables and finding
@@ -244,6 +234,11 @@ def small_sigmas(sigmas) -> list[float]:
 
 RESOLVED = 3
 """A cell's success split is *resolved* when its samples hold at least this many successes and failures."""
+SLOPE_BAND = (1.8, 2.2)
+"""Lemma 1: the log-log slope of JS_pol against sigma over `small_sigmas` must lie in this band (the lemma: 2)."""
+RATIO_BAND = (0.5, 2.0)
+"""Lemma 1's measured / predicted JS_pol over `small_sigmas`, and Lemma 2's median gap / approximation over the
+resolved small-sigma cells, must lie in this band (the lemmas: 1)."""
 
 
 def lemma2_resolved(cells: pd.DataFrame) -> pd.Series:
@@ -263,57 +258,76 @@ def lemma1_plot_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def prop1_plot_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Long table (iteration, k, quantity, value): the margin J_K(pi_w) - J_K(pi_theta), the threshold
-    K sqrt(eps / 2) and the realised change J_K(pi_theta+) - J_K(pi_theta)."""
-    parts = {"J_K(w) - J_K(theta)": table["margin"], "K sqrt(eps/2)": table["threshold"],
-             "J_K(theta+) - J_K(theta)": table["jk_plus"] - table["jk_theta"]}
-    return pd.concat([table[["iteration", "k"]].assign(quantity=q, value=v.to_numpy()) for q, v in parts.items()],
+    """Long table (iteration, k, quantity, value) from `prop1_table`, averaged over the followed seeds: the margin
+    J_K(pi_w) - J_K(pi_theta), the threshold K sqrt(eps / 2) and the realised change J_K(pi_theta+) - J_K(pi_theta)
+    on fresh samples."""
+    parts = {"J_K(w) - J_K(theta)": "margin", "K sqrt(eps/2)": "threshold", "J_K(theta+) - J_K(theta), fresh": "change"}
+    mean = table.groupby(["iteration", "k"], as_index=False)[list(parts.values())].mean()
+    return pd.concat([mean[["iteration", "k"]].assign(quantity=q, value=mean[c].to_numpy()) for q, c in parts.items()],
                      ignore_index=True)
 
 
 def prop1_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per K: iterations, how often the condition held, how often Pass@K rose among those and overall."""
-    g = table.groupby("k")
+    """Per K: iterations (over seeds), how often the condition held, how often Pass@K rose (fresh samples) among
+    those and overall."""
+    g = table.assign(rose_given_condition=table["condition"] & table["rose"]).groupby("k")
     return pd.DataFrame({"iterations": g.size(), "condition": g["condition"].sum(),
-                         "rose_given_condition": g.apply(lambda d: int((d["condition"] & d["rose"]).sum()),
-                                                         include_groups=False),
-                         "rose": g["rose"].sum()}).reset_index()
+                         "rose_given_condition": g["rose_given_condition"].sum(), "rose": g["rose"].sum()}).reset_index()
 
 
-def _lemma1_sentence(t1: pd.DataFrame, small) -> str:
-    ts, big = t1[t1["sigma"].isin(small)], t1.iloc[-1]
-    slope_small, slope_all = loglog_slope(ts["sigma"], ts["js_pol"]), loglog_slope(t1["sigma"], t1["js_pol"])
-    return (f"Lemma 1: log-log slope of JS_pol {slope_small:.2f} for sigma <= {max(small):g} ({slope_all:.2f} over "
-            f"{t1['sigma'].min():g}-{t1['sigma'].max():g}), measured/predicted {ts['ratio'].min():.2f}-"
-            f"{ts['ratio'].max():.2f} there ({ts['ratio_pop'].min():.2f}-{ts['ratio_pop'].max():.2f} against the "
-            f"drawn populations' own second-order value) and {big['ratio']:.2f} at sigma={big['sigma']:g}")
+def lemma_checks(cells: pd.DataFrame, n_boot: int = 2000) -> list:
+    """Lemma 1 (slope and measured / predicted over `small_sigmas`) and Lemma 2 (median gap / approximation over
+    the resolved small-sigma cells with gap_approx > 0), each against its band as two one-sided checks, with a
+    bootstrap over populations and prompts (`grid_bootstrap`)."""
+    small = small_sigmas(cells["sigma"])
+    sub = cells[cells["sigma"].isin(small)]
+    keep = lemma2_resolved(sub) & (sub["gap_approx"] > 0)
+    sub = sub.assign(gap_ratio=(sub["gap"] / sub["gap_approx"]).where(keep))  # NaN outside the resolved cells
+    stats = {f"Lemma 1 slope (sigma <= {max(small):g})": (
+                 SLOPE_BAND, lambda js: loglog_slope(small, js.mean(axis=(-2, -1))), ["js_pol"]),
+             "Lemma 1 measured/predicted": (
+                 RATIO_BAND, lambda js, pr: (js.mean(axis=(-2, -1)) / pr.mean(axis=(-2, -1))).mean(-1),
+                 ["js_pol", "prediction"]),
+             "Lemma 2 median gap/approximation": (RATIO_BAND, nanmedian_rows, ["gap_ratio"])}
+    checks = []
+    for name, (band, stat, cols) in stats.items():
+        checks += band_checks(name, *grid_bootstrap([grid(sub, c) for c in cols], stat, n_boot=n_boot, name=name),
+                              band)
+    return checks
 
 
-def _lemma2_sentence(cells: pd.DataFrame, small) -> str:
-    bound = (cells["js_succ"] >= -1e-12) & (cells["js_succ"] <= cells["js_pol"])
-    resolved = lemma2_resolved(cells)
-    pp = (cells["p_pop"] >= cells["p_same"] - 1e-12).sum()
-    sc = cells[cells["sigma"].isin(small) & resolved & (cells["gap_approx"] > 0)]
-    gap = f"{np.median(sc['gap'] / sc['gap_approx']):.2f}" if len(sc) else "n/a (no spread)"
-    return (f"Lemma 2: 0 <= JS_succ <= JS_pol in {bound.sum()}/{len(cells)} (sigma, population, prompt) cells "
-            f"({bound[resolved].sum()}/{resolved.sum()} where the prompt had >= {RESOLVED} successes and failures), "
-            f"P_pop >= P_same in {pp}/{len(cells)}, median gap/approximation {gap} (resolved cells, sigma <= "
-            f"{max(small):g})")
+def prop1_checks(probes: pd.DataFrame, ks) -> list:
+    """Proposition 1 per K: the mean `prop1_slack` > 0 (the bound holds on fresh samples of theta+), with a
+    hierarchical bootstrap over the followed seeds and probe prompts (`findings.effect_check`)."""
+    return [effect_check(f"Prop 1 K={k}: fresh J_K(theta+) - bound", prop1_slack(probes, k)) for k in ks]
 
 
-def _lemma3_prop1_sentence(prop1: pd.DataFrame) -> str:
-    lemma3, s1 = prop1.drop_duplicates("iteration"), prop1_summary(prop1)
-    n_it = int(s1["iterations"].max()) if len(s1) else 0
-    ks, held, rose_c, rose = ("/".join(str(int(v)) for v in s1[c])
-                              for c in ("k", "condition", "rose_given_condition", "rose"))
-    return (f"Lemma 3 (ES fitness weights): identity max error {lemma3['lemma3_err'].max():.1e}, mean p_w - p_bar "
-            f"{lemma3['lift'].mean():+.4f}; Prop 1 (K={ks}): condition held in {held} of {n_it} iterations, "
-            f"Pass@K rose in {rose_c} of those ({rose} of {n_it} overall)")
+def finding(tables: dict[str, pd.DataFrame]) -> Finding:
+    """Notebook 02's finding from `compute`'s tables: the evidence is `lemma_checks` and `prop1_checks`; the
+    identities (AM-GM, Jensen, data processing, Lemma 3's algebra) are sanity checks."""
+    cells, probes, prop1 = tables["cells"], tables["probes"], tables["prop1"]
+    checks = lemma_checks(cells) + prop1_checks(probes, sorted(prop1["k"].unique()))
+    s1, res = prop1_summary(prop1), lemma2_resolved(cells)
+    lead = {"reproduced": "Lemmas 1-2 hold within their bands and Prop 1's bound holds on fresh samples",
+            "not reproduced": "At least one check of Lemmas 1-2 or Prop 1 failed",
+            "not resolved": "Lemmas 1-2 and Prop 1 are not all resolved"}[combine_status(checks)]
+    held = "/".join(map(str, s1["condition"]))
+    sanity = (f"P_pop >= P_same (AM-GM) in {(cells['p_pop'] >= cells['p_same'] - 1e-12).sum()}/{len(cells)} cells",
+              f"JS_succ >= 0 (Jensen) in {(cells['js_succ'] >= -1e-12).sum()}/{len(cells)} cells",
+              f"JS_succ <= JS_pol (data processing) in {(cells['js_succ'] <= cells['js_pol'])[res].sum()}/"
+              f"{res.sum()} resolved cells",
+              f"Lemma 3 identity (algebra): max error {prop1['lemma3_err'].max():.1e}")
+    return make_finding(f"{lead}; Prop 1's sufficient condition "
+                        f"held in {held} of {int(s1['iterations'].max())} iterations (K={'/'.join(map(str, s1['k']))})",
+                        checks, sanity=sanity)
 
 
-def describe_diversity(cells: pd.DataFrame, prop1: pd.DataFrame) -> str:
-    """The finding line of notebook 02, computed from the Lemma 1-2 cells and the Proposition 1 table: one
-    clause per lemma, the small-sigma regime being `small_sigmas` of the grid."""
-    t1 = lemma1_table(cells)
-    small = small_sigmas(t1["sigma"])
-    return "; ".join((_lemma1_sentence(t1, small), _lemma2_sentence(cells, small), _lemma3_prop1_sentence(prop1)))
+# ------------------------------------------------------------------------------------------ the study face
+
+
+def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Notebook 02's tables, from cached runs: "cells", "members" (`compute_lemmas`), "probes" (`compute_prop1`)
+    and "prop1" (`prop1_table` at `prop1.ks`)."""
+    cells, members = compute_lemmas(preset, home=home, progress=progress)
+    probes = compute_prop1(preset, home=home, progress=progress)
+    return {"cells": cells, "members": members, "probes": probes, "prop1": prop1_table(probes, preset.prop1.ks)}

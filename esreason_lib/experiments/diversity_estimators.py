@@ -16,15 +16,24 @@ Shapes: `M` scoring members, `N` drawing members, `P` prompts, `S` samples per m
 - `fisher_projections`: per-sample ||grad log pi(y)||^2 (the Fisher trace, as `theory.fisher_trace`) and the
   gradient's projections on given directions (the drawn noise), giving each drawn population's own
   second-order prediction of JS_pol.
+- `probe_rows` / `prop1_table` / `prop1_slack`: Lemma 3 and Proposition 1 from per-prompt success probabilities.
+- `grid_bootstrap` / `band_checks`: the uncertainty of a statistic of the (sigma, population, prompt) grid of
+  Lemmas 1-2 (resampling populations and prompts), and the two one-sided checks (TOST) that it lies in a band.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pandas as pd
 import torch
 
 from ..es_noise import named_params, noise
+from ..findings import Check, mde_from_ci
 from ..generation import completion_logprobs
+from ..seeding import numpy_rng
+from ..theory import lemma3_identity, prop1_bound, prop1_condition, weighted_pass
 
 
 def token_logprobs(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -107,7 +116,7 @@ def bernoulli_kl(a, b, floor: float = 1e-12):
     b = np.clip(np.asarray(b, dtype=np.float64), floor, 1 - floor)
     with np.errstate(divide="ignore", invalid="ignore"):
         kl = np.where(a > 0, a * np.log(a / b), 0.0) + np.where(a < 1, (1 - a) * np.log((1 - a) / (1 - b)), 0.0)
-    kl = np.where(a == np.asarray(b_raw, dtype=np.float64), 0.0, kl)  # exact equality (also at 0 or 1): 0
+    kl = np.where(a == np.asarray(b_raw, dtype=np.float64), 0.0, np.maximum(kl, 0.0))  # equal: 0; rounding: >= 0
     return float(kl) if kl.ndim == 0 else kl
 
 
@@ -116,13 +125,110 @@ def pass_k(p, k: int):
     return 1.0 - (1.0 - np.asarray(p, dtype=np.float64)) ** k
 
 
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of log y against log x (positive finite pairs only; NaN with fewer than 2)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+def loglog_slope(x, y):
+    """Least-squares slope of log y against log x along the last axis: x [S] > 0, y [..., S] -> [...] (float for
+    a 1-d y); NaN where a y is not positive and finite, or with fewer than 2 points."""
+    lx = np.log(np.asarray(x, dtype=np.float64))  # [S]
+    y = np.asarray(y, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ly = np.where((y > 0) & np.isfinite(y), np.log(np.where(y > 0, y, 1.0)), np.nan)  # [..., S]
+        dx = lx - lx.mean()
+        slope = ((ly - ly.mean(-1, keepdims=True)) * dx).sum(-1) / (dx ** 2).sum()
+    slope = np.where(lx.size >= 2, slope, np.nan)
+    return float(slope) if slope.ndim == 0 else slope
+
+
+def nanmedian_rows(x) -> np.ndarray:
+    """Median over the last three axes ignoring NaN: [..., S, R, P] -> [...]; NaN where every value is NaN."""
+    x = np.asarray(x, dtype=np.float64)
+    flat = x.reshape(*x.shape[:-3], -1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN, said by the check's status
+        return np.nanmedian(flat, axis=-1)
+
+
+def grid(cells: pd.DataFrame, column: str) -> np.ndarray:
+    """[S, R, P] values of `column` over the (sigma, repeat, prompt) grid, sigmas ascending."""
+    c = cells.sort_values(["sigma", "repeat", "prompt"])
+    shape = tuple(c[k].nunique() for k in ("sigma", "repeat", "prompt"))
+    if len(c) != np.prod(shape):
+        raise ValueError(f"cells must hold every (sigma, repeat, prompt) once: {len(c)} rows for grid {shape}")
+    return c[column].to_numpy(dtype=np.float64).reshape(shape)
+
+
+def grid_bootstrap(grids, stat, *, n_boot: int = 2000, seed: int = 0, name: str = "") -> tuple[float, np.ndarray]:
+    """(estimate, draws [n_boot]) of `stat` over (sigma, population, prompt) grids, bootstrapped hierarchically.
+
+    `grids`: arrays [S, R, P] on one grid; `stat(*arrays)` maps [..., S, R, P] to [...]. Each resample draws the
+    R populations with replacement and, shared by all of them (every population sampled every prompt), the P
+    prompts; the sigmas are the design and stay. The first axis is independent populations, not training seeds."""
+    grids = [np.asarray(g, dtype=np.float64) for g in grids]
+    _, r, p = grids[0].shape
+    rng = numpy_rng(seed, "grid_bootstrap", name)
+    ri, pi = rng.integers(0, r, size=(n_boot, r, 1)), rng.integers(0, p, size=(n_boot, 1, p))  # [B, R, 1], [B, 1, P]
+    draws = stat(*(np.moveaxis(g[:, ri, pi], 0, 1) for g in grids))  # each [B, S, R, P] -> [B]
+    return float(stat(*grids)), np.asarray(draws, dtype=np.float64)
+
+
+def band_checks(name: str, estimate: float, draws, band: tuple[float, float]) -> tuple[Check, Check]:
+    """Two one-sided checks that a statistic lies inside `band` = (low, high): "name > low" and "name < high",
+    both with the 95% percentile interval of `draws` (NaN draws leave them `not resolved`); no seed axis."""
+    draws = np.asarray(draws, dtype=np.float64)
+    low, high = (float(v) for v in np.quantile(draws, [0.025, 0.975])) if np.isfinite(draws).all() else (
+        float("nan"), float("nan"))
+    mde = mde_from_ci(low, high)
+    return (Check(f"{name} > {band[0]:g}", estimate, low, high, mde, direction="greater", threshold=band[0]),
+            Check(f"{name} < {band[1]:g}", estimate, low, high, mde, direction="less", threshold=band[1]))
+
+
+# ------------------------------------------------------------------------------------------ Lemma 3 and Prop 1
+
+
+def probe_rows(p_members, w, p_theta, p_plus, p_next) -> pd.DataFrame:
+    """Lemma 3 and Proposition 1's inputs for one ES iteration, one row per probe prompt.
+
+    `p_members` [P, N] (members), `w` [N] simplex weights, `p_theta`, `p_plus`, `p_next` [P] (the centre before
+    the update, theta+ by importance sampling from the centre's samples, theta+ from fresh samples). Columns:
+    prompt, p_theta, p_bar, p_w, p_plus, p_next, kl = KL(Bern(p_w) || Bern(p_plus)), lift = p_w - p_bar and
+    lemma3_err = |p_w - p_bar - N Cov(w, p)|."""
+    p_members, p_theta, p_plus = (np.asarray(a, dtype=np.float64) for a in (p_members, p_theta, p_plus))
+    w = np.broadcast_to(w, p_members.shape)  # [P, N]
+    lhs, rhs = lemma3_identity(p_members, w)  # [P], [P]
+    p_w = weighted_pass(p_members, w)  # [P]
+    return pd.DataFrame({"prompt": np.arange(len(p_theta)), "p_theta": p_theta, "p_bar": p_members.mean(1),
+                         "p_w": p_w, "p_plus": p_plus, "p_next": np.asarray(p_next, dtype=np.float64),
+                         "kl": bernoulli_kl(p_w, p_plus), "lift": lhs, "lemma3_err": np.abs(lhs - rhs)})
+
+
+def prop1_table(probes: pd.DataFrame, ks) -> pd.DataFrame:
+    """Proposition 1 per (seed, iteration, K), pooled over the probe prompts: jk_theta, jk_w, jk_plus, jk_next
+    (mean plug-in Pass@K 1 - (1 - p)^K), eps (mean KL), margin = jk_w - jk_theta, threshold = K sqrt(eps / 2),
+    condition (margin > threshold), change = jk_next - jk_theta (realised, on fresh samples of theta+), rose
+    (change > 0), and the iteration's mean p_*, lift, reward_mean, ess_min and max lemma3_err."""
+    means = ["p_theta", "p_bar", "p_w", "p_plus", "p_next", "lift", "reward_mean", "ess_min"]
+    out = []
+    for k in ks:
+        jk = probes.assign(**{f"jk_{c}": pass_k(probes[f"p_{c}"], k) for c in ("theta", "w", "plus", "next")})
+        g = jk.groupby(["seed", "iteration"])
+        t = g[[f"jk_{c}" for c in ("theta", "w", "plus", "next")] + means].mean()
+        t.insert(0, "k", int(k))
+        t["eps"], t["lemma3_err"] = g["kl"].mean(), g["lemma3_err"].max()
+        t["margin"], t["threshold"] = t["jk_w"] - t["jk_theta"], k * np.sqrt(t["eps"] / 2)
+        t["condition"] = prop1_condition(t["eps"].to_numpy(), t["jk_w"].to_numpy(), t["jk_theta"].to_numpy(), k)
+        t["change"] = t["jk_next"] - t["jk_theta"]
+        t["rose"] = t["change"] > 0
+        out.append(t.reset_index())
+    return pd.concat(out, ignore_index=True)
+
+
+def prop1_slack(probes: pd.DataFrame, k: int) -> np.ndarray:
+    """[seeds, prompts]: mean over iterations of J_K(p_next) - (J_K(p_w) - K sqrt(kl / 2)), Proposition 1 applied
+    prompt by prompt (its bound holds for any prompt distribution, a point mass included, and the per-prompt
+    bounds average to a tighter one than the pooled bound, by Jensen). p_next comes from samples the bound was
+    not computed from, so a negative value is evidence against it."""
+    bound = prop1_bound(pass_k(probes["p_w"].to_numpy(), k), k, probes["kl"].to_numpy())  # [rows]
+    slack = probes.assign(slack=pass_k(probes["p_next"].to_numpy(), k) - bound)
+    return slack.groupby(["seed", "prompt"])["slack"].mean().unstack("prompt").to_numpy()  # [R, P]
 
 
 # ------------------------------------------------------------------------------------------ model pieces
