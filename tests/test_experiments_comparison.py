@@ -54,11 +54,11 @@ def _entropy_noise(table, scale=0.01):
 def test_finding_reproduced_when_every_statement_holds():
     tables = _tables(*(_entropy_noise(_arm(*v)) for v in HOLDS.values()))
     f = C.finding(tables)
-    assert [c.status for c in f.checks] == ["reproduced"] * 5, f.sentence
+    assert [c.status for c in f.checks] == ["reproduced"] * 4, f.sentence
     assert f.status == "reproduced"
     effects = {c.name: c.effect for c in f.checks}
     assert effects["ES (es alpha=0.0024) Pass@1 above base"] == pytest.approx(0.5 - 0.125)
-    assert effects["GRPO (grpo lr=0.0001) above ES (es alpha=0.0024) at K=1"] == pytest.approx(0.75 - 0.5)
+    assert "not part of the claim: GRPO (grpo lr=0.0001) above ES (es alpha=0.0024) at K=1: +0.250" in f.sentence
     es_k4 = 1 - 1 / 70  # 1 - C(4, 4) / C(8, 4)
     assert effects["ES (es alpha=0.0024) above GRPO (grpo lr=0.0001) at K=4"] == pytest.approx(es_k4 - 0.75)
     assert all(c.n_seeds == 3 for c in f.checks)
@@ -69,11 +69,11 @@ def test_finding_reproduced_when_every_statement_holds():
 def test_finding_not_reproduced_when_every_statement_fails():
     tables = _tables(*(_entropy_noise(_arm(*v)) for v in FAILS.values()))
     f = C.finding(tables)
-    assert [c.status for c in f.checks] == ["not reproduced"] * 5, f.sentence
+    assert [c.status for c in f.checks] == ["not reproduced"] * 4, f.sentence
     assert f.status == "not reproduced" and "not reproduced" in f.sentence
 
 
-@pytest.mark.parametrize("which", range(5))
+@pytest.mark.parametrize("which", range(4))
 def test_each_check_alone_can_fail(which):
     """Start from the passing tables and break one statement: that check (and the finding) is `not reproduced`."""
     arms = {m: _entropy_noise(_arm(*v)) for m, v in HOLDS.items()}
@@ -82,9 +82,7 @@ def test_each_check_alone_can_fail(which):
     elif which == 1:  # GRPO at K=4 above ES: GRPO spreads too
         arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [5, 5, 5, 5], [5], 0.3))
         arms["es"] = _entropy_noise(_arm("es alpha=0.0024", [4, 4, 4, 0], [4], 0.9))
-    elif which == 2:  # GRPO at K=1 below ES
-        arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [8, 0, 0, 0], [8], 0.3))
-    elif which == 3:  # GRPO's entropy above the base's
+    elif which == 2:  # GRPO's entropy above the base's
         arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [8, 8, 8, 0], [8], 1.2))
         arms["es"] = _entropy_noise(_arm("es alpha=0.0024", [4, 4, 4, 4], [4], 1.3))
     else:  # ES's entropy below GRPO's
@@ -92,6 +90,14 @@ def test_each_check_alone_can_fail(which):
     f = C.finding(_tables(*arms.values()))
     assert f.checks[which].status == "not reproduced", f.sentence
     assert f.status == "not reproduced"
+
+
+def test_grpo_winning_at_k1_is_reported_but_not_evidence():
+    """ES above GRPO at K=1 does not change the status: the paper allows GRPO to win there, it does not claim it."""
+    arms = {m: _entropy_noise(_arm(*v)) for m, v in HOLDS.items()}
+    arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [8, 8, 0, 0], [8], 0.3))  # pass@1 0.5 = ES's 0.5
+    f = C.finding(_tables(*arms.values()))
+    assert f.status == "reproduced" and "above ES (es alpha=0.0024) at K=1" in f.sentence
 
 
 def test_one_seed_is_not_resolved():
@@ -120,7 +126,6 @@ def test_frontier_chooses_on_the_selection_split_and_the_verdict_uses_the_choice
     assert (front["chosen_on"] == "selection").all() and (front["k"] == 4).all()
     names = [c.name for c in C.finding(tables).checks]
     assert "ES (es alpha=0.0024) above GRPO (grpo lr=2e-05) at K=4" in names
-    assert "GRPO (grpo lr=0.0001) above ES (es alpha=0.0024) at K=1" in names
     with pytest.raises(ValueError, match="criterion"):
         C.selected_arms(tables["frontier"], "pass@2")
 
