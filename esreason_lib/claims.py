@@ -36,7 +36,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
           "setup (base models)", "00_base_passk"),
     Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
-          "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_passk, 01_entropy, 01_coverage"),
+          "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_frontier, 01_passk, 01_entropy, 01_coverage"),
     Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
           "Lemma 2, and Proposition 1 bounds an update's Pass@K (the paper's account of ES's Pass@K gain).",
           "Lemmas 1-3, Proposition 1", "02_lemma1, 02_lemma2, 02_prop1"),
