@@ -2,6 +2,7 @@
 
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
+- `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs).
@@ -164,7 +165,7 @@ class Preset:
     """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 
     name: str
-    """The preset's name (`smoke`, `tiny`, `paper-easy`, `paper-hard`)."""
+    """The preset's name (`smoke`, `tiny`, `full`, `paper-easy`, `paper-hard`)."""
     base_model: str
     """The base model every method starts from: a zoo name, a local directory or a hub id."""
     control_model: str | None
@@ -244,7 +245,6 @@ _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
-_POPULATIONS = (4, 8, 16, 32)
 _GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
 _KS_1_TO_32 = tuple(range(1, 33))
 """The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
@@ -290,8 +290,8 @@ PRESETS: dict[str, Preset] = {
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
-        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m", "qwen2-l"), populations=_POPULATIONS, iterations=16,
-                            ablation_iterations=150, prompts_per_step=32,
+        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
+                            ablation_iterations=60, prompts_per_step=32,
                             eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
@@ -342,6 +342,14 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+_FULL_OVERRIDES: dict[str, Any] = {
+    # notebook 06: Table 6's whole grid (qwen2-l too), runs long enough to move, 1000 held-out problems
+    "scaling.models": ("qwen2-s", "qwen2-m", "qwen2-l"), "scaling.populations": (4, 8, 16, 32),
+    "scaling.iterations": 50, "scaling.ablation_iterations": 150, "scaling.eval.n_problems": 1000,
+}
+"""`full` = `tiny` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
+
+
 def _set_field(obj, key: str, value, where: str):
     if not dataclasses.is_dataclass(obj):  # e.g. "seeds.x": the value at `where` has no fields to set
         raise ValueError(f"{where}: cannot set {key!r} on a {type(obj).__name__} value {obj!r} (it has no fields)")
@@ -371,3 +379,6 @@ def get_preset(name: str, **overrides) -> Preset:
         else:
             preset = _set_field(preset, key, value, f"preset {name!r}")
     return preset
+
+
+PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")

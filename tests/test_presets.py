@@ -16,7 +16,7 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
-from esreason_lib.presets import PRESETS, EvalSpec, Preset, get_preset
+from esreason_lib.presets import _FULL_OVERRIDES, PRESETS, EvalSpec, Preset, get_preset
 from esreason_lib.run_identity import config_hash
 
 
@@ -32,7 +32,15 @@ STUDY_SPECS = ("lemma", "prop1", "sequential", "sparsity", "forgetting", "scalin
 
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
-    assert set(PRESETS) == {"smoke", "tiny", "paper-easy", "paper-hard"}
+    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard"}
+
+
+def test_full_is_tiny_with_the_full_overrides():
+    tiny, full = (dataclasses.asdict(get_preset(n)) for n in ("tiny", "full"))
+    changed = {f"{k}.{sub}" for k in tiny if isinstance(tiny[k], dict)
+               for sub in tiny[k] if tiny[k][sub] != full[k][sub]}
+    changed |= {k for k in tiny if not isinstance(tiny[k], dict) and tiny[k] != full[k]}
+    assert changed == {"name"} | {k.rsplit(".", 1)[0] if k.count(".") > 1 else k for k in _FULL_OVERRIDES}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -118,8 +126,8 @@ def test_base_model_and_task_overrides_propagate():
 
 
 def test_unknown_preset_name():
-    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['paper-easy', 'paper-hard', 'smoke', "
-                                         r"'tiny'\]"):
+    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['full', 'paper-easy', 'paper-hard', "
+                                         r"'smoke', 'tiny'\]"):
         get_preset("nope")
 
 
@@ -283,7 +291,7 @@ def test_zoo_bases_are_the_base_and_control_zoo_names():
 def test_presets_compare_field_by_field():
     """Two presets differ study by study in named fields (asdict of the nested specs)."""
     smoke, tiny = (dataclasses.asdict(get_preset(n)) for n in ("smoke", "tiny"))
-    assert smoke["scaling"]["models"] == ("smoke",) and tiny["scaling"]["models"] == ("qwen2-s", "qwen2-m", "qwen2-l")
+    assert smoke["scaling"]["models"] == ("smoke",) and tiny["scaling"]["models"] == ("qwen2-s", "qwen2-m")
     assert {k for k in tiny["lemma"] if tiny["lemma"][k] != smoke["lemma"][k]} == {
         "sigmas", "prompts", "samples", "population", "repeats", "fisher_samples"}
     assert tiny["sequential"] == {"es_budget": 150, "grpo_budget": 150}
