@@ -11,8 +11,8 @@ K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 promp
 absolute sparsity thresholds.
 
 A `Preset` nests one frozen spec per study (`LemmaSpec`, `Prop1Spec`, `SequentialSpec`, `ScalingSpec`,
-`SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
-field by field (`dataclasses.asdict`).
+`SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value explicit (no "None means
+another field"), so two presets compare field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
 configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
@@ -26,43 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .es import ESConfig
+from .evaluate import EvalSpec
 from .grpo import GRPOConfig
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """How trained and base models are evaluated (Pass@K from n samples per held-out problem)."""
-
-    n_problems: int | None = 200
-    """Held-out test problems per task (None = the whole test split)."""
-    n_samples: int = 64
-    """Samples per problem at `temperature`; Pass@K is reported for every K <= n_samples in `ks`."""
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    """The K values of the Pass@K curve."""
-    temperature: float = 1.0
-    """Sampling temperature of the evaluation (fixed across methods)."""
-    top_p: float = 1.0
-    """Nucleus threshold of the evaluation."""
-    greedy: bool = True
-    """Also record greedy-decoding accuracy per problem."""
-    max_new_tokens: int | None = None
-    """Generation budget; None uses the task's default."""
-    n_boot: int = 1000
-    """Bootstrap resamples (over problems) for the Pass@K confidence bands."""
-    seed: int = 0
-    """Seed of the test-problem draw and the sampling."""
-
-    def __post_init__(self):
-        if self.n_problems is not None and self.n_problems < 1:
-            raise ValueError(f"EvalSpec.n_problems must be None or >= 1, got {self.n_problems!r}")
-        if self.n_samples < 1:
-            raise ValueError(f"EvalSpec.n_samples must be >= 1, got {self.n_samples!r}")
-        bad = [k for k in self.ks if not 1 <= k <= self.n_samples]
-        if bad or not self.ks:
-            raise ValueError(f"EvalSpec.ks must be non-empty values in [1, n_samples={self.n_samples}], "
-                             f"got {self.ks!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"EvalSpec.temperature must be > 0, got {self.temperature!r}")
 
 
 @dataclass(frozen=True)
@@ -242,10 +207,22 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
+_CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+_PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_step=64, checkpoint_every=10,
+                 dtype="bfloat16", prompt_order="epoch", **_PAPER_REWARD)  # the paper's ES (both paper presets)
+_PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
+                   checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
+                   **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
-_GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
+_KS_16 = (1, 2, 4, 8, 16)
+_GPU_STUDIES = dict(
+    seeds=(0, 1, 2), device="auto",
+    lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
+    prop1=Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16)),
+    sequential=SequentialSpec(es_budget=234, grpo_budget=234))
+"""What both paper presets share beyond the ES and GRPO hyperparameters."""
 _KS_1_TO_32 = tuple(range(1, 33))
 """The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
 _PAPER_POPULATIONS = (8, 16, 32, 64)
@@ -260,9 +237,8 @@ PRESETS: dict[str, Preset] = {
         "smoke", base_model="smoke", control_model=None, task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=4, sigma=3e-3, alpha=1e-3, iterations=3, prompts_per_step=4, antithetic=True,
-                checkpoint_every=2, device="cpu", **_BINARY),
-        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2,
-                  device="cpu", **_BINARY),
+                checkpoint_every=2, **_CPU),
+        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2, **_CPU),
         eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
         seeds=(0,), device="cpu",
         lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
@@ -278,17 +254,17 @@ PRESETS: dict[str, Preset] = {
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=16, sigma=1e-2, alpha=2.4e-3, iterations=150, prompts_per_step=128,
-                antithetic=True, checkpoint_every=25, device="cpu", **_BINARY),
+                antithetic=True, checkpoint_every=25, **_CPU),
         grpo=dict(group_size=8, lr=1e-4, clip_eps=0.2, beta=0.0, prompts_per_step=128, iterations=150,
-                  temperature=1.0, checkpoint_every=25, device="cpu", **_BINARY),
-        eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
+                  temperature=1.0, checkpoint_every=25, **_CPU),
+        eval=EvalSpec(n_problems=200, n_samples=64, ks=(*_KS_16, 32, 64)),
         seeds=(0, 1, 2), device="cpu",
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
         prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, greedy=False)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
                             ablation_iterations=60, prompts_per_step=32,
@@ -296,49 +272,35 @@ PRESETS: dict[str, Preset] = {
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math",),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
-                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", prompt_order="epoch",
-                **_PAPER_REWARD),
-        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
-                  minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        es=dict(iterations=234, greedy=True, max_new_tokens=512, **_PAPER_ES),
+        grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
         eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
-        seeds=(0, 1, 2), device="auto",
-        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
-        prop1=_GPU_PROP1,
-        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+                              eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, max_new_tokens=512),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
-                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512))),
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
+        **_GPU_STUDIES),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k",),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=_DEEPSCALER_EPOCH, prompts_per_step=64,
-                greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                prompt_order="epoch", **_PAPER_REWARD),
-        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                  micro_batch_size=8, minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        es=dict(iterations=_DEEPSCALER_EPOCH, greedy=False, temperature=0.6, max_new_tokens=4096, **_PAPER_ES),
+        grpo=dict(iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, micro_batch_size=8, **_PAPER_GRPO),
         eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
         eval_task_kwargs={"dataset": "math500"},
-        seeds=(0, 1, 2), device="auto",
-        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
-        prop1=_GPU_PROP1,
-        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, temperature=0.6,
                                             max_new_tokens=4096)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, temperature=0.6,
                                                 max_new_tokens=2048),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
-                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096))),
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
+        **_GPU_STUDIES),
 }
 
 
