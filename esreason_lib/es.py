@@ -98,6 +98,10 @@ class ESConfig:
     """Fitness shaping, a key of `FITNESS_SHAPING`: "zscore", "rank" (centered ranks) or "none" (raw)."""
     antithetic: bool = False
     """Mirrored sampling: members (seed, +1) and (seed, -1) share noise; requires an even population_size."""
+    matched_step: bool = False
+    """Rescale each iteration's per-seed coefficients c (`tell`) to the norm sqrt(N) that z-scored fitness has
+    under plain sampling, so that the update's expected norm alpha * sqrt(D / N) (D parameters) is the same for
+    every fitness shaping and sampling (all-zero coefficients stay zero); False applies them as shaped."""
     greedy: bool = True
     """Greedy decoding (the paper's ES setting); False samples at `temperature`."""
     temperature: float = 1.0
@@ -140,7 +144,7 @@ class ESConfig:
         check_step_size(self, "sigma", "alpha")
         check_choice(self, "normalization", FITNESS_SHAPING)
         check_choice(self, "prompt_order", PROMPT_ORDERS)
-        check_bool(self, "antithetic", "greedy")
+        check_bool(self, "antithetic", "greedy", "matched_step")
         check_optional_positive_int(self, "max_new_tokens", "train_size")
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
         check_nonnegative_int(self, "checkpoint_every")
@@ -213,7 +217,10 @@ class ES:
         coef: dict[int, float] = {}  # seed -> sum of z_i * sign_i over members sharing it (insertion order)
         for s, sign, zi in zip(pop.seeds.tolist(), pop.signs.tolist(), z.tolist()):
             coef[s] = coef.get(s, 0.0) + zi * sign
-        norm = apply_update(self.params, list(coef), list(coef.values()), self.config.alpha / len(pop))
+        c = np.fromiter(coef.values(), dtype=np.float64, count=len(coef))  # [K] per distinct seed
+        if self.config.matched_step and np.any(c):
+            c *= math.sqrt(len(pop)) / np.linalg.norm(c)
+        norm = apply_update(self.params, list(coef), c, self.config.alpha / len(pop))
         self.iteration += 1
         return {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/max": float(r.max()),
                 "reward/min": float(r.min()), "es/update_norm": norm}

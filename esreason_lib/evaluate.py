@@ -4,7 +4,8 @@ Each problem gets `n` samples (temperature / top-p) and, optionally, one greedy 
 table counts correct samples `c` (the input of the unbiased Pass@k estimator), distinct correct answers
 (coverage of the solution space), mean reward, token entropy and length; the curve holds Pass@k with
 bootstrap-over-problems confidence intervals from `esreason_lib.metrics`. The per-sample table keeps every
-sample's extracted answer and correctness, from which `EvalResult.maj_curve` computes Maj@k.
+sample's extracted answer and correctness, from which `EvalResult.maj_curve` computes Maj@k. `EvalSpec` is the
+protocol (problems, samples, K values, temperature) a preset gives each study.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 from esreason_lib import metrics
 from esreason_lib.generation import generate
 from esreason_lib.seeding import derive_seed
+from esreason_lib.validation import check
 
 PROBLEM_COLUMNS = ("problem_id", "n", "c", "greedy_correct", "distinct_correct", "mean_reward", "mean_entropy",
                    "mean_length")
@@ -29,6 +31,38 @@ SAMPLE_COLUMNS = ("problem_id", "sample", "answer", "correct")
 """Columns of `EvalResult.samples`, in order."""
 MAJ_COLUMNS = ("k", "maj_at_k", "ci_low", "ci_high")
 """Columns of `EvalResult.maj_curve()`, in order."""
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """How trained and base models are evaluated (Pass@K from n samples per held-out problem); the studies'
+    presets (`presets.Preset.eval` and each study spec's `eval`) hold one each."""
+
+    n_problems: int | None = 200
+    """Held-out test problems per task (None = the whole test split)."""
+    n_samples: int = 64
+    """Samples per problem at `temperature`; Pass@K is reported for every K <= n_samples in `ks`."""
+    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    """The K values of the Pass@K curve."""
+    temperature: float = 1.0
+    """Sampling temperature of the evaluation (fixed across methods)."""
+    top_p: float = 1.0
+    """Nucleus threshold of the evaluation."""
+    greedy: bool = True
+    """Also record greedy-decoding accuracy per problem."""
+    max_new_tokens: int | None = None
+    """Generation budget; None uses the task's default."""
+    n_boot: int = 1000
+    """Bootstrap resamples (over problems) for the Pass@K confidence bands."""
+    seed: int = 0
+    """Seed of the test-problem draw and the sampling."""
+
+    def __post_init__(self):
+        check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
+        check(self, "n_samples", self.n_samples >= 1, "must be >= 1")
+        check(self, "ks", bool(self.ks) and all(1 <= k <= self.n_samples for k in self.ks),
+              f"must be non-empty values in [1, n_samples={self.n_samples}]")
+        check(self, "temperature", self.temperature > 0, "must be > 0")
 
 
 @dataclass(frozen=True)

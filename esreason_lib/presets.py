@@ -2,7 +2,7 @@
 
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
-- `full`: `tiny` with the bigger grids, seeds and problem sets a powered verdict needs (`_FULL_OVERRIDES`; hours).
+- `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs).
@@ -11,8 +11,8 @@ K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 promp
 absolute sparsity thresholds.
 
 A `Preset` nests one frozen spec per study (`ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
-`ScalingSpec`, `SparsitySpec`, `ForgettingSpec`), every value explicit (no "None means another field"), so two presets compare
-field by field (`dataclasses.asdict`).
+`ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value explicit
+(no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
 configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
@@ -26,43 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .es import ESConfig
+from .evaluate import EvalSpec
 from .grpo import GRPOConfig
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """How trained and base models are evaluated (Pass@K from n samples per held-out problem)."""
-
-    n_problems: int | None = 200
-    """Held-out test problems per task (None = the whole test split)."""
-    n_samples: int = 64
-    """Samples per problem at `temperature`; Pass@K is reported for every K <= n_samples in `ks`."""
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    """The K values of the Pass@K curve."""
-    temperature: float = 1.0
-    """Sampling temperature of the evaluation (fixed across methods)."""
-    top_p: float = 1.0
-    """Nucleus threshold of the evaluation."""
-    greedy: bool = True
-    """Also record greedy-decoding accuracy per problem."""
-    max_new_tokens: int | None = None
-    """Generation budget; None uses the task's default."""
-    n_boot: int = 1000
-    """Bootstrap resamples (over problems) for the Pass@K confidence bands."""
-    seed: int = 0
-    """Seed of the test-problem draw and the sampling."""
-
-    def __post_init__(self):
-        if self.n_problems is not None and self.n_problems < 1:
-            raise ValueError(f"EvalSpec.n_problems must be None or >= 1, got {self.n_problems!r}")
-        if self.n_samples < 1:
-            raise ValueError(f"EvalSpec.n_samples must be >= 1, got {self.n_samples!r}")
-        bad = [k for k in self.ks if not 1 <= k <= self.n_samples]
-        if bad or not self.ks:
-            raise ValueError(f"EvalSpec.ks must be non-empty values in [1, n_samples={self.n_samples}], "
-                             f"got {self.ks!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"EvalSpec.temperature must be > 0, got {self.temperature!r}")
 
 
 @dataclass(frozen=True)
@@ -199,7 +164,7 @@ class Preset:
     """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 
     name: str
-    """The preset's name (`smoke`, `tiny`, `paper-easy`, `paper-hard`)."""
+    """The preset's name (`smoke`, `tiny`, `full`, `paper-easy`, `paper-hard`)."""
     base_model: str
     """The base model every method starts from: a zoo name, a local directory or a hub id."""
     control_model: str | None
@@ -281,20 +246,31 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
+_CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+_PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_step=64, checkpoint_every=10,
+                 dtype="bfloat16", prompt_order="epoch", **_PAPER_REWARD)  # the paper's ES (both paper presets)
+_PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
+                   checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
+                   **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
-_POPULATIONS = (4, 8, 16, 32)
-_GPU_PROP1 = Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
+_KS_16 = (1, 2, 4, 8, 16)
+_GPU_STUDIES = dict(
+    seeds=(0, 1, 2), device="auto",
+    # the paper's own step sizes only (a grid at 1.5B costs GPU days), chosen on the evaluation problems: paper-easy
+    # evaluates the whole GSM8K test split and paper-hard all of MATH-500, so none are left over for selection
+    comparison=ComparisonSpec(es_alphas=(2.5e-4,), grpo_lrs=(1e-6,), selection_problems=0),
+    lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
+    prop1=Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16)),
+    sequential=SequentialSpec(es_budget=234, grpo_budget=234))
+"""What both paper presets share beyond the ES and GRPO hyperparameters."""
 _KS_1_TO_32 = tuple(range(1, 33))
 """The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
 _PAPER_POPULATIONS = (8, 16, 32, 64)
 """Table 6's population sizes."""
 _PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
 """The paper's absolute reset thresholds tau on |delta| (functional sparsity)."""
-_PAPER_COMPARISON = ComparisonSpec(es_alphas=(2.5e-4,), grpo_lrs=(1e-6,), selection_problems=0)
-"""The paper's own step sizes only (a grid at 1.5B costs GPU days), chosen on the evaluation problems: paper-easy
-evaluates the whole GSM8K test split and paper-hard all of MATH-500, so none are left over."""
 _DEEPSCALER_EPOCH = 630
 """One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
 
@@ -303,9 +279,8 @@ PRESETS: dict[str, Preset] = {
         "smoke", base_model="smoke", control_model=None, task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=4, sigma=3e-3, alpha=1e-3, iterations=3, prompts_per_step=4, antithetic=True,
-                checkpoint_every=2, device="cpu", **_BINARY),
-        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2,
-                  device="cpu", **_BINARY),
+                checkpoint_every=2, **_CPU),
+        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2, **_CPU),
         eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
         seeds=(0,), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1e-3,), grpo_lrs=(2e-5,), selection_problems=4),
@@ -322,71 +297,67 @@ PRESETS: dict[str, Preset] = {
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=16, sigma=1e-2, alpha=2.4e-3, iterations=150, prompts_per_step=128,
-                antithetic=True, checkpoint_every=25, device="cpu", **_BINARY),
+                antithetic=True, checkpoint_every=25, **_CPU),
         grpo=dict(group_size=8, lr=1e-4, clip_eps=0.2, beta=0.0, prompts_per_step=128, iterations=150,
-                  temperature=1.0, checkpoint_every=25, device="cpu", **_BINARY),
-        eval=EvalSpec(n_problems=200, n_samples=64, ks=(1, 2, 4, 8, 16, 32, 64)),
+                  temperature=1.0, checkpoint_every=25, **_CPU),
+        eval=EvalSpec(n_problems=200, n_samples=64, ks=(*_KS_16, 32, 64)),
         seeds=(0, 1, 2), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1.2e-3, 2.4e-3), grpo_lrs=(2e-5, 1e-4), selection_problems=100),
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
         prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, greedy=False)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
-        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m", "qwen2-l"), populations=_POPULATIONS, iterations=16,
-                            ablation_iterations=150, prompts_per_step=32,
+        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
+                            ablation_iterations=60, prompts_per_step=32,
                             eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=234, prompts_per_step=64,
-                greedy=True, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", prompt_order="epoch",
-                **_PAPER_REWARD),
-        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=234, max_new_tokens=512, checkpoint_every=10, dtype="bfloat16", micro_batch_size=16,
-                  minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        es=dict(iterations=234, greedy=True, max_new_tokens=512, **_PAPER_ES),
+        grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
         eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
-        seeds=(0, 1, 2), device="auto",
-        comparison=_PAPER_COMPARISON,
-        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
-        prop1=_GPU_PROP1,
-        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
+                              eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, max_new_tokens=512),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
-                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512))),
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
+        **_GPU_STUDIES),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
-        es=dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, iterations=_DEEPSCALER_EPOCH, prompts_per_step=64,
-                greedy=False, temperature=0.6, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                prompt_order="epoch", **_PAPER_REWARD),
-        grpo=dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
-                  iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, checkpoint_every=10, dtype="bfloat16",
-                  micro_batch_size=8, minibatch_size=32, prompt_order="epoch", **_PAPER_REWARD),
+        es=dict(iterations=_DEEPSCALER_EPOCH, greedy=False, temperature=0.6, max_new_tokens=4096, **_PAPER_ES),
+        grpo=dict(iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, micro_batch_size=8, **_PAPER_GRPO),
         eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
         eval_task_kwargs={"dataset": "math500"},
-        seeds=(0, 1, 2), device="auto",
-        comparison=_PAPER_COMPARISON,
-        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
-        prop1=_GPU_PROP1,
-        sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
-                              eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, temperature=0.6,
                                             max_new_tokens=4096)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, temperature=0.6,
                                                 max_new_tokens=2048),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
-                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096))),
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
+        **_GPU_STUDIES),
 }
+
+
+_FULL_OVERRIDES: dict[str, Any] = {
+    # notebook 01: each method's step size over three values (the sweep in papers/sweeps.md: GRPO lr 3e-4 gave the
+    # highest Pass@1, ES alpha 4.8e-3 overshot), chosen on 200 selection problems
+    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3), "comparison.grpo_lrs": (2e-5, 1e-4, 3e-4),
+    "comparison.selection_problems": 200,
+    # notebook 06: Table 6's whole grid (qwen2-l too), runs long enough to move, 1000 held-out problems
+    "scaling.models": ("qwen2-s", "qwen2-m", "qwen2-l"), "scaling.populations": (4, 8, 16, 32),
+    "scaling.iterations": 50, "scaling.ablation_iterations": 150, "scaling.eval.n_problems": 1000,
+}
+"""`full` = `tiny` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
 
 
 def _set_field(obj, key: str, value, where: str):
@@ -420,13 +391,4 @@ def get_preset(name: str, **overrides) -> Preset:
     return preset
 
 
-_FULL_OVERRIDES: dict[str, Any] = {
-    # notebook 01: each method's step size over three values (the sweep in papers/sweeps.md: GRPO lr 3e-4 gave the
-    # highest Pass@1, ES alpha 4.8e-3 overshot), chosen on 200 selection problems
-    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3),
-    "comparison.grpo_lrs": (2e-5, 1e-4, 3e-4),
-    "comparison.selection_problems": 200,
-}
-"""`full`: the tiny preset with the bigger grids, seeds or problem sets that the verdicts `tiny` cannot resolve
-need (dotted keys of `get_preset`; each study's lines kept together). Same notebooks, hours on this machine."""
 PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")

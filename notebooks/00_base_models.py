@@ -24,6 +24,10 @@
 # The default base is trained with a *habit* (40% of its Countdown answers replaced by the numbers summed in
 # prompt order): a plausible wrong answer that greedy decoding prefers. The clean model is shown beside it as
 # a control. Targets for the default base: 0.10 <= Pass@1 <= 0.50 and Pass@16 >= 2 x Pass@1 on held-out prompts.
+#
+# **The check** (the paper's premise, "many more when sampled"), per model on held-out Countdown problems: Pass@16
+# minus greedy accuracy exceeds a margin of 0.10, with a 95% bootstrap CI over problems (a base model has no
+# training seed, so problems are the only source of uncertainty; the `smoke` preset uses its largest K instead).
 
 # %% tags=["parameters"]
 preset = "tiny"
@@ -32,13 +36,14 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.base_models import base_model_report, describe_base
+from esreason_lib.experiments.base_models import compute, finding
 from esreason_lib.plots import plot_pass_at_k, save_figure
 from esreason_lib.presets import get_preset
 
 config = get_preset(preset)
-curves, summary = base_model_report(config)
-summary.round(3)
+tables = compute(config)
+curves = tables["curves"]
+tables["summary"].round(3)
 
 # %% [markdown]
 # Pass@K on held-out Countdown problems (left) and on the held-out task families (right), from
@@ -53,15 +58,19 @@ for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
 save_figure(fig, "00_base_passk")
 
 # %%
-finding = describe_base(summary, config)
-record_finding("00_base_models", finding, preset=preset)
-print(finding)
+result = finding(tables)
+record_finding("00_base_models", result, preset=preset)
+print(result.status)
+print(result.sentence)
 
 # %% [markdown]
-# **What this run shows.** The line printed above is computed from the table: it states, for the default base
-# and its clean control, greedy accuracy, Pass@1 and Pass@16 on held-out Countdown problems and whether the
-# default base sits in the target regime. When it says "NOT in", the later notebooks start from a base that
-# differs from the paper's situation, and their conclusions should be read with that in mind.
+# **What this run shows.** The status and sentence printed above are computed from the tables: for every model,
+# greedy accuracy and Pass@16 on held-out Countdown problems, and one check per model that Pass@16 exceeds greedy
+# accuracy by more than 0.10 (effect, 95% CI over problems, minimum detectable effect, status). `reproduced` means
+# the latent capability the paper starts from is present in every model; a model whose check is `not reproduced`
+# samples little beyond what it decodes greedily, and the later notebooks' comparisons of how ES and GRPO use that
+# capability would start from a different situation than the paper's. The sentence also says whether the default
+# base sits in the target regime; when it says "NOT in", read the later notebooks with that in mind.
 
 # %% [markdown]
 # **The shipped zoo as measured when it was built** (recipe 3: exactly 3000 steps at one thread, so the weights are

@@ -41,6 +41,7 @@ def test_config_is_frozen_hashable_and_json_able():
     ({"prompts_per_step": 0}, "prompts_per_step"),
     ({"normalization": "softmax"}, "normalization"),
     ({"antithetic": 1}, "antithetic"),
+    ({"matched_step": 1}, "matched_step"),
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"checkpoint_every": -1}, "checkpoint_every"),
     ({"dtype": "float16"}, "dtype"),
@@ -141,6 +142,36 @@ def test_tell_matches_the_update_formula():
     for k in expect:
         torch.testing.assert_close(params[k], expect[k], rtol=1e-6, atol=1e-7)
     assert m["reward/mean"] == pytest.approx(-0.0625) and m["reward/max"] == 1.0 and m["es/update_norm"] > 0
+
+
+def test_matched_step_rescales_the_seed_coefficients_to_norm_sqrt_n():
+    cfg = ESConfig(population_size=4, antithetic=True, alpha=0.3, normalization="none", matched_step=True)
+    params = _params()
+    es = ES(cfg, params)
+    pop, r = es.ask(), np.array([1.0, 0.5, -2.0, 0.25])
+    c = np.array([1.0 - 0.5, -2.0 - 0.25])  # per seed: z+ - z-; norm sqrt(5.3125), rescaled to sqrt(4) = 2
+    c = c * 2 / np.sqrt(5.3125)
+    expect = {k: v.clone() for k, v in params.items()}
+    for s, ck in zip(pop.seeds[::2], c):
+        for k in expect:
+            expect[k] += 0.3 / 4 * ck * noise(int(s), k, params[k])
+    es.tell(pop, r)
+    for k in expect:
+        torch.testing.assert_close(params[k], expect[k], rtol=1e-6, atol=1e-7)
+    # plain z-score coefficients already have norm sqrt(N) (up to zscore's 1e-8): the option changes nothing
+    shaped, matched = _params(), _params()
+    plain = ESConfig(population_size=5, alpha=0.3)
+    pop = ES(plain, shaped).ask()
+    ES(plain, shaped).tell(pop, np.arange(5.0))
+    ES(dataclasses.replace(plain, matched_step=True), matched).tell(pop, np.arange(5.0))
+    for k in shaped:
+        torch.testing.assert_close(matched[k], shaped[k], rtol=1e-6, atol=1e-7)
+    # all-equal rewards: zero coefficients stay zero
+    before = _params()
+    ES(dataclasses.replace(plain, matched_step=True), matched).tell(pop, np.ones(5))
+    ES(plain, before).tell(pop, np.arange(5.0))
+    for k in before:
+        torch.testing.assert_close(matched[k], before[k], rtol=1e-6, atol=1e-7)
 
 
 def test_tell_accepts_plain_seeds_a_callable_shaping_and_checks_lengths():

@@ -1,11 +1,12 @@
-"""Notebook 00's experiments module (the base models): the zoo list of a preset, the target-regime test and the
-finding line on hand-made values, and the report on the smoke model in a temporary run store."""
+"""Notebook 00's study (the base models): the zoo list of a preset, the target-regime test, the finding on hand-made
+tables (including inputs where a check fails), and `compute` on the smoke model in a temporary run store."""
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from esreason_lib.experiments.base_models import base_model_report, describe_base, in_regime, zoo_models
+from esreason_lib.experiments.base_models import LATENT_MARGIN, compute, finding, in_regime, zoo_models
 from esreason_lib.models import load_model
 from esreason_lib.zoo import num_parameters
 from esreason_lib.presets import get_preset
@@ -13,7 +14,8 @@ from esreason_lib.presets import get_preset
 
 # ------------------------------------------------------------------------------------------- zoo_models
 def test_zoo_models_lists_base_control_and_scaling_sizes_once_in_order():
-    assert zoo_models(get_preset("tiny")) == ["qwen2-s-habit", "qwen2-s", "qwen2-m", "qwen2-l"]  # qwen2-s once
+    assert zoo_models(get_preset("tiny")) == ["qwen2-s-habit", "qwen2-s", "qwen2-m"]  # qwen2-s once
+    assert zoo_models(get_preset("full"))[-1] == "qwen2-l"
     assert zoo_models(get_preset("smoke")) == ["smoke"]  # no control; the scaling size is the base itself
     assert zoo_models(get_preset("paper-easy")) == ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
                                                     "Qwen/Qwen2.5-3B-Instruct"]
@@ -34,39 +36,56 @@ def test_in_regime_on_its_boundaries(pass1, pass16, want):
     assert in_regime(pass1, pass16) is want
 
 
-# ------------------------------------------------------------------------------------------- describe_base
-def test_describe_base_reports_base_and_control_on_the_preset_task():
-    summary = pd.DataFrame([
-        {"model": "qwen2-s-habit", "task": "countdown", "params": 1, "greedy": 0.05, "pass@1": 0.2,
-         "pass@16": 0.55, "distinct_correct": 1.0},
-        {"model": "qwen2-s-habit", "task": "addition", "params": 1, "greedy": 0.9, "pass@1": 0.9,
-         "pass@16": 0.99, "distinct_correct": 1.0},
-        {"model": "qwen2-s", "task": "countdown", "params": 1, "greedy": 0.6, "pass@1": 0.62,
-         "pass@16": 0.9, "distinct_correct": 1.0},
-        {"model": "qwen2-m", "task": "countdown", "params": 2, "greedy": 0.7, "pass@1": 0.3,
-         "pass@16": 0.8, "distinct_correct": 1.0},
-    ])
-    text = describe_base(summary, get_preset("tiny"))
-    assert text == ("qwen2-s-habit: greedy 0.05, pass@1 0.20, pass@16 0.55 (in the target regime); "
-                    "qwen2-s: greedy 0.60, pass@1 0.62, pass@16 0.90 (NOT in the target regime)")
+# ------------------------------------------------------------------------------------------- finding
+def _tables(latent: dict[str, tuple[float, float]], n_problems: int = 100) -> dict[str, pd.DataFrame]:
+    """Hand-built tables: per model (greedy accuracy, pass@16); the first model is the base. Problem i is greedy-
+    correct for i < greedy * P, and its pass@16 is 1 for i < pass16 * P (else 0)."""
+    probs, rows = [], []
+    for j, (model, (greedy, p16)) in enumerate(latent.items()):
+        i = np.arange(n_problems)
+        g, p = (i < greedy * n_problems).astype(float), (i < p16 * n_problems).astype(float)
+        probs.append(pd.DataFrame({"model": model, "task": "countdown", "problem_id": [f"p{x}" for x in i],
+                                   "greedy_correct": g, "pass_at_k": p, "k": 16}))
+        rows.append({"model": model, "task": "countdown", "role": "base" if j == 0 else "control", "params": 1,
+                     "greedy": g.mean(), "pass@1": 0.2, "pass@16": p.mean(), "distinct_correct": 1.0})
+        rows.append({**rows[-1], "task": "addition", "greedy": 0.9})
+    return {"summary": pd.DataFrame(rows), "problems": pd.concat(probs, ignore_index=True)}
 
 
-def test_describe_base_without_a_control_uses_the_largest_k_column():
-    summary = pd.DataFrame([{"model": "smoke", "task": "countdown", "params": 1, "greedy": 0.0, "pass@1": 0.25,
-                             "pass@4": 0.4, "distinct_correct": 0.0}])
-    assert describe_base(summary, get_preset("smoke")) == (
-        "smoke: greedy 0.00, pass@1 0.25, pass@4 0.40 (NOT in the target regime)")
+def test_finding_reproduced_when_every_model_samples_far_beyond_greedy():
+    f = finding(_tables({"habit": (0.10, 0.60), "clean": (0.30, 0.80)}))
+    assert f.status == "reproduced" and [c.status for c in f.checks] == ["reproduced"] * 2
+    habit = f.checks[0]
+    assert habit.name == "habit: pass@16 - greedy above 0.10" and habit.effect == pytest.approx(0.5)
+    assert habit.threshold == LATENT_MARGIN and habit.n_seeds is None and habit.ci_low > LATENT_MARGIN
+    assert f.sentence.startswith("held-out countdown: habit greedy 0.100, pass@16 0.600; clean greedy 0.300, "
+                                 "pass@16 0.800; the default base habit is in the target regime")
 
 
-# ------------------------------------------------------------------------------------------- base_model_report
-def test_base_model_report_on_the_smoke_model(tmp_path, monkeypatch):
+def test_finding_not_reproduced_when_sampling_adds_less_than_the_margin():
+    f = finding(_tables({"habit": (0.10, 0.60), "flat": (0.50, 0.52)}))
+    assert [c.status for c in f.checks] == ["reproduced", "not reproduced"] and f.status == "not reproduced"
+    assert f.checks[1].ci_high < LATENT_MARGIN
+
+
+def test_finding_not_resolved_near_the_margin():
+    f = finding(_tables({"edge": (0.20, 0.30)}, n_problems=50))  # effect exactly the margin: the CI straddles it
+    assert f.checks[0].effect == pytest.approx(LATENT_MARGIN) and f.status == "not resolved"
+    assert "the default base edge is NOT in the target regime" in f.sentence  # pass@16 0.3 < 2 x pass@1 0.2
+
+
+# ------------------------------------------------------------------------------------------- compute
+def test_compute_on_the_smoke_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "default"))
     torch.set_num_threads(1)
     smoke, store = get_preset("smoke"), tmp_path / "store"
-    curves, summary = base_model_report(smoke, home=store, progress=False)
+    tables = compute(smoke, home=store, progress=False)
+    curves, summary, problems = tables["curves"], tables["summary"], tables["problems"]
     tasks = [smoke.task, *smoke.heldout_tasks]
-    assert list(summary.columns) == ["model", "task", "params", "greedy", "pass@1", "pass@4", "distinct_correct"]
+    assert list(summary.columns) == ["model", "task", "role", "params", "greedy", "pass@1", "pass@4",
+                                     "distinct_correct"]
     assert summary["model"].tolist() == ["smoke"] * 3 and summary["task"].tolist() == tasks
+    assert (summary["role"] == "base").all()
     assert summary["params"].tolist() == [num_parameters(load_model("smoke", home=store, progress=False)[0])] * 3
     for col in ("greedy", "pass@1", "pass@4"):
         assert summary[col].between(0, 1).all(), col
@@ -76,5 +95,11 @@ def test_base_model_report_on_the_smoke_model(tmp_path, monkeypatch):
     by_task = curves.set_index(["task", "k"])["pass_at_k"]
     for _, row in summary.iterrows():  # the summary's pass@k are the curve's values
         assert row["pass@1"] == by_task[(row["task"], 1)] and row["pass@4"] == by_task[(row["task"], 4)]
+    # the per-problem table of the preset's task: its means are the summary's
+    assert list(problems.columns) == ["model", "task", "problem_id", "greedy_correct", "pass_at_k", "k"]
+    assert len(problems) == smoke.eval.n_problems and (problems["k"] == 4).all()
+    assert problems["pass_at_k"].mean() == pytest.approx(by_task[(smoke.task, 4)])
+    assert problems["greedy_correct"].mean() == pytest.approx(summary.loc[0, "greedy"])
+    assert finding(tables).checks[0].n_seeds is None
     assert len(list(store.glob("eval-*"))) == len(tasks)  # one cached evaluation per (model, task)
     assert not (tmp_path / "default").exists(), "the report wrote outside its run store"

@@ -1,6 +1,7 @@
 """The population-scaling study (notebook 06): pure pieces on hand-computable tables, and training and evaluation
 on the smoke preset."""
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -28,8 +29,9 @@ def test_settings_come_from_the_preset():
     smoke, paper = get_preset("smoke"), get_preset("paper-easy")
     assert smoke.scaling.prompts_per_step == 4 and paper.scaling.prompts_per_step == paper.es.prompts_per_step
     assert (smoke.scaling.eval.n_samples, smoke.scaling.eval.ks) == (1, (1,))
-    tiny = get_preset("tiny")
-    assert tiny.es.population_size in tiny.scaling.populations
+    tiny, full = get_preset("tiny"), get_preset("full")
+    assert tiny.scaling.models == ("qwen2-s", "qwen2-m")  # the capability axis of the zoo; full adds qwen2-l
+    assert full.scaling.models == ("qwen2-s", "qwen2-m", "qwen2-l") and full.scaling.populations == (4, 8, 16, 32)
 
 
 def test_check_task_kwargs_rejects_a_task_the_zoo_models_never_saw():
@@ -46,196 +48,161 @@ def test_ablations_share_the_zscore_run():
     assert {**S.ABLATIONS[twin], "antithetic": antithetic} == {**S.ABLATIONS["zscore"], "antithetic": antithetic}
 
 
-def _problems(acc: dict[tuple[str, int], list[int]]) -> pd.DataFrame:
-    return pd.concat([pd.DataFrame({"model": m, "N": n, "problem_id": [f"p{i}" for i in range(len(v))],
-                                    "greedy_correct": np.asarray(v, float)}) for (m, n), v in acc.items()],
-                     ignore_index=True)
+def _tables(acc: dict, variants: dict, *, seeds=(0, 1, 2), n_problems=200, params=None) -> dict:
+    """Hand-built study tables: greedy_correct ~ Bernoulli(acc[(model, N)]) per seed and problem (the same
+    draw for equal probabilities, so equal cells are identical), variants likewise by label."""
+    rng = np.random.default_rng(0)
+    draws = {}
+
+    def draw(p, seed):
+        key = (p, seed)
+        if key not in draws:
+            draws[key] = (rng.random(n_problems) < p).astype(float)
+        return draws[key]
+
+    ids = [f"p{i:03d}" for i in range(n_problems)]
+    probs = pd.DataFrame([{"model": m, "N": n, "seed": s, "problem_id": pid, "greedy_correct": v}
+                          for (m, n), p in acc.items() for s in seeds for pid, v in zip(ids, draw(p, s))])
+    abl = pd.DataFrame([{"variant": v, "seed": s, "problem_id": pid, "greedy_correct": x}
+                        for v, p in variants.items() for s in seeds for pid, x in zip(ids, draw(p, s))])
+    models = list(dict.fromkeys(m for m, _ in acc))
+    params = params or {m: 10 ** (5 + i) for i, m in enumerate(models)}
+    scaling = probs.groupby(["model", "N", "seed"], sort=False, as_index=False)["greedy_correct"].mean()
+    scaling = scaling.rename(columns={"greedy_correct": "heldout"}).assign(
+        params=lambda d: d["model"].map(params), iterations=16, generations=lambda d: d["N"] * 10)
+    ablation = abl.groupby(["variant", "seed"], sort=False, as_index=False)["greedy_correct"].mean().rename(
+        columns={"greedy_correct": "heldout"}).assign(iterations=60, update_norm=2.0)
+    bases = pd.DataFrame({"model": models, "params": [params[m] for m in models], "heldout": 0.2})
+    return {"bases": bases.sort_values("params").reset_index(drop=True), "scaling": scaling,
+            "scaling_problems": probs, "ablation": ablation, "ablation_problems": abl}
 
 
-def test_population_gaps_paired_by_problem():
-    probs = _problems({("s", 4): [0, 0, 1, 1], ("s", 32): [1, 1, 1, 0],
-                       ("l", 4): [1, 0, 1, 0], ("l", 32): [1, 0, 1, 0]})
-    gaps = S.population_gaps(probs, 4, 32)
-    assert gaps["model"].tolist() == ["s", "l"]
-    # s: d = [1, 1, 0, -1], mean 0.25, std(ddof=1) = sqrt(11/12), se = that / 2
-    assert gaps.loc[0, "gap"] == pytest.approx(0.25)
-    assert gaps.loc[0, "se"] == pytest.approx(math.sqrt(11 / 12) / 2)
-    assert gaps.loc[1, "gap"] == 0.0 and gaps.loc[1, "se"] == 0.0
+VARIANTS = {"zscore": 0.6, "rank": 0.3, "none": 0.1, "antithetic": 0.6, "plain": 0.4}
 
 
-@pytest.mark.parametrize("gap, se, want", [
-    ([0.3, 0.2, 0.1], [0.01] * 3, "yes"),
-    ([0.3, 0.4, 0.1], [0.01] * 3, "partly"),
-    ([0.1, 0.0, 0.2], [0.01] * 3, "no"),
-    ([0.10, 0.09, 0.08], [0.03] * 3, "yes (within noise)"),
-    ([0.1], [0.01], "n/a (one size)"),
+def test_finding_reproduced_when_the_gap_shrinks_and_zscore_wins():
+    tables = _tables({("s", 4): 0.2, ("s", 32): 0.7, ("l", 4): 0.3, ("l", 32): 0.3}, VARIANTS)
+    f = S.finding(tables)
+    assert [c.status for c in f.checks] == ["reproduced"] * 3 and f.status == "reproduced"
+    gap, rank, none = f.checks
+    assert gap.name == "gap N=32 - N=4 on l minus on s" and gap.direction == "less" and gap.n_seeds == 3
+    acc = tables["scaling"].groupby(["model", "N"])["heldout"].mean()  # the l gap is exactly 0
+    assert gap.effect == pytest.approx(-(acc["s", 32] - acc["s", 4]))
+    assert rank.effect > 0.2 and none.effect > 0.4
+    assert "antithetic - plain +0.2" in f.sentence and "not in the status" in f.sentence
+    assert f.sentence.startswith(f"held-out greedy gap N=32 - N=4 after 16 ES iterations: "
+                                 f"s {acc['s', 32] - acc['s', 4]:+.3f}, l +0.000 (base greedy s 0.20 / l 0.20); "
+                                 f"after 60 matched-step iterations on the base: zscore 0.")
+    assert f.sanity == ("matched step: mean es/update_norm relative to zscore: zscore 1.00, rank 1.00, none 1.00, "
+                        "antithetic 1.00, plain 1.00", "equal iterations: N=32 used 8x the generations of N=4")
+
+
+@pytest.mark.parametrize("acc, variants, failing", [
+    ({("s", 4): 0.3, ("s", 32): 0.3, ("l", 4): 0.2, ("l", 32): 0.7}, VARIANTS, 0),  # the gap grows with size
+    ({("s", 4): 0.2, ("s", 32): 0.7, ("l", 4): 0.3, ("l", 32): 0.3}, {**VARIANTS, "rank": 0.9}, 1),  # rank wins
+    ({("s", 4): 0.2, ("s", 32): 0.7, ("l", 4): 0.3, ("l", 32): 0.3}, {**VARIANTS, "none": 0.9}, 2),  # raw wins
 ])
-def test_gap_trend(gap, se, want):
-    assert S.gap_trend(pd.DataFrame({"model": list("abc")[:len(gap)], "gap": gap, "se": se})) == want
+def test_finding_not_reproduced_when_a_check_fails(acc, variants, failing):
+    f = S.finding(_tables(acc, variants))
+    assert f.checks[failing].status == "not reproduced" and f.status == "not reproduced"
+    assert all(c.status == "reproduced" for i, c in enumerate(f.checks) if i != failing)
 
 
-def _summary():
-    rows = []
-    for model, params, accs in (("s", 130_000, [0.1, 0.2, 0.4]), ("l", 3_300_000, [0.3, 0.5, 0.55])):
-        for n, acc in zip((0, 4, 32), accs):
-            rows.append({"model": model, "params": params, "N": n, "heldout": acc,
-                         "generations": np.nan if n == 0 else n * 10, "center_tail": acc})
-    return pd.DataFrame(rows)
+def test_finding_not_resolved_without_an_effect_or_with_one_seed():
+    same = _tables({("s", 4): 0.3, ("s", 32): 0.5, ("l", 4): 0.3, ("l", 32): 0.5}, VARIANTS)
+    f = S.finding(same)  # equal probabilities draw identical cells: the difference of gaps is exactly 0
+    assert f.checks[0].effect == 0 and f.checks[0].status == "not resolved" and f.status == "not resolved"
+    one = S.finding(_tables({("s", 4): 0.2, ("s", 32): 0.7, ("l", 4): 0.3, ("l", 32): 0.3}, VARIANTS, seeds=(0,)))
+    assert all(c.status == "not resolved" and c.reason.startswith("1 training seed") for c in one.checks)
+    with pytest.raises(ValueError, match="no evaluated rows with {'variant': 'rank'}"):
+        S.finding({**same, "ablation_problems": same["ablation_problems"].query("variant != 'rank'")})
 
 
-def test_table6_shape():
-    t = S.table6(_summary())
-    assert t.index.tolist() == ["s (0.13M)", "l (3.30M)"]
-    assert t.columns.tolist() == ["base", "N=4", "N=32"]
-    assert t.loc["l (3.30M)", "N=32"] == 0.55
+def test_population_gaps_and_table6_views():
+    tables = _tables({("s", 4): 0.0, ("s", 32): 1.0, ("l", 4): 1.0, ("l", 32): 1.0}, VARIANTS,
+                     params={"s": 130_000, "l": 3_300_000})
+    gaps = S.population_gaps(tables)
+    assert gaps["model"].tolist() == ["s", "l"] and gaps["gap"].tolist() == [1.0, 0.0]
+    assert (gaps["ci_low"] == gaps["ci_high"]).all() and (gaps["mde"] == 0).all()
+    t = S.table6(tables)
+    assert t.index.tolist() == ["s (0.13M)", "l (3.30M)"] and t.columns.tolist() == ["base", "N=4", "N=32"]
+    assert t.loc["s (0.13M)"].tolist() == [0.2, 0.0, 1.0]
+    assert S.table6(tables, "generations").loc["l (3.30M)"].tolist() == [40, 320]
 
 
-def test_describe_scaling_is_computed_from_the_tables():
-    summary = _summary()
-    probs = _problems({("s", 4): [1, 0, 0, 0, 0], ("s", 32): [1, 1, 1, 0, 0],
-                       ("l", 4): [1, 1, 0, 0, 0], ("l", 32): [1, 1, 1, 0, 0]})
-    ablation = pd.DataFrame({"ablation": ["zscore", "rank", "none", "antithetic", "plain"],
-                             "heldout": [0.31, 0.29, 0.2, 0.31, 0.28]})
-    text = S.describe_scaling(summary, probs, ablation, 16)
-    assert text.startswith("held-out greedy accuracy after 16 ES iterations, gap N=32 - N=4: s +0.40±0.24, "
-                           "l +0.20±0.20 (shrinks with size: yes (within noise); N=32 used 8x the generations")
-    assert text.endswith("after 16 iterations on the base, normalization zscore 0.31 / rank 0.29 / none 0.20; "
-                         "antithetic 0.31 vs plain 0.28")
-    assert "after 150 iterations on the base" in S.describe_scaling(summary, probs, ablation, 16, 150)
-    assert "N=32 used 8x the generations of N=4; base accuracy s 0.10 / l 0.30); " in text
-    no_base = S.describe_scaling(summary[summary["N"] > 0], probs, ablation, 16)
-    assert "base accuracy" not in no_base and "N=32 used 8x the generations of N=4); " in no_base
-
-
-def test_ablation_iterations():
-    assert get_preset("tiny").scaling.ablation_iterations == 150
-    assert get_preset("smoke").scaling.ablation_iterations == get_preset("smoke").scaling.iterations
+def test_seed_mean_curves_average_seeds_per_step():
+    curves = pd.DataFrame({"N": [4, 4, 4, 4, 32, 32], "seed": [0, 0, 1, 1, 0, 0], "step": [1, 2, 1, 2, 1, 2],
+                           **{k: [0.0, 1.0, 1.0, 3.0, 5.0, 6.0] for k in S.CURVE_METRICS}})
+    out = S.seed_mean_curves(curves, "N", prefix="N=")
+    assert list(out) == ["N=4", "N=32"]
+    assert out["N=4"]["step"].tolist() == [1, 2] and out["N=4"]["reward/center"].tolist() == [0.5, 2.0]
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
 @pytest.fixture(scope="module")
 def study(isolated_store):
-    """The smoke preset's scaling cells trained once into `store`; ESREASON_HOME points to a separate folder,
+    """The smoke preset with two seeds computed once into `store`; ESREASON_HOME points to a separate folder,
     `default`, so that anything written outside the given store shows up."""
-    preset = get_preset("smoke")
+    preset = get_preset("smoke", seeds=(0, 1))
     return SimpleNamespace(**vars(isolated_store), preset=preset,
-                           runs=S.scaling_runs(preset, home=isolated_store.store, progress=False))
+                           tables=S.compute(preset, home=isolated_store.store, progress=False))
 
 
-def _nothing_outside(study):
-    return not study.default.exists() or not any(study.default.iterdir())
+def _es_configs(store) -> list[dict]:
+    return [json.loads((d / "manifest.json").read_text())["config"] for d in sorted(store.glob("es-*"))]
 
 
-def test_scaling_runs_one_es_run_per_model_and_population(study, forbid_loading):
-    preset, runs = study.preset, study.runs
-    assert list(runs) == [("smoke", 2), ("smoke", 4)]  # (model, N) in preset order
-    for (model, n), run in runs.items():
-        assert run.kind == "es" and run.is_complete() and run.path.parent == study.store
-        cfg = run.config
-        assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"], cfg["seed"]) == (
-            model, n, preset.scaling.iterations, preset.scaling.prompts_per_step, preset.seeds[0])
-        assert (cfg["sigma"], cfg["normalization"]) == (preset.es.sigma, preset.es.normalization)  # the rest: es
-        metrics = run.metrics()
-        assert len(metrics) == preset.scaling.iterations
-        # antithetic pairs or not, an iteration costs N completions per prompt
-        assert metrics["es/generations"].iloc[-1] == n * preset.scaling.prompts_per_step * preset.scaling.iterations
-    assert _nothing_outside(study)
-    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base
-    assert {k: r.path for k, r in S.scaling_runs(preset, home=study.store, progress=False).items()} == {
-        k: r.path for k, r in runs.items()}
+def test_compute_trains_every_cell_and_ablation_for_every_seed(study):
+    preset, spec = study.preset, study.preset.scaling
+    configs = _es_configs(study.store)
+    cells = [c for c in configs if not c["matched_step"]]
+    assert sorted((c["model"], c["population_size"], c["seed"]) for c in cells) == [
+        ("smoke", n, s) for n in spec.populations for s in preset.seeds]
+    for c in cells:  # the scaling settings on top of the preset's ES
+        assert (c["iterations"], c["prompts_per_step"], c["sigma"], c["normalization"], c["antithetic"]) == (
+            spec.iterations, spec.prompts_per_step, preset.es.sigma, preset.es.normalization, preset.es.antithetic)
+    ablations = [c for c in configs if c["matched_step"]]
+    # smoke samples antithetically: "antithetic" is the "zscore" run, trained once: 4 runs per seed
+    assert len(ablations) == 4 * len(preset.seeds)
+    assert sorted((c["normalization"], c["antithetic"]) for c in ablations if c["seed"] == 1) == [
+        ("none", True), ("rank", True), ("zscore", False), ("zscore", True)]
+    assert all((c["model"], c["population_size"], c["iterations"], c["prompts_per_step"]) == (
+        preset.base_model, preset.es.population_size, spec.ablation_iterations, spec.prompts_per_step)
+        for c in ablations)
+    assert not study.default.exists() or not any(study.default.iterdir())
 
 
-def test_scaling_runs_and_ablation_runs_reject_a_task_the_zoo_model_never_saw(tmp_path):
-    preset = get_preset("smoke", task_kwargs={"high": 20})
-    for train_all in (S.scaling_runs, S.ablation_runs):
-        with pytest.raises(ValueError, match="'smoke' was pretrained on countdown"):
-            train_all(preset, home=tmp_path, progress=False)
+def test_compute_tables(study):
+    preset, spec, t = study.preset, study.preset.scaling, study.tables
+    n_cells, n_variants, n_seeds = len(spec.populations), len(S.ABLATIONS), len(preset.seeds)
+    params = num_parameters(esreason_lib.models.load_model("smoke", home=study.store, progress=False)[0])
+    assert t["bases"][["model", "params"]].values.tolist() == [["smoke", params]]
+    assert list(t["scaling"].columns) == ["model", "params", "N", "seed", "heldout", "pass@1", "iterations",
+                                          "generations", "center_tail", "pop_tail", "update_norm"]
+    assert len(t["scaling"]) == n_cells * n_seeds and (t["scaling"]["iterations"] == spec.iterations).all()
+    # an iteration costs N completions per prompt
+    assert (t["scaling"]["generations"] == t["scaling"]["N"] * spec.prompts_per_step * spec.iterations).all()
+    assert len(t["scaling_problems"]) == n_cells * n_seeds * spec.eval.n_problems
+    per_cell = t["scaling_problems"].groupby(["model", "N", "seed"])["greedy_correct"].mean()
+    assert t["scaling"].set_index(["model", "N", "seed"])["heldout"].to_dict() == pytest.approx(per_cell.to_dict())
+    assert len(t["scaling_curves"]) == n_cells * n_seeds * spec.iterations
+    assert list(t["scaling_curves"].columns) == ["model", "N", "seed", "step", *S.CURVE_METRICS]
+    assert t["ablation"]["variant"].tolist() == [v for v in S.ABLATIONS for _ in preset.seeds]
+    assert len(t["ablation_problems"]) == n_variants * n_seeds * spec.eval.n_problems
+    assert len(t["ablation_curves"]) == n_variants * n_seeds * spec.ablation_iterations
+    base = evaluate_ref("smoke", preset.task, preset.task_kwargs, spec.eval, home=study.store, progress=False)
+    assert t["bases"].loc[0, "heldout"] == pytest.approx(base.table["greedy_correct"].astype(float).mean())
+    assert S.finding(t).status == "not resolved"  # smoke: two seeds and one size
+
+
+def test_compute_again_loads_everything_from_the_store(study, forbid_loading):
+    forbid_loading(esreason_lib.models, common)  # a trainer loads its base; an evaluation loads its model
+    again = S.compute(study.preset, home=study.store, progress=False)
+    for name, table in study.tables.items():
+        pd.testing.assert_frame_equal(again[name], table)
+
+
+def test_compute_rejects_a_task_the_zoo_model_never_saw(tmp_path):
+    with pytest.raises(ValueError, match="'smoke' was pretrained on countdown"):
+        S.compute(get_preset("smoke", task_kwargs={"high": 20}), home=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())  # checked before anything is trained
-
-
-def test_ablation_runs_share_the_zscore_run_with_the_scaling_cell(study, forbid_loading):
-    preset = study.preset
-    runs = S.ablation_runs(preset, home=study.store, progress=False)
-    assert list(runs) == list(S.ABLATIONS)
-    for label, run in runs.items():
-        cfg = run.config
-        assert cfg["normalization"] == S.ABLATIONS[label]["normalization"]
-        assert cfg["antithetic"] == S.ABLATIONS[label].get("antithetic", preset.es.antithetic)
-        assert (cfg["model"], cfg["population_size"], cfg["iterations"], cfg["prompts_per_step"]) == (
-            preset.base_model, preset.es.population_size, preset.scaling.ablation_iterations, preset.scaling.prompts_per_step)
-        assert run.is_complete()
-    # smoke samples antithetically: "antithetic" is the "zscore" run, which is the base model's scaling cell at
-    # N = preset.es.population_size (same iterations), so it is trained once
-    assert preset.es.antithetic and preset.es.population_size in preset.scaling.populations
-    cell = study.runs[preset.base_model, preset.es.population_size]
-    assert runs["zscore"].path == runs["antithetic"].path == cell.path
-    assert len({run.path for run in runs.values()}) == 4
-    forbid_loading(esreason_lib.models)
-    assert {k: r.path for k, r in S.ablation_runs(preset, home=study.store, progress=False).items()} == {
-        k: r.path for k, r in runs.items()}
-
-
-def test_ablation_runs_with_their_own_iterations_are_not_the_scaling_cell(study):
-    preset = get_preset("smoke", **{"scaling.ablation_iterations": 1})
-    runs = S.ablation_runs(preset, home=study.store, progress=False)
-    assert all(run.config["iterations"] == 1 and len(run.metrics()) == 1 for run in runs.values())
-    assert runs["zscore"].path != study.runs[preset.base_model, preset.es.population_size].path
-
-
-def _fake_evaluate(greedy, calls):
-    """An `evaluate_ref` stand-in: ref's greedy_correct per problem from `greedy`, pass@1 = mean / 2."""
-
-    def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
-        calls.append({"ref": ref, "task": task, "spec": spec, "home": home})
-        g = greedy[ref]
-        table = pd.DataFrame({"problem_id": [f"p{i}" for i in range(len(g))], "greedy_correct": g})
-        return SimpleNamespace(table=table, curve=pd.DataFrame({"k": [1], "pass_at_k": [np.mean(g) / 2]}))
-
-    return evaluate_ref
-
-
-def test_evaluate_runs_summary_and_per_problem_table(study, monkeypatch):
-    preset, run = study.preset, study.runs["smoke", 4]
-    greedy = {"smoke": [True, False, False, False], str(run.model_dir): [True, True, False, True]}
-    calls = []
-    monkeypatch.setattr(S, "evaluate_ref", _fake_evaluate(greedy, calls))
-    summary, problems = S.evaluate_runs(preset, {("smoke", 0): "smoke", ("smoke", 4): run}, ("model", "N"),
-                                        home=study.store, progress=False)
-    assert list(summary.columns) == ["model", "N", "heldout", "pass@1", "generations", "center_tail", "pop_tail"]
-    assert summary["heldout"].tolist() == [0.25, 0.75] and summary["pass@1"].tolist() == [0.125, 0.375]
-    metrics = run.metrics()
-    assert summary[["generations", "center_tail", "pop_tail"]].iloc[0].isna().all()  # a name: no run metrics
-    assert summary.loc[1, "generations"] == metrics["es/generations"].iloc[-1]
-    assert summary.loc[1, "center_tail"] == S.tail_mean(metrics["reward/center"])
-    assert summary.loc[1, "pop_tail"] == S.tail_mean(metrics["reward/mean"])
-    assert list(problems.columns) == ["model", "N", "problem_id", "greedy_correct"]
-    assert list(zip(problems["model"], problems["N"])) == [("smoke", 0)] * 4 + [("smoke", 4)] * 4
-    assert problems["greedy_correct"].tolist() == [1, 0, 0, 0, 1, 1, 0, 1]
-    assert all(c["spec"] == preset.scaling.eval and c["task"] == preset.task and c["home"] == study.store
-               for c in calls)
-    # labels that are not tuples (the ablations) become the single key column
-    summary, problems = S.evaluate_runs(preset, {"zscore": run}, ("ablation",), progress=False)
-    assert summary["ablation"].tolist() == ["zscore"] and set(problems["ablation"]) == {"zscore"}
-
-
-def test_scaling_report_adds_the_base_models_and_params(study, forbid_loading):
-    preset, store = study.preset, study.store
-    runs = dict(reversed(study.runs.items()))  # sorted by (params, N) whatever the input order
-    summary, problems = S.scaling_report(preset, runs, home=store, progress=False)
-    assert list(summary.columns) == ["model", "params", "N", "heldout", "pass@1", "generations", "center_tail",
-                                     "pop_tail"]
-    assert summary["N"].tolist() == [0, 2, 4] and (summary["model"] == "smoke").all()
-    params = num_parameters(esreason_lib.models.load_model("smoke", home=store, progress=False)[0])
-    assert (summary["params"] == params).all()
-    assert np.isnan(summary.loc[0, "generations"]) and summary["generations"].tolist()[1:] == [16, 32]
-    spec = preset.scaling.eval
-    assert len(problems) == 3 * spec.n_problems and set(problems["greedy_correct"]) <= {0.0, 1.0}
-    per_cell = problems.groupby(["model", "N"])["greedy_correct"].mean()
-    assert summary.set_index(["model", "N"])["heldout"].to_dict() == pytest.approx(per_cell.to_dict())
-    base = evaluate_ref("smoke", preset.task, preset.task_kwargs, spec, home=store, progress=False)  # cached
-    assert summary.loc[0, "heldout"] == pytest.approx(base.table["greedy_correct"].astype(float).mean())
-    assert _nothing_outside(study)
-    forbid_loading(common)  # every evaluation is cached
-    again, again_problems = S.scaling_report(preset, runs, home=store, progress=False)
-    pd.testing.assert_frame_equal(again, summary)
-    pd.testing.assert_frame_equal(again_problems, problems)

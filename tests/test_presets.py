@@ -16,7 +16,7 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
-from esreason_lib.presets import PRESETS, EvalSpec, Preset, get_preset
+from esreason_lib.presets import _FULL_OVERRIDES, PRESETS, EvalSpec, Preset, get_preset
 from esreason_lib.run_identity import config_hash
 
 
@@ -33,6 +33,14 @@ STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forget
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
     assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard"}
+
+
+def test_full_is_tiny_with_the_full_overrides():
+    tiny, full = (dataclasses.asdict(get_preset(n)) for n in ("tiny", "full"))
+    changed = {f"{k}.{sub}" for k in tiny if isinstance(tiny[k], dict)
+               for sub in tiny[k] if tiny[k][sub] != full[k][sub]}
+    changed |= {k for k in tiny if not isinstance(tiny[k], dict) and tiny[k] != full[k]}
+    assert changed == {"name"} | {k.rsplit(".", 1)[0] if k.count(".") > 1 else k for k in _FULL_OVERRIDES}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -283,7 +291,7 @@ def test_zoo_bases_are_the_base_and_control_zoo_names():
 def test_presets_compare_field_by_field():
     """Two presets differ study by study in named fields (asdict of the nested specs)."""
     smoke, tiny = (dataclasses.asdict(get_preset(n)) for n in ("smoke", "tiny"))
-    assert smoke["scaling"]["models"] == ("smoke",) and tiny["scaling"]["models"] == ("qwen2-s", "qwen2-m", "qwen2-l")
+    assert smoke["scaling"]["models"] == ("smoke",) and tiny["scaling"]["models"] == ("qwen2-s", "qwen2-m")
     assert {k for k in tiny["lemma"] if tiny["lemma"][k] != smoke["lemma"][k]} == {
         "sigmas", "prompts", "samples", "population", "repeats", "fisher_samples"}
     assert tiny["sequential"] == {"es_budget": 150, "grpo_budget": 150}
