@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +33,7 @@ from esreason_lib.es_backends import (BACKENDS, Evaluation, PopulationEvaluator,
                                       sample_seed, score_examples)
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
+from esreason_lib.run_identity import ADDED_OPTION
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.training import (DTYPES, PROMPT_ORDERS, NonFiniteError, check_finite_step, check_training_config,
                                    prompt_indices, training_inputs)
@@ -98,7 +99,7 @@ class ESConfig:
     """Fitness shaping, a key of `FITNESS_SHAPING`: "zscore", "rank" (centered ranks) or "none" (raw)."""
     antithetic: bool = False
     """Mirrored sampling: members (seed, +1) and (seed, -1) share noise; requires an even population_size."""
-    matched_step: bool = False
+    matched_step: bool = field(default=False, metadata=ADDED_OPTION)
     """Rescale each iteration's per-seed coefficients c (`tell`) to the norm sqrt(N) that z-scored fitness has
     under plain sampling, so that the update's expected norm alpha * sqrt(D / N) (D parameters) is the same for
     every fitness shaping and sampling (all-zero coefficients stay zero); False applies them as shaped."""
