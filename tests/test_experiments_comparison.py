@@ -197,6 +197,9 @@ def test_grid_labels_and_evaluation_spec():
     assert [C.arm_label(m, s) for m, s in C.grid(tiny)] == ["grpo lr=2e-05", "grpo lr=0.0001", "es alpha=0.0012",
                                                              "es alpha=0.0024"]
     assert (tiny.es.alpha, tiny.grpo.lr) == (2.4e-3, 1e-4)  # the grids hold the preset's own: 03-05 reuse the runs
+    configs = C.training_configs(tiny)
+    assert len(configs) == 4 * 3 and configs["grpo", 2e-5, 1].lr == 2e-5 and configs["grpo", 2e-5, 1].seed == 1
+    assert configs["es", 2.4e-3, 0] == tiny.config("es", seed=0)  # the preset's own arm: notebook 01's default runs
     assert C.evaluation_spec(tiny).n_problems == 200 + 100 and C.evaluation_spec(tiny).ks == tiny.eval.ks
     easy = get_preset("paper-easy")
     assert C.evaluation_spec(easy) is easy.eval and easy.comparison.selection_problems == 0
@@ -252,7 +255,7 @@ def test_compute_tables_agree(tables, smoke_store):
     assert sorted(curves["k"].unique()) == list(preset.eval.ks) and set(curves["arm"]) == set(front["arm"])
     assert set(tables["traces"]["arm"]) == set(front["arm"]) - {"base"}
     f = C.finding(tables)
-    assert f.status == "not resolved" and len(f.checks) == 5  # two seeds
+    assert f.status == "not resolved" and len(f.checks) == 4  # two seeds
     assert all(c.n_seeds == 2 for c in f.checks)
 
 

@@ -59,6 +59,12 @@ def grid(preset: Preset) -> list[tuple[str, float]]:
     return [("grpo", lr) for lr in preset.comparison.grpo_lrs] + [("es", a) for a in preset.comparison.es_alphas]
 
 
+def training_configs(preset: Preset) -> dict[tuple[str, float, int], object]:
+    """{(method, step size, seed): the config `compute` trains} for every arm of `grid(preset)` and every seed."""
+    return {(m, s, seed): preset.config(m, seed=seed, **{STEP_FIELDS[m]: s})
+            for m, s in grid(preset) for seed in preset.seeds}
+
+
 def evaluation_spec(preset: Preset) -> EvalSpec:
     """`preset.eval` widened by the selection problems (the next ones of the same draw), so one cached evaluation
     per model scores both splits."""
@@ -202,9 +208,8 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd
     """Train every arm for every seed and evaluate them and the base (all cached): tidy tables `problems` (per
     model and problem, both splits), `cost` and `traces` (per run), `frontier` (per arm), `seeds` (per arm and
     seed), `summary` (per arm: seed mean, min, max), `curves` and `seed_curves` (Pass@K on the test split)."""
-    runs = {(arm_label(m, s), seed): trainer(m)(preset.config(m, seed=seed, **{STEP_FIELDS[m]: s}), home=home,
-                                                progress=progress)
-            for m, s in grid(preset) for seed in preset.seeds}
+    runs = {(arm_label(m, s), seed): trainer(m)(config, home=home, progress=progress)
+            for (m, s, seed), config in training_configs(preset).items()}
     arms = pd.DataFrame([{"arm": arm_label(m, s), "method": m, "step_size": s}
                          for m, s in [("base", float("nan"))] + grid(preset)])
     refs = {("base", BASE_SEED): preset.base_model, **{key: model_ref(run) for key, run in runs.items()}}
