@@ -104,17 +104,16 @@ class LowRankStack:
         """Per-member x W^T + (x b_i) a_i^T + bias_i. x [N, R, L, in], bias [N, out] -> [N, R, L, out]; rows >= r_i
         (outside a member's running batch, see `es_batched._Groups`) are 0, as in `es_batched._linear`."""
         n, width, length, k = x.shape
-        y = x @ self.base.T  # [N, R, L, out]: one gemm over every member's rows
-        low = torch.bmm(torch.bmm(x.reshape(n, width * length, k), self.b.to(x.dtype)),
-                        self.a.transpose(1, 2).to(x.dtype))  # [N, R*L, R] -> [N, R*L, out]
-        y = y + low.view(n, width, length, -1)
-        if bias is not None:
-            y = y + bias[:, None, None, :]
+        xb = torch.bmm(x.reshape(n, width * length, k), self.b.to(x.dtype))  # [N, R*L, R]
+        at = self.a.transpose(1, 2).to(x.dtype)  # [N, R, out]
+        low = torch.bmm(xb, at) if bias is None else torch.baddbmm(bias[:, None], xb, at)  # [N, R*L, out]
+        y = torch.addmm(low.view(n * width * length, -1), x.reshape(-1, k), self.base.T)  # one gemm for all rows
+        y = y.view(n, width, length, -1)  # [N, R, L, out]
         if not groups.whole:
             active = torch.zeros((n, width), dtype=torch.bool, device=x.device)  # [N, R]
             for idx, r in groups.parts:
                 active[idx, :r] = True
-            y = y * active[:, :, None, None]
+            y.mul_(active[:, :, None, None])
         return y
 
     @staticmethod
