@@ -81,8 +81,8 @@ class LowRankStack:
     """W [out, in], shared by every member."""
     a: torch.Tensor
     """[N, out, R]: member i's A scaled by sign_i * sigma / sqrt(r) (block-diagonal after `cat`)."""
-    b: torch.Tensor
-    """[N, in, R]: member i's B."""
+    bt: torch.Tensor
+    """[N, R, in]: member i's B^T."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -95,18 +95,23 @@ class LowRankStack:
         """`stack[members]` (a slice or index tensor) keeps those members; `stack[member, ids]` (member [n, 1, 1],
         ids [n, R, L]) is the embedding lookup: rows ids of member i's weight, [n, R, L, in]."""
         if not isinstance(key, tuple):
-            return LowRankStack(self.base, self.a[key], self.b[key])
+            return LowRankStack(self.base, self.a[key], self.bt[key])
         member, ids = key
-        low = self.a[member, ids] @ self.b.transpose(1, 2)[:, None]  # [n, R, L, r] @ [n, 1, r, in]
+        low = self.a[member, ids] @ self.bt[:, None]  # [n, R, L, r] @ [n, 1, r, in]
         return self.base[ids] + low.to(self.base.dtype)  # [n, R, L, in]
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
         """Per-member x W^T + (x b_i) a_i^T + bias_i. x [N, R, L, in], bias [N, out] -> [N, R, L, out]; rows >= r_i
-        (outside a member's running batch, see `es_batched._Groups`) are 0, as in `es_batched._linear`."""
+        (outside a member's running batch, see `es_batched._Groups`) are 0, as in `es_batched._linear`.
+        Measured on one CPU thread (N=32, 128 rows of 64-256 features): (b^T x^T)^T is 3-7x faster than x b as a
+        bmm, and at rank 1 a broadcast product ~10x faster than a bmm with inner dimension 1."""
         n, width, length, k = x.shape
-        xb = torch.bmm(x.reshape(n, width * length, k), self.b.to(x.dtype))  # [N, R*L, R]
-        at = self.a.transpose(1, 2).to(x.dtype)  # [N, R, out]
-        low = torch.bmm(xb, at) if bias is None else torch.baddbmm(bias[:, None], xb, at)  # [N, R*L, out]
+        xb = torch.bmm(self.bt.to(x.dtype), x.reshape(n, width * length, k).transpose(1, 2)).transpose(1, 2)
+        at = self.a.transpose(1, 2).to(x.dtype)  # xb [N, R*L, R], at [N, R, out]
+        if at.shape[1] == 1:  # an outer product
+            low = xb * at if bias is None else torch.addcmul(bias[:, None], xb, at)  # [N, R*L, out]
+        else:
+            low = torch.bmm(xb, at) if bias is None else torch.baddbmm(bias[:, None], xb, at)
         y = torch.addmm(low.view(n * width * length, -1), x.reshape(-1, k), self.base.T)  # one gemm for all rows
         y = y.view(n, width, length, -1)  # [N, R, L, out]
         if not groups.whole:
@@ -126,7 +131,7 @@ class LowRankStack:
         for s, r in zip(stacks, ranks):
             a[:, row: row + s.base.shape[0], col: col + r] = s.a
             row, col = row + s.base.shape[0], col + r
-        return LowRankStack(torch.cat([s.base for s in stacks]), a, torch.cat([s.b for s in stacks], dim=2))
+        return LowRankStack(torch.cat([s.base for s in stacks]), a, torch.cat([s.bt for s in stacks], dim=1))
 
 
 @torch.no_grad()
@@ -143,8 +148,8 @@ def lowrank_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float,
             continue
         draws = {s: lowrank_factors(s, name, p, rank) for s in dict.fromkeys(seeds)}
         a = torch.stack([draws[s][0] for s in seeds])  # [N, out, r]
-        b = torch.stack([draws[s][1] for s in seeds])  # [N, in, r]
-        out[name] = LowRankStack(p.detach(), a * scale.to(a.device)[:, None, None], b)
+        bt = torch.stack([draws[s][1].T for s in seeds])  # [N, r, in]
+        out[name] = LowRankStack(p.detach(), a * scale.to(a.device)[:, None, None], bt.contiguous())
     return out
 
 

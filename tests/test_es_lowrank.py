@@ -71,12 +71,13 @@ def test_factors_are_seeded_shaped_and_unit_scale():
         lowrank_factors(7, "w", w, 0)
 
 
-def test_stack_linear_embedding_and_fusion_equal_the_materialised_weights():
+@pytest.mark.parametrize("rank", [1, 2])  # rank 1 takes the outer-product branch of `LowRankStack.linear`
+def test_stack_linear_embedding_and_fusion_equal_the_materialised_weights(rank):
     g = torch.Generator().manual_seed(0)
     x, bias = torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 6, generator=g)  # [N, R, L, in], [N, out]
-    stacks = [lowrank_weights({"w": torch.randn(6, 5, generator=g)}, [1, 1], [1, -1], 0.1, 2)["w"],
-              lowrank_weights({"v": torch.randn(4, 5, generator=g)}, [1, 1], [1, -1], 0.1, 2)["v"]]
-    dense = [s.base + s.a @ s.b.transpose(1, 2) for s in stacks]  # [N, out, in] the materialised members
+    stacks = [lowrank_weights({"w": torch.randn(6, 5, generator=g)}, [1, 1], [1, -1], 0.1, rank)["w"],
+              lowrank_weights({"v": torch.randn(4, 5, generator=g)}, [1, 1], [1, -1], 0.1, rank)["v"]]
+    dense = [s.base + s.a @ s.bt for s in stacks]  # [N, out, in] the materialised members
     groups = _Groups(torch.tensor([3, 2]), 3)  # member 1 runs 2 of its 3 rows
     y = stacks[0].linear(x, bias, groups)
     want = x @ dense[0].transpose(1, 2)[:, None] + bias[:, None, None]  # [N, R, L, out]
@@ -86,7 +87,7 @@ def test_stack_linear_embedding_and_fusion_equal_the_materialised_weights():
     pair = stacks[0].linear(x[:1].expand(2, -1, -1, -1), None, full)  # an antithetic pair on the same input
     assert torch.allclose(pair[0] + pair[1], 2 * x[0] @ stacks[0].base.T, atol=1e-6)  # the +/- terms cancel
     fused = LowRankStack.cat(stacks)
-    assert fused.shape == (2, 10, 5) and fused.a.shape == (2, 10, 4) and len(fused[1:]) == 1
+    assert fused.shape == (2, 10, 5) and fused.a.shape == (2, 10, 2 * rank) and len(fused[1:]) == 1
     assert torch.allclose(fused.linear(x, None, full), torch.cat([s.linear(x, None, full) for s in stacks], -1),
                           atol=1e-6)
     ids = torch.tensor([[[0, 5, 2]], [[1, 1, 4]]])  # [N, R=1, L=3] rows of the [6, 5] weight
@@ -96,7 +97,7 @@ def test_stack_linear_embedding_and_fusion_equal_the_materialised_weights():
 
 def test_population_forward_equals_the_materialised_perturbed_models(tiny):
     tok, make = tiny
-    model, seeds, signs, sigma, rank = make(), [5, 5, 9], [1, -1, 1], 0.05, 2
+    model, seeds, signs, sigma, rank = make(), [5, 5, 9], [1, -1, 1], 0.05, 1
     weights = lowrank_weights(named_params(model), seeds, signs, sigma, rank)
     assert isinstance(weights["model.layers.0.self_attn.q_proj.weight"], LowRankStack)
     assert weights["model.norm.weight"].shape == (3, 32)  # 1-D: stacked full-rank copies
