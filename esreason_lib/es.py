@@ -160,10 +160,10 @@ class ESConfig:
         check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
         check_choice(self, "noise", NOISES)
         check_positive_int(self, "rank")
-        check(self, "noise", self.noise != "lowrank" or self.backend in ("auto", "batched"),
-              f"'lowrank' is scored by the batched low-rank forward only: needs backend 'auto' or 'batched', "
-              f"got backend={self.backend!r}")
-        check(self, "noise", self.noise != "lowrank" or self.greedy, "'lowrank' needs greedy=True (batched decode)")
+        check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
+              "must be 'auto' or 'batched' with noise='lowrank' (scored by es_lowrank.LowRankBackend only)")
+        check(self, "greedy", self.noise != "lowrank" or self.greedy,
+              "must be True with noise='lowrank' (its batched decode is greedy)")
 
 
 @dataclass(frozen=True, eq=False)
