@@ -5,13 +5,13 @@ Noise. Member (seed, sign) perturbs each 2-D weight W [out, in] by sign * sigma 
 E = A B^T / sqrt(r), A [out, r] and B [in, r] standard normal, regenerated from (seed, tensor name)
 (`lowrank_factors`); every entry of E has variance 1, as full-rank noise does. Every other tensor (the 1-D
 norm weights and biases of Qwen2) gets the full-rank Gaussian noise `es_noise.noise(seed, name)`, the very
-draw of the full-rank path: they are few (0.6% of `qwen2-s-habit`'s weights) and leaving them unperturbed
+draw of the full-rank path: they are few (576 of `qwen2-s-habit`'s 129,728 weights) and leaving them unperturbed
 would freeze them, since ES moves only what it perturbs.
 
 Forward. `LowRankBackend` is `es_batched.BatchedBackend` with other member weights: a 2-D weight is a
 `LowRankStack` (the shared W plus each member's factors, never N perturbed copies of W) whose linear layer is
 
-    x W^T + (sign sigma / sqrt(r)) (x B_i) A_i^T        (one gemm over all members' rows, plus two thin bmm)
+    x W^T + (sign sigma / sqrt(r)) (x B_i) A_i^T        (one gemm over all members' rows, plus two thin products)
 
 and whose embedding lookup is row ids of W + (sign sigma / sqrt(r)) A_i B_i^T (only the looked-up rows of
 A_i B_i^T are formed); q|k|v and gate|up fuse into one stack of rank 3r / 2r with block-diagonal A. 1-D
