@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_es.py speedup    # batched vs sequential population at N = 8, 16, 32
     .venv/bin/python benchmarks/bench_es.py flops      # achieved model FLOP/s of a batched step / 1-thread fp32 peak
     .venv/bin/python benchmarks/bench_es.py memory     # peak RSS of an ES step / plain inference of the same batch
+    .venv/bin/python benchmarks/bench_es.py lowrank    # full-rank batched vs low-rank (EGGROLL) population step, N=32
 
 Default base `qwen2-s-habit` (pretrained into $ESREASON_HOME on first use), Countdown train prompts, antithetic
 populations, greedy decoding, one thread. Timings (process CPU time) alternate the compared paths and keep each path's best of
@@ -22,7 +23,8 @@ import time
 import numpy as np
 import torch
 
-GOALS = {"overhead": "<= 1.03", "speedup": ">= 4 at N=32", "flops": ">= 0.40", "memory": "<= 1.10"}
+GOALS = {"overhead": "<= 1.03", "speedup": ">= 4 at N=32", "flops": ">= 0.40", "memory": "<= 1.10",
+         "lowrank": "none (an ablation)"}
 
 
 def _inputs(model_name: str, prompts: int):
@@ -110,6 +112,32 @@ def speedup(args) -> list[str]:
     return rows
 
 
+def lowrank(args) -> list[str]:
+    """A full-rank batched ES step (population evaluation + update) against a low-rank one (`es_lowrank`, rank
+    `--rank`) on the same prompts and member seeds, at the largest N of `--populations`."""
+    from esreason_lib.es import ES, ESConfig
+    from esreason_lib.es_batched import BatchedBackend
+    from esreason_lib.es_lowrank import LowRankBackend
+
+    model, tok, task, ex = _inputs(args.model, args.prompts)
+    n, state = max(args.populations), {k: v.clone() for k, v in model.state_dict().items()}
+    backends = {"full": BatchedBackend(task, tok, sigma=args.sigma),
+                "lowrank": LowRankBackend(task, tok, sigma=args.sigma, rank=args.rank)}
+    es = {k: ES(ESConfig(population_size=n, antithetic=True, sigma=args.sigma, noise=k, rank=args.rank), model)
+          for k in backends}
+    pop = es["full"].ask()  # the same seeds for both
+
+    def step(kind):
+        es[kind].tell(pop, backends[kind](model, pop, ex, iteration=0).rewards)
+        model.load_state_dict(state)  # the next round steps from the same weights
+        es[kind].iteration = 0
+
+    t = _best({k: (lambda k=k: step(k)) for k in backends}, args.repeats)
+    return [f"| lowrank | full-rank batched / low-rank (r={args.rank}) ES step (N={n}, P={len(ex)}, evaluation + "
+            f"update) | {t['full']:.3f} s / {t['lowrank']:.3f} s | **{t['full'] / t['lowrank']:.2f}x** | "
+            f"{GOALS['lowrank']} |"]
+
+
 def _peak_matmul_flops(size: int = 2048, repeats: int = 5) -> float:
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
@@ -186,7 +214,7 @@ def memory(args) -> list[str]:
             f"{GOALS['memory']} |" for k in ("batched", "sequential")]
 
 
-BENCHMARKS = {"overhead": overhead, "speedup": speedup, "flops": flops, "memory": memory}
+BENCHMARKS = {"overhead": overhead, "speedup": speedup, "flops": flops, "memory": memory, "lowrank": lowrank}
 HEADER = "| benchmark | what | measured | ratio | goal |\n|---|---|---|---:|---|"
 
 
@@ -199,6 +227,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--populations", type=int, nargs="+", default=[8, 16, 32], help="N values of speedup")
     ap.add_argument("--sigma", type=float, default=1e-2, help="the tiny preset's sigma")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rank", type=int, default=1, help="r of the lowrank benchmark")
     ap.add_argument("--rss-of", choices=["plain", "batched", "sequential"], help=argparse.SUPPRESS)
     return ap
 

@@ -12,6 +12,7 @@ estimator g = 1/(N sigma) sum_i z_i eps_i (so alpha here = lr * sigma). With z-s
 roughly independent unit-variance terms has per-coordinate size ~ sqrt(N), so each coordinate moves by about
 alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +1), (seed, -1) sharing one
 noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
+With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) instead (`es_lowrank`).
 
 Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
 from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
@@ -31,6 +32,7 @@ import torch
 
 from esreason_lib.es_backends import (BACKENDS, Evaluation, PopulationEvaluator, make_backend,
                                       sample_seed, score_examples)
+from esreason_lib.es_lowrank import NOISES, apply_lowrank_update
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.run_identity import ADDED_OPTION
@@ -133,6 +135,12 @@ class ESConfig:
     (batched when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
     workers: int = 2
     """Ray actors (one model replica each) when `backend` is "ray"; ignored by the in-process backends."""
+    noise: str = field(default="full", metadata=ADDED_OPTION)
+    """Perturbation family (`es_lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
+    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es_lowrank.LowRankBackend`,
+    so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
+    rank: int = field(default=1, metadata=ADDED_OPTION)
+    """r of the "lowrank" noise (ignored by "full")."""
 
     def __post_init__(self):
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
@@ -155,6 +163,12 @@ class ESConfig:
         check_choice(self, "backend", BACKENDS)
         check_positive_int(self, "workers")
         check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
+        check_choice(self, "noise", NOISES)
+        check_positive_int(self, "rank")
+        check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
+              "must be 'auto' or 'batched' with noise='lowrank' (scored by es_lowrank.LowRankBackend only)")
+        check(self, "greedy", self.noise != "lowrank" or self.greedy,
+              "must be True with noise='lowrank' (its batched decode is greedy)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,10 +232,12 @@ class ES:
         coef: dict[int, float] = {}  # seed -> sum of z_i * sign_i over members sharing it (insertion order)
         for s, sign, zi in zip(pop.seeds.tolist(), pop.signs.tolist(), z.tolist()):
             coef[s] = coef.get(s, 0.0) + zi * sign
+        seeds, scale = list(coef), self.config.alpha / len(pop)
         c = np.fromiter(coef.values(), dtype=np.float64, count=len(coef))  # [K] per distinct seed
         if self.config.matched_step and np.any(c):
             c *= math.sqrt(len(pop)) / np.linalg.norm(c)
-        norm = apply_update(self.params, list(coef), c, self.config.alpha / len(pop))
+        norm = (apply_lowrank_update(self.params, seeds, c, scale, self.config.rank)
+                if self.config.noise == "lowrank" else apply_update(self.params, seeds, c, scale))
         self.iteration += 1
         return {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/max": float(r.max()),
                 "reward/min": float(r.min()), "es/update_norm": norm}

@@ -51,9 +51,14 @@ and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actor
 
 
 def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
-    """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says)."""
+    """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says);
+    `es_lowrank.LowRankBackend` whenever `config.noise` is "lowrank"."""
     from esreason_lib.es_batched import BatchedBackend
 
+    if config.noise == "lowrank":
+        from esreason_lib.es_lowrank import LowRankBackend
+
+        return LowRankBackend.from_config(config, task, tokenizer)
     name = config.backend
     if name == "auto":
         name = "batched" if config.greedy and config.dtype == "float32" else "sequential"

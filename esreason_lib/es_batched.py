@@ -70,7 +70,10 @@ class _Groups:
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
-    """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0."""
+    """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0.
+    A `w` that is not a tensor (`es_lowrank.LowRankStack`) computes this itself."""
+    if not isinstance(w, torch.Tensor):
+        return w.linear(x, b, groups)
     n, width, length, k = x.shape
 
     def mm(xs, ws, bs):  # xs [g, M, K] -> [g, M, O]
@@ -100,11 +103,17 @@ def fuse_weights(model, weights: dict[str, torch.Tensor]) -> list[tuple[torch.Te
     fused = []
     for layer in model.model.layers:
         att, mlp = layer.self_attn, layer.mlp
-        cat = lambda *ts: torch.cat([weights.pop(name[id(t)]) for t in ts], dim=1)  # noqa: E731
+        cat = lambda *ts: _cat_out([weights.pop(name[id(t)]) for t in ts])  # noqa: E731
         fused.append((cat(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight),
                       cat(att.q_proj.bias, att.k_proj.bias, att.v_proj.bias),
                       cat(mlp.gate_proj.weight, mlp.up_proj.weight)))
     return fused
+
+
+def _cat_out(stacks: list) -> torch.Tensor:
+    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es_lowrank.LowRankStack`s
+    by their own `cat`)."""
+    return torch.cat(stacks, dim=1) if isinstance(stacks[0], torch.Tensor) else type(stacks[0]).cat(stacks)
 
 
 class _Qwen2Population:
@@ -273,6 +282,10 @@ class BatchedBackend:
                              "path's generator stream)")
         return cls(task, tokenizer, sigma=config.sigma, max_new_tokens=config.max_new_tokens)
 
+    def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
+        """name -> every member's version of the tensor for the batched forward: `member_weights` stacks."""
+        return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+
     def completions(self, model, population, examples: list[dict]) -> list[list[str]]:
         """[N][P] each member's greedy completion of each example's prompt (cut after the task's stop)."""
         if not isinstance(model, Qwen2ForCausalLM):
@@ -282,7 +295,7 @@ class BatchedBackend:
         encoded = _encode(self.tokenizer, prompts, "prompts")  # once for the whole population
         pad, eos = _special_ids(model, self.tokenizer)
         params = named_params(model)
-        weights = member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+        weights = self.stacked_weights(params, population)
         fused = fuse_weights(model, weights)
         n, p = len(population), len(examples)
         texts: list[list[str]] = [[] for _ in range(n)]

@@ -166,8 +166,9 @@ def perturbed(model_or_params, seed: int, sign: int, sigma: float) -> Iterator[F
 
 
 @torch.no_grad()
-def apply_update(model_or_params, seeds, coefs, scale: float) -> float:
-    """theta <- theta + scale * sum_k coefs[k] * eps(seeds[k]), tensor by tensor, in place.
+def apply_update(model_or_params, seeds, coefs, scale: float, *, draw=noise) -> float:
+    """theta <- theta + scale * sum_k coefs[k] * eps(seeds[k]), tensor by tensor, in place; eps(seed) of tensor
+    `name` is `draw(seed, name, p)` (default `noise`; `es_lowrank` passes its low-rank direction).
 
     The sum is accumulated in float32 (one noise tensor and one accumulator alive at a time) and added to the
     parameter with a single rounding to its dtype. Returns the L2 norm of the applied float32 step.
@@ -180,7 +181,7 @@ def apply_update(model_or_params, seeds, coefs, scale: float) -> float:
         acc = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # p.shape
         for s, c in zip(seeds.tolist(), coefs.tolist()):
             if c != 0.0:
-                acc.add_(noise(s, name, p), alpha=c)
+                acc.add_(draw(s, name, p), alpha=c)
         acc.mul_(scale)
         sq += float(acc.double().pow(2).sum())
         p.copy_((p.float() + acc).to(p.dtype))
