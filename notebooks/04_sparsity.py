@@ -35,12 +35,13 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.sparsity import describe_sparsity, sparsity_report
+from esreason_lib.experiments.sparsity import compute, finding
 from esreason_lib.plots import plot_grouped_bars, plot_xy, save_figure
 from esreason_lib.presets import get_preset
 
 config = get_preset(preset)
-drift, sweep = sparsity_report(config)
+tables = compute(config)
+drift, sweep = tables["drift"], tables["sweep"]
 
 # %% [markdown]
 # **Drift per module type** (mean over training seeds). `rel_l2` is the module type's ||delta|| / ||theta_0||;
@@ -82,9 +83,9 @@ _ = save_figure(fig, "04_reset")
 sweep.round(4)
 
 # %%
-finding = describe_sparsity(drift, sweep)
-record_finding("04_sparsity", finding, preset=preset)
-print(finding)
+result = finding(tables)
+record_finding("04_sparsity", result, preset=preset)
+print(result.status, "-", result.sentence)
 
 # %% [markdown]
 # **What this run shows.** The printed line is computed from the tables above. "drift" is the overall relative L2

@@ -35,12 +35,13 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.forgetting import describe_forgetting, forgetting_report, stats_summary
+from esreason_lib.experiments.forgetting import compute, finding, stats_summary
 from esreason_lib.plots import plot_grouped_bars, save_figure
 from esreason_lib.presets import get_preset
 
 config = get_preset(preset)
-scores, deltas, stats = forgetting_report(config)
+tables = compute(config)
+scores, deltas, stats = tables["scores"], tables["deltas"], tables["stats"]
 scores.round(3)
 
 # %% [markdown]
@@ -68,9 +69,9 @@ summary = stats_summary(stats)
 summary.round(4)
 
 # %%
-finding = describe_forgetting(deltas, summary, config.base_model)
-record_finding("05_forgetting", finding, preset=preset)
-print(finding)
+result = finding(tables)
+record_finding("05_forgetting", result, preset=preset)
+print(result.status, "-", result.sentence)
 
 # %% [markdown]
 # **What this run shows.** The printed line is computed from the tables above. For each held-out task it gives

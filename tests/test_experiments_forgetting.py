@@ -10,6 +10,7 @@ import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import forgetting as fg
 from esreason_lib.experiments.common import model_ref, trained_runs
+from esreason_lib.training import METHODS, trainer
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.presets import get_preset
 from esreason_lib.pretrain import build_batch, completion_loss
@@ -117,7 +118,8 @@ def study(isolated_store, moving_preset):
     """The smoke preset under which both methods move (`moving_preset`) with ES and GRPO trained once into
     `store`; ESREASON_HOME points to a separate folder, `default`, so that anything written outside the given
     store shows up."""
-    runs = trained_runs(moving_preset, home=isolated_store.store, progress=False)
+    runs = {(m, s): trainer(m)(moving_preset.config(m, seed=s), home=isolated_store.store, progress=False)
+            for m in METHODS for s in moving_preset.seeds}
     return SimpleNamespace(**vars(isolated_store), preset=moving_preset, runs=runs,
                            refs={key: model_ref(run) for key, run in runs.items()})
 
@@ -243,9 +245,10 @@ def test_stats_table_stacks_model_stats_with_method_and_seed(study):
                                       fg.model_stats(preset, ref, home=store))
 
 
-def test_forgetting_report_combines_the_cached_pieces(study, forbid_loading):
+def test_compute_combines_the_cached_pieces(study, forbid_loading):
     preset, store = study.preset, study.store
-    scores, deltas, stats = fg.forgetting_report(preset, home=store, progress=False)
+    tables = fg.compute(preset, home=store, progress=False)
+    scores, deltas, stats = tables["scores"], tables["deltas"], tables["stats"]
     pd.testing.assert_frame_equal(scores, fg.heldout_scores(preset, study.refs, home=store, progress=False))
     pd.testing.assert_frame_equal(deltas, fg.forgetting_deltas(scores))
     pd.testing.assert_frame_equal(stats, fg.stats_table(preset, study.refs, home=store))
@@ -257,7 +260,7 @@ def test_forgetting_report_combines_the_cached_pieces(study, forbid_loading):
     # everything is cached: a second report trains, evaluates and loads nothing
     n_runs = len(list(store.iterdir()))
     forbid_loading(esreason_lib.models, common, fg)
-    again = fg.forgetting_report(preset, home=store, progress=False)
-    for a, b in zip(again, (scores, deltas, stats)):
-        pd.testing.assert_frame_equal(a, b)
+    again = fg.compute(preset, home=store, progress=False)
+    for key, table in tables.items():
+        pd.testing.assert_frame_equal(again[key], table)
     assert len(list(store.iterdir())) == n_runs

@@ -9,7 +9,8 @@ import torch
 import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import sparsity as sp
-from esreason_lib.experiments.common import model_ref, trained_runs
+from esreason_lib.experiments.common import model_ref
+from esreason_lib.training import METHODS, trainer
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
@@ -134,8 +135,9 @@ def study(isolated_store, moving_preset):
     """The smoke preset under which both methods move (`moving_preset`: the resets have updates to reset) with ES
     and GRPO trained once into `store`; ESREASON_HOME points to a separate folder, `default`, so that anything
     written outside the given store shows up."""
-    return SimpleNamespace(**vars(isolated_store), preset=moving_preset,
-                           runs=trained_runs(moving_preset, home=isolated_store.store, progress=False))
+    runs = {(m, s): trainer(m)(moving_preset.config(m, seed=s), home=isolated_store.store, progress=False)
+            for m in METHODS for s in moving_preset.seeds}
+    return SimpleNamespace(**vars(isolated_store), preset=moving_preset, runs=runs)
 
 
 def _nothing_outside(study):
@@ -200,9 +202,10 @@ def test_sparsity_sweep_needs_a_run_for_every_sparsity_method(study, monkeypatch
     assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity.quantiles))
 
 
-def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):
+def test_compute_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):
     preset, store = study.preset, study.store
-    drift, sweep = sp.sparsity_report(preset, home=store, progress=False)
+    tables = sp.compute(preset, home=store, progress=False)
+    drift, sweep = tables["drift"], tables["sweep"]
     assert list(dict.fromkeys(zip(drift["method"], drift["seed"]))) == list(study.runs)
     total = drift[drift["module"] == "all"].set_index("method")
     assert len(total) == len(study.runs) and (total["update_share"] == 1.0).all()
@@ -215,7 +218,8 @@ def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_
     # training, resets and evaluations are cached: a second report trains and evaluates nothing
     forbid_loading(esreason_lib.models, common)
     n_runs = len(list(store.iterdir()))
-    again_drift, again_sweep = sp.sparsity_report(preset, home=store, progress=False)
+    again = sp.compute(preset, home=store, progress=False)
+    again_drift, again_sweep = again["drift"], again["sweep"]
     pd.testing.assert_frame_equal(again_drift, drift)
     pd.testing.assert_frame_equal(again_sweep, sweep)
     pd.testing.assert_frame_equal(sp.sparsity_sweep(preset, study.runs, home=store, progress=False), sweep)

@@ -17,6 +17,7 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
+from ..findings import Finding, make_finding
 from ..generation import completion_logprobs, generate
 from ..models import load_model
 from ..zoo import ZOO
@@ -26,8 +27,8 @@ from ..runs import Run
 from ..seeding import derive_seed
 from ..tasks import get_task
 from ..zoo import get_spec
-from ..training import resolve_device
-from .common import evaluate_ref, model_ref, trained_runs
+from ..training import METHODS, resolve_device, trainer
+from .common import evaluate_ref, model_ref
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""
@@ -190,11 +191,14 @@ def stats_summary(stats: pd.DataFrame) -> pd.DataFrame:
     return wide.loc[order].reset_index()
 
 
-def forgetting_report(preset: Preset, *, home=None, progress: bool = True):
-    """(scores, deltas, stats): `heldout_scores`, `forgetting_deltas` and `stats_table` for every seed."""
-    refs = {key: model_ref(run) for key, run in trained_runs(preset, home=home, progress=progress).items()}
+def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """{"scores", "deltas", "stats"}: `heldout_scores`, `forgetting_deltas` and `stats_table` for every seed of
+    notebook 01's ES and GRPO runs (trained here when missing, cached)."""
+    refs = {(m, s): model_ref(trainer(m)(preset.config(m, seed=s), home=home, progress=progress))
+            for m in METHODS for s in preset.seeds}
     scores = heldout_scores(preset, refs, home=home, progress=progress)
-    return scores, forgetting_deltas(scores), stats_table(preset, refs, home=home)
+    return {"scores": scores, "deltas": forgetting_deltas(scores), "stats": stats_table(preset, refs, home=home),
+            "base_model": pd.DataFrame({"base_model": [preset.base_model]})}
 
 
 def describe_forgetting(deltas: pd.DataFrame, summary: pd.DataFrame, base_model: str) -> str:
@@ -222,3 +226,9 @@ def describe_forgetting(deltas: pd.DataFrame, summary: pd.DataFrame, base_model:
                  + f" ({train_col[3:]}: " + " / ".join(f"{m.upper()} {s.loc[m, train_col]:.4f}" for m in methods)
                  + ")")
     return "; ".join(parts)
+
+
+def finding(tables: dict[str, pd.DataFrame]) -> Finding:
+    """The finding of notebook 05 from `compute`'s tables."""
+    base = tables["base_model"]["base_model"].iloc[0]
+    return make_finding(describe_forgetting(tables["deltas"], stats_summary(tables["stats"]), base), ())

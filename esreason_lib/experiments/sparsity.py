@@ -19,13 +19,14 @@ import torch
 
 from ..analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, random_reset,
                         reset_small_updates, update_deltas)
+from ..findings import Finding, make_finding
 from ..models import load_model
 from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from ..training import resolve_device
+from ..training import METHODS, resolve_device, trainer
 from ..zoo import quiet_transformers
-from .common import evaluate_ref, model_ref, trained_runs
+from .common import evaluate_ref, model_ref
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal sparsity."""
@@ -180,14 +181,16 @@ def sparsity_sweep(preset: Preset, runs: dict[tuple[str, int], Run], *, home=Non
     return out[cols].sort_values(["method", "mode", "sparsity"], ignore_index=True)
 
 
-def sparsity_report(preset: Preset, *, home=None, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(drift, sweep): drift per (method, seed, module) for every seed, and the reset sweep (see
-    `sparsity_sweep`). Drift is cheap (state dicts only) and not cached."""
-    runs = trained_runs(preset, home=home, progress=progress)
+def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """{"drift", "sweep"}: drift per (method, seed, module) for every seed of notebook 01's ES and GRPO runs
+    (trained here when missing, cached), and the reset sweep (see `sparsity_sweep`). Drift is cheap (state dicts
+    only) and not cached."""
+    runs = {(m, s): trainer(m)(preset.config(m, seed=s), home=home, progress=progress)
+            for m in METHODS for s in preset.seeds}
     base = load_state(preset.base_model, home=home)
     drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run), home=home)})  # one tuned model
                        for key, run in runs.items()], ignore_index=True)  # in memory at a time
-    return drift, sparsity_sweep(preset, runs, home=home, progress=progress)
+    return {"drift": drift, "sweep": sparsity_sweep(preset, runs, home=home, progress=progress)}
 
 
 def _closest(table: pd.DataFrame, quantile: float) -> pd.Series:
@@ -217,3 +220,8 @@ def describe_sparsity(drift: pd.DataFrame, sweep: pd.DataFrame, quantile: float 
                for m in methods]
     parts.append("largest relative update in: " + ", ".join(largest))
     return "; ".join(parts)
+
+
+def finding(tables: dict[str, pd.DataFrame]) -> Finding:
+    """The finding of notebook 04 from `compute`'s tables."""
+    return make_finding(describe_sparsity(tables["drift"], tables["sweep"]), ())
