@@ -138,11 +138,24 @@ class SparsitySpec:
     """Quantiles of |delta| used as reset thresholds tau."""
     taus: tuple[float, ...]
     """Absolute reset thresholds tau on |delta| (the paper's), swept beside `quantiles`; each random control
-    resets exactly as many coordinates as its threshold."""
+    resets exactly as many coordinates as its threshold. Every tau is checked by the finding."""
+    check_quantiles: tuple[float, ...]
+    """The quantiles (a subset of `quantiles`) at which the finding checks that the reset keeps the gain."""
+    margin: float
+    """Non-inferiority margin on Pass@1: the reset model may score at most this much below the unreset tuned
+    model (absolute; the check "reset above base" separately asks that some gain is left)."""
     methods: tuple[str, ...]
-    """Methods whose first-seed model is reset-swept (drift is shown for every seed)."""
+    """Methods whose models (every training seed) are reset-swept; the finding checks "es", the others are
+    reported beside it."""
     eval: EvalSpec
-    """Evaluation of each model of the sweep (2 x (len(quantiles) + len(taus)) + 1 models per method)."""
+    """Evaluation of each model of the sweep (1 + seeds x (1 + 2 x (len(quantiles) + len(taus))) per method)."""
+
+    def __post_init__(self):
+        extra = sorted(set(self.check_quantiles) - set(self.quantiles))
+        if extra:
+            raise ValueError(f"SparsitySpec.check_quantiles must be among quantiles {self.quantiles!r}, got {extra}")
+        if not self.margin >= 0:
+            raise ValueError(f"SparsitySpec.margin must be >= 0, got {self.margin!r}")
 
 
 @dataclass(frozen=True)
@@ -151,12 +164,20 @@ class ForgettingSpec:
 
     eval: EvalSpec
     """Evaluation protocol on the held-out tasks."""
+    margin: float
+    """Non-inferiority margin as a fraction of the base's Pass@1 on each held-out task: "no catastrophic
+    forgetting" holds on a task when Delta Pass@1 (tuned - base) > -margin x base Pass@1. Relative, because the
+    held-out tasks sit at very different base levels; a loss of under a fifth of a skill is not catastrophic."""
     kl_prompts: int
     """Held-out prompts per task on which the per-token KL to the base model is estimated."""
     kl_samples: int
     """Completions sampled from the tuned model per prompt for the KL estimate."""
     lm_sequences: int
     """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+
+    def __post_init__(self):
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"ForgettingSpec.margin must lie in [0, 1), got {self.margin!r}")
 
 
 @dataclass(frozen=True)
@@ -243,7 +264,7 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
+_QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)
 _POPULATIONS = (4, 8, 16, 32)
 _GPU_PROP1 = Prop1Spec(iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16))
 _KS_1_TO_32 = tuple(range(1, 33))
@@ -269,9 +290,10 @@ PRESETS: dict[str, Preset] = {
         prop1=Prop1Spec(iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
         sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
                               eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-                                  kl_prompts=4, kl_samples=2, lm_sequences=32),
+                                  margin=0.2, kl_prompts=4, kl_samples=2, lm_sequences=32),
         scaling=ScalingSpec(models=("smoke",), populations=(2, 4), iterations=2, ablation_iterations=2,
                             prompts_per_step=4, eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20))),
     "tiny": _make(
@@ -287,9 +309,10 @@ PRESETS: dict[str, Preset] = {
         prop1=Prop1Spec(iterations=20, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), greedy=False)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16)),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("qwen2-s", "qwen2-m", "qwen2-l"), populations=_POPULATIONS, iterations=16,
                             ablation_iterations=150, prompts_per_step=32,
                             eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
@@ -308,9 +331,10 @@ PRESETS: dict[str, Preset] = {
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
                               eval=EvalSpec(n_problems=200, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), max_new_tokens=512),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
@@ -331,11 +355,12 @@ PRESETS: dict[str, Preset] = {
         prop1=_GPU_PROP1,
         sequential=SequentialSpec(es_budget=234, grpo_budget=234),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                             max_new_tokens=4096)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=(1, 2, 4, 8, 16), temperature=0.6,
                                                 max_new_tokens=2048),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
                             eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096))),
