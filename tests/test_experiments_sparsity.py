@@ -298,3 +298,10 @@ def test_compute_drift_for_every_run_and_the_cached_sweep(study, forbid_loading)
     pd.testing.assert_frame_equal(again.problems, tables.problems)
     assert sp.finding(again) == sp.finding(tables)
     assert len(list(store.iterdir())) == n_runs
+
+
+def test_finding_without_drift_states_no_ratio():
+    still = _drift(es_all=0.0, es_modules={"mlp": 0.0, "norm": 0.0, "attention": 0.0})
+    sentence = sp.finding(_tables(_problems(0.0, 0.0, 0.0), drift=still)).sentence
+    assert "ES relative L2 drift 0.00%, GRPO's 2.37%: no ratio (a method did not move); ES reset" in sentence
+    assert "largest" not in sentence

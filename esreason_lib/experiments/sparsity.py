@@ -287,12 +287,16 @@ def finding(tables: SparsityTables) -> Finding:
     types ES moved most, each beside the paper's value."""
     checks = reset_checks(tables, "es")
     d = drift_summary(tables.drift).set_index("method")
-    es, grpo = d.loc["es", "rel_l2"], d.loc["grpo", "rel_l2"]
-    ratio = es / grpo if grpo > 0 else float("inf")
-    side = "below" if ratio < PAPER_DRIFT_RATIO[0] else "above" if ratio > PAPER_DRIFT_RATIO[1] else "within"
-    top = d.loc["es", "modules"][:2]
-    same = "as" if set(top) == set(PAPER_MODULES) else "unlike"
-    sentence = (f"{CLAIM[combine_status(checks)]}; ES relative L2 drift {es:.2%} = {ratio:.1f}x GRPO's {grpo:.2%}, "
-                f"{side} the paper's {PAPER_DRIFT_RATIO[0]:g}-{PAPER_DRIFT_RATIO[1]:g}x; ES's largest relative "
-                f"updates in {' and '.join(top) or 'none'}, {same} the paper (norm and attention)")
+    es, grpo, top = d.loc["es", "rel_l2"], d.loc["grpo", "rel_l2"], d.loc["es", "modules"][:2]
+    if es == 0 or grpo == 0:
+        drift = f"ES relative L2 drift {es:.2%}, GRPO's {grpo:.2%}: no ratio (a method did not move)"
+    else:
+        ratio = es / grpo
+        side = "below" if ratio < PAPER_DRIFT_RATIO[0] else "above" if ratio > PAPER_DRIFT_RATIO[1] else "within"
+        drift = (f"ES relative L2 drift {es:.2%} = {ratio:.1f}x GRPO's {grpo:.2%}, {side} the paper's "
+                 f"{PAPER_DRIFT_RATIO[0]:g}-{PAPER_DRIFT_RATIO[1]:g}x")
+    if top:
+        same = "as" if set(top) == set(PAPER_MODULES) else "unlike"
+        drift += f"; ES's largest relative updates in {' and '.join(top)}, {same} the paper (norm and attention)"
+    sentence = f"{CLAIM[combine_status(checks)]}; {drift}"
     return make_finding(sentence, checks)
