@@ -32,8 +32,8 @@
 # **The check** is one non-inferiority test per held-out task for ES: Delta Pass@1 > -margin x (the base's Pass@1
 # on that task), on Pass@1 per training seed and problem, paired by problem with the base, with a hierarchical
 # bootstrap (seeds, then problems). The margin (`forgetting.margin`, 0.2 on every preset) is relative because the
-# held-out tasks sit at very different base levels (the `tiny` base solves little of 2-digit addition at T = 1);
-# losing less than a fifth of a skill is not "catastrophic" on any reading, while a drop past it is a real loss.
+# held-out tasks sit at very different base levels (see the base rows of the table below); losing less than a
+# fifth of a skill is not "catastrophic" on any reading, while a drop past it is a real loss.
 # GRPO at its preset configuration gets the same checks beside ES (they do not set the status). The LM loss and KL
 # are reported measurements, per seed.
 
