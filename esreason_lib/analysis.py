@@ -1,4 +1,5 @@
-"""Where the updates went: parameter drift, magnitude-threshold resets, random controls, per-module summaries.
+"""Where the updates went: parameter drift, magnitude-threshold resets, random controls, per-module summaries;
+and the per-problem score tables the studies of notebooks 04 and 05 test their findings on.
 
 All functions take plain state dicts (`{name: tensor}`, e.g. `model.state_dict()`) of a base and a tuned
 model with the same keys and shapes. "Changed" coordinates are those with a nonzero update delta = tuned - base;
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .metrics import pass_at_k
 from .seeding import numpy_rng, torch_generator
 
 StateDict = dict[str, torch.Tensor]
@@ -147,3 +149,30 @@ def non_dominated(x, y) -> np.ndarray:
     ge = (x[None, :] >= x[:, None]) & (y[None, :] >= y[:, None])  # [i, j]: j is at least as good as i
     gt = (x[None, :] > x[:, None]) | (y[None, :] > y[:, None])
     return ~np.any(ge & gt, axis=1)
+
+
+def per_problem_pass(table: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per problem of an evaluation table (columns problem_id, n, c; `evaluate.EvalResult.table`): problem_id,
+    pass@1 = c / n, pass@K (the unbiased Pass@k at `k`) and K = k."""
+    n, c = table["n"].to_numpy(), table["c"].to_numpy()  # [P], [P]
+    return pd.DataFrame({"problem_id": table["problem_id"].astype(str).to_numpy(), "pass@1": c / n,
+                         "pass@K": pass_at_k(n, c, k), "K": int(k)})
+
+
+def seed_by_problem(table: pd.DataFrame, value: str = "pass@1", problems=None) -> np.ndarray:
+    """[seeds, problems] array of `value` from a tidy table with columns seed, problem_id and `value` (one row
+    per pair): seeds in ascending order, problems in the order of `problems` (default: first appearance).
+    Raises when a (seed, problem) pair is missing or repeated, naming it."""
+    if table.empty:
+        raise ValueError("seed_by_problem: the table has no rows (nothing was evaluated for this selection)")
+    repeated = table[table.duplicated(["seed", "problem_id"])]
+    if len(repeated):
+        row = repeated.iloc[0]
+        raise ValueError(f"seed_by_problem: seed {row['seed']}, problem {row['problem_id']!r} appears more than once")
+    order = list(dict.fromkeys(table["problem_id"])) if problems is None else list(problems)
+    wide = table.pivot(index="seed", columns="problem_id", values=value).sort_index()
+    wide = wide.reindex(columns=order)
+    if wide.isna().any().any():
+        seed, problem = wide.isna().stack().loc[lambda x: x].index[0]
+        raise ValueError(f"seed_by_problem: no {value!r} for seed {seed}, problem {problem!r}")
+    return wide.to_numpy(dtype=np.float64)

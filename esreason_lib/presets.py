@@ -138,11 +138,24 @@ class SparsitySpec:
     """Quantiles of |delta| used as reset thresholds tau."""
     taus: tuple[float, ...]
     """Absolute reset thresholds tau on |delta| (the paper's), swept beside `quantiles`; each random control
-    resets exactly as many coordinates as its threshold."""
+    resets exactly as many coordinates as its threshold. Every tau is checked by the finding."""
+    check_quantiles: tuple[float, ...]
+    """The quantiles (a subset of `quantiles`) at which the finding checks that the reset keeps the gain."""
+    margin: float
+    """Non-inferiority margin on Pass@1: the reset model may score at most this much below the unreset tuned
+    model (absolute; the check "reset above base" separately asks that some gain is left)."""
     methods: tuple[str, ...]
-    """Methods whose first-seed model is reset-swept (drift is shown for every seed)."""
+    """Methods whose models (every training seed) are reset-swept; the finding checks "es", the others are
+    reported beside it."""
     eval: EvalSpec
-    """Evaluation of each model of the sweep (2 x (len(quantiles) + len(taus)) + 1 models per method)."""
+    """Evaluation of each model of the sweep (1 + seeds x (1 + 2 x (len(quantiles) + len(taus))) per method)."""
+
+    def __post_init__(self):
+        extra = sorted(set(self.check_quantiles) - set(self.quantiles))
+        if extra:
+            raise ValueError(f"SparsitySpec.check_quantiles must be among quantiles {self.quantiles!r}, got {extra}")
+        if not self.margin >= 0:
+            raise ValueError(f"SparsitySpec.margin must be >= 0, got {self.margin!r}")
 
 
 @dataclass(frozen=True)
@@ -151,12 +164,20 @@ class ForgettingSpec:
 
     eval: EvalSpec
     """Evaluation protocol on the held-out tasks."""
+    margin: float
+    """Non-inferiority margin as a fraction of the base's Pass@1 on each held-out task: "no catastrophic
+    forgetting" holds on a task when Delta Pass@1 (tuned - base) > -margin x base Pass@1. Relative, because the
+    held-out tasks sit at very different base levels; a loss of under a fifth of a skill is not catastrophic."""
     kl_prompts: int
     """Held-out prompts per task on which the per-token KL to the base model is estimated."""
     kl_samples: int
     """Completions sampled from the tuned model per prompt for the KL estimate."""
     lm_sequences: int
     """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+
+    def __post_init__(self):
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"ForgettingSpec.margin must lie in [0, 1), got {self.margin!r}")
 
 
 @dataclass(frozen=True)
@@ -254,7 +275,7 @@ _PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, 
                    checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
                    **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99)
+_QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)
 _KS_16 = (1, 2, 4, 8, 16)
 _GPU_STUDIES = dict(
     seeds=(0, 1, 2), device="auto",
@@ -288,9 +309,10 @@ PRESETS: dict[str, Preset] = {
         prop1=Prop1Spec(seeds=1, iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
         sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
                               eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-                                  kl_prompts=4, kl_samples=2, lm_sequences=32),
+                                  margin=0.2, kl_prompts=4, kl_samples=2, lm_sequences=32),
         scaling=ScalingSpec(models=("smoke",), populations=(2, 4), iterations=2, ablation_iterations=2,
                             prompts_per_step=4, eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20))),
     "tiny": _make(
@@ -307,9 +329,10 @@ PRESETS: dict[str, Preset] = {
         prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16)),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, greedy=False)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
                             ablation_iterations=60, prompts_per_step=32,
                             eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
@@ -320,9 +343,11 @@ PRESETS: dict[str, Preset] = {
         grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
         eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
                               eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, max_new_tokens=512),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
+                                                max_new_tokens=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
@@ -336,11 +361,12 @@ PRESETS: dict[str, Preset] = {
         eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
         eval_task_kwargs={"dataset": "math500"},
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, temperature=0.6,
                                             max_new_tokens=4096)),
-        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=16, ks=_KS_16, temperature=0.6,
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
                                                 max_new_tokens=2048),
-                                  kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
         scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
                             eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
@@ -356,6 +382,8 @@ _FULL_OVERRIDES: dict[str, Any] = {
     # notebook 06: Table 6's whole grid (qwen2-l too), runs long enough to move, 1000 held-out problems
     "scaling.models": ("qwen2-s", "qwen2-m", "qwen2-l"), "scaling.populations": (4, 8, 16, 32),
     "scaling.iterations": 50, "scaling.ablation_iterations": 150, "scaling.eval.n_problems": 1000,
+    # notebooks 04 and 05: more problems and samples behind the reset and forgetting checks (MDE not yet measured)
+    "sparsity.eval.n_problems": 500, "sparsity.eval.n_samples": 32, "forgetting.eval.n_problems": 1000,
 }
 """`full` = `tiny` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
 

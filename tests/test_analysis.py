@@ -106,3 +106,27 @@ def test_non_dominated():
     assert mask.tolist() == [False, True, True, True, True]
     with pytest.raises(ValueError, match="equal length"):
         analysis.non_dominated([1, 2], [1])
+
+
+def test_per_problem_pass_hand_computed():
+    import pandas as pd
+
+    table = pd.DataFrame({"problem_id": [7, "b"], "n": [4, 4], "c": [1, 0]})
+    out = analysis.per_problem_pass(table, 2)
+    # pass@2 with 1 of 4 correct: 1 - C(3, 2) / C(4, 2) = 1 - 3/6
+    assert out.to_dict("list") == {"problem_id": ["7", "b"], "pass@1": [0.25, 0.0], "pass@K": [0.5, 0.0],
+                                   "K": [2, 2]}
+
+
+def test_seed_by_problem_orders_seeds_and_problems_and_names_gaps():
+    import pandas as pd
+
+    table = pd.DataFrame({"seed": [2, 2, 0, 0], "problem_id": ["a", "b", "b", "a"], "pass@1": [0.1, 0.2, 0.3, 0.4]})
+    assert analysis.seed_by_problem(table).tolist() == [[0.4, 0.3], [0.1, 0.2]]
+    assert analysis.seed_by_problem(table, problems=["b", "a"]).tolist() == [[0.3, 0.4], [0.2, 0.1]]
+    with pytest.raises(ValueError, match="no 'pass@1' for seed 2, problem 'a'"):
+        analysis.seed_by_problem(table.iloc[1:])
+    with pytest.raises(ValueError, match="appears more than once"):
+        analysis.seed_by_problem(pd.concat([table, table.iloc[:1]]))
+    with pytest.raises(ValueError, match="no rows"):
+        analysis.seed_by_problem(table.iloc[:0])

@@ -10,6 +10,7 @@ import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import forgetting as fg
 from esreason_lib.experiments.common import model_ref, trained_runs
+from esreason_lib.training import METHODS, trainer
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.presets import get_preset
 from esreason_lib.pretrain import build_batch, completion_loss
@@ -99,16 +100,76 @@ def test_stats_summary_means_over_seeds():
     assert s.loc["grpo", "lm_loss/all"] == pytest.approx(0.64)
 
 
-def test_describe_forgetting_text():
-    deltas = fg.forgetting_deltas(_scores())
-    text = fg.describe_forgetting(deltas, fg.stats_summary(_stats()), "qwen2-s-habit")
-    assert text.startswith("Delta pass@1 on addition: ES +0.01, GRPO -0.02 (pass@16: ES +0.01, GRPO -0.08); "
-                           "Delta pass@1 on sorting: ES +0.01, GRPO -0.05")
-    assert "LM loss base 0.600 / ES 0.610 / GRPO 0.640" in text
-    assert text.endswith("KL to base per token, held-out tasks ES 0.0020 / GRPO 0.0300 "
-                         "(countdown: ES 0.0300 / GRPO 0.2000)")
-    hub = fg.describe_forgetting(deltas, fg.stats_summary(_stats(with_lm=False)), "Qwen/Qwen2.5-1.5B-Instruct")
-    assert "LM loss skipped" in hub and "Qwen/Qwen2.5-1.5B-Instruct" in hub
+def test_heldout_scores_means_over_problems():
+    problems = pd.DataFrame({"method": ["base", "base", "es", "es"], "seed": [-1, -1, 0, 0],
+                             "task": ["addition"] * 4, "problem_id": ["a", "b", "a", "b"],
+                             "pass@1": [0.25, 0.75, 0.5, 1.0], "pass@K": [0.5, 1.0, 1.0, 1.0], "K": 4})
+    scores = fg.heldout_scores(problems)
+    assert scores.to_dict("list") == {"method": ["base", "es"], "seed": [-1, 0], "task": ["addition"] * 2,
+                                      "pass@1": [0.5, 0.75], "pass@K": [0.75, 1.0], "K": [4, 4]}
+
+
+PROBLEMS = 40
+
+
+def _problems(es_delta, grpo_delta=0.0, seeds=(0, 1, 2), base=(0.5, 0.2)) -> pd.DataFrame:
+    """Per-problem pass@1 of the base on addition and sorting (mean `base`, varying by problem) and of ES and GRPO
+    at `seeds`, each the base plus the task's delta (`es_delta`: one number or one per task) plus a per-seed offset
+    of +-0.002."""
+    spread = np.linspace(-0.1, 0.1, PROBLEMS)
+    rows = []
+    for t, (task, level) in enumerate(zip(("addition", "sorting"), base)):
+        b = level + spread
+        models = [("base", -1, b)] + [(m, s, b + np.atleast_1d(d)[t % np.atleast_1d(d).size] + 0.002 * (i - 1))
+                                      for m, d in (("es", es_delta), ("grpo", grpo_delta))
+                                      for i, s in enumerate(seeds)]
+        for method, seed, vals in models:
+            rows += [{"method": method, "seed": seed, "task": task, "problem_id": f"{task}-{j}", "pass@1": v,
+                      "pass@K": min(1.0, v + 0.3), "K": 16} for j, v in enumerate(vals)]
+    return pd.DataFrame(rows)
+
+
+def _tables(problems, with_lm=True):
+    return fg.ForgettingTables(problems=problems, stats=_stats(with_lm), margin=0.2, base_model="qwen2-s-habit")
+
+
+def test_heldout_checks_threshold_is_the_margin_times_the_base():
+    checks = fg.heldout_checks(_tables(_problems(-0.01)), "es")
+    assert [c.name for c in checks] == ["ES - base Pass@1 on addition (threshold -0.100)",
+                                        "ES - base Pass@1 on sorting (threshold -0.040)"]
+    assert [c.threshold for c in checks] == pytest.approx([-0.1, -0.04])
+    assert [c.effect for c in checks] == pytest.approx([-0.01, -0.01])
+    assert all(c.n_seeds == 3 and c.status == "reproduced" for c in checks)
+
+
+def test_finding_reproduced_when_every_task_is_within_the_margin():
+    result = fg.finding(_tables(_problems(-0.01, grpo_delta=-0.2)))
+    assert result.status == "reproduced"
+    assert result.sentence.startswith("ES causes no catastrophic forgetting on the held-out tasks (within the "
+                                      "margin); GRPO beside it (not in the status): GRPO - base Pass@1 on addition")
+    assert "not reproduced" in result.sentence  # GRPO's -0.2 on addition lies below its -0.1 threshold
+    assert "LM loss base 0.600 / es 0.610 / grpo 0.640; kl/heldout es 0.0020 / grpo 0.0300" in result.sentence
+    assert [c.status for c in result.checks] == ["reproduced", "reproduced"]  # only ES's checks set the status
+
+
+def test_finding_not_reproduced_when_es_loses_more_than_the_margin_on_one_task():
+    # sorting: base 0.2, threshold -0.04; ES loses 0.08 there
+    result = fg.finding(_tables(_problems((0.0, -0.08))))
+    assert [c.status for c in result.checks] == ["reproduced", "not reproduced"]
+    assert result.status == "not reproduced"
+    assert result.sentence.startswith("ES forgets beyond the margin on a held-out task;")
+
+
+def test_finding_not_resolved_with_one_seed_or_a_loss_at_the_margin():
+    assert fg.finding(_tables(_problems(0.0, seeds=(0,)))).status == "not resolved"
+    at_margin = fg.finding(_tables(_problems((-0.1, 0.0))))
+    assert at_margin.checks[0].status == "not resolved" and at_margin.status == "not resolved"
+    assert at_margin.sentence.startswith("Whether ES forgets beyond the margin on the held-out tasks is not resolved")
+
+
+def test_finding_names_the_hub_base_when_there_is_no_lm_loss():
+    result = fg.finding(_tables(_problems(0.0), with_lm=False))
+    assert "LM loss skipped" in result.sentence and "qwen2-s-habit" in result.sentence
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
@@ -117,7 +178,8 @@ def study(isolated_store, moving_preset):
     """The smoke preset under which both methods move (`moving_preset`) with ES and GRPO trained once into
     `store`; ESREASON_HOME points to a separate folder, `default`, so that anything written outside the given
     store shows up."""
-    runs = trained_runs(moving_preset, home=isolated_store.store, progress=False)
+    runs = {(m, s): trainer(m)(moving_preset.config(m, seed=s), home=isolated_store.store, progress=False)
+            for m in METHODS for s in moving_preset.seeds}
     return SimpleNamespace(**vars(isolated_store), preset=moving_preset, runs=runs,
                            refs={key: model_ref(run) for key, run in runs.items()})
 
@@ -150,40 +212,38 @@ def test_trained_runs_trains_each_requested_seed(study):
 
 
 def _fake_evaluate(values, calls):
-    """An `evaluate_ref` stand-in: pass@k = values[ref, task] + k / 100 (recording each call)."""
+    """An `evaluate_ref` stand-in over three problems: c = (0, 1, 2) + round(values[ref, task] * n) correct of n
+    samples (capped at n), recording each call."""
 
     def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
         calls.append({"ref": ref, "task": task, "task_kwargs": dict(task_kwargs), "spec": spec, "home": home})
-        return SimpleNamespace(curve=pd.DataFrame({"k": list(spec.ks),
-                                                   "pass_at_k": [values[ref, task] + k / 100 for k in spec.ks]}))
+        n = spec.n_samples
+        c = [min(n, i + round(values[ref, task] * n)) for i in range(3)]
+        return SimpleNamespace(table=pd.DataFrame({"problem_id": ["p0", "p1", "p2"], "n": n, "c": c}))
 
     return evaluate_ref
 
 
-def test_heldout_scores_one_row_per_model_and_heldout_task(monkeypatch, tmp_path):
+def test_heldout_problems_one_row_per_model_task_and_problem(monkeypatch, tmp_path):
     # the training task has kwargs of its own; the held-out tasks must not receive them
     preset = get_preset("smoke", task_kwargs={"high": 20})
-    values = {("smoke", "addition"): 0.1, ("smoke", "sorting"): 0.2, ("dir/es", "addition"): 0.3,
-              ("dir/es", "sorting"): 0.4, ("dir/grpo", "addition"): 0.5, ("dir/grpo", "sorting"): 0.6}
+    values = {("smoke", "addition"): 0.0, ("smoke", "sorting"): 0.25, ("dir/es", "addition"): 0.5,
+              ("dir/es", "sorting"): 0.25, ("dir/grpo", "addition"): 0.0, ("dir/grpo", "sorting"): 0.5}
     calls = []
     monkeypatch.setattr(fg, "evaluate_ref", _fake_evaluate(values, calls))
-    scores = fg.heldout_scores(preset, {("es", 0): "dir/es", ("grpo", 3): "dir/grpo"}, home=tmp_path,
-                               progress=False)
-    assert list(scores.columns) == ["method", "seed", "task", "pass@1", "pass@K", "K"]
-    assert list(zip(scores["method"], scores["seed"], scores["task"])) == [
-        ("base", -1, "addition"), ("base", -1, "sorting"), ("es", 0, "addition"), ("es", 0, "sorting"),
-        ("grpo", 3, "addition"), ("grpo", 3, "sorting")]
-    assert scores["pass@1"].tolist() == pytest.approx([v + 0.01 for v in values.values()])
-    assert scores["pass@K"].tolist() == pytest.approx([v + 0.04 for v in values.values()])  # K = max ks = 4
-    assert (scores["K"] == 4).all()
+    problems = fg.heldout_problems(preset, {("es", 0): "dir/es", ("grpo", 3): "dir/grpo"}, home=tmp_path,
+                                   progress=False)
+    assert list(problems.columns) == ["method", "seed", "task", "problem_id", "pass@1", "pass@K", "K"]
+    keys = list(dict.fromkeys(zip(problems["method"], problems["seed"], problems["task"])))
+    assert keys == [("base", -1, "addition"), ("base", -1, "sorting"), ("es", 0, "addition"), ("es", 0, "sorting"),
+                    ("grpo", 3, "addition"), ("grpo", 3, "sorting")]
+    assert (problems.groupby(["method", "task"]).size() == 3).all()
+    # n = 4 samples: base on addition has c = 0, 1, 2 -> pass@1 0, 1/4, 1/2 and pass@4 (K = max ks) 0, 1, 1
+    base_add = problems[(problems["method"] == "base") & (problems["task"] == "addition")]
+    assert base_add["pass@1"].tolist() == pytest.approx([0.0, 0.25, 0.5])
+    assert base_add["pass@K"].tolist() == pytest.approx([0.0, 1.0, 1.0]) and (problems["K"] == 4).all()
     assert all(c["task_kwargs"] == {} and c["spec"] == preset.forgetting.eval and c["home"] == tmp_path
                for c in calls)
-    # K follows the study's own evaluation (here ks 1, 2: K = 2)
-    calls.clear()
-    k2 = get_preset("smoke", **{"forgetting.eval.ks": (1, 2)})
-    scores = fg.heldout_scores(k2, {("es", 0): "dir/es"}, progress=False)
-    assert (scores["K"] == 2).all() and scores["pass@K"].tolist() == pytest.approx([0.12, 0.22, 0.32, 0.42])
-    assert all(c["spec"] == k2.forgetting.eval for c in calls)
 
 
 def _save_copy(ref, path, home):
@@ -243,11 +303,14 @@ def test_stats_table_stacks_model_stats_with_method_and_seed(study):
                                       fg.model_stats(preset, ref, home=store))
 
 
-def test_forgetting_report_combines_the_cached_pieces(study, forbid_loading):
+def test_compute_combines_the_cached_pieces(study, forbid_loading):
     preset, store = study.preset, study.store
-    scores, deltas, stats = fg.forgetting_report(preset, home=store, progress=False)
-    pd.testing.assert_frame_equal(scores, fg.heldout_scores(preset, study.refs, home=store, progress=False))
-    pd.testing.assert_frame_equal(deltas, fg.forgetting_deltas(scores))
+    tables = fg.compute(preset, home=store, progress=False)
+    scores, stats = tables.scores, tables.stats
+    pd.testing.assert_frame_equal(tables.problems, fg.heldout_problems(preset, study.refs, home=store,
+                                                                       progress=False))
+    pd.testing.assert_frame_equal(tables.deltas, fg.forgetting_deltas(scores))
+    assert tables.margin == preset.forgetting.margin and tables.base_model == preset.base_model
     pd.testing.assert_frame_equal(stats, fg.stats_table(preset, study.refs, home=store))
     assert set(scores["task"]) == set(preset.heldout_tasks) and set(scores["method"]) == {"base", "es", "grpo"}
     assert scores["pass@1"].between(0, 1).all() and (scores["pass@K"] >= scores["pass@1"]).all()
@@ -257,7 +320,8 @@ def test_forgetting_report_combines_the_cached_pieces(study, forbid_loading):
     # everything is cached: a second report trains, evaluates and loads nothing
     n_runs = len(list(store.iterdir()))
     forbid_loading(esreason_lib.models, common, fg)
-    again = fg.forgetting_report(preset, home=store, progress=False)
-    for a, b in zip(again, (scores, deltas, stats)):
-        pd.testing.assert_frame_equal(a, b)
+    again = fg.compute(preset, home=store, progress=False)
+    pd.testing.assert_frame_equal(again.problems, tables.problems)
+    pd.testing.assert_frame_equal(again.stats, tables.stats)
+    assert fg.finding(again) == fg.finding(tables)
     assert len(list(store.iterdir())) == n_runs

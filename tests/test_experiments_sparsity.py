@@ -9,7 +9,8 @@ import torch
 import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import sparsity as sp
-from esreason_lib.experiments.common import model_ref, trained_runs
+from esreason_lib.experiments.common import model_ref
+from esreason_lib.training import METHODS, trainer
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
@@ -75,6 +76,7 @@ def test_reset_models_saves_cached_runs(tmp_path):
     base_ref, tuned_ref = _base_and_tuned(tmp_path)
     table = sp.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
     assert list(table["mode"]) == ["magnitude", "random"] * 2
+    assert list(table["threshold"]) == ["q=0.5", "q=0.5", "q=0.9", "q=0.9"]
     mag = table[table["mode"] == "magnitude"]
     assert mag["sparsity"].to_numpy() == pytest.approx([0.5, 0.9], abs=0.01)
     rnd = table[table["mode"] == "random"]
@@ -97,35 +99,110 @@ def test_reset_models_absolute_tau_and_its_random_control_reset_the_same_count(t
     changed = sum(int((t[k] != b[k]).sum()) for k in b)
     small = sum(int(((t[k] != b[k]) & ((t[k] - b[k]).abs() <= 5e-3)).sum()) for k in b)
     assert mag["tau"] == 5e-3 and mag["sparsity"] == small / changed and mag["quantile"] == mag["sparsity"]
+    assert mag["threshold"] == rnd["threshold"] == "tau=0.005"
     assert 0.2 < mag["sparsity"] < 0.6  # 5e-3 against N(0, 1e-2) updates: about 38% of them
     reset = {name: sum(int(((s[k] == b[k]) & (t[k] != b[k])).sum()) for k in b) for name, s in (("mag", m), ("rnd", r))}
     assert reset == {"mag": small, "rnd": small} and rnd["sparsity"] == mag["sparsity"]
 
 
-def _sweep(method, unreset, reset, rand, base):
-    rows = []
-    for mode, mid in (("magnitude", reset), ("random", rand)):
-        rows += [{"method": method, "mode": mode, "quantile": 0.0, "sparsity": 0.0, "pass@1": unreset, "pass@K": 0.5,
-                  "K": 16},
-                 {"method": method, "mode": mode, "quantile": 0.5, "sparsity": 0.5, "pass@1": 0.0, "pass@K": 0.0,
-                  "K": 16},
-                 {"method": method, "mode": mode, "quantile": 0.9, "sparsity": 0.9, "pass@1": mid, "pass@K": 0.4,
-                  "K": 16},
-                 {"method": method, "mode": mode, "quantile": 1.0, "sparsity": 1.0, "pass@1": base, "pass@K": 0.3,
-                  "K": 16}]
-    return rows
+PROBLEMS = 40
 
 
-def test_describe_sparsity_reads_the_tables(state_pair):
-    base, tuned = state_pair
-    drift = sp.drift_by_module(base, {("es", 0): tuned, ("grpo", 0): base})
-    sweep = pd.DataFrame(_sweep("es", 0.26, 0.25, 0.19, 0.10) + _sweep("grpo", 0.3, 0.2, 0.1, 0.10))
-    text = sp.describe_sparsity(drift, sweep)
-    overall = 100 * np.sqrt((0.1 ** 2 + 0.5 ** 2 + 0.01 ** 2 + 2.0 ** 2) / 36)
-    assert text.startswith(f"drift (relative L2) ES {overall:.2f}% vs GRPO 0.00%")
-    assert ("ES: resetting the smallest 90% of changed coordinates gives pass@1 0.25 / pass@16 0.40 "
-            "(unreset 0.26 / 0.50, random 90% 0.19 / 0.40, base 0.10 / 0.30)") in text
-    assert "largest relative update in: ES norm, GRPO none (no update)" in text
+def _problems(reset, unreset, rand, seeds=(0, 1, 2), labels=("q=0.9",), method="es") -> pd.DataFrame:
+    """Per-problem pass@1 of a base (0.1 on average, varying by problem) and of `method`'s unreset, magnitude and
+    random models at each threshold label: the base plus `unreset`, `reset` or `rand`, plus a per-seed offset of
+    +-0.002 shared by a seed's models."""
+    base = 0.1 + np.linspace(-0.05, 0.05, PROBLEMS)
+    rows = [("base", -1, "base", "", 1.0, base)]
+    for i, seed in enumerate(seeds):
+        off = 0.002 * (i - 1)
+        rows.append((method, seed, "unreset", "", 0.0, base + unreset + off))
+        for label in labels:
+            rows += [(method, seed, "magnitude", label, 0.9, base + reset + off),
+                     (method, seed, "random", label, 0.9, base + rand + off)]
+    return pd.DataFrame([{"method": m, "seed": s, "mode": mode, "threshold": label, "quantile": q,
+                          "tau": np.nan, "sparsity": q, "problem_id": f"p{j}", "pass@1": v, "pass@K": v + 0.3,
+                          "K": 16} for m, s, mode, label, q, vals in rows for j, v in enumerate(vals)])
+
+
+def _drift(es_all=0.071, grpo_all=0.0237, es_modules=None) -> pd.DataFrame:
+    es_modules = es_modules or {"mlp": 0.08, "norm": 0.05, "attention": 0.04}
+    rows = [{"method": "es", "seed": s, "module": m, "rel_l2": v} for s in (0, 1) for m, v in
+            {**es_modules, "all": es_all}.items()]
+    rows += [{"method": "grpo", "seed": 0, "module": m, "rel_l2": v} for m, v in
+             {"mlp": 0.03, "norm": 0.0, "attention": 0.01, "all": grpo_all}.items()]
+    return pd.DataFrame(rows)
+
+
+def _tables(problems, drift=None, checked=("q=0.9",)):
+    return sp.SparsityTables(drift=_drift() if drift is None else drift, problems=problems, checked=checked,
+                             margin=0.02)
+
+
+def test_reset_checks_hand_computed():
+    checks = sp.reset_checks(_tables(_problems(reset=0.10, unreset=0.11, rand=0.02)), "es")
+    assert [c.name for c in checks] == ["ES reset q=0.9 - base Pass@1", "ES reset q=0.9 - unreset Pass@1 (margin 0.02)",
+                                        "ES reset q=0.9 - random reset of the same count, Pass@1"]
+    assert [c.effect for c in checks] == pytest.approx([0.10, -0.01, 0.08])
+    assert [c.threshold for c in checks] == [0.0, -0.02, 0.0]
+    # paired by seed: the per-seed offset cancels in reset - unreset and reset - random
+    assert checks[1].ci_low == pytest.approx(-0.01) and checks[1].ci_high == pytest.approx(-0.01)
+    assert all(c.n_seeds == 3 and c.status == "reproduced" for c in checks)
+
+
+@pytest.mark.parametrize("reset, unreset, rand, failing", [
+    (-0.05, -0.04, -0.10, 0),  # the reset falls below the base
+    (0.10, 0.15, 0.02, 1),  # the reset loses 0.05 > margin 0.02 against the unreset model
+    (0.10, 0.11, 0.15, 2),  # the random reset of the same count does better
+])
+def test_finding_not_reproduced_when_one_check_fails(reset, unreset, rand, failing):
+    result = sp.finding(_tables(_problems(reset, unreset, rand)))
+    statuses = [c.status for c in result.checks]
+    assert statuses[failing] == "not reproduced"
+    assert [s for i, s in enumerate(statuses) if i != failing] == ["reproduced", "reproduced"]
+    assert result.status == "not reproduced"
+    assert result.sentence.startswith("ES's functional sparsity does not hold: a check below lies on the wrong side;")
+
+
+def test_finding_reproduced_states_the_drift_beside_the_paper():
+    result = sp.finding(_tables(_problems(0.10, 0.11, 0.02)))
+    assert result.status == "reproduced"
+    assert result.sentence.startswith(
+        "Resetting ES's smallest updates keeps its task gain; ES relative L2 drift 7.10% = 3.0x GRPO's 2.37%, "
+        "below the paper's 40-44x; ES's largest relative updates in mlp and norm, unlike the paper (norm and "
+        "attention); ES reset q=0.9 - base Pass@1: +0.100")
+    paper_like = sp.finding(_tables(_problems(0.10, 0.11, 0.02),
+                                    drift=_drift(es_all=0.42, grpo_all=0.01,
+                                                 es_modules={"mlp": 0.01, "norm": 0.5, "attention": 0.3})))
+    assert "42.0x GRPO's 1.00%, within the paper's 40-44x; ES's largest relative updates in norm and attention, " \
+           "as the paper" in paper_like.sentence
+
+
+def test_finding_checks_every_checked_threshold_and_is_not_resolved_with_one_seed():
+    labels = ("q=0.9", "tau=0.0005")
+    result = sp.finding(_tables(_problems(0.10, 0.11, 0.02, labels=labels), checked=labels))
+    assert len(result.checks) == 6 and "tau=0.0005" in result.checks[3].name and result.status == "reproduced"
+    one = sp.finding(_tables(_problems(0.10, 0.11, 0.02, seeds=(0,))))
+    assert one.status == "not resolved" and one.sentence.startswith("Whether resetting ES's smallest updates")
+    with pytest.raises(ValueError, match="no rows"):
+        sp.reset_checks(_tables(_problems(0.1, 0.1, 0.0), checked=("q=0.5",)))
+
+
+def test_sweep_means_over_seeds_with_shared_endpoints():
+    sweep = _tables(_problems(0.10, 0.11, 0.02)).sweep
+    assert list(sweep.columns) == ["method", "mode", "threshold", "quantile", "tau", "sparsity", "pass@1", "pass@K",
+                                   "K", "seeds"]
+    for mode, mid in (("magnitude", 0.2), ("random", 0.12)):
+        rows = sweep[sweep["mode"] == mode]
+        assert rows["sparsity"].tolist() == [0.0, 0.9, 1.0]
+        assert rows["pass@1"].tolist() == pytest.approx([0.21, mid, 0.1])
+        assert rows["seeds"].tolist() == [3, 3, 1] and set(rows["method"]) == {"es"}
+
+
+def test_drift_summary_orders_moved_modules():
+    d = sp.drift_summary(_drift()).set_index("method")
+    assert d.loc["es", "rel_l2"] == pytest.approx(0.071) and d.loc["es", "modules"] == ("mlp", "norm", "attention")
+    assert d.loc["grpo", "modules"] == ("mlp", "attention")  # norm did not move
 
 
 # ------------------------------------------------------------------------------------------- the study, smoke
@@ -134,8 +211,9 @@ def study(isolated_store, moving_preset):
     """The smoke preset under which both methods move (`moving_preset`: the resets have updates to reset) with ES
     and GRPO trained once into `store`; ESREASON_HOME points to a separate folder, `default`, so that anything
     written outside the given store shows up."""
-    return SimpleNamespace(**vars(isolated_store), preset=moving_preset,
-                           runs=trained_runs(moving_preset, home=isolated_store.store, progress=False))
+    runs = {(m, s): trainer(m)(moving_preset.config(m, seed=s), home=isolated_store.store, progress=False)
+            for m in METHODS for s in moving_preset.seeds}
+    return SimpleNamespace(**vars(isolated_store), preset=moving_preset, runs=runs)
 
 
 def _nothing_outside(study):
@@ -143,66 +221,66 @@ def _nothing_outside(study):
 
 
 def _fake_evaluate(calls):
-    """An `evaluate_ref` stand-in giving every reference its own score: pass@1 = 0.01 * (order of first call),
-    pass@k = pass@1 + (k - 1) / 1000 (recording each call)."""
-    seen: dict[str, float] = {}
+    """An `evaluate_ref` stand-in over three problems giving every reference its own scores: c = (0, 1, 2) + the
+    order of the reference's first call, capped at n (recording each call)."""
+    seen: dict[str, int] = {}
 
     def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
         calls.append({"ref": ref, "task": task, "spec": spec, "home": home})
-        p1 = seen.setdefault(ref, 0.01 * (len(seen) + 1))
-        return SimpleNamespace(curve=pd.DataFrame({"k": list(spec.ks),
-                                                   "pass_at_k": [p1 + (k - 1) / 1000 for k in spec.ks]}))
+        order = seen.setdefault(ref, len(seen))
+        c = [min(spec.n_samples, i + order) for i in range(3)]
+        return SimpleNamespace(table=pd.DataFrame({"problem_id": ["p0", "p1", "p2"], "n": spec.n_samples, "c": c}))
 
     return evaluate_ref, seen
 
 
-def test_sparsity_sweep_resets_at_the_requested_quantiles_and_scores_each_model(study, monkeypatch):
-    preset, store = study.preset, study.store
+def test_compute_scores_every_seed_and_reset_per_problem(study, monkeypatch):
+    preset, store = replace(study.preset, seeds=(0, 1)), study.store
     calls = []
-    fake, score = _fake_evaluate(calls)
+    fake, order = _fake_evaluate(calls)
     monkeypatch.setattr(sp, "evaluate_ref", fake)
-    sweep = sp.sparsity_sweep(preset, study.runs, home=store, progress=False)
-    assert list(sweep.columns) == ["method", "mode", "quantile", "tau", "sparsity", "pass@1", "pass@K", "K"]
-    assert list(dict.fromkeys(sweep["method"])) == list(preset.sparsity.methods)
-    pd.testing.assert_frame_equal(sweep, sweep.sort_values(["method", "mode", "sparsity"], ignore_index=True))
-    assert (sweep["K"] == max(preset.sparsity.eval.ks)).all()
+    tables = sp.compute(preset, home=store, progress=False)
+    p = tables.problems
+    assert list(p.columns) == sp.PROBLEM_COLUMNS and tables.checked == ("q=0.9",) and tables.margin == 0.02
     assert all(c["spec"] == preset.sparsity.eval and c["task"] == preset.task and c["home"] == store for c in calls)
     qs = list(preset.sparsity.quantiles)
+    models = p.drop_duplicates(["method", "seed", "mode", "threshold"])
+    assert len(models) == len(order) == 1 + 2 * 2 * (1 + 2 * len(qs))  # every model scored once
+    assert (p.groupby(["method", "seed", "mode", "threshold"]).size() == 3).all()  # three problems each
+    n = preset.sparsity.eval.n_samples
     for method in preset.sparsity.methods:
-        tuned_ref = model_ref(study.runs[method, preset.seeds[0]])
-        resets = sp.reset_models(preset.base_model, tuned_ref, qs, seed=preset.seeds[0], home=store)  # cached
-        rows = {mode: sweep[(sweep["method"] == method) & (sweep["mode"] == mode)].set_index("quantile")
-                for mode in sp.MODES}
-        for mode, table in rows.items():
-            assert list(table.index) == [0.0, *qs, 1.0]
-            # the endpoints: quantile 0 is the unreset tuned model, quantile 1 the base
-            assert table.loc[0.0, "sparsity"] == 0.0 and table.loc[1.0, "sparsity"] == 1.0
-            assert np.isnan(table.loc[0.0, "tau"]) and np.isnan(table.loc[1.0, "tau"])
-            assert table.loc[0.0, "pass@1"] == pytest.approx(score[tuned_ref])
-            assert table.loc[1.0, "pass@1"] == pytest.approx(score[preset.base_model])
-            for q, ref in zip(resets[resets["mode"] == mode]["quantile"], resets[resets["mode"] == mode]["ref"]):
-                assert table.loc[q, "pass@1"] == pytest.approx(score[ref])
-                assert table.loc[q, "pass@K"] == pytest.approx(score[ref] + (max(preset.sparsity.eval.ks) - 1) / 1000)
-        mag, rnd = rows["magnitude"].loc[qs], rows["random"].loc[qs]
-        assert mag["sparsity"].to_numpy() == pytest.approx(qs, abs=0.01)  # the model moved: real resets
-        assert rnd["sparsity"].to_numpy() == pytest.approx(mag["sparsity"].to_numpy(), abs=0.02)
-        assert (mag["tau"] > 0).all() and mag["tau"].is_monotonic_increasing and rnd["tau"].isna().all()
-    assert len(score) == 1 + len(preset.sparsity.methods) * (1 + 2 * len(qs))  # every model scored once
+        for seed in preset.seeds:
+            tuned_ref = model_ref(trainer(method)(preset.config(method, seed=seed), home=store, progress=False))
+            resets = sp.reset_models(preset.base_model, tuned_ref, qs, seed=seed, home=store)  # cached
+            rows = p[(p["method"] == method) & (p["seed"] == seed)]
+            unreset = rows[rows["mode"] == "unreset"]
+            assert unreset["pass@1"].tolist() == pytest.approx([min(n, i + order[tuned_ref]) / n for i in range(3)])
+            assert (unreset["sparsity"] == 0.0).all() and (unreset["threshold"] == "").all()
+            for r in resets.itertuples():
+                got = rows[(rows["mode"] == r.mode) & (rows["threshold"] == r.threshold)]
+                assert got["pass@1"].tolist() == pytest.approx([min(n, i + order[r.ref]) / n for i in range(3)])
+                assert (got["sparsity"] == r.sparsity).all() and (got["quantile"] == r.quantile).all()
+            mag = resets[resets["mode"] == "magnitude"]
+            # the model moved: real resets, about the quantile or more (ties at tau are reset too), never all
+            assert (mag["sparsity"].to_numpy() >= np.array(qs) - 0.01).all() and (mag["sparsity"] < 1).all()
+    base = p[p["mode"] == "base"]
+    assert set(base["method"]) == {"base"} and set(base["seed"]) == {-1} and (base["sparsity"] == 1.0).all()
+    assert set(zip(tables.drift["method"], tables.drift["seed"])) == {(m, s) for m in ("es", "grpo") for s in (0, 1)}
+    assert sp.finding(tables).status == "not resolved"  # two seeds < MIN_SEEDS
     assert _nothing_outside(study)
 
 
-def test_sparsity_sweep_needs_a_run_for_every_sparsity_method(study, monkeypatch):
+def test_compute_rejects_an_unknown_sparsity_method(study, monkeypatch):
     monkeypatch.setattr(sp, "evaluate_ref", _fake_evaluate([])[0])
-    with pytest.raises(ValueError, match="sparsity_methods names 'grpo' but runs has no \\('grpo', 0\\) entry"):
-        sp.sparsity_sweep(study.preset, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
-    only_es = replace(study.preset, sparsity=replace(study.preset.sparsity, methods=("es",)))
-    sweep = sp.sparsity_sweep(only_es, {("es", 0): study.runs["es", 0]}, home=study.store, progress=False)
-    assert set(sweep["method"]) == {"es"} and len(sweep) == 2 * (2 + len(only_es.sparsity.quantiles))
+    bad = replace(study.preset, sparsity=replace(study.preset.sparsity, methods=("es", "ppo")))
+    with pytest.raises(ValueError, match="sparsity.methods names 'ppo'"):
+        sp.compute(bad, home=study.store, progress=False)
 
 
-def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):
+def test_compute_drift_for_every_run_and_the_cached_sweep(study, forbid_loading):
     preset, store = study.preset, study.store
-    drift, sweep = sp.sparsity_report(preset, home=store, progress=False)
+    tables = sp.compute(preset, home=store, progress=False)
+    drift, sweep = tables.drift, tables.sweep
     assert list(dict.fromkeys(zip(drift["method"], drift["seed"]))) == list(study.runs)
     total = drift[drift["module"] == "all"].set_index("method")
     assert len(total) == len(study.runs) and (total["update_share"] == 1.0).all()
@@ -212,11 +290,18 @@ def test_sparsity_report_drift_for_every_run_and_the_cached_sweep(study, forbid_
     assert total.loc["es", "rel_l2"] == pytest.approx(es_drift, rel=1e-4)
     assert sweep["pass@1"].between(0, 1).all() and (sweep["pass@K"] >= sweep["pass@1"]).all()
     assert _nothing_outside(study)
-    # training, resets and evaluations are cached: a second report trains and evaluates nothing
+    # training, resets and evaluations are cached: a second compute trains and evaluates nothing
     forbid_loading(esreason_lib.models, common)
     n_runs = len(list(store.iterdir()))
-    again_drift, again_sweep = sp.sparsity_report(preset, home=store, progress=False)
-    pd.testing.assert_frame_equal(again_drift, drift)
-    pd.testing.assert_frame_equal(again_sweep, sweep)
-    pd.testing.assert_frame_equal(sp.sparsity_sweep(preset, study.runs, home=store, progress=False), sweep)
+    again = sp.compute(preset, home=store, progress=False)
+    pd.testing.assert_frame_equal(again.drift, drift)
+    pd.testing.assert_frame_equal(again.problems, tables.problems)
+    assert sp.finding(again) == sp.finding(tables)
     assert len(list(store.iterdir())) == n_runs
+
+
+def test_finding_without_drift_states_no_ratio():
+    still = _drift(es_all=0.0, es_modules={"mlp": 0.0, "norm": 0.0, "attention": 0.0})
+    sentence = sp.finding(_tables(_problems(0.0, 0.0, 0.0), drift=still)).sentence
+    assert "ES relative L2 drift 0.00%, GRPO's 2.37%: no ratio (a method did not move); ES reset" in sentence
+    assert "largest" not in sentence

@@ -8,46 +8,56 @@ Three measurements of the ES and GRPO models of notebook 01 against their common
   training task and of each held-out task, estimated with k3 = r - 1 - log r, r = pi_base / pi_tuned of each
   sampled token (unbiased for the per-position KL and never negative).
 The per-model LM loss and KL are cached in runs of kind `forgetting`.
+
+The finding is a non-inferiority check per held-out task for ES at its preset configuration, on Pass@1 per
+training seed and problem: Delta Pass@1 (tuned - base) > -`forgetting.margin` x the base's Pass@1 on that task.
+GRPO at its preset configuration gets the same checks beside it (they do not set the status); the LM loss and
+the KL are reported measurements.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
 
+from ..analysis import per_problem_pass, seed_by_problem
+from ..findings import Check, Finding, combine_status, effect_check, make_finding
 from ..generation import completion_logprobs, generate
 from ..models import load_model
-from ..zoo import ZOO
 from ..pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
 from ..tasks import get_task
-from ..zoo import get_spec
-from ..training import resolve_device
-from .common import evaluate_ref, model_ref, trained_runs
+from ..zoo import ZOO, get_spec
+from ..training import METHODS, resolve_device, trainer
+from .common import evaluate_ref, model_ref
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""
 
 
-def heldout_scores(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
-                   progress: bool = True) -> pd.DataFrame:
-    """One row per (method, seed, task): pass@1, pass@K and K (largest ks) on each held-out task under
-    `preset.forgetting.eval` (or `preset.eval`); `refs` maps (method, seed) to a model reference, and the base
-    is added as method "base", seed -1."""
+def heldout_problems(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
+                     progress: bool = True) -> pd.DataFrame:
+    """One row per (method, seed, task, problem): pass@1, pass@K and K (largest ks) on each held-out task under
+    `preset.forgetting.eval`; `refs` maps (method, seed) to a model reference, and the base is added as method
+    "base", seed -1."""
     spec = preset.forgetting.eval
-    rows = []
+    frames = []
     for (method, seed), ref in {("base", -1): preset.base_model, **refs}.items():
         for task in preset.heldout_tasks:
             result = evaluate_ref(ref, task, {}, spec, device=resolve_device(preset.device), home=home,
                                   progress=progress)
-            curve = result.curve.set_index("k")["pass_at_k"]
-            rows.append({"method": method, "seed": seed, "task": task, "pass@1": float(curve.loc[1]),
-                         "pass@K": float(curve.loc[max(spec.ks)]), "K": max(spec.ks)})
-    return pd.DataFrame(rows)
+            frames.append(per_problem_pass(result.table, max(spec.ks)).assign(method=method, seed=seed, task=task))
+    return pd.concat(frames, ignore_index=True)[["method", "seed", "task", "problem_id", "pass@1", "pass@K", "K"]]
+
+
+def heldout_scores(problems: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, seed, task) of `heldout_problems`: pass@1, pass@K (means over problems) and K."""
+    return problems.groupby(["method", "seed", "task"], sort=False).agg(
+        **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first")).reset_index()
 
 
 def forgetting_deltas(scores: pd.DataFrame) -> pd.DataFrame:
@@ -190,35 +200,71 @@ def stats_summary(stats: pd.DataFrame) -> pd.DataFrame:
     return wide.loc[order].reset_index()
 
 
-def forgetting_report(preset: Preset, *, home=None, progress: bool = True):
-    """(scores, deltas, stats): `heldout_scores`, `forgetting_deltas` and `stats_table` for every seed."""
-    refs = {key: model_ref(run) for key, run in trained_runs(preset, home=home, progress=progress).items()}
-    scores = heldout_scores(preset, refs, home=home, progress=progress)
-    return scores, forgetting_deltas(scores), stats_table(preset, refs, home=home)
+@dataclass(frozen=True)
+class ForgettingTables:
+    """What `compute` measures: held-out scores per problem, and LM loss and KL per model."""
+
+    problems: pd.DataFrame
+    """`heldout_problems`: per (method, seed, task, problem) pass@1, pass@K, K; the base is method "base"."""
+    stats: pd.DataFrame
+    """`stats_table`: per (method, seed) quantity ("lm_loss" / "kl"), scope, value."""
+    margin: float
+    """`ForgettingSpec.margin`: the tolerated Pass@1 loss as a fraction of the base's, per held-out task."""
+    base_model: str
+    """The common base (named in the LM-loss note when it is not a zoo model)."""
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """`heldout_scores(problems)`."""
+        return heldout_scores(self.problems)
+
+    @property
+    def deltas(self) -> pd.DataFrame:
+        """`forgetting_deltas(scores)`."""
+        return forgetting_deltas(self.scores)
 
 
-def describe_forgetting(deltas: pd.DataFrame, summary: pd.DataFrame, base_model: str) -> str:
-    """The finding line of notebook 05: Delta pass@1 (and pass@K) per held-out task and method, LM loss per
-    model (or the skip note) and per-token KL to the base on the held-out tasks and the training task."""
-    methods = list(dict.fromkeys(deltas["method"]))
-    parts = []
-    for task, sub in deltas.groupby("task", sort=False):
-        sub = sub.set_index("method")
-        k = int(sub["K"].iloc[0])
-        d1 = ", ".join(f"{m.upper()} {sub.loc[m, 'd_pass@1']:+.2f}" for m in methods)
-        dk = ", ".join(f"{m.upper()} {sub.loc[m, 'd_pass@K']:+.2f}" for m in methods)
-        parts.append(f"Delta pass@1 on {task}: {d1} (pass@{k}: {dk})")
-    s = summary.set_index("method")
-    if "lm_loss/all" in s:
-        parts.append("LM loss " + " / ".join(f"{m if m == 'base' else m.upper()} {s.loc[m, 'lm_loss/all']:.3f}"
-                                           for m in s.index))
-    else:
-        parts.append(LM_NOTE.format(base=base_model))
-    kl_cols = [c for c in s.columns if c.startswith("kl/") and c != "kl/heldout"]
-    train_col = kl_cols[0]
-    heldout = "kl/heldout" if "kl/heldout" in s else train_col
-    parts.append("KL to base per token, held-out tasks " + " / ".join(f"{m.upper()} {s.loc[m, heldout]:.4f}"
-                                                                        for m in methods)
-                 + f" ({train_col[3:]}: " + " / ".join(f"{m.upper()} {s.loc[m, train_col]:.4f}" for m in methods)
-                 + ")")
-    return "; ".join(parts)
+def compute(preset: Preset, *, home=None, progress: bool = True) -> ForgettingTables:
+    """Held-out scores per problem and LM loss / KL of the base and every seed's ES and GRPO model of notebook 01
+    at the preset's configurations (trained here when missing, cached)."""
+    refs = {(m, s): model_ref(trainer(m)(preset.config(m, seed=s), home=home, progress=progress))
+            for m in METHODS for s in preset.seeds}
+    return ForgettingTables(problems=heldout_problems(preset, refs, home=home, progress=progress),
+                            stats=stats_table(preset, refs, home=home), margin=float(preset.forgetting.margin),
+                            base_model=preset.base_model)
+
+
+def heldout_checks(tables: ForgettingTables, method: str = "es") -> list[Check]:
+    """Per held-out task: Delta Pass@1 of `method` (per seed and problem) against the base (paired by problem)
+    > -margin x the base's Pass@1 on that task."""
+    p = tables.problems
+    checks = []
+    for task in dict.fromkeys(p["task"]):
+        base = seed_by_problem(p[(p["method"] == "base") & (p["task"] == task)])  # [1, P]
+        problems = list(dict.fromkeys(p.loc[(p["method"] == "base") & (p["task"] == task), "problem_id"]))
+        tuned = seed_by_problem(p[(p["method"] == method) & (p["task"] == task)], problems=problems)  # [R, P]
+        threshold = -tables.margin * float(base.mean())
+        checks.append(effect_check(f"{method.upper()} - base Pass@1 on {task} (threshold {threshold:+.3f})", tuned, base,
+                                   threshold=threshold))
+    return checks
+
+
+CLAIM = {"reproduced": "ES causes no catastrophic forgetting on the held-out tasks (within the margin)",
+         "not reproduced": "ES forgets beyond the margin on a held-out task",
+         "not resolved": "Whether ES forgets beyond the margin on the held-out tasks is not resolved"}
+"""The claim of the finding, worded by its status."""
+
+
+def finding(tables: ForgettingTables) -> Finding:
+    """Notebook 05's finding: ES's `heldout_checks` (the status), GRPO's beside them, and the LM loss and
+    held-out KL per method (means over seeds)."""
+    checks = heldout_checks(tables, "es")
+    s = stats_summary(tables.stats).set_index("method")
+    lm = ("LM loss " + " / ".join(f"{m} {s.loc[m, 'lm_loss/all']:.3f}" for m in s.index) if "lm_loss/all" in s
+          else LM_NOTE.format(base=tables.base_model))
+    kl = "kl/heldout" if "kl/heldout" in s else [c for c in s if c.startswith("kl/")][0]
+    sentence = "; ".join([CLAIM[combine_status(checks)],
+                          "GRPO beside it (not in the status): " + ", ".join(c.describe() for c in
+                                                                             heldout_checks(tables, "grpo")),
+                          lm, f"{kl} " + " / ".join(f"{m} {s.loc[m, kl]:.4f}" for m in s.index if m != "base")])
+    return make_finding(sentence, checks)

@@ -1,34 +1,52 @@
 """Notebook 04: where the ES and GRPO updates went, and whether the small ES updates matter (functional sparsity).
 
+The paper (Sec. "functional sparsity"): ES moves the weights substantially, its relative L2 drift 40-44x
+GRPO's, with its largest updates in LayerNorm and attention; yet resetting every coordinate whose update is
+below an absolute threshold tau (2.5e-4 ... 2e-3) back to the base keeps the task gain, while resetting a random
+set of the same size does not.
+
 Drift: relative L2 of the update per module type and overall, and each module type's share of the largest
-updates. Reset sweep: for each quantile q of |delta| over the changed coordinates (`sparsity_quantiles`) and
-each absolute threshold (`sparsity_taus`, the paper's), every coordinate with 0 < |delta| <= tau is set back to
-its base value, and the reset model is evaluated against a control that resets a uniformly random set of
-exactly as many changed coordinates. Reset
-models are saved under runs of kind `masked` (so each has a stable reference and is evaluated once by
-`evaluate_ref`); the numbers come from `esreason_lib.analysis`.
+updates. Reset sweep, for every training seed of each method in `sparsity.methods`: for each quantile q of
+|delta| over the changed coordinates (`sparsity.quantiles`) and each absolute threshold (`sparsity.taus`, the
+paper's), every coordinate with 0 < |delta| <= tau is set back to its base value, beside a control that resets
+a uniformly random set of exactly as many changed coordinates. Reset models are saved under runs of kind
+`masked` (so each has a stable reference and is evaluated once by `evaluate_ref`); the numbers come from
+`esreason_lib.analysis`.
+
+The finding checks ES at each checked threshold (`sparsity.check_quantiles` and every tau), per problem and
+seed: the reset model above the base (some gain is left), no worse than the unreset model by more than
+`sparsity.margin` (the gain is kept), and above its random control (it is the small updates that do not matter).
+The drift ratio and the module ranking are reported beside them as measurements.
+Deviation: the tiny presets threshold at quantiles of |delta| (their update sizes differ from the paper's, so
+absolute taus would not transfer); the paper presets use the paper's taus.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, random_reset,
-                        reset_small_updates, update_deltas)
+from ..analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
+                        random_reset, reset_small_updates, seed_by_problem, update_deltas)
+from ..findings import Check, Finding, combine_status, effect_check, make_finding
 from ..models import load_model
-from ..presets import EvalSpec, Preset
+from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
-from ..training import resolve_device
+from ..training import METHODS, resolve_device, trainer
 from ..zoo import quiet_transformers
-from .common import evaluate_ref, model_ref, trained_runs
+from .common import evaluate_ref, model_ref
 
 MODES = ("magnitude", "random")
-"""The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal sparsity."""
+"""The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""
+PAPER_DRIFT_RATIO = (40.0, 44.0)
+"""The paper's ES / GRPO ratio of relative L2 drift."""
+PAPER_MODULES = ("norm", "attention")
+"""The module types of the paper's largest ES updates (LayerNorm and attention)."""
 
 
 def dedupe_tied(state: StateDict) -> StateDict:
@@ -99,8 +117,9 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int
     """Build (or reload) the magnitude and random reset models of `tuned_ref` for each quantile of |delta| and
     each absolute threshold in `taus`.
 
-    Returns one row per (mode, threshold): mode, quantile, tau, sparsity (achieved fraction of changed
-    coordinates reset) and ref (the saved model's directory); quantiles first, then taus. An absolute tau's
+    Returns one row per (mode, threshold): mode, threshold (label "q=0.9" or "tau=0.0005"), quantile, tau,
+    sparsity (achieved fraction of changed coordinates reset) and ref (the saved model's directory); quantiles
+    first, then taus. An absolute tau's
     quantile is its sparsity (the fraction of changed |delta| <= tau, i.e. the q of which tau is the quantile).
     The random control of a threshold resets exactly as many coordinates as its magnitude reset
     (`analysis.random_reset`). A tuned model equal to its base (no update, e.g. all rewards equal) gives
@@ -136,84 +155,148 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int
             state, achieved = random_reset(s["base"], s["tuned"], sparsity,
                                            seed=derive_seed(seed, "sparsity", "random", key, value))
             _save_reset(rnd, state, s["template"], s["tokenizer"], sparsity=achieved)
-        quantile = value if key == "quantile" else float(sparsity)
-        rows.append({"mode": "magnitude", "quantile": quantile, "tau": tau, "sparsity": sparsity,
+        quantile, label = (value, f"q={value:g}") if key == "quantile" else (float(sparsity), f"tau={value:g}")
+        rows.append({"mode": "magnitude", "threshold": label, "quantile": quantile, "tau": tau, "sparsity": sparsity,
                      "ref": model_ref(mag)})
-        rows.append({"mode": "random", "quantile": quantile, "tau": float("nan"),
+        rows.append({"mode": "random", "threshold": label, "quantile": quantile, "tau": float("nan"),
                      "sparsity": rnd.manifest()["sparsity"], "ref": model_ref(rnd)})
     return pd.DataFrame(rows)
 
 
-def _scores(ref: str, preset: Preset, spec: EvalSpec, home, progress: bool) -> dict[str, float]:
+PROBLEM_COLUMNS = ["method", "seed", "mode", "threshold", "quantile", "tau", "sparsity", "problem_id", "pass@1",
+                   "pass@K", "K"]
+"""Columns of `SparsityTables.problems`."""
+
+
+@dataclass(frozen=True)
+class SparsityTables:
+    """What `compute` measures: the drift and the per-problem scores of every model of the reset sweep."""
+
+    drift: pd.DataFrame
+    """Per (method, seed, module) plus module "all": numel, changed, frac_changed, rel_l2, update_share,
+    top_share (`drift_by_module`)."""
+    problems: pd.DataFrame
+    """Per (method, seed, mode, threshold, problem): `PROBLEM_COLUMNS`. mode "base" (method "base", seed -1,
+    threshold "", sparsity 1), "unreset" (the tuned model: threshold "", sparsity 0), or "magnitude" / "random"
+    at a threshold label of `reset_models`."""
+    checked: tuple[str, ...]
+    """The threshold labels at which `finding` checks the reset (check_quantiles, then every tau)."""
+    margin: float
+    """`SparsitySpec.margin`: how far below the unreset model a reset may score and still keep the gain."""
+
+    @property
+    def sweep(self) -> pd.DataFrame:
+        """Per (method, mode, threshold), means over seeds and problems: quantile, tau, sparsity, pass@1,
+        pass@K, K, seeds. The unreset model (threshold "unreset", sparsity 0) and the base (threshold "base",
+        sparsity 1) are added to both modes of every method so that the curves share their endpoints."""
+        per_model = self.problems.groupby(["method", "seed", "mode", "threshold"], sort=False).agg(
+            quantile=("quantile", "first"), tau=("tau", "first"), sparsity=("sparsity", "first"),
+            **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first")).reset_index()
+        base = per_model[per_model["mode"] == "base"]
+        frames = []
+        for method, sub in per_model[per_model["method"] != "base"].groupby("method", sort=False):
+            ends = pd.concat([sub[sub["mode"] == "unreset"].assign(threshold="unreset"),
+                              base.assign(method=method, threshold="base")])
+            frames += [sub[sub["mode"].isin(MODES)]] + [ends.assign(mode=mode) for mode in MODES]
+        table = pd.concat(frames, ignore_index=True)
+        out = table.groupby(["method", "mode", "threshold"], sort=False).agg(
+            quantile=("quantile", "mean"), tau=("tau", "mean"), sparsity=("sparsity", "mean"),
+            **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first"),
+            seeds=("seed", "nunique")).reset_index()
+        return out.sort_values(["method", "mode", "sparsity"], ignore_index=True)
+
+
+def _problem_scores(ref: str, preset: Preset, home, progress: bool, **labels) -> pd.DataFrame:
+    spec = preset.sparsity.eval
     result = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=resolve_device(preset.device),
                           home=home, progress=progress)
-    curve = result.curve.set_index("k")["pass_at_k"]
-    return {"pass@1": float(curve.loc[1]), "pass@K": float(curve.loc[max(spec.ks)]), "K": max(spec.ks)}
+    return per_problem_pass(result.table, max(spec.ks)).assign(**labels)
 
 
-def sparsity_sweep(preset: Preset, runs: dict[tuple[str, int], Run], *, home=None,
-                   progress: bool = True) -> pd.DataFrame:
-    """Reset sweep for seed `preset.seeds[0]` of each method in `preset.sparsity.methods`.
-
-    One row per (method, mode, quantile) with tau, sparsity, pass@1, pass@K and K (the largest of the ks)
-    under `preset.sparsity.eval` (or `preset.eval`); quantile 0 is the unreset tuned model (sparsity 0) and
-    quantile 1 the base (sparsity 1), added to both modes so the curves share their endpoints.
-    """
-    spec = preset.sparsity.eval
-    seed = preset.seeds[0]
-    base = _scores(preset.base_model, preset, spec, home, progress)
-    frames = []
-    for method in preset.sparsity.methods:
-        if (method, seed) not in runs:
-            raise ValueError(f"sparsity_methods names {method!r} but runs has no ({method!r}, {seed}) entry")
-        tuned_ref = model_ref(runs[(method, seed)])
-        tuned = _scores(tuned_ref, preset, spec, home, progress)
-        table = reset_models(preset.base_model, tuned_ref, preset.sparsity.quantiles, taus=preset.sparsity.taus,
-                             seed=seed, home=home, dtype=getattr(torch, preset.config(method).dtype))
-        scores = pd.DataFrame([_scores(r, preset, spec, home, progress) for r in table["ref"]])
-        table = pd.concat([table.drop(columns="ref"), scores], axis=1)
-        ends = [{"mode": m, "quantile": q, "tau": np.nan, "sparsity": q, **s}
-                for m in MODES for q, s in ((0.0, tuned), (1.0, base))]
-        frames.append(pd.concat([pd.DataFrame(ends), table], ignore_index=True).assign(method=method))
-    out = pd.concat(frames, ignore_index=True)
-    cols = ["method", "mode", "quantile", "tau", "sparsity", "pass@1", "pass@K", "K"]
-    return out[cols].sort_values(["method", "mode", "sparsity"], ignore_index=True)
-
-
-def sparsity_report(preset: Preset, *, home=None, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(drift, sweep): drift per (method, seed, module) for every seed, and the reset sweep (see
-    `sparsity_sweep`). Drift is cheap (state dicts only) and not cached."""
-    runs = trained_runs(preset, home=home, progress=progress)
+def compute(preset: Preset, *, home=None, progress: bool = True) -> SparsityTables:
+    """Drift of every seed's ES and GRPO model of notebook 01 (trained here when missing, cached) and the reset
+    sweep of every seed of each method in `preset.sparsity.methods`, scored per problem under
+    `preset.sparsity.eval`. Drift is cheap (state dicts only) and not cached; resets and evaluations are."""
+    spec = preset.sparsity
+    runs = {(m, s): trainer(m)(preset.config(m, seed=s), home=home, progress=progress)
+            for m in METHODS for s in preset.seeds}
     base = load_state(preset.base_model, home=home)
     drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run), home=home)})  # one tuned model
                        for key, run in runs.items()], ignore_index=True)  # in memory at a time
-    return drift, sparsity_sweep(preset, runs, home=home, progress=progress)
+    frames = [_problem_scores(preset.base_model, preset, home, progress, method="base", seed=-1, mode="base",
+                              threshold="", quantile=1.0, tau=np.nan, sparsity=1.0)]
+    for method in spec.methods:
+        if method not in METHODS:
+            raise ValueError(f"sparsity.methods names {method!r}, not one of {METHODS}")
+        for seed in preset.seeds:
+            tuned = model_ref(runs[method, seed])
+            frames.append(_problem_scores(tuned, preset, home, progress, method=method, seed=seed, mode="unreset",
+                                          threshold="", quantile=0.0, tau=np.nan, sparsity=0.0))
+            resets = reset_models(preset.base_model, tuned, spec.quantiles, taus=spec.taus, seed=seed, home=home,
+                                  dtype=getattr(torch, preset.config(method).dtype))
+            frames += [_problem_scores(r.pop("ref"), preset, home, progress, method=method, seed=seed, **r)
+                       for r in resets.to_dict("records")]
+    checked = tuple(f"q={q:g}" for q in spec.check_quantiles) + tuple(f"tau={t:g}" for t in spec.taus)
+    return SparsityTables(drift=drift, problems=pd.concat(frames, ignore_index=True)[PROBLEM_COLUMNS],
+                          checked=checked, margin=float(spec.margin))
 
 
-def _closest(table: pd.DataFrame, quantile: float) -> pd.Series:
-    inner = table[(table["quantile"] > 0) & (table["quantile"] < 1)]
-    return inner.iloc[int(np.argmin(np.abs(inner["quantile"].to_numpy() - quantile)))]
+def reset_checks(tables: SparsityTables, method: str = "es") -> list[Check]:
+    """Three checks of `method`'s reset at each checked threshold, on Pass@1 per seed and problem: reset - base
+    > 0; reset - unreset > -margin (paired by seed and problem); reset - random reset of the same count > 0
+    (paired likewise)."""
+    p = tables.problems
+    problems = list(dict.fromkeys(p.loc[p["mode"] == "base", "problem_id"]))
+
+    def scores(mode: str, threshold: str = "", who: str = method) -> np.ndarray:
+        rows = p[(p["method"] == who) & (p["mode"] == mode) & (p["threshold"] == threshold)]
+        return seed_by_problem(rows, "pass@1", problems)  # [seeds, problems]
+
+    base, unreset, name = scores("base", who="base"), scores("unreset"), method.upper()
+    checks = []
+    for label in tables.checked:
+        reset = scores("magnitude", label)
+        checks += [effect_check(f"{name} reset {label} - base Pass@1", reset, base),
+                   effect_check(f"{name} reset {label} - unreset Pass@1 (margin {tables.margin:g})", reset - unreset,
+                                threshold=-tables.margin),
+                   effect_check(f"{name} reset {label} - random reset of the same count, Pass@1",
+                                reset - scores("random", label))]
+    return checks
 
 
-def describe_sparsity(drift: pd.DataFrame, sweep: pd.DataFrame, quantile: float = 0.9) -> str:
-    """The finding line of notebook 04: overall drift per method (mean over seeds), the magnitude vs random
-    reset at the sweep quantile closest to `quantile`, and the module type with the largest relative update."""
-    per_method = drift.groupby(["method", "module"], sort=False)["rel_l2"].mean()
-    methods = list(dict.fromkeys(drift["method"]))
-    parts = ["drift (relative L2) " + " vs ".join(f"{m.upper()} {100 * per_method[(m, 'all')]:.2f}%"
-                                                  for m in methods)]
-    for method, sub in sweep.groupby("method", sort=False):
-        mag, rnd = (sub[sub["mode"] == mode] for mode in MODES)
-        row = _closest(mag, quantile)
-        ctrl = rnd[rnd["quantile"] == row["quantile"]].iloc[0]
-        unreset = mag[mag["quantile"] == 0.0].iloc[0]
-        base = mag[mag["quantile"] == 1.0].iloc[0]
-        parts.append(f"{method.upper()}: resetting the smallest {100 * row['sparsity']:.0f}% of changed "
-                     f"coordinates gives pass@1 {row['pass@1']:.2f} / pass@{int(row['K'])} {row['pass@K']:.2f} "
-                     f"(unreset {unreset['pass@1']:.2f} / {unreset['pass@K']:.2f}, random "
-                     f"{100 * ctrl['sparsity']:.0f}% {ctrl['pass@1']:.2f} / {ctrl['pass@K']:.2f}, "
-                     f"base {base['pass@1']:.2f} / {base['pass@K']:.2f})")
-    largest = [f"{m.upper()} {per_method[m].drop('all').idxmax() if per_method[m].max() > 0 else 'none (no update)'}"
-               for m in methods]
-    parts.append("largest relative update in: " + ", ".join(largest))
-    return "; ".join(parts)
+def drift_summary(drift: pd.DataFrame) -> pd.DataFrame:
+    """Per method (mean over seeds): rel_l2 of the whole model, and `modules`, the module types in decreasing
+    order of their relative L2 (those that moved)."""
+    per = drift.groupby(["method", "module"], sort=False)["rel_l2"].mean()
+    rows = []
+    for method in dict.fromkeys(drift["method"]):
+        mods = per[method].drop("all")
+        rows.append({"method": method, "rel_l2": float(per[method, "all"]),
+                     "modules": tuple(mods[mods > 0].sort_values(ascending=False).index)})
+    return pd.DataFrame(rows)
+
+
+CLAIM = {"reproduced": "Resetting ES's smallest updates keeps its task gain",
+         "not reproduced": "ES's functional sparsity does not hold: a check below lies on the wrong side",
+         "not resolved": "Whether resetting ES's smallest updates keeps its task gain is not resolved"}
+"""The claim of the finding, worded by its status."""
+
+
+def finding(tables: SparsityTables) -> Finding:
+    """Notebook 04's finding: ES's `reset_checks` (the status), then ES's drift against GRPO's and the module
+    types ES moved most, each beside the paper's value."""
+    checks = reset_checks(tables, "es")
+    d = drift_summary(tables.drift).set_index("method")
+    es, grpo, top = d.loc["es", "rel_l2"], d.loc["grpo", "rel_l2"], d.loc["es", "modules"][:2]
+    if es == 0 or grpo == 0:
+        drift = f"ES relative L2 drift {es:.2%}, GRPO's {grpo:.2%}: no ratio (a method did not move)"
+    else:
+        ratio = es / grpo
+        side = "below" if ratio < PAPER_DRIFT_RATIO[0] else "above" if ratio > PAPER_DRIFT_RATIO[1] else "within"
+        drift = (f"ES relative L2 drift {es:.2%} = {ratio:.1f}x GRPO's {grpo:.2%}, {side} the paper's "
+                 f"{PAPER_DRIFT_RATIO[0]:g}-{PAPER_DRIFT_RATIO[1]:g}x")
+    if top:
+        same = "as" if set(top) == set(PAPER_MODULES) else "unlike"
+        drift += f"; ES's largest relative updates in {' and '.join(top)}, {same} the paper (norm and attention)"
+    sentence = f"{CLAIM[combine_status(checks)]}; {drift}"
+    return make_finding(sentence, checks)
