@@ -49,7 +49,7 @@ come from the preset."""
 
 
 def _spec(n: int):
-    from esreason_lib.presets import EvalSpec
+    from esreason_lib.evaluate import EvalSpec
 
     return EvalSpec(n_problems=EVAL_PROBLEMS, n_samples=n, ks=(1, n), n_boot=100)
 
@@ -64,12 +64,13 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from esreason_lib.experiments.common import evaluate_ref, model_ref, train
+    from esreason_lib.experiments.common import evaluate_ref, model_ref
     from esreason_lib.presets import get_preset
+    from esreason_lib.training import trainer
 
     preset = get_preset(preset_name)
     spec = _spec(int(eval_n))
-    run = train(preset, method, seed=0, progress=False, **{**fixed, **changes})
+    run = trainer(method)(preset.config(method, seed=0, **{**fixed, **changes}), progress=False)
     seconds = run.metrics()["time/step_s"].sum()
     res = evaluate_ref(model_ref(run), preset.task, preset.task_kwargs, spec, progress=False)
     summary = res.summary()

@@ -15,7 +15,7 @@ import esreason_lib.models
 from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS
 from esreason_lib.experiments import common
 from esreason_lib.experiments.common import evaluate_ref, model_ref
-from esreason_lib.presets import EvalSpec
+from esreason_lib.evaluate import EvalSpec
 from esreason_lib.runs import Run
 from esreason_lib.tasks import get_task
 

@@ -9,7 +9,7 @@ import torch
 import esreason_lib.models
 from esreason_lib.experiments import common
 from esreason_lib.experiments import forgetting as fg
-from esreason_lib.experiments.common import model_ref, trained_runs
+from esreason_lib.experiments.common import model_ref
 from esreason_lib.training import METHODS, trainer
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.presets import get_preset
@@ -186,29 +186,6 @@ def study(isolated_store, moving_preset):
 
 def _nothing_outside(study):
     return not study.default.exists() or not any(study.default.iterdir())
-
-
-def test_trained_runs_one_finished_run_per_method_and_seed_reused_on_later_calls(study, forbid_loading):
-    runs = study.runs
-    assert list(runs) == [("es", 0), ("grpo", 0)]  # methods x preset.seeds, method-major
-    for (method, seed), run in runs.items():
-        assert run.kind == method and run.seed == seed and run.is_complete()
-        assert run.path.parent == study.store and (run.model_dir / "config.json").is_file()
-    assert _nothing_outside(study)
-    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base
-    for (method, seed), run in runs.items():  # the runs of `common.train` (notebook 01's cache)
-        assert common.train(study.preset, method, seed=seed, home=study.store, progress=False).path == run.path
-    again = trained_runs(study.preset, home=study.store, progress=False)
-    assert {k: r.path for k, r in again.items()} == {k: r.path for k, r in runs.items()}
-    only = trained_runs(study.preset, methods=("grpo",), home=study.store, progress=False)
-    assert {k: r.path for k, r in only.items()} == {("grpo", 0): runs["grpo", 0].path}
-
-
-def test_trained_runs_trains_each_requested_seed(study):
-    runs = trained_runs(study.preset, methods=("es",), seeds=(1,), home=study.store, progress=False)
-    assert list(runs) == [("es", 1)]
-    run = runs["es", 1]
-    assert run.seed == 1 and run.is_complete() and run.path != study.runs["es", 0].path
 
 
 def _fake_evaluate(values, calls):

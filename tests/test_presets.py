@@ -16,7 +16,8 @@ import torch
 
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
-from esreason_lib.presets import _FULL_OVERRIDES, PRESETS, EvalSpec, Preset, get_preset
+from esreason_lib.evaluate import EvalSpec
+from esreason_lib.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
 from esreason_lib.run_identity import config_hash
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the experiments: model references, cached evaluation, cached training by method and seed.
+"""Shared pieces of the experiments: model references, cached evaluation, training cost.
 
 A *model reference* is a string `load_model` understands: a zoo name, a hub id, or a trained run's
 `model` directory. Evaluations are runs of kind `eval` keyed by (reference, task, EvalSpec), so an evaluation
@@ -7,15 +7,14 @@ is computed once and reloaded by every notebook and by `make figures`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
-from ..evaluate import EvalResult, evaluate
+from ..evaluate import EvalResult, EvalSpec, evaluate
 from ..models import load_model
-from ..presets import EvalSpec, Preset
 from ..runs import Run
 from ..tasks import get_task
-from ..training import resolve_device, trainer
+from ..training import resolve_device
 
 
 def model_ref(run_or_name: Run | str | Path) -> str:
@@ -42,20 +41,6 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
     if not run.is_complete():
         run.finish(**{k: float(v) for k, v in result.summary().items()})
     return result
-
-
-def train(preset: Preset, method: str, *, seed: int = 0, home=None, progress: bool = True, **changes) -> Run:
-    """Train `method` ("es" or "grpo") with the preset's hyperparameters, `seed` and `changes`; cached."""
-    config = replace(preset.config(method, **changes), seed=seed)
-    return trainer(method)(config, home=home, progress=progress)
-
-
-def trained_runs(preset: Preset, methods=("es", "grpo"), seeds=None, *, home=None,
-                 progress: bool = True) -> dict[tuple[str, int], Run]:
-    """{(method, seed): finished `train` run} for every method and seed (default `preset.seeds`), method-major;
-    cached by `train`, so notebook 01's runs are reused."""
-    seeds = preset.seeds if seeds is None else seeds
-    return {(m, s): train(preset, m, seed=s, home=home, progress=progress) for m in methods for s in seeds}
 
 
 def run_cost(runs) -> dict[str, float]:

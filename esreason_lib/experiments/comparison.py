@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import non_dominated
+from ..evaluate import EvalSpec
 from ..findings import Finding, effect_check, make_finding
 from ..metrics import bootstrap_ci, pass_at_k
-from ..presets import EvalSpec, Preset
+from ..presets import Preset
 from ..runs import Run
 from ..seeding import derive_seed
 from ..tasks import get_task
