@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from esreason_lib.experiments import comparison as C
-from esreason_lib.presets import ComparisonSpec, get_preset
+from esreason_lib.presets import get_preset
+from esreason_lib.study_specs import ComparisonSpec
 from esreason_lib.runs import Run
 
 N = 8  # samples per problem in the hand-built tables
