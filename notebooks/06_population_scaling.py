@@ -108,17 +108,18 @@ population_gaps(tables).round(3)
 # %% [markdown]
 # **Ablations** on the base model at N = `es.population_size`, for `scaling.ablation_iterations` iterations, all at
 # the matched step: "zscore", "rank" and "none" differ only in fitness shaping (with the preset's sampling);
-# "antithetic" and "plain" are z-score with and without mirrored pairs (one of them is the "zscore" run itself).
+# "antithetic" and "plain" are z-score with and without mirrored pairs (one of them is the "zscore" run itself);
+# "lowrank" is z-score with EGGROLL's rank-1 perturbations sigma * a b^T in place of full-rank Gaussian noise
+# (cheaper at scale: no perturbed weight matrix is formed). Neither sampling nor noise is a claim of the paper:
+# their differences are printed, never counted in the status.
 # Top: center reward; bottom: population reward (means over seeds). The table gives each run's held-out accuracy
 # and its mean update norm, which the matched step makes equal across variants up to noise.
 
 # %%
-# Ablation rows: the low-rank ES noise (EGGROLL) joins `ABLATIONS` (and the "sampling" panel) here when
-# ESConfig gets its field.
 ablation_window = smoothing_window(config.scaling.ablation_iterations)
 by_variant = seed_mean_curves(tables["ablation_curves"], "variant")
 fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey="row")
-groups = {"fitness shaping": ("zscore", "rank", "none"), "sampling": ("antithetic", "plain")}
+groups = {"fitness shaping": ("zscore", "rank", "none"), "noise and sampling": ("antithetic", "plain", "lowrank")}
 for j, (title, labels) in enumerate(groups.items()):
     group = {label: by_variant[label] for label in labels}
     plot_metric_curves(group, "reward/center", ax=axes[0, j], smooth=ablation_window, ylabel="center reward")

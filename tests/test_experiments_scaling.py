@@ -77,7 +77,7 @@ def _tables(acc: dict, variants: dict, *, seeds=(0, 1, 2), n_problems=200, param
             "scaling_problems": probs, "ablation": ablation, "ablation_problems": abl}
 
 
-VARIANTS = {"zscore": 0.6, "rank": 0.3, "none": 0.1, "antithetic": 0.6, "plain": 0.4}
+VARIANTS = {"zscore": 0.6, "rank": 0.3, "none": 0.1, "antithetic": 0.6, "plain": 0.4, "lowrank": 0.5}
 
 
 def test_finding_reproduced_when_the_gap_shrinks_and_zscore_wins():
@@ -90,11 +90,12 @@ def test_finding_reproduced_when_the_gap_shrinks_and_zscore_wins():
     assert gap.effect == pytest.approx(-(acc["s", 32] - acc["s", 4]))
     assert rank.effect > 0.2 and none.effect > 0.4
     assert "antithetic - plain +0.2" in f.sentence and "not in the status" in f.sentence
+    assert "low-rank (EGGROLL r=1) - full-rank noise -0.1" in f.sentence
     assert f.sentence.startswith(f"held-out greedy gap N=32 - N=4 after 16 ES iterations: "
                                  f"s {acc['s', 32] - acc['s', 4]:+.3f}, l +0.000 (base greedy s 0.20 / l 0.20); "
                                  f"after 60 matched-step iterations on the base: zscore 0.")
     assert f.sanity == ("matched step: mean es/update_norm relative to zscore: zscore 1.00, rank 1.00, none 1.00, "
-                        "antithetic 1.00, plain 1.00", "equal iterations: N=32 used 8x the generations of N=4")
+                        "antithetic 1.00, plain 1.00, lowrank 1.00", "equal iterations: N=32 used 8x the generations of N=4")
 
 
 @pytest.mark.parametrize("acc, variants, failing", [
@@ -155,17 +156,18 @@ def _es_configs(store) -> list[dict]:
 def test_compute_trains_every_cell_and_ablation_for_every_seed(study):
     preset, spec = study.preset, study.preset.scaling
     configs = _es_configs(study.store)
-    cells = [c for c in configs if not c["matched_step"]]
+    cells = [c for c in configs if not c.get("matched_step", False)]  # at False it is not stored (ADDED_OPTION)
     assert sorted((c["model"], c["population_size"], c["seed"]) for c in cells) == [
         ("smoke", n, s) for n in spec.populations for s in preset.seeds]
     for c in cells:  # the scaling settings on top of the preset's ES
         assert (c["iterations"], c["prompts_per_step"], c["sigma"], c["normalization"], c["antithetic"]) == (
             spec.iterations, spec.prompts_per_step, preset.es.sigma, preset.es.normalization, preset.es.antithetic)
-    ablations = [c for c in configs if c["matched_step"]]
-    # smoke samples antithetically: "antithetic" is the "zscore" run, trained once: 4 runs per seed
-    assert len(ablations) == 4 * len(preset.seeds)
-    assert sorted((c["normalization"], c["antithetic"]) for c in ablations if c["seed"] == 1) == [
-        ("none", True), ("rank", True), ("zscore", False), ("zscore", True)]
+    ablations = [c for c in configs if c.get("matched_step", False)]
+    # smoke samples antithetically: "antithetic" is the "zscore" run, trained once: 5 runs per seed
+    assert len(ablations) == 5 * len(preset.seeds)
+    assert sorted((c["normalization"], c["antithetic"], c.get("noise", "full")) for c in ablations
+                  if c["seed"] == 1) == [("none", True, "full"), ("rank", True, "full"), ("zscore", False, "full"),
+                                         ("zscore", True, "full"), ("zscore", True, "lowrank")]
     assert all((c["model"], c["population_size"], c["iterations"], c["prompts_per_step"]) == (
         preset.base_model, preset.es.population_size, spec.ablation_iterations, spec.prompts_per_step)
         for c in ablations)

@@ -36,10 +36,12 @@ from .common import evaluate_ref, model_ref
 ABLATIONS: dict[str, dict] = {"zscore": {"normalization": "zscore"}, "rank": {"normalization": "rank"},
                               "none": {"normalization": "none"},
                               "antithetic": {"normalization": "zscore", "antithetic": True},
-                              "plain": {"normalization": "zscore", "antithetic": False}}
+                              "plain": {"normalization": "zscore", "antithetic": False},
+                              "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1}}
 """Ablation label -> ES config changes on top of the preset (all with `MATCHED`). The three shapings keep the
 preset's sampling; "antithetic"/"plain" are z-score with and without mirrored pairs, so one of them is the
-"zscore" run itself (same config, trained once). The low-rank noise ablation (EGGROLL) gets its row here."""
+"zscore" run itself (same config, trained once); "lowrank" is z-score with EGGROLL's rank-1 noise
+(`es_lowrank`) in place of full-rank Gaussian noise."""
 MATCHED = {"matched_step": True}
 """Every ablation run takes z-score's expected step size (`ESConfig.matched_step`)."""
 CURVE_METRICS = ("reward/mean", "reward/center", "es/generations", "es/update_norm")
@@ -191,6 +193,7 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
                            direction="less"),
               *(effect_check(f"z-score above {v} at a matched step", acc["zscore"], acc[v]) for v in ("rank", "none"))]
     sampling = effect_check("antithetic - plain", acc["antithetic"], acc["plain"])
+    lowrank = effect_check("low-rank (EGGROLL r=1) - full-rank noise", acc["lowrank"], acc["zscore"])
     gaps = ", ".join(f"{r.model} {r.gap:+.3f}" for r in population_gaps(tables).itertuples())
     bases = " / ".join(f"{r.model} {r.heldout:.2f}" for r in tables["bases"].itertuples())
     mean = tables["ablation"].groupby("variant", sort=False)[["heldout", "update_norm"]].mean()
@@ -198,8 +201,9 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     sentence = (f"held-out greedy gap N={ns[-1]} - N={ns[0]} after {tables['scaling']['iterations'].iloc[0]} ES "
                 f"iterations: {gaps} (base greedy {bases}); after {tables['ablation']['iterations'].iloc[0]} "
                 f"matched-step iterations on the base: " + " / ".join(f"{v} {a:.3f}" for v, a in mean["heldout"].items())
-                + f"; antithetic - plain {sampling.effect:+.3f} [{sampling.ci_low:+.3f}, {sampling.ci_high:+.3f}] "
-                f"(MDE {sampling.mde:.3f}; not a claim of the paper, not in the status)")
+                + "; not claims of the paper, not in the status: "
+                + "; ".join(f"{c.name} {c.effect:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (MDE {c.mde:.3f})"
+                            for c in (sampling, lowrank)))
     norms = mean["update_norm"] / mean.loc["zscore", "update_norm"]  # pandas: 0 / 0 is NaN, no warning
     sanity = ("matched step: mean es/update_norm relative to zscore: "
               + ", ".join(f"{v} {u:.2f}" for v, u in norms.items()),
