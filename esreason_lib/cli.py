@@ -4,6 +4,7 @@
     pretrain NAME                      build a zoo model (reused when already built)
     bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
+    prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
@@ -150,6 +151,23 @@ def _bases(args) -> int:
     return 0
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """"i/n" -> (i, n); ValueError naming the text otherwise."""
+    head, sep, tail = text.partition("/")
+    if not (sep and head.isdigit() and tail.isdigit()):
+        raise ValueError(f"--shard must be i/n (e.g. 0/2), got {text!r}")
+    return int(head), int(tail)
+
+
+def _prefill(args) -> int:
+    from .plan import prefill
+
+    index, count = parse_shard(args.shard)
+    runs = prefill(get_preset(args.preset), index, count)
+    print(f"shard {index}/{count}: {len(runs)} runs complete")
+    return 0
+
+
 def _claims(args) -> int:
     from .claims import write_claims
 
@@ -185,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)
+    pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
+    pf.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
+    pf.set_defaults(func=_prefill)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.set_defaults(func=_claims)
     return parser

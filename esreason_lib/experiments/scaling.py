@@ -25,6 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..es import ESConfig
 from ..findings import Finding, effect_check, make_finding
 from ..models import load_model
 from ..presets import Preset
@@ -106,6 +107,21 @@ def _evaluate(preset: Preset, refs: dict, names: tuple[str, ...], *, home, progr
     return pd.DataFrame(rows), pd.concat(probs, ignore_index=True), curves
 
 
+def training_configs(preset: Preset) -> dict[tuple, ESConfig]:
+    """{("cell", model, N, seed) or ("ablation", label, seed): the ES config `compute` trains} for every seed."""
+    spec = preset.scaling
+
+    def config(seed: int, **changes) -> ESConfig:
+        return preset.config("es", seed=seed, prompts_per_step=spec.prompts_per_step, **changes)
+
+    cells = {("cell", m, n, s): config(s, model=m, population_size=n, iterations=spec.iterations)
+             for m in spec.models for n in spec.populations for s in preset.seeds}
+    variants = {("ablation", label, s): config(s, model=preset.base_model, population_size=preset.es.population_size,
+                                                iterations=spec.ablation_iterations, **MATCHED, **changes)
+                for label, changes in ABLATIONS.items() for s in preset.seeds}
+    return {**cells, **variants}
+
+
 def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
     """Train (or load) every scaling cell and ablation run for every seed, evaluate them and the base sizes.
 
@@ -115,16 +131,9 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd
     """
     check_task_kwargs(preset)
     spec = preset.scaling
-
-    def train(seed: int, **changes) -> Run:
-        config = preset.config("es", seed=seed, prompts_per_step=spec.prompts_per_step, **changes)
-        return trainer("es")(config, home=home, progress=progress)
-
-    cells = {(m, n, s): train(s, model=m, population_size=n, iterations=spec.iterations)
-             for m in spec.models for n in spec.populations for s in preset.seeds}
-    variants = {(label, s): train(s, model=preset.base_model, population_size=preset.es.population_size,
-                                  iterations=spec.ablation_iterations, **MATCHED, **changes)
-                for label, changes in ABLATIONS.items() for s in preset.seeds}
+    runs = {key: trainer("es")(config, home=home, progress=progress) for key, config in training_configs(preset).items()}
+    cells = {key[1:]: run for key, run in runs.items() if key[0] == "cell"}
+    variants = {key[1:]: run for key, run in runs.items() if key[0] == "ablation"}
     params = {}
     for name in spec.models:
         model, _ = load_model(name, device="cpu", home=home, progress=progress)

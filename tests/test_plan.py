@@ -1,0 +1,60 @@
+import pytest
+
+from esreason_lib import plan
+from esreason_lib.cli import main, parse_shard
+from esreason_lib.es import ESConfig
+from esreason_lib.experiments import comparison, scaling
+from esreason_lib.grpo import GRPOConfig
+from esreason_lib.presets import get_preset
+from esreason_lib.run_identity import config_hash
+
+
+def test_plan_is_the_studies_configs_once_each():
+    tiny = get_preset("tiny")
+    configs = plan.training_plan(tiny)
+    hashes = [config_hash(c) for c in configs]
+    assert len(set(hashes)) == len(hashes)
+    wanted = {config_hash(c) for c in [*comparison.training_configs(tiny).values(),
+                                        *scaling.training_configs(tiny).values()]}
+    assert set(hashes) == wanted
+    # 01: 2 ES alphas + 2 GRPO lrs at 3 seeds; 06: 2 sizes x 2 N x 3 seeds + 5 distinct ablations x 3 seeds
+    assert len(configs) == 12 + 12 + 15
+
+
+def test_expected_cost_counts_completions_and_grpo_twice():
+    es = ESConfig(population_size=4, prompts_per_step=3, iterations=5)
+    grpo = GRPOConfig(group_size=2, prompts_per_step=3, iterations=5)
+    assert plan.expected_cost(es) == 4 * 3 * 5
+    assert plan.expected_cost(grpo) == 2 * 2 * 3 * 5
+
+
+def test_shards_partition_the_plan_and_balance_it():
+    configs = [ESConfig(population_size=n, iterations=10, seed=s) for n in (2, 4, 8) for s in (0, 1)]
+    shards = [plan.shard(configs, i, 2) for i in range(2)]
+    assert sorted(config_hash(c) for s in shards for c in s) == sorted(config_hash(c) for c in configs)
+    loads = [sum(plan.expected_cost(c) for c in s) for s in shards]
+    assert loads == [sum(loads) / 2] * 2  # longest first: N=8, 4, 2 on each shard
+    assert plan.shard(configs, 0, 1) == sorted(configs, key=lambda c: (-plan.expected_cost(c), config_hash(c)))
+    for bad in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError, match="shard must be i/n"):
+            plan.shard(configs, *bad)
+
+
+def test_parse_shard_and_cli_errors(capsys):
+    assert parse_shard("1/2") == (1, 2)
+    with pytest.raises(ValueError, match="--shard must be i/n"):
+        parse_shard("1of2")
+    assert main(["prefill", "--preset", "smoke", "--shard", "x"]) == 2
+    assert "--shard must be i/n" in capsys.readouterr().err
+
+
+def test_prefill_trains_its_shard_and_the_study_finds_the_runs(isolated_store, forbid_loading):
+    smoke = get_preset("smoke", **{"scaling.populations": (2,)})
+    runs = [r for i in range(2) for r in plan.prefill(smoke, i, 2, home=isolated_store.store, progress=False)]
+    assert len(runs) == len(plan.training_plan(smoke)) and all(r.is_complete() for r in runs)
+    import esreason_lib.models
+
+    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base: nothing is trained again
+    again = plan.prefill(smoke, 0, 1, home=isolated_store.store, progress=False)
+    assert sorted(r.path for r in again) == sorted(r.path for r in runs)
+    assert not isolated_store.default.exists() or not any(isolated_store.default.iterdir())
