@@ -19,7 +19,7 @@ import abc
 from typing import Any
 
 from ._common import after_answer_marker, check_split, render_prompt, shuffled_prefix, unwrap_tex_text
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 from .math_task import last_boxed
 
 __all__ = ["MultipleChoiceTask", "extract_letter"]
@@ -84,20 +84,16 @@ class MultipleChoiceTask(Task):
                        "e.g. \\boxed{A}.")
         return render_prompt(plain, instruction, tokenizer)
 
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The choice letter the completion gives (module rules), or None."""
-        try:
-            return extract_letter(completion, self.letters)
-        except Exception:
-            return None
+        return extract_letter(completion, self.letters)
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """The extracted letter equals the gold letter."""
-        try:
-            letter = self.extract_answer(completion)
-            return letter is not None and letter == example["answer"]
-        except Exception:
-            return False
+        letter = self.extract_answer(completion)
+        return letter is not None and letter == example["answer"]
 
 
 def check_choices(where: str, field: str, choices: list, answer: Any, letters: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 
 __all__ = ["Addition"]
 
@@ -77,13 +77,11 @@ class Addition(Task):
             return None
         return str(int(text))
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """The extracted number equals a + b."""
-        try:
-            ans = self.extract_answer(completion)
-            return ans is not None and int(ans) == int(example["a"]) + int(example["b"])
-        except Exception:
-            return False
+        ans = self.extract_answer(completion)
+        return ans is not None and int(ans) == int(example["a"]) + int(example["b"])
 
     def demonstration(self, example: Example, rng: np.random.Generator | None = None) -> str:
         """The correct completion: the bare sum, e.g. "433" (`rng` unused; one correct answer)."""

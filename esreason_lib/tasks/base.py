@@ -8,11 +8,30 @@ bool or a float and never raises.
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 Example = dict[str, Any]
 """One problem. Always has a stable string `id`; the other keys are task-specific (e.g. `numbers`, `target`)."""
+
+
+def total(default: Any) -> Callable:
+    """Decorator of a verifier method or function: any exception inside it returns `default` instead (model
+    outputs are untrusted input, and a verifier never raises). Time bounds are each task's own (input caps, the
+    MATH worker, the MBPP sandbox)."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def never_raises(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception:
+                return default
+
+        return never_raises
+
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -59,22 +78,18 @@ class Task(abc.ABC):
     def is_correct(self, completion: str, example: Example) -> bool:
         """Whether `completion` answers `example` correctly. Never raises; unparseable means False."""
 
+    @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:
         """Whether an answer can be extracted (the 0.1 tier of the reward)."""
-        try:
-            return self.extract_answer(completion) is not None
-        except Exception:
-            return False
+        return self.extract_answer(completion) is not None
 
+    @total(None)
     def canonical_answer(self, completion: str, example: Example) -> str | None:
         """A key that identifies *which* correct solution this is (for counting distinct correct answers).
 
         Defaults to the extracted answer; Countdown overrides it with a normalised expression.
         """
-        try:
-            return self.extract_answer(completion)
-        except Exception:
-            return None
+        return self.extract_answer(completion)
 
     def reward(self, completion: str, example: Example) -> float:
         """Shaped reward: correct / well-formed but wrong / invalid. Never raises."""

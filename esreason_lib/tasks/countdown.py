@@ -32,7 +32,7 @@ from ._arith import (
     solve,
 )
 from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 
 __all__ = ["Countdown", "evaluate_expression", "solve"]
 
@@ -134,36 +134,30 @@ class Countdown(Task):
         text = self.extract_answer(completion)
         return None if text is None else parse_expression(text)
 
+    @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:
         """An answer was extracted and parses as an arithmetic expression (numbers and value unchecked)."""
-        try:
-            return self._tree(completion) is not None
-        except Exception:
-            return False
+        return self._tree(completion) is not None
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """Parses, uses exactly the given multiset of numbers, and equals the target exactly."""
-        try:
-            tree = self._tree(completion)
-            if tree is None:
-                return False
-            if Counter(leaves(tree)) != Counter(int(x) for x in example["numbers"]):
-                return False
-            return evaluate_tree(tree) == Fraction(int(example["target"]))
-        except Exception:
+        tree = self._tree(completion)
+        if tree is None:
             return False
+        if Counter(leaves(tree)) != Counter(int(x) for x in example["numbers"]):
+            return False
+        return evaluate_tree(tree) == Fraction(int(example["target"]))
 
+    @total(None)
     def canonical_answer(self, completion: str, example: Example) -> str | None:
         """The canonical form (rendered, see `_arith`) of any parseable answer; None otherwise.
 
         Two correct answers share a key iff they differ only by commutativity/associativity of + and * and
         the matching regrouping of - and / (e.g. "3+12+7" and "7+(12+3)"). Filter with `is_correct` before
         counting distinct correct solutions ("reasoning coverage")."""
-        try:
-            tree = self._tree(completion)
-            return None if tree is None else render(canonical_form(tree))
-        except Exception:
-            return None
+        tree = self._tree(completion)
+        return None if tree is None else render(canonical_form(tree))
 
     # ----------------------------------------------------------- demonstrations
     def solutions(self, example: Example) -> list[str]:

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from ._common import dataset_rows, render_prompt, shuffled_prefix
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 from .math_task import last_boxed
 
 __all__ = ["GSM8K", "extract_number", "normalize_number"]
@@ -145,23 +145,19 @@ class GSM8K(Task):
         instruction = f"{q}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
         return render_prompt(plain, instruction, tokenizer)
 
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The normalised answer number by the evaluation rules (module docstring), or None."""
-        try:
-            return extract_number(completion, self.lenient)
-        except Exception:
-            return None
+        return extract_number(completion, self.lenient)
 
     def is_correct(self, completion: str, example: Example) -> bool:
         """The extracted number equals the gold answer exactly (as Decimals)."""
         return _same_number(self.extract_answer(completion), example)
 
+    @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:
         """A non-empty `\\boxed{}` exists: the 0.1 tier of the training reward."""
-        try:
-            return last_boxed(completion) is not None
-        except Exception:
-            return False
+        return last_boxed(completion) is not None
 
     def reward(self, completion: str, example: Example) -> float:
         """The paper's training reward: correct when the last `\\boxed{}` holds the gold number, formatted when
@@ -174,10 +170,8 @@ class GSM8K(Task):
             return self.shaping.invalid
 
 
+@total(False)
 def _same_number(answer: str | None, example: Example) -> bool:
     """Whether the normalised `answer` equals `example`'s gold exactly; False on anything unusable."""
-    try:
-        gold = normalize_number(str(example["answer"]))
-        return answer is not None and gold is not None and Decimal(answer) == Decimal(gold)
-    except Exception:
-        return False
+    gold = normalize_number(str(example["answer"]))
+    return answer is not None and gold is not None and Decimal(answer) == Decimal(gold)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._common import (after_answer_marker, check_split, dataset_rows, render_prompt, shuffled_prefix,
                       unwrap_tex_text)
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 from .math_task import last_boxed
 
 __all__ = ["HotpotQA", "exact_match", "normalize_answer", "token_f1"]
@@ -122,23 +122,17 @@ class HotpotQA(Task):
                        "yes or no) in \\boxed{}.")
         return render_prompt(plain, instruction, tokenizer)
 
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The answer text by the module's rules, or None."""
-        try:
-            return extract_short_answer(completion)
-        except Exception:
-            return None
+        return extract_short_answer(completion)
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """Normalised exact match of the extracted answer with the gold."""
-        try:
-            return exact_match(self.extract_answer(completion), example["answer"])
-        except Exception:
-            return False
+        return exact_match(self.extract_answer(completion), example["answer"])
 
+    @total(0.0)
     def f1(self, completion: str, example: Example) -> float:
         """Token F1 of the extracted answer against the gold (0.0 when there is none). Never raises."""
-        try:
-            return token_f1(self.extract_answer(completion), example["answer"])
-        except Exception:
-            return 0.0
+        return token_f1(self.extract_answer(completion), example["answer"])

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._common import dataset_rows, local_file, render_prompt, shuffled_prefix
 from ._math_worker import MathWorker, WorkerUnavailable, float_rounding
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 
 __all__ = ["MathTask", "last_boxed", "math_equal", "refusal"]
 
@@ -243,18 +243,14 @@ class MathTask(Task):
         instruction = f"{p}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
         return render_prompt(plain, instruction, tokenizer)
 
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The content of the last boxed expression, or None."""
-        try:
-            return last_boxed(completion)
-        except Exception:
-            return None
+        return last_boxed(completion)
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """The boxed answer equals the gold `answer` by `math_equal` (guards, exact numbers, math_verify in the
         worker), decided within `timeout_s` once the worker is up."""
-        try:
-            ans = self.extract_answer(completion)
-            return ans is not None and math_equal(str(example["answer"]), ans, self.timeout_s)
-        except Exception:
-            return False
+        ans = self.extract_answer(completion)
+        return ans is not None and math_equal(str(example["answer"]), ans, self.timeout_s)

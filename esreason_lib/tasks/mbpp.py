@@ -35,7 +35,7 @@ from typing import Any
 
 from ._common import check_split, dataset_rows, render_prompt, shuffled_prefix
 from ._sandbox import run_tests
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 
 __all__ = ["MBPP", "entry_points", "extract_code"]
 
@@ -137,37 +137,33 @@ class MBPP(Task):
         instruction = task + "\nWrite the complete solution in a single ```python code block."
         return render_prompt(plain, instruction, tokenizer)
 
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The program by the module's extraction rules, or None."""
-        try:
-            return extract_code(completion)
-        except Exception:
-            return None
+        return extract_code(completion)
 
     def is_well_formed(self, completion: str, example: Example) -> bool:
         """A program was extracted and compiles."""
         code = self.extract_answer(completion)
         return code is not None and compiles(code)
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """The program passes every assert of `test_list` in the sandbox within `timeout_s`. Never raises."""
-        try:
-            code = self.extract_answer(completion)
-            tests, setup = [str(t) for t in example["test_list"]], str(example.get("test_setup_code", ""))
-            names = example.get("entry_points")
-            names = entry_points(tests) if names is None else names
-            if code is None or not compiles(code) or not all(name in code for name in names):
-                return False
-            key = hashlib.sha256(repr((code, tests, setup, self.timeout_s)).encode("utf-8", "replace")).digest()
-            with self._lock:
-                if key in self._verdicts:
-                    self._verdicts.move_to_end(key)
-                    return self._verdicts[key]
-            verdict = run_tests(code, tests, setup, timeout_s=self.timeout_s).passed
-            with self._lock:
-                self._verdicts[key] = verdict
-                while len(self._verdicts) > _CACHE_SIZE:
-                    self._verdicts.popitem(last=False)
-            return verdict
-        except Exception:
+        code = self.extract_answer(completion)
+        tests, setup = [str(t) for t in example["test_list"]], str(example.get("test_setup_code", ""))
+        names = example.get("entry_points")
+        names = entry_points(tests) if names is None else names
+        if code is None or not compiles(code) or not all(name in code for name in names):
             return False
+        key = hashlib.sha256(repr((code, tests, setup, self.timeout_s)).encode("utf-8", "replace")).digest()
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                return self._verdicts[key]
+        verdict = run_tests(code, tests, setup, timeout_s=self.timeout_s).passed
+        with self._lock:
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > _CACHE_SIZE:
+                self._verdicts.popitem(last=False)
+        return verdict

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
-from .base import Example, RewardShaping, Task
+from .base import Example, RewardShaping, Task, total
 
 __all__ = ["Sorting"]
 
@@ -71,12 +71,10 @@ class Sorting(Task):
             return None
         return text
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
         """The extracted digits equal the sorted input digits."""
-        try:
-            return self.extract_answer(completion) == "".join(sorted(str(example["digits"])))
-        except Exception:
-            return False
+        return self.extract_answer(completion) == "".join(sorted(str(example["digits"])))
 
     def demonstration(self, example: Example, rng: np.random.Generator | None = None) -> str:
         """The correct completion: the sorted digits (`rng` unused; one correct answer)."""
