@@ -247,13 +247,13 @@ def test_non_finite_logits_sample_uniformly_instead_of_crashing(tok):
 
 
 def test_decode_rows_decodes_each_row_like_batch_decode():
-    from esreason_lib.generation import _decode_rows
+    from esreason_lib.generation import decode_rows
     from esreason_lib.zoo import build_char_tokenizer
 
     tok = build_char_tokenizer()
     a, b = tok.convert_tokens_to_ids(["1", "+"])
     ids = torch.tensor([[a, b, a], [a, b, a], [b, b, tok.pad_token_id]])  # [3, 3], rows 0 and 1 equal
-    assert _decode_rows(tok, ids) == ["1+1", "1+1", "++"] == tok.batch_decode(ids.tolist(), skip_special_tokens=True)
+    assert decode_rows(tok, ids) == ["1+1", "1+1", "++"] == tok.batch_decode(ids.tolist(), skip_special_tokens=True)
     wide = ids.repeat(1, 20)  # [3, 60]: too wide for one int64 key per row, the 2-D unique path
-    assert _decode_rows(tok, wide) == tok.batch_decode(wide.tolist(), skip_special_tokens=True)
-    assert _decode_rows(tok, ids[:0]) == []
+    assert decode_rows(tok, wide) == tok.batch_decode(wide.tolist(), skip_special_tokens=True)
+    assert decode_rows(tok, ids[:0]) == []

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from esreason_lib.generation import generate
-from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, policy_update, train_grpo
+from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, train_grpo
+from esreason_lib.grpo_update import forward_rows, policy_loss, policy_update
 from esreason_lib.optim import master_weight_adamw
 from esreason_lib.presets import get_preset
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
