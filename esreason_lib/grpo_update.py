@@ -111,7 +111,7 @@ def forward_rows(p_ids, p_mask, c_ids, c_mask, adv, *, skip_zero_advantage: bool
 
 
 def _chunks(start: int, stop: int, size: int | None) -> list[slice]:
-    size = size or (stop - start)
+    size = size or max(stop - start, 1)
     return [slice(i, min(i + size, stop)) for i in range(start, stop, size)]
 
 
