@@ -31,6 +31,10 @@ Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
   weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
 - Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
   every train example once per epoch (`training.prompt_indices`).
+- Compute, not maths: the update (`esreason_lib.grpo_update`) forwards each distinct (prompt, completion,
+  advantage) row once, weighted by its multiplicity, and with beta = 0 skips the rows whose advantage is 0 (their
+  loss and gradient are exactly 0; they stay in the normaliser), so the loss and gradient are the full batch's up
+  to float rounding; a group's repeated completions are scored once.
 """
 
 from __future__ import annotations
@@ -180,7 +184,8 @@ class GRPOConfig:
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
     """One GRPO iteration: draw prompts, sample G completions each, score, and take the `policy_update` steps.
 
-    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps).
+    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
+    report them: `policy/ratio_mean` is absent from a step with no row to forward).
     Deterministic in (config.seed, iteration).
     """
     t0 = time.perf_counter()

@@ -139,10 +139,10 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
         minibatches.append((mb, index + mb.start, count))
 
     def logprobs_of(net, grad: bool, index: torch.Tensor) -> torch.Tensor:  # [u, lc] cut to the rows' padding
-        lp_, lc = int(p_mask[index].sum(1).max()), max(int(lens[index].max()), 1)
+        lp_width, lc = int(p_mask[index].sum(1).max()), max(int(lens[index].max()), 1)
         with torch.set_grad_enabled(grad):
-            lp, _ = completion_logprobs(net, p_ids[index, -lp_:], p_mask[index, -lp_:], c_ids[index, :lc],
-                                        c_mask[index, :lc], temperature=c.temperature)
+            lp, _ = completion_logprobs(net, p_ids[index, -lp_width:], p_mask[index, -lp_width:],
+                                        c_ids[index, :lc], c_mask[index, :lc], temperature=c.temperature)
         return lp.float()  # [u, lc]
 
     def frozen_logprobs(net, index: torch.Tensor, out: torch.Tensor) -> None:  # fills out[index] [u, Lc]
@@ -168,16 +168,16 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             fwd_tok = (lens[index] * count).sum().clamp(min=1)  # [] tokens of the forwarded rows, with multiplicity
             acc = {"policy/clip_frac": 0.0, "policy/kl": 0.0 if ref is not None else math.nan, "loss/policy": 0.0}
             for part in _chunks(0, len(index), c.micro_batch_size):
-                rows_, w = index[part], count[part]  # [u], [u]
-                logp = logprobs_of(model, True, rows_)  # [u, lc]
+                sel, w = index[part], count[part]  # [u] rows, [u] multiplicities
+                logp = logprobs_of(model, True, sel)  # [u, lc]
                 lc = logp.shape[1]
                 if epoch == 0 and k == 0:
-                    old[rows_, :lc] = logp.detach()
-                loss, m = policy_loss(logp, old[rows_, :lc], None if ref_lp is None else ref_lp[rows_, :lc],
-                                      adv[rows_], c_mask[rows_, :lc], c.clip_eps, c.beta, c.aggregation, weight=w)
-                part_tok = (lens[rows_] * w).sum()  # []
+                    old[sel, :lc] = logp.detach()
+                loss, m = policy_loss(logp, old[sel, :lc], None if ref_lp is None else ref_lp[sel, :lc],
+                                      adv[sel], c_mask[sel, :lc], c.clip_eps, c.beta, c.aggregation, weight=w)
+                part_tok = (lens[sel] * w).sum()  # []
                 share = float(part_tok / n_tok) if c.aggregation == "token-mean" else \
-                    float(((lens[rows_] > 0) * w).sum() / n_live)
+                    float(((lens[sel] > 0) * w).sum() / n_live)
                 (loss * share).backward()
                 for key, v in m.items():  # token-weighted average over the parts (ratio: over forwarded tokens)
                     scale = share if key == "loss/policy" else float(part_tok / (
