@@ -1,7 +1,7 @@
 """GRPO step of this project against TRL's `GRPOTrainer`, side by side in one process (benchmark 4 of issue 12).
 
-    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/bench_trl.py                        # quick: 1 seed x 5 steps
-    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/bench_trl.py --steps 100 --seeds 3  # the full measurement
+    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/bench_trl.py                         # quick: 1 x 5 steps
+    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/bench_trl.py --steps 100 --seeds 3   # the full one
 
 Needs the `bench` extra (`pip install -e .[bench]`: trl). Both trainers start from the same saved zoo model and
 tokenizer (`qwen2-s-habit`, loaded by `models.load_model`, never `AutoTokenizer`), and see the same Countdown prompts:

@@ -6,9 +6,10 @@ backward per minibatch (`micro_batch_size` only splits them for memory), and spe
 have a gradient:
 - Identical rows (same prompt, completion and advantage, e.g. a prompt's samples that agree) are forwarded once
   and weighted by their multiplicity: their log-probs, ratios and per-token losses are the same numbers.
-- Without a reference model (beta == 0), rows whose advantage is 0 (every row of a group whose rewards are all equal) are skipped: their
-  per-token loss -min(ratio * 0, clip(ratio) * 0) is 0 with gradient 0 at any ratio; they still count in the
-  normaliser (tokens or sequences of the whole minibatch), so the loss and its gradient are the full batch's.
+- Without a reference model (beta == 0), rows whose advantage is 0 (every row of a group whose rewards are all
+  equal) are skipped: their per-token loss -min(ratio * 0, clip(ratio) * 0) is 0 with gradient 0 at any ratio;
+  they still count in the normaliser (tokens or sequences of the whole minibatch), so the loss and its gradient
+  are the full batch's.
   A minibatch with no row left still takes its optimiser step, from zero gradients (AdamW's momentum moves on).
 - Each forward is cut to its rows' longest prompt and completion (the cut columns are padding for every row).
 Mathematically the loss and gradient are those of the full batch; in floating point they differ from a forward

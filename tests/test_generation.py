@@ -276,6 +276,7 @@ def test_prompt_helpers_hand_computed(model, tok):
     ids, mask = left_pad([[5, 6], [7], []], 0, "cpu")
     assert ids.tolist() == [[5, 6], [0, 7], [0, 0]] and mask.tolist() == [[True, True], [False, True], [False, False]]
     assert mask_positions(mask).tolist() == [[0, 1], [0, 0], [0, 0]]
-    assert mask_positions(torch.tensor([[False, True, True, False, True]])).tolist() == [[0, 0, 1, 1, 2]]  # a gap repeats
+    gap = torch.tensor([[False, True, True, False, True]])
+    assert mask_positions(gap).tolist() == [[0, 0, 1, 1, 2]]  # a position repeats over an inner gap
     assert cut_at_stop("a=1</answer> junk", "</answer>") == "a=1</answer>"
     assert cut_at_stop("a=1", "</answer>") == "a=1" and cut_at_stop("a=1", None) == "a=1"
