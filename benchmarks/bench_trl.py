@@ -50,7 +50,8 @@ def plot_reward_curves(table: pd.DataFrame, ax=None):
         for _, seed_rows in rows.groupby("seed"):
             ax.plot(seed_rows["step"], seed_rows["reward"], color=color, alpha=0.25, lw=0.8)
         mean = rows.groupby("step")["reward"].mean()
-        ax.plot(mean.index, mean.values, color=color, lw=2, label=f"{name} (mean of {rows['seed'].nunique()} seeds)")
+        seeds = rows["seed"].nunique()
+        ax.plot(mean.index, mean.values, color=color, lw=2, label=f"{name} ({seeds} seed{'s' * (seeds > 1)})")
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward of the step's rollouts")
     ax.legend(frameon=False)
@@ -132,7 +133,9 @@ def run_seed(args, seed: int) -> pd.DataFrame:
 
 
 def summarize(table: pd.DataFrame, skip: int) -> list[str]:
-    """Median step-time ratio (this project / TRL) over steps after the first `skip`, and the reward curves."""
+    """Median step-time ratio (this project / TRL) over steps after the first `skip`, and the reward curves; only
+    steps that both trainers finished count (an interrupted run's last TRL step has no partner)."""
+    table = table.groupby(["seed", "step"]).filter(lambda pair: pair["trainer"].nunique() == 2)
     timed = table[table["step"] > skip]
     med = timed.groupby("trainer")[["wall_s", "cpu_s"]].median()
     ours, trl = med.loc["this project"], med.loc["TRL GRPOTrainer"]
