@@ -30,9 +30,9 @@ from transformers.masking_utils import create_causal_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
 
 from esreason_lib.es_backends import Evaluation
-from esreason_lib.es_noise import _shift_, named_params, noise
-from esreason_lib.generation import (_COMPACT_FRACTION, _cut_at_stop, _decode_rows, _encode, _left_pad, _positions,
-                                     _special_ids)
+from esreason_lib.es_noise import named_params, noise, shift_
+from esreason_lib.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, left_pad,
+                                     mask_positions, special_ids)
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
@@ -51,7 +51,7 @@ def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) 
         for i, (s, sign) in enumerate(zip(seeds, signs)):
             if s not in eps:
                 eps = {s: noise(s, name, p)}  # antithetic pairs are adjacent: keep one draw alive
-            _shift_(w[i], eps[s], float(sign) * float(sigma))
+            shift_(w[i], eps[s], float(sign) * float(sigma))
         out[name] = w
     return out
 
@@ -200,7 +200,7 @@ def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_t
     counts = torch.full((n,), b, dtype=torch.long, device=device)  # [N] r_i: running rows of member i
     attn = torch.zeros((n, b, lp + max_new_tokens), dtype=torch.bool, device=device)  # [N, R, Lmax]
     attn[:, :, :lp] = mask
-    pos = _positions(mask)  # [b, Lp]
+    pos = mask_positions(mask)  # [b, Lp]
     forward = _Qwen2Population(model, weights, fused, lp + max_new_tokens)
     shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
     prefill_mask = create_causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
@@ -229,7 +229,7 @@ def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_t
             check = torch.nonzero(live & ~done)  # [c, 2] (member, slot) of running rows that may hit the stop
             if len(check):
                 tails = tokens[check[:, 0], rows[check[:, 0], check[:, 1]], max(0, t + 1 - stop_window): t + 1]
-                hit = [stop in s for s in _decode_rows(tokenizer, tails)]
+                hit = [stop in s for s in decode_rows(tokenizer, tails)]
                 done[check[:, 0], check[:, 1]] |= torch.tensor(hit, dtype=torch.bool, device=device)
         n_done = (done & slot).sum(1)  # [N]
         counts = torch.where(n_done == counts, 0, counts)  # a member whose rows are all done stops
@@ -237,7 +237,7 @@ def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_t
             break
         attn[:, :width, lp + t] = live
         last_pos = last_pos + 1
-        compact = (counts > 0) & (n_done >= torch.clamp(_COMPACT_FRACTION * counts, min=1))  # [N]
+        compact = (counts > 0) & (n_done >= torch.clamp(COMPACT_FRACTION * counts, min=1))  # [N]
         if bool(compact.any()):
             keep_slot = slot & ~(done & compact[:, None])  # [N, R]
             counts = torch.where(counts > 0, keep_slot.sum(1), 0)
@@ -292,8 +292,8 @@ class BatchedBackend:
             raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
                             "(use ESConfig.backend='sequential')")
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
-        encoded = _encode(self.tokenizer, prompts, "prompts")  # once for the whole population
-        pad, eos = _special_ids(model, self.tokenizer)
+        encoded = encode_texts(self.tokenizer, prompts, "prompts")  # once for the whole population
+        pad, eos = special_ids(model, self.tokenizer)
         params = named_params(model)
         weights = self.stacked_weights(params, population)
         fused = fuse_weights(model, weights)
@@ -303,17 +303,17 @@ class BatchedBackend:
         model.eval()
         try:
             for start in range(0, p, self.batch_size):
-                ids, mask = _left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
+                ids, mask = left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
                 tokens, valid = _decode_population(model, self.tokenizer, weights, fused, ids, mask,
                                                    max_new_tokens=self.max_new_tokens, stop=self.task.stop,
                                                    pad=pad, eos=eos)  # [N, b, T]
                 width = max(int(valid.sum(2).max()), 1)
-                chunk = _decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
+                chunk = decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
                 for i in range(n):
                     texts[i] += chunk[i * len(ids): (i + 1) * len(ids)]
         finally:
             model.train(was_training)
-        return [[_cut_at_stop(s, self.task.stop) for s in member] for member in texts]
+        return [[cut_at_stop(s, self.task.stop) for s in member] for member in texts]
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
         texts = self.completions(model, population, examples)

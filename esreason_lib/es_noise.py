@@ -63,7 +63,7 @@ def noise(seed: int, name: str, like: torch.Tensor) -> torch.Tensor:
     return torch.randn(like.shape, generator=gen, device=like.device, dtype=torch.float32)  # like.shape
 
 
-def _shift_(t: torch.Tensor, eps: torch.Tensor, c: float) -> torch.Tensor:
+def shift_(t: torch.Tensor, eps: torch.Tensor, c: float) -> torch.Tensor:
     """t <- fl(t + c * eps) in t's dtype, in place. The one kernel used by perturb, its check, and restore."""
     return t.add_(eps.to(t.dtype), alpha=c)
 
@@ -125,8 +125,8 @@ def _perturb_one(fx: FixUp, name: str, p: torch.Tensor) -> None:
     fx.fixes[name] = (None, x)  # until the sparse list is known, a failure restores from the plain copy
     fx.names.append(name)
     eps = noise(fx.seed, name, p)  # p.shape
-    _shift_(p, eps, fx.coef)
-    x_hat = _shift_(p.clone(), eps, -fx.coef)  # p.shape, exactly what restore will compute
+    shift_(p, eps, fx.coef)
+    x_hat = shift_(p.clone(), eps, -fx.coef)  # p.shape, exactly what restore will compute
     bad = (_int_view(x_hat) != x).nonzero().squeeze(1)  # [k]
     idx = bad.to(torch.int32) if p.numel() < 2**31 else bad  # [k]
     if bad.numel() * (idx.element_size() + x.element_size()) < x.numel() * x.element_size():
@@ -148,7 +148,7 @@ def restore(model_or_params, fixup: FixUp) -> None:
         if idx is None:  # dense: the original bits were kept whole
             _int_view(p).copy_(bits)
             continue
-        _shift_(p, noise(fixup.seed, name, p), -fixup.coef)
+        shift_(p, noise(fixup.seed, name, p), -fixup.coef)
         if bits is not None:
             _int_view(p)[idx.long()] = bits
     fixup.restored = True

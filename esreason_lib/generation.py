@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import transformers
+from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 from esreason_lib.seeding import torch_generator
 
-_COMPACT_FRACTION = 0.25
+COMPACT_FRACTION = 0.25
 """Drop finished rows from the running batch (and its KV cache) once this fraction of it is finished."""
 
 
@@ -49,7 +50,7 @@ class Rollouts:
         return np.arange(len(self.completions)) // self.n
 
 
-def _special_ids(model, tokenizer) -> tuple[int, set[int]]:
+def special_ids(model, tokenizer) -> tuple[int, set[int]]:
     """(pad id, set of EOS ids): the tokenizer's EOS plus any in the model's generation config."""
     eos = set()
     if tokenizer.eos_token_id is not None:
@@ -63,14 +64,14 @@ def _special_ids(model, tokenizer) -> tuple[int, set[int]]:
     return int(pad), eos
 
 
-def _encode(tokenizer, texts: list[str], field: str) -> list[list[int]]:
+def encode_texts(tokenizer, texts: list[str], field: str) -> list[list[int]]:
     """Token ids of each text, without special tokens (chat templates already carry their own)."""
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise TypeError(f"{field} must be a list of str, got {type(texts).__name__}")
     return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
 
 
-def _left_pad(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids [B, L] and mask [B, L]."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # [B, L]
@@ -82,7 +83,7 @@ def _left_pad(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, to
     return ids.to(device), mask.to(device)
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
+def mask_positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids [B, L] from an attention mask [B, L]: index among real tokens (pads clamp to 0)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
@@ -96,7 +97,8 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_p)  # [b, V] unnormalised
 
 
-def _cut_at_stop(text: str, stop: str | None) -> str:
+def cut_at_stop(text: str, stop: str | None) -> str:
+    """`text` up to and including the first occurrence of `stop` (the whole text when absent or stop is None)."""
     if stop:
         at = text.find(stop)
         if at >= 0:
@@ -112,10 +114,11 @@ def _unique_rows(keys: torch.Tensor):
     return distinct, first, inverse
 
 
-def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
+def decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
     """`tokenizer.batch_decode` of each row of ids [B, L] (special tokens skipped), decoding each distinct row
-    once: rows often agree (ES members, a prompt's samples, short stop-check tails), and the per-token Python
-    conversion dominates decoding."""
+    once: rows often agree (ES members, a prompt's samples, short stop-check tails). A tokenizers-backed tokenizer
+    without space clean-up is decoded by its Rust backend directly (batch_decode's per-token Python conversion
+    dominated decoding)."""
     if not len(ids):
         return []
     base = int(ids.max()) + 1
@@ -125,7 +128,11 @@ def _decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
         distinct = ids[first]  # [U, L]
     else:
         distinct, inverse = torch.unique(ids, dim=0, return_inverse=True)  # [U, L], [B]
-    texts = tokenizer.batch_decode(distinct.tolist(), skip_special_tokens=True)
+    rows = distinct.tolist()
+    if type(tokenizer)._decode is TokenizersBackend._decode and not tokenizer.clean_up_tokenization_spaces:
+        texts = tokenizer.backend_tokenizer.decode_batch(rows, skip_special_tokens=True)  # what batch_decode does,
+    else:  # without its per-token Python checks (`to_py_obj`)
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
     return [texts[k] for k in inverse.tolist()]
 
 
@@ -145,13 +152,13 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     ents = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
     rows = torch.arange(b, device=device)  # [r] chunk row of each running row
     seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
-    pos = _positions(attn)  # [r, L]
+    pos = mask_positions(attn)  # [r, L]
     cache = transformers.DynamicCache(config=model.config) if use_cache else None
     step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
     for t in range(max_new_tokens):
         if use_cache and t == 0:  # prefill the distinct prompts, then give each row its prompt's cache
-            out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), cache=cache,
+            out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), cache=cache,
                         use_cache=True, logits_to_keep=1)
             cache = out.cache
             cache.batch_select_indices(expand)
@@ -183,7 +190,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
             lo = max(0, t + 1 - stop_window)
             check = torch.nonzero(live & ~done).squeeze(-1)  # [c] running rows that may have hit the stop
             if len(check):
-                tails = _decode_rows(tokenizer, tokens[rows[check], lo: t + 1])
+                tails = decode_rows(tokenizer, tokens[rows[check], lo: t + 1])
                 hit = torch.tensor([stop in s for s in tails], dtype=torch.bool, device=device)  # [c]
                 done[check] = done[check] | hit
         n_done = int(done.sum())  # the one host sync per step
@@ -192,7 +199,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
         seq = torch.cat([seq, tok[:, None]], dim=1)  # [r, L+1]
         attn = torch.cat([attn, live[:, None]], dim=1)  # [r, L+1]
         pos = torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
-        if n_done >= max(1, _COMPACT_FRACTION * len(rows)):
+        if n_done >= max(1, COMPACT_FRACTION * len(rows)):
             keep = torch.nonzero(~done).squeeze(-1)  # [r']
             rows, seq, attn, pos, done = rows[keep], seq[keep], attn[keep], pos[keep], done[keep]
             if use_cache:
@@ -216,13 +223,13 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if stop is not None and (not isinstance(stop, str) or not stop):
         raise ValueError(f"stop must be a non-empty str or None, got {stop!r}")
-    encoded = _encode(tokenizer, prompts, "prompts")
+    encoded = encode_texts(tokenizer, prompts, "prompts")
     if not encoded:
         raise ValueError("prompts must not be empty")
     for i, e in enumerate(encoded):
         if not e:
             raise ValueError(f"prompts[{i}] = {prompts[i]!r} encodes to no tokens")
-    pad, eos = _special_ids(model, tokenizer)
+    pad, eos = special_ids(model, tokenizer)
     device = model.device
     n_rows = len(encoded) * n  # B, rows grouped by prompt
     gen = torch_generator(seed, "generate", device=device)
@@ -234,7 +241,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
                 uniq, expand = np.unique(which, return_inverse=True)  # [u], [b]
-                ids, mask = _left_pad([encoded[i] for i in uniq], pad, device)  # [u, Lp]
+                ids, mask = left_pad([encoded[i] for i in uniq], pad, device)  # [u, Lp]
                 expand = torch.as_tensor(expand, device=device)  # [b]
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
@@ -258,8 +265,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     prompt_ids, prompt_mask = cat(0, lp, pad, True), cat(1, lp, False, True)  # [B, Lp]
     completion_ids, completion_mask = cat(2, lc, pad, False), cat(3, lc, False, False)  # [B, Lc]
     logprobs, entropies = cat(4, lc, 0.0, False), cat(5, lc, 0.0, False)  # [B, Lc]
-    texts = _decode_rows(tokenizer, completion_ids)
-    return Rollouts(prompts=list(prompts), n=n, completions=[_cut_at_stop(s, stop) for s in texts],
+    texts = decode_rows(tokenizer, completion_ids)
+    return Rollouts(prompts=list(prompts), n=n, completions=[cut_at_stop(s, stop) for s in texts],
                     prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
                     completion_mask=completion_mask, logprobs=logprobs, entropies=entropies)
 
@@ -293,7 +300,7 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     lc = completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1).to(model.device)  # [B, Lp+Lc]
     mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(model.device)  # [B, Lp+Lc]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), use_cache=False,
                 logits_to_keep=lc + 1)
     logits = out.logits[:, :-1].float() / temperature  # [B, Lc, V] logits predicting each completion token
     cmask = completion_mask.bool().to(logits.device)  # [B, Lc]
@@ -315,10 +322,10 @@ def sequence_logprobs(model, tokenizer, prompts, completions, *, temperature=1.0
         raise ValueError(f"prompts and completions differ in length: {len(prompts)} vs {len(completions)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    pad, _ = _special_ids(model, tokenizer)
+    pad, _ = special_ids(model, tokenizer)
     eos_id = int(tokenizer.eos_token_id)
-    p_enc = _encode(tokenizer, prompts, "prompts")
-    c_enc = [c + [eos_id] for c in _encode(tokenizer, completions, "completions")]
+    p_enc = encode_texts(tokenizer, prompts, "prompts")
+    c_enc = [c + [eos_id] for c in encode_texts(tokenizer, completions, "completions")]
     for i, e in enumerate(p_enc):
         if not e:
             raise ValueError(f"prompts[{i}] = {prompts[i]!r} encodes to no tokens")
@@ -328,7 +335,7 @@ def sequence_logprobs(model, tokenizer, prompts, completions, *, temperature=1.0
     try:
         with torch.no_grad():
             for s in range(0, len(p_enc), batch_size):
-                pids, pmask = _left_pad(p_enc[s: s + batch_size], pad, model.device)  # [b, Lp]
+                pids, pmask = left_pad(p_enc[s: s + batch_size], pad, model.device)  # [b, Lp]
                 chunk = c_enc[s: s + batch_size]
                 width = max(len(c) for c in chunk)
                 cids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [b, Lc]

@@ -31,6 +31,10 @@ Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
   weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
 - Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
   every train example once per epoch (`training.prompt_indices`).
+- Compute, not maths: the update (`esreason_lib.grpo_update`) forwards each distinct (prompt, completion,
+  advantage) row once, weighted by its multiplicity, and with beta = 0 skips the rows whose advantage is 0 (their
+  loss and gradient are exactly 0; they stay in the normaliser), so the loss and gradient are the full batch's up
+  to float rounding; a group's repeated completions are scored once.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from esreason_lib.generation import completion_logprobs, generate
+from esreason_lib.generation import generate
+from esreason_lib.grpo_update import AGGREGATIONS, policy_update
 from esreason_lib.metrics import mean_token_entropy
-from esreason_lib.optim import master_weight_adamw, optimizer_step
+from esreason_lib.optim import master_weight_adamw
 from esreason_lib.progress import progress_bar
 from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
@@ -59,7 +64,6 @@ from esreason_lib.validation import (check, check_choice, check_int, check_nonem
 from esreason_lib.zoo import quiet_transformers
 
 SCALES = ("group", "none")
-AGGREGATIONS = ("seq-mean-token-mean", "token-mean")
 
 
 def group_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -85,60 +89,6 @@ def group_advantages(rewards, group_size: int, scale: str = "group", eps: float 
     flat = (g.amax(dim=1) == g.amin(dim=1)).unsqueeze(1)  # [P, 1]
     adv = adv.masked_fill(flat, 0.0)  # [P, G]
     return adv.reshape(-1).to(out_dtype)  # [B]
-
-
-def policy_loss(logp, old_logp, ref_logp, adv, mask, clip_eps: float, beta: float,
-                aggregation: str = "seq-mean-token-mean") -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO objective for one batch, as a loss to minimise, and detached diagnostics.
-
-    Per token t of completion i: ratio = exp(logp - old_logp),
-    l = -min(ratio * A_i, clip(ratio, 1 - clip_eps, 1 + clip_eps) * A_i) + beta * k3, with
-    k3 = exp(ref - logp) - (ref - logp) - 1 >= 0 (zero exactly when the policies agree).
-    Shapes: logp, old_logp, ref_logp, mask [B, T]; adv [B]. Gradients flow only through `logp`.
-    `ref_logp` may be None only when beta == 0. Sequences with no masked-in token are ignored.
-    Metrics (token means over the mask): `policy/clip_frac` (tokens where the clipped branch is active),
-    `policy/kl` (mean k3; nan when ref_logp is None), `policy/ratio_mean`, `loss/policy` (the loss value).
-    """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta!r}")
-    if beta > 0 and ref_logp is None:
-        raise ValueError(f"ref_logp is required when beta > 0 (beta={beta!r})")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or adv.shape != logp.shape[:1]:
-        raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
-                         f"mask {tuple(mask.shape)}, adv {tuple(adv.shape)}")
-    mask = mask.bool()  # [B, T]
-    m = mask.to(logp.dtype)  # [B, T]
-    a = adv.detach().to(logp.dtype).unsqueeze(1)  # [B, 1]
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    log_ratio = torch.where(mask, logp - old_logp.detach(), zero)  # [B, T] (0 where masked, even if inf there)
-    ratio = torch.exp(log_ratio)  # [B, T]
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, T]
-    per_tok = -torch.minimum(ratio * a, clipped * a)  # [B, T]
-    kl = None
-    if ref_logp is not None:
-        d = torch.where(mask, ref_logp.detach() - logp, zero)  # [B, T]
-        kl = torch.exp(d) - d - 1.0  # [B, T] k3 estimator of KL(pi || pi_ref)
-        if beta > 0:
-            per_tok = per_tok + beta * kl  # [B, T]
-    lens = m.sum(dim=1)  # [B]
-    n_tok = lens.sum().clamp(min=1.0)  # []
-    if aggregation == "seq-mean-token-mean":
-        seq = (per_tok * m).sum(dim=1) / lens.clamp(min=1.0)  # [B]
-        live = (lens > 0).to(logp.dtype)  # [B]
-        loss = (seq * live).sum() / live.sum().clamp(min=1.0)  # []
-    else:
-        loss = (per_tok * m).sum() / n_tok  # []
-    with torch.no_grad():
-        is_clipped = ((ratio > 1.0 + clip_eps) & (a > 0)) | ((ratio < 1.0 - clip_eps) & (a < 0))  # [B, T]
-        metrics = {
-            "policy/clip_frac": float((is_clipped.to(m.dtype) * m).sum() / n_tok),
-            "policy/kl": float((kl * m).sum() / n_tok) if kl is not None else math.nan,
-            "policy/ratio_mean": float((ratio * m).sum() / n_tok),
-            "loss/policy": float(loss),
-        }
-    return loss, metrics
 
 
 @dataclass(frozen=True)
@@ -231,71 +181,11 @@ class GRPOConfig:
         check_int(self, "seed")
 
 
-def _chunks(start: int, stop: int, size: int | None) -> list[slice]:
-    size = size or (stop - start)
-    return [slice(i, min(i + size, stop)) for i in range(start, stop, size)]
-
-
-def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GRPOConfig) -> list[dict[str, float]]:
-    """The optimiser steps of one iteration on a scored rollout batch: `ppo_epochs` passes over it, each split
-    into minibatches of `minibatch_size` prompts (group_size rows each, in batch order), one step apiece.
-
-    Shapes: p_ids, p_mask [B, Lp]; c_ids, c_mask [B, Lc]; adv [B] (rows grouped by prompt). pi_old is the model
-    as passed in (the rollout policy), computed without grad before the first step; pi_ref is `ref` (None when
-    beta == 0). Returns one dict per step: `policy_loss`'s metrics (token-weighted over the micro chunks) and
-    `policy/grad_norm`.
-    """
-    c = config
-    B = c_ids.shape[0]
-    rows = B if c.minibatch_size is None else c.minibatch_size * c.group_size
-    if B % rows:
-        raise ValueError(f"batch of {B} rows does not split into minibatches of {rows} rows")
-
-    def logprobs_of(net, grad: bool, sl: slice) -> torch.Tensor:
-        with torch.set_grad_enabled(grad):
-            lp, _ = completion_logprobs(net, p_ids[sl], p_mask[sl], c_ids[sl], c_mask[sl],
-                                        temperature=c.temperature)
-        return lp.float()  # [b, Lc]
-
-    def frozen_logprobs(net, start: int) -> torch.Tensor:  # [B - start, Lc]
-        return torch.cat([logprobs_of(net, False, sl) for sl in _chunks(start, B, c.micro_batch_size)])
-
-    old = torch.zeros(c_ids.shape, dtype=torch.float32, device=c_ids.device)  # [B, Lc] pi_old
-    if B > rows:  # the first minibatch fills its rows from its own forward (same weights, see the docstring)
-        old[rows:] = frozen_logprobs(model, rows)  # [B - rows, Lc]
-    ref_lp = frozen_logprobs(ref, 0) if ref is not None else None  # [B, Lc]
-    lens = c_mask.sum(dim=1)  # [B]
-
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    steps: list[dict[str, float]] = []
-    for epoch in range(c.ppo_epochs):
-        for mb in _chunks(0, B, rows):
-            model.zero_grad(set_to_none=True)
-            parts = _chunks(mb.start, mb.stop, c.micro_batch_size)
-            n_tok, n_live = lens[mb].sum().clamp(min=1), (lens[mb] > 0).sum().clamp(min=1)  # [], []
-            acc: dict[str, float] = {}
-            for sl in parts:
-                logp = logprobs_of(model, True, sl)  # [b, Lc]
-                if epoch == 0 and mb.start == 0:
-                    old[sl] = logp.detach()
-                loss, m = policy_loss(logp, old[sl], None if ref_lp is None else ref_lp[sl], adv[sl], c_mask[sl],
-                                      c.clip_eps, c.beta, c.aggregation)
-                w_tok = float(lens[sl].sum() / n_tok)
-                w = w_tok if c.aggregation == "token-mean" else float((lens[sl] > 0).sum() / n_live)
-                (loss * w if len(parts) > 1 else loss).backward()
-                for k, v in m.items():  # token-weighted average over the chunks
-                    acc[k] = acc.get(k, 0.0) + (w if k == "loss/policy" else w_tok) * v
-            acc["policy/grad_norm"] = optimizer_step(params, opt, c.max_grad_norm)
-            steps.append(acc)
-    model.eval()
-    return steps
-
-
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
     """One GRPO iteration: draw prompts, sample G completions each, score, and take the `policy_update` steps.
 
-    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps).
+    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
+    report them: `policy/ratio_mean` is absent from a step with no row to forward).
     Deterministic in (config.seed, iteration).
     """
     t0 = time.perf_counter()
@@ -305,13 +195,17 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
     ro = generate(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
                   max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
                   seed=derive_seed(c.seed, "grpo", "sample", iteration))
-    rewards = np.array([task.reward(s, examples[idx[i // G]]) for i, s in enumerate(ro.completions)])  # [B]
+    scored: dict[tuple[int, str], float] = {}  # a group's repeated completions are scored once
+    for i, s in enumerate(ro.completions):
+        if (i // G, s) not in scored:
+            scored[i // G, s] = task.reward(s, examples[idx[i // G]])
+    rewards = np.array([scored[i // G, s] for i, s in enumerate(ro.completions)])  # [B]
     adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
     c_mask = ro.completion_mask.to(device)  # [B, Lc]
     steps = policy_update(model, ref, opt, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
                           ro.completion_ids.to(device), c_mask, adv, c)
     groups = rewards.reshape(-1, G)  # [P, G]
-    means = {k: float(np.mean([s[k] for s in steps])) for k in steps[0]}
+    means = {k: float(np.mean([s[k] for s in steps if k in s])) for k in dict.fromkeys(k for s in steps for k in s)}
     return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()),

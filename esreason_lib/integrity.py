@@ -93,6 +93,28 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+_DIGESTS: dict[tuple, str] = {}
+"""sha256 of files hashed before, by (resolved path, size, mtime_ns, ctime_ns, inode) (`file_digest`)."""
+
+_SETTLED_NS = 2_000_000_000
+"""A file is remembered only once its last write is this much older than the hash (the clock that stamps mtime
+ticks in milliseconds, so a rewrite within the tick of the previous one could leave size and mtime unchanged)."""
+
+
+def file_digest(path: Path) -> str:
+    """`sha256_file(path)`, hashed once per version of the file: the digest is remembered by (resolved path, size,
+    mtime_ns, ctime_ns, inode), and any write, replacement or `utime` changes ctime or the inode. Opening a complete
+    run checks its model files several times (`run_exists`, `Run.open`, the trainer); this hashes them once."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        digest = sha256_file(path)
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+            _DIGESTS[key] = digest
+    return digest
+
+
 def tree_digest(folder: Path) -> dict[str, str]:
     """{path relative to `folder` (posix): sha256} for every file under `folder` (sorted); {} if it is absent."""
     if not folder.is_dir():
@@ -110,12 +132,13 @@ def follow_umask(folder: Path) -> None:
 
 
 def tree_mismatch(folder: Path, expected: dict[str, str]) -> str | None:
-    """Why `folder` does not hold exactly the files of `expected` ({relative path: sha256}); None when it does."""
+    """Why `folder` does not hold exactly the files of `expected` ({relative path: sha256}); None when it does.
+    Each version of a file is hashed once per process (`file_digest`)."""
     for rel, digest in expected.items():
         path = folder / rel
         if not path.is_file():
             return f"{path} is missing"
-        if sha256_file(path) != digest:
+        if file_digest(path) != digest:
             return f"{path} does not match its recorded sha256 (truncated or modified)"
     return None
 

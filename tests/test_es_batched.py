@@ -130,3 +130,14 @@ def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
     assert rewards[0] == rewards[1] and len(rewards[0]) == 2
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     assert not all(torch.equal(states[0][k], v) for k, v in model.state_dict().items())  # training moved them
+
+
+def test_shift_adds_in_the_tensors_dtype_in_place():
+    from esreason_lib.es_noise import shift_
+
+    t = torch.tensor([1.0, 2.0])
+    out = shift_(t, torch.tensor([0.5, -1.0]), 2.0)
+    assert out is t and t.tolist() == [2.0, 0.0]
+    b = torch.tensor([1.0], dtype=torch.bfloat16)
+    shift_(b, torch.tensor([1e-3]), 1.0)  # 1 + 1e-3 rounds back to 1 in bfloat16 (resolution 2**-7)
+    assert b.dtype == torch.bfloat16 and b.item() == 1.0

@@ -247,13 +247,36 @@ def test_non_finite_logits_sample_uniformly_instead_of_crashing(tok):
 
 
 def test_decode_rows_decodes_each_row_like_batch_decode():
-    from esreason_lib.generation import _decode_rows
+    from esreason_lib.generation import decode_rows
     from esreason_lib.zoo import build_char_tokenizer
 
     tok = build_char_tokenizer()
     a, b = tok.convert_tokens_to_ids(["1", "+"])
     ids = torch.tensor([[a, b, a], [a, b, a], [b, b, tok.pad_token_id]])  # [3, 3], rows 0 and 1 equal
-    assert _decode_rows(tok, ids) == ["1+1", "1+1", "++"] == tok.batch_decode(ids.tolist(), skip_special_tokens=True)
+    assert decode_rows(tok, ids) == ["1+1", "1+1", "++"] == tok.batch_decode(ids.tolist(), skip_special_tokens=True)
     wide = ids.repeat(1, 20)  # [3, 60]: too wide for one int64 key per row, the 2-D unique path
-    assert _decode_rows(tok, wide) == tok.batch_decode(wide.tolist(), skip_special_tokens=True)
-    assert _decode_rows(tok, ids[:0]) == []
+    assert decode_rows(tok, wide) == tok.batch_decode(wide.tolist(), skip_special_tokens=True)
+    assert decode_rows(tok, ids[:0]) == []
+    spaced = torch.tensor([tok.convert_tokens_to_ids(["1", " ", ",", "2"])])  # [1, 4] "1 ,2"
+    assert decode_rows(tok, spaced) == ["1 ,2"]  # the backend path: no clean-up configured
+    cleaning = build_char_tokenizer()
+    cleaning.clean_up_tokenization_spaces = True  # batch_decode's own path, which then removes " ,"
+    assert decode_rows(cleaning, spaced) == cleaning.batch_decode(spaced.tolist(), skip_special_tokens=True) == ["1,2"]
+
+
+def test_prompt_helpers_hand_computed(model, tok):
+    from esreason_lib.generation import cut_at_stop, encode_texts, left_pad, mask_positions, special_ids
+
+    pad, eos = special_ids(model, tok)
+    assert pad == tok.pad_token_id and tok.eos_token_id in eos
+    one, plus = tok.convert_tokens_to_ids(["1", "+"])
+    assert encode_texts(tok, ["1+", "1"], "prompts") == [[one, plus], [one]] and encode_texts(tok, [], "x") == []
+    with pytest.raises(TypeError, match="prompts must be a list of str"):
+        encode_texts(tok, "1+", "prompts")
+    ids, mask = left_pad([[5, 6], [7], []], 0, "cpu")
+    assert ids.tolist() == [[5, 6], [0, 7], [0, 0]] and mask.tolist() == [[True, True], [False, True], [False, False]]
+    assert mask_positions(mask).tolist() == [[0, 1], [0, 0], [0, 0]]
+    gap = torch.tensor([[False, True, True, False, True]])
+    assert mask_positions(gap).tolist() == [[0, 0, 1, 1, 2]]  # a position repeats over an inner gap
+    assert cut_at_stop("a=1</answer> junk", "</answer>") == "a=1</answer>"
+    assert cut_at_stop("a=1", "</answer>") == "a=1" and cut_at_stop("a=1", None) == "a=1"

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.generation import generate
-from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, policy_loss, policy_update, train_grpo
+from esreason_lib.generation import completion_logprobs, generate
+from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, train_grpo
+from esreason_lib.grpo_update import forward_rows, policy_loss, policy_update
 from esreason_lib.optim import master_weight_adamw
 from esreason_lib.presets import get_preset
 from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
@@ -130,6 +131,36 @@ def test_policy_loss_gradients_flow_only_through_logp():
     loss.backward()
     assert logp.grad is not None and torch.any(logp.grad != 0)
     assert old.grad is None and ref.grad is None and adv.grad is None
+
+
+def test_policy_loss_weight_counts_a_row_as_that_many_identical_rows():
+    torch.manual_seed(0)
+    logp, old = torch.randn(2, 3), torch.randn(2, 3)
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    adv = torch.tensor([1.0, -2.0])
+    rep = [0, 0, 0, 1]  # row 0 three times
+    for agg in ("seq-mean-token-mean", "token-mean"):
+        full, m_full = policy_loss(logp[rep], old[rep], old[rep], adv[rep], mask[rep], 0.2, 0.1, agg)
+        w, m_w = policy_loss(logp, old, old, adv, mask, 0.2, 0.1, agg, weight=torch.tensor([3, 1]))
+        assert float(w) == pytest.approx(float(full), abs=1e-6)
+        assert m_w == pytest.approx(m_full, abs=1e-6)
+    with pytest.raises(ValueError, match="weight"):
+        policy_loss(logp, old, None, adv, mask, 0.2, 0.0, weight=torch.ones(3))
+
+
+def test_forward_rows_keeps_one_of_each_distinct_row_with_its_count():
+    p_ids = torch.tensor([[1, 2]] * 4 + [[3, 4]] * 2)  # [6, 2]
+    p_mask = torch.ones(6, 2, dtype=torch.bool)
+    c_ids = torch.tensor([[5, 0], [6, 0], [5, 0], [5, 0], [7, 7], [7, 7]])  # [6, 2]
+    c_mask = torch.tensor([[1, 0], [1, 0], [1, 0], [1, 1], [1, 1], [1, 1]], dtype=torch.bool)  # row 3: EOS kept
+    adv = torch.tensor([0.5, -0.5, 0.5, 0.5, 0.0, 0.0])  # rows 0 and 2 agree; row 3 differs by its mask
+    index, count = forward_rows(p_ids, p_mask, c_ids, c_mask, adv, skip_zero_advantage=False)
+    assert index.tolist() == [0, 1, 3, 4] and count.tolist() == [2, 1, 1, 2]
+    index, count = forward_rows(p_ids, p_mask, c_ids, c_mask, adv, skip_zero_advantage=True)
+    assert index.tolist() == [0, 1, 3] and count.tolist() == [2, 1, 1]
+    adv[2] = 0.25  # the same tokens with another advantage are another row
+    index, _ = forward_rows(p_ids, p_mask, c_ids, c_mask, adv, skip_zero_advantage=True)
+    assert index.tolist() == [0, 1, 2, 3]
 
 
 # ---------------------------------------------------------------- GRPOConfig
@@ -337,6 +368,39 @@ def test_policy_update_minibatches_make_the_ratio_and_clip_live_from_the_second_
     two_epochs = policy_update(model, None, opt, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                ro.completion_mask, adv, replace(cfg, ppo_epochs=2))
     assert len(two_epochs) == 4
+
+
+@pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean"])
+def test_policy_update_gradient_equals_a_forward_over_every_row(aggregation):
+    """Skipping zero-advantage rows and forwarding repeated rows once leave the gradient of the full batch."""
+    model, tok = _fresh()
+    cfg = paren_config(beta=0.0, max_grad_norm=None, aggregation=aggregation)
+    ro = _rollout(model, tok, cfg, ParenTask())
+    c_ids, c_mask = ro.completion_ids.clone(), ro.completion_mask.clone()
+    c_ids[1], c_mask[1] = c_ids[0], c_mask[0]  # a repeated row within the first group
+    adv = torch.tensor([1.0, 1.0, -1.0, 0.5] * 2 + [0.0] * 8 + [0.3, -0.3] * 4 + [0.0] * 8)  # [32] two flat groups
+    assert len(forward_rows(ro.prompt_ids, ro.prompt_mask, c_ids, c_mask, adv, skip_zero_advantage=True)[0]) < 16
+    ref_model = copy.deepcopy(model)
+    logp, _ = completion_logprobs(ref_model, ro.prompt_ids, ro.prompt_mask, c_ids, c_mask)
+    loss, m = policy_loss(logp, logp.detach(), None, adv, c_mask, cfg.clip_eps, 0.0, aggregation)
+    loss.backward()
+    (step,) = policy_update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), ro.prompt_ids, ro.prompt_mask,
+                            c_ids, c_mask, adv, cfg)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-7, rtol=1e-5, msg=name)
+    assert step["loss/policy"] == pytest.approx(m["loss/policy"], abs=1e-7)
+    assert step["policy/clip_frac"] == 0.0 and step["policy/ratio_mean"] == 1.0
+
+
+def test_policy_update_without_signal_still_steps_from_zero_gradients():
+    model, tok = _fresh()
+    cfg = paren_config(beta=0.0)
+    ro = _rollout(model, tok, cfg, ParenTask())
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    (step,) = policy_update(model, None, opt, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                            torch.zeros(32), cfg)
+    assert step["policy/grad_norm"] == 0.0 and step["loss/policy"] == 0.0 and "policy/ratio_mean" not in step
+    assert all(float(opt.state[p]["step"]) == 1 and torch.all(p.grad == 0) for p in model.parameters())
 
 
 def test_policy_update_old_logprobs_are_the_rollout_policy_not_the_sampler():

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -157,6 +158,31 @@ def test_finish_manifest(tmp_path):
         run.finish(status="complete", seed=3)
     run.finish(status="failed")
     assert not run.is_complete() and not R.run_exists("es", _Cfg(), home=tmp_path)
+
+
+def test_opening_a_complete_run_hashes_each_model_file_once(tmp_path, monkeypatch):
+    from esreason_lib import integrity
+
+    run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
+    run.model_dir.mkdir(exist_ok=True)
+    for name in ("weights.bin", "config.json"):
+        (run.model_dir / name).write_bytes(name.encode() * 1000)
+    run.finish()
+    monkeypatch.setattr(integrity, "_SETTLED_NS", 50_000_000)  # files older than 50 ms are remembered
+    time.sleep(0.1)
+    calls = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda path: calls.append(path.name) or real(path))
+    assert R.run_exists("es", _Cfg(), home=tmp_path)  # what check_training_config asks first
+    opened = R.Run.open("es", _Cfg(), seed=0, home=tmp_path, lock=True)
+    assert opened.is_complete() and sorted(calls) == ["config.json", "weights.bin"]  # once each, not 3-4 times
+    flipped = run.model_dir / "weights.bin"
+    data = bytearray(flipped.read_bytes())
+    data[7] ^= 1
+    flipped.write_bytes(bytes(data))  # same size, new mtime and ctime: hashed again, and refused
+    with pytest.warns(integrity.RunStoreWarning, match="weights.bin does not match"):
+        assert not opened.is_complete()
+    assert calls.count("weights.bin") == 2
 
 
 def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
