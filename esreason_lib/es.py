@@ -34,15 +34,12 @@ from esreason_lib.es_backends import (BACKENDS, Evaluation, PopulationEvaluator,
                                       sample_seed, score_examples)
 from esreason_lib.es_lowrank import NOISES, apply_lowrank_update
 from esreason_lib.es_noise import apply_update, named_params
-from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.run_identity import ADDED_OPTION
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import (DTYPES, PROMPT_ORDERS, NonFiniteError, check_finite_step, check_training_config,
+from esreason_lib.training import (NonFiniteError, RunSettings, check_finite_step, check_training_config,
                                    prompt_indices, training_inputs)
-from esreason_lib.zoo import DEFAULT_BASE
-from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
-                                     check_nonempty_str, check_nonnegative_int, check_optional_positive_int,
-                                     check_positive_float, check_positive_int, check_step_size)
+from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
+                                     check_step_size)
 
 
 def zscore(rewards: np.ndarray) -> np.ndarray:
@@ -77,16 +74,10 @@ FITNESS_SHAPING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"zscore": zsco
 
 
 @dataclass(frozen=True)
-class ESConfig:
+class ESConfig(RunSettings):
     """Everything that defines an ES run (its hash names the run directory). Defaults are Qiu et al.'s
     (N=30, sigma=1e-3, alpha=5e-4, z-scored fitness, greedy decoding); tiny CPU models want larger sigma/alpha."""
 
-    model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
-    task: str = "countdown"
-    """Task name for `esreason_lib.tasks.get_task`."""
-    task_kwargs: tuple = ()
-    """Extra `get_task` keyword arguments as sorted (key, value) pairs; a dict is accepted and converted."""
     population_size: int = 30
     """N: members per iteration (pairs of members share a seed when `antithetic`)."""
     sigma: float = 1e-3
@@ -109,27 +100,6 @@ class ESConfig:
     """Greedy decoding (the paper's ES setting); False samples at `temperature`."""
     temperature: float = 1.0
     """Sampling temperature when not `greedy`."""
-    max_new_tokens: int | None = None
-    """Generation budget in tokens; None uses the task's `max_new_tokens`."""
-    reward_correct: float = 1.0
-    """Reward for a verified-correct completion."""
-    reward_formatted: float = 0.1
-    """Reward for a well-formed but wrong completion."""
-    reward_invalid: float = 0.0
-    """Reward for a completion with no extractable answer."""
-    train_size: int | None = None
-    """Number of train-split examples to draw prompts from (None = the whole split)."""
-    prompt_order: str = "random"
-    """How each iteration's prompts are drawn (`training.prompt_indices`): "random" (a fresh draw per
-    iteration) or "epoch" (every train example once per epoch, reshuffled per epoch)."""
-    checkpoint_every: int = 25
-    """Save a resumable checkpoint every this many iterations (0 = never)."""
-    device: str = "auto"
-    """Torch device ("cpu", "cuda", ...); "auto" picks cuda when available."""
-    dtype: str = "float32"
-    """Model parameter dtype: "float32" or "bfloat16" (perturb/restore stays bit-exact in both)."""
-    seed: int = 0
-    """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
     backend: str = "auto"
     """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), or "auto"
     (batched when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
@@ -143,7 +113,7 @@ class ESConfig:
     """r of the "lowrank" noise (ignored by "full")."""
 
     def __post_init__(self):
-        object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
+        super().__post_init__()
         check_positive_int(self, "population_size", "iterations", "prompts_per_step")
         check(self, "population_size", self.population_size >= 2,
               "must be >= 2 (fitness is relative within the population)")
@@ -152,14 +122,7 @@ class ESConfig:
         check_positive_float(self, "temperature")
         check_step_size(self, "sigma", "alpha")
         check_choice(self, "normalization", FITNESS_SHAPING)
-        check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_bool(self, "antithetic", "greedy", "matched_step")
-        check_optional_positive_int(self, "max_new_tokens", "train_size")
-        check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
-        check_nonnegative_int(self, "checkpoint_every")
-        check_choice(self, "dtype", DTYPES)
-        check_nonempty_str(self, "model", "task", "device")
-        check_int(self, "seed")
         check_choice(self, "backend", BACKENDS)
         check_positive_int(self, "workers")
         check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")

@@ -52,14 +52,12 @@ from esreason_lib.grpo_update import AGGREGATIONS, policy_update
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.optim import master_weight_adamw
 from esreason_lib.progress import progress_bar
-from esreason_lib.zoo import DEFAULT_BASE
 from esreason_lib.runs import Run
-from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.seeding import derive_seed
-from esreason_lib.training import (DTYPES, PROMPT_ORDERS, check_finite_step, check_training_config, prompt_indices,
+from esreason_lib.training import (RunSettings, check_finite_step, check_training_config, prompt_indices,
                                    training_inputs)
-from esreason_lib.validation import (check, check_choice, check_int, check_nonempty_str, check_nonnegative_float,
-                                     check_nonnegative_int, check_optional_positive_int, check_positive_float,
+from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
+                                     check_optional_positive_int, check_positive_float,
                                      check_positive_int, check_step_size, is_real)
 from esreason_lib.zoo import quiet_transformers
 
@@ -92,17 +90,10 @@ def group_advantages(rewards, group_size: int, scale: str = "group", eps: float 
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
+class GRPOConfig(RunSettings):
     """Everything that defines a GRPO run (its hash names the run directory). Defaults follow DeepSeekMath
     where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
 
-    model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
-    task: str = "countdown"
-    """Task name for `esreason_lib.tasks.get_task`."""
-    task_kwargs: tuple = ()
-    """Extra `get_task` keyword arguments as sorted (key, value) pairs; a dict is accepted and converted
-    (reward shaping is set by the `reward_*` fields instead)."""
     group_size: int = 8
     """G: completions sampled per prompt; advantages are normalised within each group."""
     lr: float = 1e-4
@@ -124,8 +115,6 @@ class GRPOConfig:
     whole batch (one step per pass, on-policy at ppo_epochs=1); the paper uses 32 of 64."""
     iterations: int = 100
     """Number of sample-score-update iterations (one `step` in the metrics log each)."""
-    max_new_tokens: int | None = None
-    """Generation budget in tokens; None uses the task's `max_new_tokens`."""
     scale: str = "group"
     """Advantage scaling: "group" (divide by group std, DeepSeekMath) or "none" (Dr.GRPO)."""
     aggregation: str = "seq-mean-token-mean"
@@ -134,36 +123,16 @@ class GRPOConfig:
     """AdamW decoupled weight decay."""
     max_grad_norm: float | None = 1.0
     """Global gradient-norm clip; None disables clipping (the norm is still logged)."""
-    reward_correct: float = 1.0
-    """Reward for a verified-correct completion."""
-    reward_formatted: float = 0.1
-    """Reward for a well-formed but wrong completion."""
-    reward_invalid: float = 0.0
-    """Reward for a completion with no extractable answer."""
-    train_size: int | None = None
-    """Number of train-split examples to draw prompts from (None = the whole split)."""
-    prompt_order: str = "random"
-    """How each iteration's prompts are drawn (`training.prompt_indices`): "random" (a fresh draw per
-    iteration) or "epoch" (every train example once per epoch, reshuffled per epoch)."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
-    checkpoint_every: int = 25
-    """Save a resumable checkpoint every this many iterations (0 = never)."""
-    device: str = "auto"
-    """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
-    dtype: str = "float32"
-    """Model parameter dtype: "float32" or "bfloat16" (the optimiser then keeps fp32 master weights)."""
-    seed: int = 0
-    """Run seed; prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
 
     def __post_init__(self):
+        super().__post_init__()
         check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
         check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
-        check_optional_positive_int(self, "max_new_tokens", "train_size", "micro_batch_size", "minibatch_size")
+        check_optional_positive_int(self, "micro_batch_size", "minibatch_size")
         check(self, "minibatch_size", self.minibatch_size is None or self.prompts_per_step % self.minibatch_size == 0,
               f"must divide prompts_per_step={self.prompts_per_step}")
-        check_choice(self, "prompt_order", PROMPT_ORDERS)
-        check_nonnegative_int(self, "checkpoint_every")
         check_positive_float(self, "temperature")
         check_step_size(self, "lr")
         check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
@@ -175,10 +144,6 @@ class GRPOConfig:
         check(self, "max_grad_norm",
               self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
               "must be None or > 0")
-        check_choice(self, "dtype", DTYPES)
-        check_nonempty_str(self, "model", "task", "device")
-        object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "GRPOConfig"))
-        check_int(self, "seed")
 
 
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:

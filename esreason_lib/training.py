@@ -1,4 +1,4 @@
-"""What `train_es` and `train_grpo` share: the registry of trained methods, the dtype names a config may use,
+"""What `train_es` and `train_grpo` share: the config fields every run has (`RunSettings`), the registry of trained methods, the dtype names a config may use,
 the device, the input checks a run must pass before its directory is created, the finite-ness guards that stop
 a diverging run (marking it failed), the model, tokenizer, task and train examples a run starts from, and which
 train examples each iteration draws."""
@@ -6,11 +6,16 @@ train examples each iteration draws."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from esreason_lib.seeding import numpy_rng
+from esreason_lib.tasks.base import freeze_task_kwargs
+from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
+                                     check_nonnegative_int, check_optional_positive_int)
+from esreason_lib.zoo import DEFAULT_BASE
 
 METHODS = ("es", "grpo")
 """The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
@@ -33,6 +38,52 @@ GUARDED_METRICS = ("reward/", "loss/")
 
 PROMPT_ORDERS = ("random", "epoch")
 """How an iteration's train prompts are drawn (`ESConfig.prompt_order`, `GRPOConfig.prompt_order`)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The fields every training config shares (`ESConfig` and `GRPOConfig` extend it): the base model, the task
+    and its reward, the train split and how prompts are drawn, checkpoints, device, dtype and seed."""
+
+    model: str = DEFAULT_BASE
+    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
+    task: str = "countdown"
+    """Task name for `esreason_lib.tasks.get_task`."""
+    task_kwargs: tuple = ()
+    """Extra `get_task` keyword arguments as sorted (key, value) pairs; a dict is accepted and converted
+    (reward shaping is set by the `reward_*` fields instead)."""
+    max_new_tokens: int | None = None
+    """Generation budget in tokens; None uses the task's `max_new_tokens`."""
+    reward_correct: float = 1.0
+    """Reward for a verified-correct completion."""
+    reward_formatted: float = 0.1
+    """Reward for a well-formed but wrong completion."""
+    reward_invalid: float = 0.0
+    """Reward for a completion with no extractable answer."""
+    train_size: int | None = None
+    """Number of train-split examples to draw prompts from (None = the whole split)."""
+    prompt_order: str = "random"
+    """How each iteration's prompts are drawn (`prompt_indices`): "random" (a fresh draw per iteration) or
+    "epoch" (every train example once per epoch, reshuffled per epoch)."""
+    checkpoint_every: int = 25
+    """Save a resumable checkpoint every this many iterations (0 = never)."""
+    device: str = "auto"
+    """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
+    dtype: str = "float32"
+    """Model parameter dtype: "float32" or "bfloat16" (ES: perturb/restore stays bit-exact in both; GRPO: the
+    optimiser keeps fp32 master weights)."""
+    seed: int = 0
+    """Run seed; every random stream of the run derives from it by name (`esreason_lib.seeding`)."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, type(self).__name__))
+        check_nonempty_str(self, "model", "task", "device")
+        check_optional_positive_int(self, "max_new_tokens", "train_size")
+        check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
+        check_choice(self, "prompt_order", PROMPT_ORDERS)
+        check_nonnegative_int(self, "checkpoint_every")
+        check_choice(self, "dtype", DTYPES)
+        check_int(self, "seed")
 
 
 def prompt_indices(n_examples: int, per_step: int, iteration: int, seed: int, method: str,
