@@ -124,8 +124,9 @@ class ESConfig:
     seed: int = 0
     """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
     backend: str = "auto"
-    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), or "auto"
-    (batched when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
+    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
+    (one vLLM engine, extra `vllm`), or "auto" (batched when greedy in float32, where its rewards equal the
+    sequential path's bit for bit)."""
     workers: int = 2
     """Ray actors (one model replica each) when `backend` is "ray"; ignored by the in-process backends."""
 

@@ -45,9 +45,10 @@ class PopulationEvaluator(Protocol):
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
 
 
-BACKENDS = ("auto", "batched", "sequential", "ray")
+BACKENDS = ("auto", "batched", "sequential", "ray", "vllm")
 """Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
-and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`)."""
+and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`);
+"vllm" scores them with one vLLM engine, perturbed in place (`es_vllm`, extra `vllm`)."""
 
 
 def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
@@ -63,6 +64,10 @@ def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
         from esreason_lib.es_ray import RayBackend  # here: es_ray imports es, which imports this module
 
         return RayBackend.from_config(config, task, tokenizer, workers=config.workers)
+    if name == "vllm":
+        from esreason_lib.es_vllm import VLLMBackend  # here: es_vllm imports es, which imports this module
+
+        return VLLMBackend.from_config(config, task, tokenizer)
     return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)
 
 

@@ -41,7 +41,6 @@ with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver e
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from typing import Callable
 
@@ -56,19 +55,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from esreason_lib.es import ES, ESConfig, Population
 from esreason_lib.es_backends import Evaluation, SequentialBackend
-from esreason_lib.es_noise import named_params
+from esreason_lib.es_noise import weights_checksum
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
-
-
-def weights_checksum(model_or_params) -> str:
-    """blake2b (128-bit hex) over the parameters sorted by name: each one's name, dtype and shape, then its bytes.
-
-    Equal for bit-identical weights on any device; any changed bit, dtype or shape changes it."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, t in sorted(named_params(model_or_params).items()):
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())  # [numel * itemsize] bytes
-    return h.hexdigest()
 
 
 def _driver_state(model) -> dict[str, torch.Tensor]:
