@@ -188,8 +188,14 @@ class VLLMBackend:
         """`ESWorkerExtension.method(*args)` in the engine's worker; its result."""
         return self.llm.collective_rpc(method, args=args)[0]
 
-    def complete(self, prompts: list[str], *, iteration: int) -> list[str]:
-        """The engine's completion of each prompt at the current engine weights (cut after the task's stop)."""
+    def complete(self, model, prompts: list[str], *, iteration: int) -> list[str]:
+        """The engine's completion of each prompt with `model`'s weights (synced first), sampled as a member
+        at `iteration` is; each text ends after the task's stop string when it produced one."""
+        self._sync(model, int(iteration))
+        return self._generate(prompts, iteration=int(iteration))
+
+    def _generate(self, prompts: list[str], *, iteration: int) -> list[str]:
+        """`complete` at the engine's current weights."""
         ids = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         base = sample_seed(self.config.seed, iteration)
         params = [SamplingParams(temperature=0.0 if self.config.greedy else self.config.temperature,
@@ -209,7 +215,7 @@ class VLLMBackend:
         for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
             fix[i] = self.rpc("es_perturb", int(seed), int(sign), float(self.config.sigma))
             try:
-                texts = self.complete(prompts, iteration=iteration)  # [P]
+                texts = self._generate(prompts, iteration=iteration)  # [P]
             finally:
                 self.rpc("es_restore")
             r = [self.task.reward(c, ex) for c, ex in zip(texts, examples)]
