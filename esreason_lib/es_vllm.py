@@ -35,6 +35,7 @@ iteration's sampling seeds (request i of every member is seeded `derive_seed(sam
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -43,6 +44,7 @@ import numpy as np
 import torch
 
 try:
+    import cloudpickle  # a vLLM dependency
     from vllm import LLM, SamplingParams
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("esreason: the vLLM backend needs the `vllm` extra: pip install 'esreason[vllm]' "
@@ -63,6 +65,10 @@ PADDED = ("embed_tokens.weight", "lm_head.weight")
 
 GPU_MEMORY_UTILIZATION = 0.5
 """Default share of a GPU the engine takes: the driver's model and its ES state live on the same GPU."""
+
+CPU_KVCACHE_GIB = "1"
+"""`VLLM_CPU_KVCACHE_SPACE` (GiB) set for a CPU engine when unset: without it vLLM reserves 92% of the memory
+and fails to start beside anything else (measured on the 24 GiB machine)."""
 
 
 def engine_layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, int]]:
@@ -105,6 +111,15 @@ def _plain_linears(model: torch.nn.Module) -> None:
 
 class ESWorkerExtension:
     """Mixed into the vLLM worker (`worker_extension_cls`); the backend calls these through `collective_rpc`."""
+
+    def es_call(self, payload: bytes) -> bytes:
+        """Run the method `payload` names: (name, args) in, its result out, both cloudpickled. With the engine in a
+        process of its own, vLLM sends RPC arguments through msgpack, which would deliver tensors, arrays and
+        dataclasses as plain lists and dicts; one pickled payload arrives as sent (in-process too)."""
+        name, args = cloudpickle.loads(payload)
+        if not name.startswith("es_") or name == "es_call":
+            raise ValueError(f"es_call: {name!r} is not an ESWorkerExtension method")
+        return cloudpickle.dumps(getattr(self, name)(*args))
 
     def es_bind(self, shapes: dict[str, tuple[int, ...]]) -> str:
         """Name the engine's weights by the driver's Hugging Face names (`engine_layout`); returns the device type."""
@@ -185,8 +200,8 @@ class VLLMBackend:
         return cls(config, task, tokenizer)
 
     def rpc(self, method: str, *args):
-        """`ESWorkerExtension.method(*args)` in the engine's worker; its result."""
-        return self.llm.collective_rpc(method, args=args)[0]
+        """`ESWorkerExtension.method(*args)` in the engine's worker (through `es_call`); its result."""
+        return cloudpickle.loads(self.llm.collective_rpc("es_call", args=(cloudpickle.dumps((method, args)),))[0])
 
     def complete(self, model, prompts: list[str], *, iteration: int) -> list[str]:
         """The engine's completion of each prompt with `model`'s weights (synced first), sampled as a member
@@ -244,6 +259,8 @@ class VLLMBackend:
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
                   "dtype": str(dtype).removeprefix("torch."), "seed": self.config.seed, "enable_prefix_caching": False,
                   "worker_extension_cls": f"{__name__}.ESWorkerExtension"}
+        if device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION})
         self.llm = LLM(**{**kwargs, **self.engine_kwargs})
         engine_device = self.rpc("es_bind", {k: tuple(v.shape) for k, v in params.items()})
