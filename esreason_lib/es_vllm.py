@@ -17,16 +17,18 @@ perturbed engine weights equal the driver's perturbed weights bit for bit. An en
 partly uncovered (beyond vocabulary padding) fails loudly when the engine starts.
 
 Keeping the engine in step with `ES.tell`: as `es_ray` does, the backend keeps the last call's (population,
-rewards), and at the next iteration the worker replays `ES(config, views).tell(population, rewards)`; any other
-call (another model, a resumed run) copies the driver's weights again. Every `check_every` calls the engine's
-`weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical only on
-the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
+rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
+population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
+weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
+engine's `weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical
+only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
 
 Deviations and limits. The CPU build of vLLM packs every linear weight into a oneDNN / SGL object at load time
 and leaves an empty weight tensor behind (and the logits head uses a packed copy of the embedding), so in-place
 changes would not reach the matmuls: the worker gives those layers back a plain weight tensor and the
 `torch.nn.functional.linear` path (on GPUs there is nothing to undo). One engine, tensor parallel size 1 (a
-shard's noise would not be a slice of the full tensor's); for several GPUs run one engine per GPU. Prefix
+shard's noise would not be a slice of the full tensor's); for several GPUs, `es_ray.RayBackend(engine="vllm")`
+(`backend="ray-vllm"`) runs one engine per actor, each following its actor's replica. Prefix
 caching is off (a cached prompt from another member's weights would be reused). Greedy rewards equal
 `SequentialBackend`'s (tests/vllm, `make test-vllm`); with sampling, vLLM's sampler draws other numbers than
 `generation.generate`, so rewards differ from the in-process path, while every member still shares the
@@ -180,9 +182,9 @@ class VLLMBackend:
 
     `config` gives the scoring (sigma, greedy, temperature, max_new_tokens, seed) and the update the engine
     replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one). `check_every`:
-    compare weight checksums every this many calls. `engine_kwargs` are passed to `vllm.LLM` over the defaults
-    (float dtype of the driver, dummy load, no prefix caching, `seed`, eager on CPU, `GPU_MEMORY_UTILIZATION`
-    on CUDA)."""
+    compare weight checksums every this many weight syncs (a copy of the driver's weights or a replayed tell).
+    `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix
+    caching, `seed`, eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, check_every: int = 1,
                  fitness_shaping: Callable | None = None, engine_kwargs: dict[str, Any] | None = None):
@@ -192,7 +194,7 @@ class VLLMBackend:
         self.max_new_tokens = int(config.max_new_tokens or task.max_new_tokens)
         self.llm = None
         self._dir: tempfile.TemporaryDirectory | None = None
-        self._driver, self._iteration, self._pending, self._calls = None, None, None, 0
+        self._driver, self._iteration, self._pending, self._syncs = None, None, None, 0
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer) -> "VLLMBackend":
@@ -239,6 +241,15 @@ class VLLMBackend:
         self._pending = (population, rewards.copy())
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)
 
+    def follow(self, population, rewards) -> None:
+        """Record that `ES.tell(population, rewards)` updated the driver, for a caller that scores a population
+        in several calls (an `es_ray` replica: one member per call); the next iteration's call replays it."""
+        self._pending = (population, np.asarray(rewards, dtype=np.float64).copy())
+
+    def forget(self) -> None:
+        """The driver's weights changed some other way: the next call copies them into the engine."""
+        self._driver = None
+
     def close(self) -> None:
         """Shut the engine down (a later call starts a new one from the driver's weights)."""
         self.llm, self._driver, self._iteration, self._pending = None, None, None, None
@@ -261,7 +272,8 @@ class VLLMBackend:
                   "worker_extension_cls": f"{__name__}.ESWorkerExtension"}
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
-        kwargs.update({"enforce_eager": True} if device == "cpu" else {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION})
+        kwargs.update({"enforce_eager": True} if device == "cpu" else
+                      {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION})
         self.llm = LLM(**{**kwargs, **self.engine_kwargs})
         engine_device = self.rpc("es_bind", {k: tuple(v.shape) for k, v in params.items()})
         if engine_device != device:
@@ -272,16 +284,18 @@ class VLLMBackend:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         if self.llm is None:
             self._start(model)
-        fresh = self._driver is None
-        if fresh or model is not self._driver or iteration not in (self._iteration, self._iteration + 1):
-            self.rpc("es_load", {k: v.detach() for k, v in named_params(model).items()})
-        elif iteration == self._iteration + 1 and self._pending is not None:
+        same = self._driver is not None and model is self._driver
+        if same and iteration == self._iteration:  # members of one iteration scored in several calls
+            return
+        if same and iteration == self._iteration + 1 and self._pending is not None:
             self.rpc("es_tell", self.config, *self._pending, self.shaping)
+        else:
+            self.rpc("es_load", {k: v.detach() for k, v in named_params(model).items()})
         self._driver, self._iteration, self._pending = model, iteration, None
-        if self._calls % self.check_every == 0:
+        if self._syncs % self.check_every == 0:
             want, got = weights_checksum(model), self.rpc("es_checksum")
             if got != want:
                 raise RuntimeError(f"VLLMBackend: the engine's weights drifted from the driver's at iteration "
                                    f"{iteration} (checksum {got} != driver {want}); the engine follows ES.tell with "
                                    f"the rewards this backend returned, was tell given others?")
-        self._calls += 1
+        self._syncs += 1
