@@ -125,10 +125,10 @@ class ESConfig:
     """Run seed; member seeds, prompt draws and sampling derive from it by name (`esreason_lib.seeding`)."""
     backend: str = "auto"
     """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
-    (one vLLM engine, extra `vllm`), or "auto" (batched when greedy in float32, where its rewards equal the
-    sequential path's bit for bit)."""
+    (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
+    when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
     workers: int = 2
-    """Ray actors (one model replica each) when `backend` is "ray"; ignored by the in-process backends."""
+    """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
 
     def __post_init__(self):
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, "ESConfig"))
