@@ -144,3 +144,28 @@ def test_a_driver_that_moved_without_tell_is_detected(setup):
     with pytest.raises(RuntimeError, match="drifted from the driver's at iteration 1"):
         backend(model, Population([6, 6], [1, -1]), batch, iteration=1)
     backend(model, Population([6, 6], [1, -1]), batch, iteration=7)  # a jump reloads the driver's weights
+
+
+def test_forget_reloads_and_follow_replays_a_tell(setup):
+    model, _, _, config, backend = setup
+    model = copy.deepcopy(model)
+    driver = named_params(model)
+
+    def engine_equals_driver() -> bool:
+        state = backend.rpc("es_state")
+        return all(torch.equal(_bits(state[k]), _bits(p)) for k, p in driver.items())
+
+    backend.complete(model, ["1 2>3="], iteration=0)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(2.0)  # changed outside ES: the engine only learns of it through forget
+    backend.complete(model, ["1 2>3="], iteration=0)
+    assert not engine_equals_driver()  # a call at the same iteration leaves the engine as it is
+    backend.forget()
+    backend.complete(model, ["1 2>3="], iteration=0)
+    assert engine_equals_driver()
+    es = ES(config, model)
+    pop, rewards = es.ask(), np.arange(8.0)
+    es.tell(pop, rewards)
+    backend.follow(pop, rewards)  # what an es_ray replica does after its own tell
+    backend.complete(model, ["1 2>3="], iteration=1)  # replays the tell (the checksum check would raise otherwise)
+    assert engine_equals_driver()
