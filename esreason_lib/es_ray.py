@@ -34,6 +34,11 @@ between members), and the member it was scoring goes back to the queue: a step n
 `max_restarts` replacements in one call raise, naming the member. An exception raised by the scoring code
 itself (a task bug) is not a worker failure and propagates.
 
+Generation. With `engine="local"` (the default) an actor generates with the library's own code on its replica;
+with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
+(`es_vllm.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
+every reload with `forget`, so the engine follows the replica and is checked against its checksum.
+
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
 `gpus_per_worker` GPUs (default 1). `ray.init` is the caller's (without it Ray starts a local cluster).
