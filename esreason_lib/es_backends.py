@@ -45,9 +45,11 @@ class PopulationEvaluator(Protocol):
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
 
 
-BACKENDS = ("auto", "batched", "sequential", "ray")
+BACKENDS = ("auto", "batched", "sequential", "ray", "vllm", "ray-vllm")
 """Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
-and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`)."""
+and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`);
+"vllm" scores them with one vLLM engine, perturbed in place (`es_vllm`, extra `vllm`); "ray-vllm" runs one
+such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
 
 
 def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
@@ -64,10 +66,15 @@ def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
         name = "batched" if config.greedy and config.dtype == "float32" else "sequential"
     if name not in BACKENDS:
         raise ValueError(f"ESConfig.backend must be one of {BACKENDS}, got {config.backend!r}")
-    if name == "ray":
+    if name in ("ray", "ray-vllm"):
         from esreason_lib.es_ray import RayBackend  # here: es_ray imports es, which imports this module
 
-        return RayBackend.from_config(config, task, tokenizer, workers=config.workers)
+        return RayBackend.from_config(config, task, tokenizer, workers=config.workers,
+                                      engine="vllm" if name == "ray-vllm" else "local")
+    if name == "vllm":
+        from esreason_lib.es_vllm import VLLMBackend  # here: es_vllm imports es, which imports this module
+
+        return VLLMBackend.from_config(config, task, tokenizer)
     return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)
 
 

@@ -34,6 +34,11 @@ between members), and the member it was scoring goes back to the queue: a step n
 `max_restarts` replacements in one call raise, naming the member. An exception raised by the scoring code
 itself (a task bug) is not a worker failure and propagates.
 
+Generation. With `engine="local"` (the default) an actor generates with the library's own code on its replica;
+with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
+(`es_vllm.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
+every reload with `forget`, so the engine follows the replica and is checked against its checksum.
+
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
 `gpus_per_worker` GPUs (default 1). `ray.init` is the caller's (without it Ray starts a local cluster).
@@ -41,7 +46,6 @@ with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver e
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from typing import Callable
 
@@ -56,19 +60,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from esreason_lib.es import ES, ESConfig, Population
 from esreason_lib.es_backends import Evaluation, SequentialBackend
-from esreason_lib.es_noise import named_params
+from esreason_lib.es_noise import weights_checksum
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
-
-
-def weights_checksum(model_or_params) -> str:
-    """blake2b (128-bit hex) over the parameters sorted by name: each one's name, dtype and shape, then its bytes.
-
-    Equal for bit-identical weights on any device; any changed bit, dtype or shape changes it."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, t in sorted(named_params(model_or_params).items()):
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())  # [numel * itemsize] bytes
-    return h.hexdigest()
 
 
 def _driver_state(model) -> dict[str, torch.Tensor]:
@@ -80,11 +73,16 @@ class Replica:
     """The body of one Ray actor: a replica of the driver's model, scored and updated like the driver's."""
 
     def __init__(self, model_class, model_config, dtype: torch.dtype, device: str, state: dict, tokenizer, task,
-                 config: ESConfig, fitness_shaping: Callable | None):
+                 config: ESConfig, fitness_shaping: Callable | None, engine: str = "local"):
         self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
         self.model.load_state_dict(state)
-        self.scorer = SequentialBackend.from_config(config, task, tokenizer)
-        self.config, self.shaping = config, fitness_shaping
+        if engine == "vllm":  # one vLLM engine following this replica (es_vllm, extra `vllm`)
+            from esreason_lib.es_vllm import VLLMBackend
+
+            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping)
+        else:
+            self.scorer = SequentialBackend.from_config(config, task, tokenizer)
+        self.config, self.shaping, self.engine = config, fitness_shaping, engine
 
     def evaluate(self, seed: int, sign: int, examples: list[dict], iteration: int) -> tuple[float, np.ndarray, float]:
         """Member (seed, sign)'s (mean reward, correct [P], fix-up fraction); the replica is restored exactly."""
@@ -94,10 +92,14 @@ class Replica:
     def tell(self, population: Population, rewards: np.ndarray) -> None:
         """Apply the update the driver's `ES.tell(population, rewards)` applied."""
         ES(self.config, self.model, fitness_shaping=self.shaping).tell(population, rewards)
+        if self.engine == "vllm":
+            self.scorer.follow(population, rewards)
 
     def load(self, state: dict) -> None:
         """Overwrite the replica with the driver's weights."""
         self.model.load_state_dict(state)
+        if self.engine == "vllm":
+            self.scorer.forget()
 
     def checksum(self) -> str:
         """`weights_checksum` of the replica."""
@@ -114,12 +116,16 @@ class RayBackend:
     update the replicas replay (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one).
     `check_every`: compare weight checksums every this many calls. `max_restarts`: dead workers replaced within
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
-    when the driver's model is on CUDA, else 0; fractions share a GPU)."""
+    when the driver's model is on CUDA, else 0; fractions share a GPU). `engine`: how an actor generates, "local"
+    (the library's generation on its replica) or "vllm" (one vLLM engine per actor following its replica,
+    `es_vllm.VLLMBackend`: one engine per GPU)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,
-                 gpus_per_worker: float | None = None, max_restarts: int = 3):
+                 gpus_per_worker: float | None = None, max_restarts: int = 3, engine: str = "local"):
         self.config, self.task, self.tokenizer, self.shaping = config, task, tokenizer, fitness_shaping
+        self.engine = engine
+        check(self, "engine", engine in ("local", "vllm"), "must be 'local' or 'vllm'")
         self.workers, self.check_every, self.max_restarts = workers, check_every, max_restarts
         self.cpus_per_worker, self.gpus_per_worker = cpus_per_worker, gpus_per_worker
         check_positive_int(self, "workers", "check_every")
@@ -135,9 +141,9 @@ class RayBackend:
         self._calls = 0
 
     @classmethod
-    def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int) -> "RayBackend":
-        """The backend an `ESConfig` describes, on `workers` actors."""
-        return cls(config, task, tokenizer, workers=workers)
+    def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
+        """The backend an `ESConfig` describes, on `workers` actors generating with `engine`."""
+        return cls(config, task, tokenizer, workers=workers, engine=engine)
 
     @property
     def actors(self) -> tuple:
@@ -183,7 +189,7 @@ class RayBackend:
         gpus = self.gpus_per_worker if self.gpus_per_worker is not None else float(_device_type(model) == "cuda")
         return _REMOTE_REPLICA.options(num_cpus=self.cpus_per_worker, num_gpus=gpus).remote(
             type(model), model.config, next(model.parameters()).dtype, _device_type(model), state_ref, self.tokenizer,
-            self.task, self.config, self.shaping)
+            self.task, self.config, self.shaping, self.engine)
 
     def _replace(self, w: int, model) -> None:
         """Kill actor `w` (if still alive) and start a new one from the driver's current weights."""

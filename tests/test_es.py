@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from esreason_lib.es import ES, FITNESS_SHAPING, ESConfig, Population, centered_ranks, raw, zscore
-from esreason_lib.es_noise import apply_update, named_params, noise
+from esreason_lib.es_noise import apply_update, named_params, noise, perturb, restore
 from esreason_lib.seeding import derive_seed
 
 
@@ -109,6 +109,17 @@ def test_named_params_rejects_tied_and_non_float():
         named_params({"a": w, "b": w})
     with pytest.raises(TypeError, match="'i'"):
         named_params({"i": torch.zeros(3, dtype=torch.long)})
+
+
+def test_named_params_accepts_disjoint_views_of_one_tensor():
+    fused = torch.zeros(6, 2)  # e.g. vLLM's qkv_proj: q rows 0-3, k rows 4-5 (es_vllm names them so)
+    assert list(named_params({"q": fused[:4], "k": fused[4:]})) == ["q", "k"]
+    with pytest.raises(ValueError, match="'q' and 'k' share storage"):
+        named_params({"k": fused[3:], "q": fused[:4]})  # row 3 in both
+    fx = perturb({"q": fused[:4], "k": fused[4:]}, 7, 1, 0.5)
+    assert torch.equal(fused[4:], 0.5 * noise(7, "k", fused[4:]))  # the view's noise lands in the fused rows
+    restore({"q": fused[:4], "k": fused[4:]}, fx)
+    assert torch.equal(fused, torch.zeros(6, 2))
 
 
 # ---------------------------------------------------------------- ask / tell
