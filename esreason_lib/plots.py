@@ -154,8 +154,9 @@ def plot_bars_spread(table: pd.DataFrame, x: str, y: str, low: str | None = None
     low, high = low or f"{y}_min", high or f"{y}_max"
     pos = np.arange(len(table))
     ax.bar(pos, table[y], color=[color_for(v, i) for i, v in enumerate(table[x])], width=0.7)
-    ax.errorbar(pos, table[y], yerr=[table[y] - table[low], table[high] - table[y]], fmt="none", color="black",
-                capsize=3)
+    # the mean of equal seeds can exceed their max by an ulp: whiskers are clipped at 0
+    yerr = np.clip([table[y] - table[low], table[high] - table[y]], 0, None)  # [2, rows]
+    ax.errorbar(pos, table[y], yerr=yerr, fmt="none", color="black", capsize=3)
     ax.set_xticks(pos, [str(v) for v in table[x]])
     ax.set(xlabel=x, ylabel=y)
     return fig, ax

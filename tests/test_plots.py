@@ -1,3 +1,4 @@
+import numpy as np
 import matplotlib
 
 matplotlib.use("Agg")
@@ -57,6 +58,10 @@ def test_plot_pass_at_k_seeds_and_bars_spread():
     table = pd.DataFrame({"method": ["base", "es"], "v": [1.0, 2.0], "v_min": [1.0, 1.5], "v_max": [1.0, 2.5]})
     fig, ax = plots.plot_bars_spread(table, "method", "v")
     assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()] == ["base", "es"]
+    mean = float(np.mean([0.1] * 3))  # 0.10000000000000002: the mean of equal seeds one ulp above their max
+    ulp = pd.DataFrame({"method": ["es"], "v": [mean], "v_min": [0.1], "v_max": [0.1]})
+    fig, ax = plots.plot_bars_spread(ulp, "method", "v")  # matplotlib rejects a negative whisker
+    assert len(ax.patches) == 1
 
 
 def test_plot_grouped_bars_averages_pairs_and_uses_method_colors():
