@@ -208,6 +208,25 @@ def shipped_manifest() -> dict[str, dict]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def cpu_platform() -> str:
+    """The CPU vendor and torch's CPU capability, e.g. "AuthenticAMD AVX512". One spec gives the same weights bit
+    for bit on one platform; float kernels (and so the bits of a pretraining) differ between platforms."""
+    vendor = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                       if line.startswith("vendor_id")), vendor)
+    return f"{vendor} {torch.backends.cpu.get_cpu_capability()}"
+
+
+def rebuild_sha256(name: str) -> str:
+    """The `weights_sha256` a fresh pretraining of shipped model `name` gives on this `cpu_platform()`: the one
+    measured here when the manifest records it (`rebuilds`), else the shipped weights' own hash (the platform they
+    were built on)."""
+    record = shipped_manifest()[name]
+    return record.get("rebuilds", {}).get(cpu_platform(), record["weights_sha256"])
+
+
 def shipped_model_dir(spec_or_name: ZooSpec | str) -> Path | None:
     """The shipped directory of this spec when the shipped record has its config hash, else None.
 
@@ -237,7 +256,7 @@ def ship(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, progres
     target = SHIPPED_ZOO / spec.name
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(directory, target)
-    record = {"config_hash": config_hash(spec), **{k: manifest[k] for k in (
+    record = {"config_hash": config_hash(spec), "built_on": cpu_platform(), **{k: manifest[k] for k in (
         "weights_sha256", "steps_done", "seconds", "final_loss", "num_parameters", "versions")}}
     records = {**shipped_manifest(), spec.name: record}
     (SHIPPED_ZOO / "manifest.json").write_text(json.dumps(records, indent=2, sort_keys=True) + "\n")
