@@ -73,3 +73,9 @@ print(result.sentence)
 # contains zero, the seeds disagree, or fewer than 3 seeds back it; the MDE then says how large an effect this
 # design could have seen. The plane shows the weaker reading (a sequence on the front between the two single
 # methods), which is not a check.
+#
+# One limit of this design: the single-method arms and the stages use the preset's one step size per method (ES
+# alpha, GRPO lr), not notebook 01's grid. Notebook 01 shows that GRPO's Pass@K at the largest K depends strongly
+# on its learning rate, so "Pass@K above GRPO-only" here is measured against GRPO at the preset's rate, not
+# against GRPO's best-Pass@K setting; sequences built from each grid setting (the `full` preset's job) would be
+# the fair version of that check.
