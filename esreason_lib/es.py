@@ -36,8 +36,7 @@ from esreason_lib.es_lowrank import NOISES, apply_lowrank_update
 from esreason_lib.es_noise import apply_update, named_params
 from esreason_lib.run_identity import ADDED_OPTION
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import (NonFiniteError, RunSettings, check_finite_step, check_training_config,
-                                   prompt_indices, training_inputs)
+from esreason_lib.training import NonFiniteError, RunSettings, check_finite_step, open_training_run, prompt_indices
 from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
                                      check_step_size)
 
@@ -268,15 +267,13 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     es/generations (cumulative population completions), time/step_s.
     """
     from esreason_lib.progress import progress_bar
-    from esreason_lib.runs import Run
     from esreason_lib.zoo import quiet_transformers
 
-    check_training_config("es", config, model=model, tokenizer=tokenizer, task=task, home=home)
-    run = Run.open("es", config, seed=config.seed, home=home, lock=True)
-    if run.is_complete():
+    run, inputs = open_training_run("es", config, model=model, tokenizer=tokenizer, task=task, home=home,
+                                    progress=progress)
+    if inputs is None:
         return run
-    model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
-                                                       home=home, progress=progress, caller="train_es")
+    model, tokenizer, task, examples = inputs
     model.eval()
     backend = backend or make_backend(config, task, tokenizer)
     es = ES(config, model)

@@ -54,8 +54,7 @@ from esreason_lib.optim import master_weight_adamw
 from esreason_lib.progress import progress_bar
 from esreason_lib.runs import Run
 from esreason_lib.seeding import derive_seed
-from esreason_lib.training import (RunSettings, check_finite_step, check_training_config, prompt_indices,
-                                   training_inputs)
+from esreason_lib.training import RunSettings, check_finite_step, open_training_run, prompt_indices
 from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
                                      check_optional_positive_int, check_positive_float,
                                      check_positive_int, check_step_size, is_real)
@@ -196,12 +195,11 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/step_s.
     """
-    check_training_config("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home)
-    run = Run.open("grpo", config, seed=config.seed, home=home, lock=True)
-    if run.is_complete():
+    run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
+                                    progress=progress)
+    if inputs is None:
         return run
-    model, tokenizer, task, examples = training_inputs(config, model=model, tokenizer=tokenizer, task=task,
-                                                       home=home, progress=progress, caller="train_grpo")
+    model, tokenizer, task, examples = inputs
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
     opt = master_weight_adamw(model, lr=config.lr, weight_decay=config.weight_decay)

@@ -234,3 +234,19 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     check_finite_params(model, where=f"base model {config.model!r}")
     task = task if task is not None else config_task(config)
     return model, tokenizer, task, train_examples(config, task)
+
+
+def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=None, home=None,
+                      progress: bool = True):
+    """How every trainer starts: check the inputs before any run directory exists (`check_training_config`), open
+    and lock the `kind` run of `config`, and, unless it is already complete, gather `training_inputs`.
+
+    Returns `(run, None)` for a complete run, else `(run, (model, tokenizer, task, examples))`."""
+    from esreason_lib.runs import Run
+
+    check_training_config(kind, config, model=model, tokenizer=tokenizer, task=task, home=home)
+    run = Run.open(kind, config, seed=config.seed, home=home, lock=True)
+    if run.is_complete():
+        return run, None
+    return run, training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
+                                caller=f"train_{kind}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -90,3 +92,21 @@ def test_prompt_order_is_a_validated_config_field():
     for cls in (ESConfig, GRPOConfig):
         with pytest.raises(ValueError, match=rf"{cls.__name__}\.prompt_order must be one of"):
             cls(prompt_order="sorted")
+
+
+def test_open_training_run_checks_first_and_returns_no_inputs_for_a_complete_run(tmp_path):
+    from esreason_lib.es import train_es
+    from esreason_lib.presets import get_preset
+    from esreason_lib.training import open_training_run
+
+    config = get_preset("smoke").config("es", iterations=1)
+    with pytest.raises(ValueError, match="device"):
+        open_training_run("es", replace(config, device="tpu9"), home=tmp_path)
+    assert not list(tmp_path.iterdir())  # a bad input leaves no run directory
+    run, inputs = open_training_run("es", config, home=tmp_path, progress=False)
+    model, tokenizer, task, examples = inputs
+    assert not run.is_complete() and examples and task.name == "countdown"
+    run.release()  # this process trains it next, through train_es
+    done = train_es(config, home=tmp_path, progress=False)
+    again, nothing = open_training_run("es", config, home=tmp_path, progress=False)
+    assert again.path == done.path and nothing is None
