@@ -32,3 +32,33 @@ def test_total_does_not_swallow_interrupts():
 
     with pytest.raises(KeyboardInterrupt):
         interrupted()
+
+
+def test_file_task_reads_each_split_once_and_shuffles_by_seed():
+    from esreason_lib.tasks._common import FileTask
+
+    class Rows(FileTask):
+        name = "rows"
+        reads = 0
+
+        def _read(self, split):
+            Rows.reads += 1
+            return [{"id": f"{split}-{i}", "q": i} for i in range(10)]
+
+        def prompt(self, example, tokenizer=None):
+            return str(example["q"])
+
+        def extract_answer(self, completion):
+            return completion
+
+        def is_correct(self, completion, example):
+            return completion == str(example["q"])
+
+    task = Rows(path="unused.jsonl")
+    first = task.examples("train", n=4, seed=1)
+    assert len(first) == 4 and task.examples("train", n=4, seed=1) == first and Rows.reads == 1
+    assert sorted(e["id"] for e in task.examples("train", seed=2)) == sorted(f"train-{i}" for i in range(10))
+    task.examples("test")
+    assert Rows.reads == 2 and task.path == "unused.jsonl"
+    with pytest.raises(ValueError, match="split"):
+        task.examples("valid")

@@ -15,11 +15,10 @@ capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was extrac
 
 from __future__ import annotations
 
-import abc
 from typing import Any
 
-from ._common import after_answer_marker, check_split, render_prompt, shuffled_prefix, unwrap_tex_text
-from .base import Example, RewardShaping, Task, total
+from ._common import FileTask, after_answer_marker, render_prompt, unwrap_tex_text
+from .base import Example, total
 from .math_task import last_boxed
 
 __all__ = ["MultipleChoiceTask", "extract_letter"]
@@ -51,29 +50,15 @@ def extract_letter(completion: Any, letters: str) -> str | None:
     return _letter_at(text, start + 1 if text.startswith("(", start) else start, letters)
 
 
-class MultipleChoiceTask(Task):
+class MultipleChoiceTask(FileTask):
     """A multiple-choice task read from `path` (see `_common.local_file`) or the hub; subclasses set `name` and
-    `letters` and implement `_read(split)`. Examples are shuffled by `seed`; ids do not depend on it."""
+    `letters` and implement `_read(split)`. Example keys: `id`, `question`, `choices` ([[letter, text], ...]),
+    `answer` (the gold letter)."""
 
     letters: str = "ABCD"
     """The choice labels this task's answers may use."""
     stop = None
     max_new_tokens = 512
-
-    def __init__(self, path: str | None = None, *, shaping: RewardShaping = RewardShaping()):
-        super().__init__(shaping)
-        self.path = path
-        self._rows: dict[str, list[Example]] = {}
-
-    @abc.abstractmethod
-    def _read(self, split: str) -> list[Example]:
-        """The validated examples of `split` ("train" or "test") in file order."""
-
-    def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
-        """Keys `id`, `question`, `choices` ([[letter, text], ...]), `answer` (the gold letter)."""
-        if check_split(split) not in self._rows:
-            self._rows[split] = self._read(split)
-        return shuffled_prefix(self._rows[split], n, seed, self.name, split)
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
         """The question, one "X. text" line per choice and the instruction to box the letter; plain text ending

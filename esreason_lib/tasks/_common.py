@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 import json
 import logging
@@ -13,6 +14,7 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from ..seeding import derive_seed, numpy_rng
+from .base import Example, RewardShaping, Task
 
 SPLITS = ("train", "test")
 """The split names every task accepts."""
@@ -252,3 +254,24 @@ def shuffled_prefix(rows: list[dict], n: int | None, seed: int, *names: object) 
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
     order = numpy_rng(seed, *names).permutation(len(rows))
     return [rows[i] for i in order[: len(rows) if n is None else int(n)]]
+
+
+class FileTask(Task):
+    """A task whose examples are the rows of a data file (`path`, see `local_file`) or of the hub: a subclass
+    implements `_read(split)`; each split is read once, and `examples` shuffles it by `seed` (ids do not depend on
+    the seed)."""
+
+    def __init__(self, path: str | None = None, *, shaping: RewardShaping = RewardShaping()):
+        super().__init__(shaping)
+        self.path = path
+        self._rows: dict[str, list[Example]] = {}
+
+    @abc.abstractmethod
+    def _read(self, split: str) -> list[Example]:
+        """The validated examples of `split` ("train" or "test") in file order."""
+
+    def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
+        """The first `n` (all when None) of `split`'s examples in a `seed`-shuffled order (`shuffled_prefix`)."""
+        if check_split(split) not in self._rows:
+            self._rows[split] = self._read(split)
+        return shuffled_prefix(self._rows[split], n, seed, self.name, split)

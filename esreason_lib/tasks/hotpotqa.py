@@ -25,9 +25,8 @@ import string
 from collections import Counter
 from typing import Any
 
-from ._common import (after_answer_marker, check_split, dataset_rows, render_prompt, shuffled_prefix,
-                      unwrap_tex_text)
-from .base import Example, RewardShaping, Task, total
+from ._common import FileTask, after_answer_marker, dataset_rows, render_prompt, unwrap_tex_text
+from .base import Example, total
 from .math_task import last_boxed
 
 __all__ = ["HotpotQA", "exact_match", "normalize_answer", "token_f1"]
@@ -83,36 +82,26 @@ def extract_short_answer(completion: Any) -> str | None:
     return answer or None
 
 
-class HotpotQA(Task):
+class HotpotQA(FileTask):
     """HotpotQA questions, closed-book; ids are the dataset's `id` / `_id` when present, else
-    `hotpotqa-<split>-<row index>`. Examples are shuffled by `seed`."""
+    `hotpotqa-<split>-<row index>`. Example keys: `id`, `question`, `answer` (gold text), plus `type` / `level`
+    when the data has them."""
 
     name = "hotpotqa"
     stop = None
     max_new_tokens = 512
 
-    def __init__(self, path: str | None = None, *, shaping: RewardShaping = RewardShaping()):
-        super().__init__(shaping)
-        self.path = path
-        self._rows: dict[str, list[Example]] = {}
-
-    def _load(self, split: str) -> list[Example]:
-        if check_split(split) not in self._rows:
-            out = []
-            for i, (_, row) in enumerate(dataset_rows(self.path, self.name, split, "hotpotqa/hotpot_qa", "distractor",
-                                                      {"question": (str,), "answer": (str,)},
-                                                      hub_split=HUB_SPLITS[split])):
-                given = row.get("id", row.get("_id"))
-                ex = {"id": given if isinstance(given, str) and given else f"{self.name}-{split}-{i}",
-                      "question": row["question"], "answer": row["answer"]}
-                ex.update({k: row[k] for k in ("type", "level") if isinstance(row.get(k), str)})
-                out.append(ex)
-            self._rows[split] = out
-        return self._rows[split]
-
-    def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
-        """Keys `id`, `question`, `answer` (gold text), plus `type` / `level` when the data has them."""
-        return shuffled_prefix(self._load(split), n, seed, self.name, split)
+    def _read(self, split: str) -> list[Example]:
+        out = []
+        for i, (_, row) in enumerate(dataset_rows(self.path, self.name, split, "hotpotqa/hotpot_qa", "distractor",
+                                                  {"question": (str,), "answer": (str,)},
+                                                  hub_split=HUB_SPLITS[split])):
+            given = row.get("id", row.get("_id"))
+            ex = {"id": given if isinstance(given, str) and given else f"{self.name}-{split}-{i}",
+                  "question": row["question"], "answer": row["answer"]}
+            ex.update({k: row[k] for k in ("type", "level") if isinstance(row.get(k), str)})
+            out.append(ex)
+        return out
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
         """Plain "Question: ...\\nAnswer:" text, or a chat turn; both ask for a short answer in \\boxed{}."""
