@@ -89,3 +89,16 @@ def moving_preset():
 
     return get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5,
                                   "grpo.reward_formatted": 0.5})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """(char tokenizer, a factory of fresh tiny random Qwen2 models, seed 0); torch on one thread. Modules may
+    define their own `tiny`."""
+    import torch  # here, so that test files which never touch torch do not import it
+
+    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+
+    torch.set_num_threads(1)
+    tok = build_char_tokenizer()
+    return tok, lambda: tiny_random_qwen2(len(tok), seed=0)

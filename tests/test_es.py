@@ -281,13 +281,6 @@ class Paren:
         return float(self.is_correct(completion, example))
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-
-    torch.set_num_threads(1)
-    tok = build_char_tokenizer()
-    return tok, lambda: tiny_random_qwen2(len(tok), seed=0)
 
 
 def test_sequential_backend_scores_members_and_restores(tiny):

@@ -15,35 +15,7 @@ from esreason_lib.es_lowrank import (LowRankBackend, LowRankStack, apply_lowrank
                                      lowrank_factors, lowrank_weights)
 from esreason_lib.es_noise import named_params, noise
 from esreason_lib.generation import generate
-
-
-class Paren:
-    """Reward 1 when the completion starts with "(" (rare for a random model), else 0."""
-
-    name, stop, max_new_tokens = "paren", None, 4
-
-    def examples(self, split="test", n=None, seed=0):
-        rng = np.random.default_rng(0 if split == "train" else 1)
-        ex = [{"id": f"{split}-{i}", "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(32)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-
-    def is_correct(self, completion, example):
-        return completion.startswith("(")
-
-    def reward(self, completion, example):
-        return float(self.is_correct(completion, example))
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-
-    torch.set_num_threads(1)
-    tok = build_char_tokenizer()
-    return tok, lambda: tiny_random_qwen2(len(tok), seed=0)
+from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
 
 
 def _materialised(model, seed: int, sign: int, sigma: float, rank: int) -> None:
