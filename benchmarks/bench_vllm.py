@@ -6,7 +6,9 @@ Greedy completions of `--prompts` Countdown train prompts with the zoo's `qwen2-
 stop string): wall seconds and completions/s for `generation.generate` (one batch of all prompts) and for the
 vLLM engine (`es_vllm.VLLMBackend.complete`, after a warm-up call that starts the engine), alternating the two
 `--repeats` times and keeping each one's best; then one ES population (`--members` antithetic members x
-`--step-prompts` prompts) through `SequentialBackend` and `VLLMBackend`, with their rewards compared.
+`--step-prompts` prompts) through `SequentialBackend` and `VLLMBackend`, with their rewards compared; then one GRPO
+rollout batch (`--groups` prompts x `--group-size` samples at temperature 1) through `generate` and through
+`grpo_vllm.VLLMRollouts` (weight sync, sampling and the entropy forward included), best of `--repeats`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from esreason_lib.es import ES, ESConfig  # noqa: E402
 from esreason_lib.es_backends import SequentialBackend  # noqa: E402
 from esreason_lib.es_vllm import VLLMBackend  # noqa: E402
 from esreason_lib.generation import generate  # noqa: E402
+from esreason_lib.grpo_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.models import load_model  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 
@@ -35,6 +38,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--step-prompts", type=int, default=32)
+    ap.add_argument("--groups", type=int, default=32)
+    ap.add_argument("--group-size", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, tok = load_model("qwen2-m", progress=False)
@@ -67,6 +72,21 @@ def main() -> None:
         s = time.perf_counter() - t0
         print(f"  population {args.members} x {args.step_prompts}: {name:17s} {s:6.2f} s  rewards "
               f"{np.round(ev.rewards, 4).tolist()}")
+    backend.close()
+    rollouts, kw = VLLMRollouts(), dict(n=args.group_size, temperature=1.0, max_new_tokens=task.max_new_tokens,
+                                        stop=task.stop, seed=0)
+    rollouts(model, tok, prompts[:1], **kw)  # starts the engine
+    best = {"library generate": np.inf, "VLLMRollouts": np.inf}
+    for _ in range(args.repeats):
+        for name, sample in (("library generate", generate), ("VLLMRollouts", rollouts)):
+            t0 = time.perf_counter()
+            ro = sample(model, tok, prompts[: args.groups], **kw)
+            best[name] = min(best[name], time.perf_counter() - t0)
+            rows = len(ro.completions)
+    print(f"GRPO rollout batch {args.groups} prompts x {args.group_size} samples (T=1):")
+    for name, s in best.items():
+        print(f"  {name:17s} {s:7.2f} s  {rows / s:8.1f} completions/s")
+    rollouts.close()
 
 
 if __name__ == "__main__":

@@ -88,9 +88,9 @@ def _train(args) -> int:
 
     preset = get_preset(args.preset)
     backend = [f"{k}={v}" for k, v in (("backend", args.backend), ("workers", args.workers)) if v is not None]
-    if backend and args.method == "grpo":
-        raise ValueError(f"--backend/--workers choose how ES scores its population, but this trains grpo "
-                         f"(got {' '.join(backend)})")
+    if args.workers is not None and args.method == "grpo":
+        raise ValueError(f"--workers sets the Ray actors that score an ES population; grpo has none (its "
+                         f"--backend is local or vllm), got --workers {args.workers}")
     args.set = [*args.set, *(("es." if args.method == "sequence" else "") + b for b in backend)]
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
@@ -186,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--budget", type=int, default=None,
                        help="every method's full budget in a sequence (default: the preset's)")
     train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential, ray, "
-                       "vllm or ray-vllm (the same as --set backend=...)")
+                       "vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set backend=...; "
+                       "a sequence's ES stage: --set grpo.backend=vllm for its GRPO stage)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")

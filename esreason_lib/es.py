@@ -257,14 +257,14 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
     `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
-    overrides `make_backend(config, ...)`. With `resume`, training continues from the run's last checkpoint
-    and ends bit-identical to an uninterrupted run; without it, earlier metrics are dropped and training starts
-    from the base. Logs per iteration (step = 1-based iteration): reward/mean, reward/std, reward/max,
-    reward/min (population fitness), reward/center (the unperturbed model on the same prompts, same sampling
-    seed; a diagnostic, not counted in es/generations), policy/entropy (the center model's mean full-distribution
-    token entropy at its own generated positions), es/js_succ (`metrics.js_success` over members, per prompt,
-    averaged over prompts), es/drift_rel (||theta - theta_0|| / ||theta_0||), es/update_norm, es/fixup_frac,
-    es/generations (cumulative population completions), time/step_s.
+    overrides `make_backend(config, ...)` (a backend made here is closed at the end, one passed in is not). With
+    `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
+    without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
+    iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
+    model on the same prompts, same sampling seed; a diagnostic, not counted in es/generations), policy/entropy (the
+    center model's mean full-distribution token entropy at its own generated positions), es/js_succ
+    (`metrics.js_success` over members, per prompt, averaged over prompts), es/drift_rel (||theta - theta_0|| /
+    ||theta_0||), es/update_norm, es/fixup_frac, es/generations (cumulative population completions), time/step_s.
     """
     from esreason_lib.progress import progress_bar
     from esreason_lib.zoo import quiet_transformers
@@ -275,6 +275,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         return run
     model, tokenizer, task, examples = inputs
     model.eval()
+    owned = backend is None
     backend = backend or make_backend(config, task, tokenizer)
     es = ES(config, model)
     theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
@@ -293,21 +294,25 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
                        disable=not progress, desc=f"es {config.task}")
-    for it in bar:
-        t0 = time.perf_counter()
-        try:
-            m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
-        except NonFiniteError as err:  # a reward the task or backend made nan/inf: the run is failed, not resumable
-            run.fail(f"train_es iteration {it + 1}: {err}")
-            raise
-        generations += ev.generations
-        m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
-        run.log(it + 1, m)
-        check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
-        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
-        if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
-            run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1, "generations": generations,
-                                         "rng": {"torch": torch.get_rng_state()}})
+    try:
+        for it in bar:
+            t0 = time.perf_counter()
+            try:
+                m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
+            except NonFiniteError as err:  # a nan/inf reward from the task or backend: the run is failed, not resumable
+                run.fail(f"train_es iteration {it + 1}: {err}")
+                raise
+            generations += ev.generations
+            m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
+            run.log(it + 1, m)
+            check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
+            if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+                run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1,
+                                             "generations": generations, "rng": {"torch": torch.get_rng_state()}})
+    finally:  # a backend made here holds engines or actors (vLLM, Ray): released even when a step fails
+        if owned and hasattr(backend, "close"):
+            backend.close()
     with quiet_transformers():
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)

@@ -83,6 +83,17 @@ def left_pad(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, tor
     return ids.to(device), mask.to(device)
 
 
+def right_pad(seqs: list[list[int]], pad: int, device, width: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, L] and mask [B, L], L = the longest sequence (at least `width`)."""
+    width = max([width, *(len(s) for s in seqs)])
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # [B, L]
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)  # [B, L]
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = True
+    return ids.to(device), mask.to(device)
+
+
 def mask_positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids [B, L] from an attention mask [B, L]: index among real tokens (pads clamp to 0)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -337,14 +348,8 @@ def sequence_logprobs(model, tokenizer, prompts, completions, *, temperature=1.0
             for s in range(0, len(p_enc), batch_size):
                 pids, pmask = left_pad(p_enc[s: s + batch_size], pad, model.device)  # [b, Lp]
                 chunk = c_enc[s: s + batch_size]
-                width = max(len(c) for c in chunk)
-                cids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [b, Lc]
-                cmask = torch.zeros((len(chunk), width), dtype=torch.bool)  # [b, Lc]
-                for i, c in enumerate(chunk):
-                    cids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-                    cmask[i, : len(c)] = True
-                logp, _ = completion_logprobs(model, pids, pmask, cids.to(model.device), cmask.to(model.device),
-                                              temperature=temperature)
+                cids, cmask = right_pad(chunk, pad, model.device)  # [b, Lc]
+                logp, _ = completion_logprobs(model, pids, pmask, cids, cmask, temperature=temperature)
                 out[s: s + len(chunk)] = logp.double().sum(-1).cpu().numpy()
     finally:
         model.train(was_training)

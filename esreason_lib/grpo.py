@@ -42,7 +42,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ from esreason_lib.grpo_update import AGGREGATIONS, policy_update
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.optim import master_weight_adamw
 from esreason_lib.progress import progress_bar
+from esreason_lib.run_identity import ADDED_OPTION
 from esreason_lib.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.training import RunSettings, check_finite_step, open_training_run, prompt_indices
@@ -61,6 +62,9 @@ from esreason_lib.validation import (check, check_choice, check_nonnegative_floa
 from esreason_lib.zoo import quiet_transformers
 
 SCALES = ("group", "none")
+ROLLOUT_BACKENDS = ("local", "vllm")
+"""Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
+the policy's weights after each iteration's optimizer steps (`grpo_vllm.VLLMRollouts`, extra `vllm`)."""
 
 
 def group_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -124,6 +128,9 @@ class GRPOConfig(RunSettings):
     """Global gradient-norm clip; None disables clipping (the norm is still logged)."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
+    backend: str = field(default="local", metadata=ADDED_OPTION)
+    """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
+    with the policy before each rollout; its samples differ from "local"'s, see `grpo_vllm`)."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -139,14 +146,17 @@ class GRPOConfig(RunSettings):
         check(self, "top_p", is_real(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]")
         check_choice(self, "scale", SCALES)
         check_choice(self, "aggregation", AGGREGATIONS)
+        check_choice(self, "backend", ROLLOUT_BACKENDS)
         check_nonnegative_float(self, "weight_decay")
         check(self, "max_grad_norm",
               self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
               "must be None or > 0")
 
 
-def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int) -> dict:
-    """One GRPO iteration: draw prompts, sample G completions each, score, and take the `policy_update` steps.
+def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
+              rollout=generate) -> dict:
+    """One GRPO iteration: draw prompts, sample G completions each with `rollout` (`generate` or a callable that
+    takes its arguments, e.g. `grpo_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
 
     Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
     report them: `policy/ratio_mean` is absent from a step with no row to forward).
@@ -156,9 +166,11 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
     c, G = config, config.group_size
     device = next(model.parameters()).device
     idx = prompt_indices(len(examples), c.prompts_per_step, iteration, c.seed, "grpo", c.prompt_order)  # [P]
-    ro = generate(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
-                  max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
-                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
+    t_rollout = time.perf_counter()
+    ro = rollout(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
+                 max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
+                 seed=derive_seed(c.seed, "grpo", "sample", iteration))
+    t_rollout = time.perf_counter() - t_rollout
     scored: dict[tuple[int, str], float] = {}  # a group's repeated completions are scored once
     for i, s in enumerate(ro.completions):
         if (i // G, s) not in scored:
@@ -178,8 +190,18 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
         "grpo/zero_std_frac": float((groups.max(axis=1) == groups.min(axis=1)).mean()),
         "completion/length": float(c_mask.sum(dim=1).float().mean()),
         "grpo/generations": (iteration + 1) * len(ro.completions),
+        "time/rollout_s": t_rollout,
         "time/step_s": time.perf_counter() - t0,
     }
+
+
+def rollout_sampler(config: GRPOConfig):
+    """What samples `config`'s rollouts: `generate`, or a `grpo_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    if config.backend == "vllm":
+        from esreason_lib.grpo_vllm import VLLMRollouts
+
+        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512)
+    return generate
 
 
 def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
@@ -193,7 +215,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
     iteration): reward/mean, reward/std, policy/entropy, policy/kl (beta > 0), policy/clip_frac,
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
-    grpo/generations (cumulative), time/step_s.
+    grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s.
     """
     run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)
@@ -222,15 +244,20 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
 
     bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations,
                        disable=not progress, desc=f"grpo {config.task}")
-    for it in bar:
-        m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it)
-        run.log(it + 1, m)
-        check_finite_step(model, m, where=f"train_grpo iteration {it + 1}", run=run)
-        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
-        if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
-            run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                         "masters": [m.detach().clone() for m in masters],
-                                         "iteration": it + 1, "torch_rng": torch.get_rng_state()})
+    rollout = rollout_sampler(config)
+    try:
+        for it in bar:
+            m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it, rollout=rollout)
+            run.log(it + 1, m)
+            check_finite_step(model, m, where=f"train_grpo iteration {it + 1}", run=run)
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
+            if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+                run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                             "masters": [m.detach().clone() for m in masters],
+                                             "iteration": it + 1, "torch_rng": torch.get_rng_state()})
+    finally:
+        if rollout is not generate:
+            rollout.close()
     with quiet_transformers():
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)

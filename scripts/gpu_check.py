@@ -1,22 +1,25 @@
-"""GPU readiness check: one ES step, one GRPO step and (with the `ray` extra) one single-worker Ray ES step of the
-`paper-easy` preset on a random Qwen2 in bfloat16, with step times and peak GPU memory.
+"""GPU readiness check: one ES step, one GRPO step, (with the `ray` extra) one single-worker Ray ES step and (with
+the `vllm` extra) one ES step scored on a vLLM engine and one GRPO step with vLLM rollouts, of the `paper-easy`
+preset on a random Qwen2 in bfloat16, with step times and peak GPU memory.
 
 Everything is the preset's own (GSM8K task and reward, bfloat16, greedy ES, GRPO's beta, micro-batching and two
 minibatches per rollout) except the sizes: one iteration of `--population` members (ES) or groups of 2 (GRPO) on
 `--prompts` prompts of at most `--max-new-tokens` tokens. The model is random, with the character tokenizer:
-`--shape tiny` is the test suite's tiny Qwen2 (25k parameters: plumbing), `--shape qwen2.5-1.5b` has
+`--shape tiny` is a tiny Qwen2 (87k parameters, head size 32: plumbing), `--shape qwen2.5-1.5b` has
 Qwen2.5-1.5B's architecture (1.3B parameters without the vocabulary: realistic time and memory). The GSM8K rows
 are synthetic ("What is a + b?", "#### a+b") and written with the run store to a temporary folder (the machine
 needs no data and no network); everything is removed afterwards. `scripts/gpu_check.sh` runs this on a CUDA
 machine; `--device cpu` runs the same code anywhere (the test suite does, with the tiny shape).
 
 Prints one line per check (seconds of the step as the trainer logs it, wall seconds including model build and
-set-up, peak GPU memory allocated by this process in MiB, the step's mean reward) and exits 1 when a check fails.
+set-up, peak GPU memory allocated by this process's torch in MiB (a vLLM engine's own memory is not in it), the
+step's mean reward) and exits 1 when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -27,8 +30,8 @@ import traceback
 from pathlib import Path
 
 SHAPES = {
-    "tiny": dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                 tie_word_embeddings=False),
+    "tiny": dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                 tie_word_embeddings=False),  # head size 32: the smallest vLLM's attention kernels take
     "qwen2.5-1.5b": dict(hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2, intermediate_size=8960,
                          tie_word_embeddings=True),
 }
@@ -90,6 +93,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step (even: two GRPO minibatches)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray check even when ray is installed")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM checks even when vllm is installed")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args(argv)
 
@@ -116,6 +120,14 @@ def main(argv=None) -> int:
     if ray is not None and not args.no_ray:
         checks.append(("es-ray-1-worker", lambda: preset.config("es", population_size=args.population,
                                                                 backend="ray", workers=1, **small), train_es))
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        print("gpu_check: vllm is not installed: the vLLM checks are skipped (pip install -e '.[vllm]')")
+    elif not args.no_vllm:
+        checks += [("es-vllm", lambda: preset.config("es", population_size=args.population, backend="vllm",
+                                                     **small), train_es),
+                   ("grpo-vllm", lambda: preset.config("grpo", group_size=2, minibatch_size=max(1, args.prompts // 2),
+                                                       backend="vllm", **small), train_grpo)]
     print(f"gpu_check: torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else "")
           + f", shape {args.shape}, paper-easy: {args.population} members / groups of 2 x {args.prompts} prompts")

@@ -237,8 +237,10 @@ def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
     assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--backend", "sequential"]) == 0
     run_dir = Path(capsys.readouterr().out.splitlines()[0])
     assert json.loads((run_dir / "config.json").read_text())["backend"] == "sequential"
-    assert main(["train", "grpo", "--preset", "smoke", "--backend", "ray"]) == 2  # grpo has no population backend
-    assert "--backend/--workers choose how ES scores its population" in capsys.readouterr().err
+    assert main(["train", "grpo", "--preset", "smoke", "--backend", "ray"]) == 2  # grpo's are local and vllm
+    assert "GRPOConfig.backend must be one of ('local', 'vllm'), got 'ray'" in capsys.readouterr().err
+    assert main(["train", "grpo", "--preset", "smoke", "--workers", "2"]) == 2  # grpo has no population
+    assert "--workers sets the Ray actors that score an ES population; grpo has none" in capsys.readouterr().err
     assert main(["train", "es", "--preset", "smoke", "--workers", "0", "--backend", "ray"]) == 2
     assert "ESConfig.workers must be a positive int, got 0" in capsys.readouterr().err
 

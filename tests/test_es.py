@@ -327,6 +327,28 @@ def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
         train_es(dataclasses.replace(cfg, seed=1), model=make(), home=tmp_path)
 
 
+def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monkeypatch):
+    import esreason_lib.es as es_module
+    from esreason_lib.es_backends import SequentialBackend
+
+    closed = []
+
+    class Closing(SequentialBackend):  # a backend holding resources (as the vLLM and Ray ones do)
+        def close(self):
+            closed.append(self)
+
+    tok, make = tiny
+    cfg = ESConfig(model="tiny-random", task="paren", population_size=2, iterations=1, prompts_per_step=2,
+                   checkpoint_every=0, device="cpu", seed=0, backend="sequential")
+    monkeypatch.setattr(es_module, "make_backend", lambda config, task, tok: Closing.from_config(config, task, tok))
+    es_module.train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path / "made", progress=False)
+    assert len(closed) == 1
+    mine = Closing.from_config(cfg, Paren(), tok)
+    es_module.train_es(cfg, model=make(), tokenizer=tok, task=Paren(), backend=mine, home=tmp_path / "given",
+                       progress=False)
+    assert len(closed) == 1  # the caller's backend stays open for the caller
+
+
 def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
     `before_tell` sees the model still at theta."""

@@ -265,7 +265,7 @@ def test_decode_rows_decodes_each_row_like_batch_decode():
 
 
 def test_prompt_helpers_hand_computed(model, tok):
-    from esreason_lib.generation import cut_at_stop, encode_texts, left_pad, mask_positions, special_ids
+    from esreason_lib.generation import cut_at_stop, encode_texts, left_pad, mask_positions, right_pad, special_ids
 
     pad, eos = special_ids(model, tok)
     assert pad == tok.pad_token_id and tok.eos_token_id in eos
@@ -276,6 +276,10 @@ def test_prompt_helpers_hand_computed(model, tok):
     ids, mask = left_pad([[5, 6], [7], []], 0, "cpu")
     assert ids.tolist() == [[5, 6], [0, 7], [0, 0]] and mask.tolist() == [[True, True], [False, True], [False, False]]
     assert mask_positions(mask).tolist() == [[0, 1], [0, 0], [0, 0]]
+    ids, mask = right_pad([[5, 6], [7], []], 0, "cpu")
+    assert ids.tolist() == [[5, 6], [7, 0], [0, 0]] and mask.tolist() == [[True, True], [True, False], [False, False]]
+    ids, mask = right_pad([[], []], 9, "cpu", width=1)  # no token at all: one masked column
+    assert ids.tolist() == [[9], [9]] and not mask.any()
     gap = torch.tensor([[False, True, True, False, True]])
     assert mask_positions(gap).tolist() == [[0, 0, 1, 1, 2]]  # a position repeats over an inner gap
     assert cut_at_stop("a=1</answer> junk", "</answer>") == "a=1</answer>"

@@ -212,7 +212,7 @@ ES_KEYS = {"step", "reward/mean", "reward/std", "reward/max", "reward/min", "rew
            "es/js_succ", "es/drift_rel", "es/update_norm", "es/fixup_frac", "es/generations", "time/step_s"}
 GRPO_KEYS = {"step", "reward/mean", "reward/std", "policy/entropy", "policy/kl", "policy/clip_frac",
              "policy/ratio_mean", "policy/grad_norm", "loss/policy", "grpo/zero_std_frac", "completion/length",
-             "grpo/generations", "time/step_s"}
+             "grpo/generations", "time/rollout_s", "time/step_s"}
 
 
 @pytest.fixture

@@ -106,8 +106,8 @@ def _assert_failed(store, kind, config):
 def test_grpo_divergence_stops_the_run_and_marks_it_failed(isolated_store, monkeypatch, poison):
     real = grpo_module.grpo_step
 
-    def diverging(model, *args):
-        metrics = real(model, *args)
+    def diverging(model, *args, **kwargs):
+        metrics = real(model, *args, **kwargs)
         if poison == "weights":
             with torch.no_grad():
                 next(model.parameters()).fill_(float("nan"))

@@ -25,10 +25,11 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-proces
 from esreason_lib.es import ES, ESConfig, Population  # noqa: E402
 from esreason_lib.es_backends import SequentialBackend, make_backend  # noqa: E402
 from esreason_lib.es_noise import named_params, perturbed  # noqa: E402
-from esreason_lib.es_vllm import ESWorkerExtension, VLLMBackend, engine_layout  # noqa: E402
+from esreason_lib.es_vllm import VLLMBackend  # noqa: E402
 from esreason_lib.generation import generate  # noqa: E402
 from esreason_lib.models import load_model  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
+from esreason_lib.vllm_engine import WorkerExtension, engine_layout  # noqa: E402
 
 SIGMA = 0.01  # large enough that members' rewards differ and the exact restore has bits to fix
 
@@ -68,7 +69,7 @@ def test_engine_layout_by_hand():
         engine_layout({"m.l.0.attn.k_proj.weight": (2, 2)})
 
 
-class _FakeWorker(ESWorkerExtension):
+class _FakeWorker(WorkerExtension):
     """A worker whose model is a plain module with vLLM's parameter names (no engine needed)."""
 
     def __init__(self, params: dict[str, torch.Tensor]):
@@ -104,18 +105,18 @@ def test_greedy_completions_match_library_generation(setup):
 def test_perturb_and_restore_inside_the_engine_are_exact(setup):
     model, _, _, _, backend = setup
     backend.complete(model, ["1 2>3="], iteration=0)  # the engine holds the driver's weights
-    before = backend.rpc("es_state")
+    before = backend.engine.rpc("es_state")
     driver = named_params(model)
     assert set(before) == set(driver) and all(torch.equal(_bits(before[k]), _bits(driver[k])) for k in driver)
     for seed, sign in [(11, 1), (11, -1), (2**62 + 5, 1)]:
-        fraction = backend.rpc("es_perturb", seed, sign, SIGMA)
-        inside = backend.rpc("es_state")
+        fraction = backend.engine.rpc("es_perturb", seed, sign, SIGMA)
+        inside = backend.engine.rpc("es_state")
         with perturbed(model, seed, sign, SIGMA):  # the library's own perturbation of the driver
             diff = sum(int((_bits(inside[k]) != _bits(p)).sum()) for k, p in driver.items())
-        backend.rpc("es_restore")
+        backend.engine.rpc("es_restore")
         assert diff == 0  # perturbed weights inside the engine equal the library's, bit for bit
         assert fraction > 0  # plain add-then-subtract would have left these elements off
-        after = backend.rpc("es_state")
+        after = backend.engine.rpc("es_state")
         assert sum(int((_bits(after[k]) != _bits(before[k])).sum()) for k in before) == 0
 
 
@@ -152,7 +153,7 @@ def test_forget_reloads_and_follow_replays_a_tell(setup):
     driver = named_params(model)
 
     def engine_equals_driver() -> bool:
-        state = backend.rpc("es_state")
+        state = backend.engine.rpc("es_state")
         return all(torch.equal(_bits(state[k]), _bits(p)) for k, p in driver.items())
 
     backend.complete(model, ["1 2>3="], iteration=0)
