@@ -255,8 +255,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
                 run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                              "masters": [m.detach().clone() for m in masters],
                                              "iteration": it + 1, "torch_rng": torch.get_rng_state()})
-    finally:
-        if rollout is not generate:
+    finally:  # a sampler made here may hold an engine (vLLM): released even when a step fails
+        if hasattr(rollout, "close"):
             rollout.close()
     with quiet_transformers():
         model.save_pretrained(run.model_dir)

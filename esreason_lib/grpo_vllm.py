@@ -18,12 +18,13 @@ Deviations from the in-process path:
   run's samples, and hence its numbers, differ; the backend is part of the run's identity. Row r of iteration
   t's batch is its own request seeded `derive_seed(seed, "vllm", r)` with `seed` the trainer's per-iteration
   sampling seed, so a run (and a resumed one) is deterministic wherever the engine is.
-- The extra forward for entropies costs about a third of a training step's forward and backward.
+- The entropies cost one extra no-grad forward over the batch (on this CPU with qwen2-m, 0.30 s of a 0.65 s
+  rollout of 32 x 8 samples, `benchmarks/bench_vllm.py`).
 - pi_old in the loss is the trainer's forward (`grpo_update.policy_update`), never the engine's log-probs, so
   the engine's numerics (other kernels, bf16 sampling) do not enter the ratio: TRL's importance-sampling
   correction for that mismatch is not needed here.
-- Each sync sends the whole state through one collective RPC (pickled; a round trip through host memory on a
-  GPU): seconds for a 1.5B model against minutes of sampling per step at the paper's batch sizes.
+- Each sync sends the whole state through one collective RPC (pickled, so a round trip through host memory on
+  a GPU); 0.01 s for qwen2-m on this CPU, not yet measured for a 1.5B model on a GPU.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
     device = model.device
     p_ids, p_mask = left_pad([prompt_tokens[i // n] for i in range(len(completion_tokens))], pad, device)  # [B, Lp]
     c_ids, c_mask = right_pad(completion_tokens, pad, device)  # [B, Lc]
-    logprobs, entropies = torch.zeros(c_ids.shape), torch.zeros(c_ids.shape)  # [B, Lc]
+    logprobs = torch.zeros(c_ids.shape, device=device)  # [B, Lc]
+    entropies = torch.zeros(c_ids.shape, device=device)  # [B, Lc]
     was_training = model.training
     model.eval()
     try:
@@ -57,13 +59,13 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
                 rows = slice(s, s + batch_size)
                 lp, ent = completion_logprobs(model, p_ids[rows], p_mask[rows], c_ids[rows], c_mask[rows],
                                               temperature=temperature, with_entropy=True)  # [b, Lc] each
-                logprobs[rows], entropies[rows] = lp.float().cpu(), ent.float().cpu()
+                logprobs[rows], entropies[rows] = lp.float(), ent.float()
     finally:
         model.train(was_training)
     texts = decode_rows(tokenizer, c_ids)
     return Rollouts(prompts=list(prompts), n=n, completions=[cut_at_stop(t, stop) for t in texts],
                     prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                    logprobs=logprobs.to(device), entropies=entropies.to(device))
+                    logprobs=logprobs, entropies=entropies)
 
 
 class VLLMRollouts:
