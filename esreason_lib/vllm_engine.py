@@ -212,6 +212,12 @@ class Engine:
         return self.llm.generate([{"prompt_token_ids": x} for x in token_ids], params, use_tqdm=False)
 
     def close(self) -> None:
-        """Drop the engine and its config folder."""
+        """Shut the engine down (with its engine-core process, when it runs in one, and the memory it holds) and
+        remove its config folder. Dropping the `LLM` alone leaves a separate engine process, and its share of the
+        GPU, alive until the driver exits; vLLM 0.32's `LLM` has no public shutdown, so this calls its engine
+        client's."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
         self.llm = None
         self._dir.cleanup()
