@@ -83,15 +83,24 @@ def group_by_method(items: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
+def backend_settings(method: str, backend: str | None, workers: int | None) -> list[str]:
+    """The `--set` items that `--backend` / `--workers` stand for when training `method`: the config's `backend`
+    and `workers` (es), `backend` (grpo: its rollout sampler, no workers), or in a sequence the ES stage's, plus
+    `grpo.backend=vllm` when the ES backend runs on vLLM, so that both stages sample on the engine."""
+    if workers is not None and method == "grpo":
+        raise ValueError(f"--workers sets the Ray actors that score an ES population; grpo has none (its "
+                         f"--backend is local or vllm), got --workers {workers}")
+    items = [f"{k}={v}" for k, v in (("backend", backend), ("workers", workers)) if v is not None]
+    if method != "sequence":
+        return items
+    return [f"es.{x}" for x in items] + (["grpo.backend=vllm"] if backend and "vllm" in backend else [])
+
+
 def _train(args) -> int:
     from .sequence import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
-    backend = [f"{k}={v}" for k, v in (("backend", args.backend), ("workers", args.workers)) if v is not None]
-    if args.workers is not None and args.method == "grpo":
-        raise ValueError(f"--workers sets the Ray actors that score an ES population; grpo has none (its "
-                         f"--backend is local or vllm), got --workers {args.workers}")
-    args.set = [*args.set, *(("es." if args.method == "sequence" else "") + b for b in backend)]
+    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers)]
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
@@ -187,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="every method's full budget in a sequence (default: the preset's)")
     train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential, ray, "
                        "vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set backend=...; "
-                       "a sequence's ES stage: --set grpo.backend=vllm for its GRPO stage)")
+                       "in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from esreason_lib import cli
-from esreason_lib.cli import build_parser, group_by_method, main, parse_assignments
+from esreason_lib.cli import backend_settings, build_parser, group_by_method, main, parse_assignments
 from esreason_lib.es import ESConfig
 from esreason_lib.grpo import GRPOConfig
 from esreason_lib.presets import get_preset
@@ -231,6 +231,18 @@ def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
     assert [line.split()[:-2] for line in lines[2:]] == [["base", "smoke"], [run.path.name]]
     specs = [json.loads((p / "config.json").read_text())["eval"] for p in home.iterdir() if p.name.startswith("eval-")]
     assert len(specs) == 2 and all((s["n_samples"], s["ks"], s["greedy"]) == (2, [1, 2], False) for s in specs)
+
+
+@pytest.mark.parametrize("method, backend, workers, items", [
+    ("es", "ray", 4, ["backend=ray", "workers=4"]),
+    ("es", None, None, []),
+    ("grpo", "vllm", None, ["backend=vllm"]),
+    ("sequence", "ray", 3, ["es.backend=ray", "es.workers=3"]),
+    ("sequence", "vllm", None, ["es.backend=vllm", "grpo.backend=vllm"]),
+    ("sequence", "ray-vllm", 2, ["es.backend=ray-vllm", "es.workers=2", "grpo.backend=vllm"]),
+])
+def test_backend_settings_per_method(method, backend, workers, items):
+    assert backend_settings(method, backend, workers) == items
 
 
 def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
