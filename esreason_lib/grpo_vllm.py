@@ -23,6 +23,9 @@ Deviations from the in-process path:
 - pi_old in the loss is the trainer's forward (`grpo_update.policy_update`), never the engine's log-probs, so
   the engine's numerics (other kernels, bf16 sampling) do not enter the ratio: TRL's importance-sampling
   correction for that mismatch is not needed here.
+- Prefix caching is on (a group's G requests share their prompt's KV blocks), and every weight copy empties
+  the cache, so no block computed under old weights is reused (tested with 32-token blocks; the CPU default of
+  128 is longer than the tiny tasks' prompts, so on this machine it never engages and saves nothing).
 - Each sync sends the whole state through one collective RPC (pickled, so a round trip through host memory on
   a GPU); 0.01 s for qwen2-m on this CPU, not yet measured for a 1.5B model on a GPU.
 """
@@ -92,7 +95,8 @@ class VLLMRollouts:
         from esreason_lib.vllm_engine import Engine
 
         if self.engine is None:
-            self.engine = Engine(model, tokenizer, seed=self.engine_seed, engine_kwargs=self.engine_kwargs)
+            self.engine = Engine(model, tokenizer, seed=self.engine_seed, prefix_caching=True,
+                                 engine_kwargs=self.engine_kwargs)
         else:
             self.engine.load(model)
         if self.calls % self.check_every == 0:

@@ -19,8 +19,8 @@ Deviations and limits. The CPU build of vLLM packs every linear weight into a on
 and leaves an empty weight tensor behind (and the logits head uses a packed copy of the embedding), so in-place
 changes would not reach the matmuls: the worker gives those layers back a plain weight tensor and the
 `torch.nn.functional.linear` path (on GPUs there is nothing to undo). Tensor parallel size 1 (a shard's noise
-would not be a slice of the full tensor's). Prefix caching is off (a prompt cached under other weights would be
-reused).
+would not be a slice of the full tensor's). Prefix caching is off unless asked for (a prompt cached under other
+weights would be reused); `Engine.load` empties the cache when it is on.
 """
 
 from __future__ import annotations
@@ -164,11 +164,14 @@ class WorkerExtension:
 
 
 class Engine:
-    """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine; `engine_kwargs` are
-    passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix caching, eager on
-    CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
+    """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine. `prefix_caching`
+    reuses a prompt's KV blocks across requests (a GRPO group's samples share their prompt); only for callers
+    that change the weights through `load` alone, which then empties the cache (ES's in-place perturbations keep
+    it off). `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
+    eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
-    def __init__(self, model, tokenizer, *, seed: int, engine_kwargs: dict[str, Any] | None = None):
+    def __init__(self, model, tokenizer, *, seed: int, prefix_caching: bool = False,
+                 engine_kwargs: dict[str, Any] | None = None):
         params = named_params(model)
         dtype = next(iter(params.values())).dtype
         device = next(iter(params.values())).device.type
@@ -178,13 +181,14 @@ class Engine:
         model.generation_config.save_pretrained(root)
         tokenizer.save_pretrained(root / "tokenizer")  # apart from config.json, so it loads as saved
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
-                  "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": False,
+                  "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
                   "worker_extension_cls": f"{__name__}.WorkerExtension"}
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else
                       {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION})
         self.llm = LLM(**{**kwargs, **dict(engine_kwargs or {})})
+        self.prefix_caching = bool(prefix_caching)
         engine_device = self.rpc("es_bind", {k: tuple(v.shape) for k, v in params.items()})
         if engine_device != device:
             self.close()
@@ -197,8 +201,11 @@ class Engine:
         return cloudpickle.loads(self.llm.collective_rpc("es_call", args=(cloudpickle.dumps((method, args)),))[0])
 
     def load(self, model) -> None:
-        """Copy `model`'s weights into the engine."""
+        """Copy `model`'s weights into the engine (and, with prefix caching, drop the KV blocks of the old ones)."""
         self.rpc("es_load", {k: v.detach() for k, v in named_params(model).items()})
+        if self.prefix_caching and not self.llm.reset_prefix_cache():
+            raise RuntimeError("the vLLM engine could not reset its prefix cache after a weight copy (requests "
+                               "still running?): its cached prompts would carry the old weights")
 
     def check(self, model, where: str) -> None:
         """RuntimeError unless the engine's weights equal `model`'s bit for bit (`weights_checksum`)."""

@@ -102,3 +102,31 @@ def test_train_grpo_on_the_engine_is_deterministic(tmp_path):
     wa, wb = (load_model(r.model_dir, progress=False)[0].state_dict() for r in runs)
     base = load_model("qwen2-m", home=tmp_path / "a", progress=False)[0].state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa) and not all(torch.equal(wa[k], base[k]) for k in wa)
+
+
+def test_prefix_caching_never_serves_the_old_weights(setup):
+    model, tok, task, _ = setup
+    rollouts = VLLMRollouts(engine_kwargs={"block_size": 32})  # the CPU default (128) is longer than these prompts
+    prompts = [p * 3 for p in _prompts(task, tok, 16, 3)]  # >= 32 tokens: each prompt fills one cached block
+    kw = dict(n=4, greedy=True, max_new_tokens=8)
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel() + 1)) * 0.05)
+    try:
+        before = rollouts(model, tok, prompts, **kw)
+        cached = []
+        generate_on_engine = rollouts.engine.generate
+
+        def recording(ids, params):
+            outs = generate_on_engine(ids, params)
+            cached.extend(o.num_cached_tokens for o in outs)
+            return outs
+
+        rollouts.engine.generate = recording
+        after = rollouts(moved, tok, prompts, **kw)
+    finally:
+        rollouts.close()
+    assert cached.count(0) == len(prompts) and max(cached) >= 32  # a group's first row computes, the rest reuse
+    _same_rollouts(generate(moved, tok, prompts, **kw), after)  # and never a block of the weights before the copy
+    assert after.completions != before.completions
