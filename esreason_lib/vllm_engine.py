@@ -51,7 +51,7 @@ PADDED = ("embed_tokens.weight", "lm_head.weight")
 """Engine tensors whose vocabulary rows vLLM pads (rows beyond the Hugging Face ones are never read)."""
 
 GPU_MEMORY_UTILIZATION = 0.5
-"""Default share of a GPU the engine takes: the driver's model and its ES state live on the same GPU."""
+"""Default share of a GPU the engine takes: the driver's model and its training state (ES or GRPO) share it."""
 
 CPU_KVCACHE_GIB = "1"
 """`VLLM_CPU_KVCACHE_SPACE` (GiB) set for a CPU engine when unset: without it vLLM reserves 92% of the memory
