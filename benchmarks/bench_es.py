@@ -28,8 +28,8 @@ GOALS = {"overhead": "<= 1.03", "speedup": ">= 4 at N=32", "flops": ">= 0.40", "
 
 
 def _inputs(model_name: str, prompts: int):
-    from esreason_lib.models import load_model
-    from esreason_lib.zoo import get_spec
+    from esreason_lib.models.load import load_model
+    from esreason_lib.models.zoo import get_spec
     from esreason_lib.tasks import get_task
 
     model, tok = load_model(model_name, device="cpu", dtype=torch.float32, progress=False)
@@ -38,7 +38,7 @@ def _inputs(model_name: str, prompts: int):
 
 
 def _population(n: int, sigma: float, model):
-    from esreason_lib.es import ES, ESConfig
+    from esreason_lib.es.core import ES, ESConfig
 
     es = ES(ESConfig(population_size=n, antithetic=True, sigma=sigma), model)
     return es, es.ask()
@@ -58,8 +58,8 @@ def _best(fns: dict, repeats: int) -> dict:
 
 def overhead(args) -> list[str]:
     """Sequential ES step (population evaluation + update) against N plain greedy evaluations."""
-    from esreason_lib.es_backends import SequentialBackend, score_examples
-    from esreason_lib.es_noise import named_params, perturbed
+    from esreason_lib.es.backends.base import SequentialBackend, score_examples
+    from esreason_lib.es.noise import named_params, perturbed
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     es, pop = _population(args.n, args.sigma, model)
@@ -94,8 +94,8 @@ def overhead(args) -> list[str]:
 
 def speedup(args) -> list[str]:
     """Batched vs sequential population evaluation at several N; checks the rewards are identical."""
-    from esreason_lib.es_backends import SequentialBackend
-    from esreason_lib.es_batched import BatchedBackend
+    from esreason_lib.es.backends.base import SequentialBackend
+    from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     seq, bat = SequentialBackend(task, tok, sigma=args.sigma), BatchedBackend(task, tok, sigma=args.sigma)
@@ -115,9 +115,9 @@ def speedup(args) -> list[str]:
 def lowrank(args) -> list[str]:
     """A full-rank batched ES step (population evaluation + update) against a low-rank one (`es_lowrank`, rank
     `--rank`) on the same prompts and member seeds, at the largest N of `--populations`."""
-    from esreason_lib.es import ES, ESConfig
-    from esreason_lib.es_batched import BatchedBackend
-    from esreason_lib.es_lowrank import LowRankBackend
+    from esreason_lib.es.core import ES, ESConfig
+    from esreason_lib.es.backends.batched import BatchedBackend
+    from esreason_lib.es.lowrank import LowRankBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n, state = max(args.populations), {k: v.clone() for k, v in model.state_dict().items()}
@@ -150,7 +150,7 @@ def flops(args) -> list[str]:
     time, against the best FLOP/s of a 2048^2 fp32 matmul on the same thread."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from esreason_lib.es_batched import BatchedBackend
+    from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     bat = BatchedBackend(task, tok, sigma=args.sigma)
@@ -168,8 +168,8 @@ def flops(args) -> list[str]:
 
 def _rss_child(args) -> None:
     """(in a subprocess) Run one `--rss-of` workload and print the process's peak RSS in MiB."""
-    from esreason_lib.es_backends import SequentialBackend, score_examples
-    from esreason_lib.es_batched import BatchedBackend
+    from esreason_lib.es.backends.base import SequentialBackend, score_examples
+    from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n = max(args.populations)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import transformers
 
-from esreason_lib.generation import _generate
+from esreason_lib.models.generation import _generate
 
 
 def _random_model(vocab_size: int, hidden: int, layers: int, mlp: int) -> transformers.Qwen2ForCausalLM:
@@ -61,11 +61,11 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.model is None:
-        from esreason_lib.zoo import build_char_tokenizer
+        from esreason_lib.models.zoo import build_char_tokenizer
         tok = build_char_tokenizer()
         model = _random_model(len(tok), args.hidden, args.layers, args.mlp)
     else:
-        from esreason_lib.models import load_model
+        from esreason_lib.models.load import load_model
         model, tok = load_model(args.model)
     prompts = _prompts(args.prompts, 0)
     n_params = sum(p.numel() for p in model.parameters())

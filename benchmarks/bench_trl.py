@@ -76,11 +76,11 @@ def run_seed(args, seed: int) -> pd.DataFrame:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
 
-    from esreason_lib.generation import cut_at_stop
-    from esreason_lib.grpo import grpo_step
-    from esreason_lib.models import load_model
-    from esreason_lib.optim import master_weight_adamw
-    from esreason_lib.presets import get_preset
+    from esreason_lib.models.generation import cut_at_stop
+    from esreason_lib.grpo.loop import grpo_step
+    from esreason_lib.models.load import load_model
+    from esreason_lib.models.optim import master_weight_adamw
+    from esreason_lib.studies.presets import get_preset
     from esreason_lib.training import prompt_indices, training_inputs
 
     config = replace(get_preset("tiny").config("grpo"), model=args.model, group_size=args.group,

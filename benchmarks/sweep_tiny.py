@@ -64,8 +64,8 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from esreason_lib.experiments.common import evaluate_ref, model_ref
-    from esreason_lib.presets import get_preset
+    from esreason_lib.studies.common import evaluate_ref, model_ref
+    from esreason_lib.studies.presets import get_preset
     from esreason_lib.training import trainer
 
     preset = get_preset(preset_name)
@@ -101,8 +101,8 @@ def main() -> None:
     import pandas as pd
     import torch
 
-    from esreason_lib.experiments.common import evaluate_ref
-    from esreason_lib.presets import get_preset
+    from esreason_lib.studies.common import evaluate_ref
+    from esreason_lib.studies.presets import get_preset
 
     torch.set_num_threads(1)
     preset = get_preset(args.preset)

@@ -18,7 +18,7 @@ import tempfile
 
 import json
 
-from esreason_lib.pretrain import (SHIPPED_ZOO, cpu_platform, pretrain, rebuild_sha256, ship, shipped_manifest,
+from esreason_lib.models.pretrain import (SHIPPED_ZOO, cpu_platform, pretrain, rebuild_sha256, ship, shipped_manifest,
                                    weights_sha256)
 from esreason_lib.paths import run_store_root
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .metrics import pass_at_k
-from .seeding import numpy_rng, torch_generator
+from esreason_lib.metrics import pass_at_k
+from esreason_lib.seeding import numpy_rng, torch_generator
 
 StateDict = dict[str, torch.Tensor]
 

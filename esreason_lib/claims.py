@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .findings import Finding
-from .paths import CLAIMS_PATH, README_PATH, findings_dir
+from esreason_lib.findings import Finding
+from esreason_lib.paths import CLAIMS_PATH, README_PATH, findings_dir
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from .presets import PRESETS, get_preset
+from esreason_lib.studies.presets import PRESETS, get_preset
 
 
 def parse_assignments(items: Sequence[str], config) -> dict:
@@ -53,7 +53,7 @@ def before_after(preset, runs) -> str:
     held-out problems of the runs' task (the preset gives the evaluation protocol)."""
     from dataclasses import replace
 
-    from .experiments.common import evaluate_ref, model_ref
+    from esreason_lib.studies.common import evaluate_ref, model_ref
 
     n = min(EVAL_SAMPLES, preset.eval.n_samples)
     ks = sorted({1, n})
@@ -97,7 +97,7 @@ def backend_settings(method: str, backend: str | None, workers: int | None) -> l
 
 
 def _train(args) -> int:
-    from .sequence import sequence_stages, train_sequence
+    from esreason_lib.methods import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
     args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers)]
@@ -123,7 +123,7 @@ def _train(args) -> int:
     if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
         raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
     config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
-    from .training import trainer
+    from esreason_lib.training import trainer
 
     run = trainer(args.method)(config, resume=not args.no_resume, progress=True)
     print(run.path)
@@ -133,23 +133,23 @@ def _train(args) -> int:
 
 
 def _pretrain(args) -> int:
-    from .pretrain import pretrain
+    from esreason_lib.models.pretrain import pretrain
 
     print(pretrain(args.name, progress=True))
     return 0
 
 
 def _reproduce(args) -> int:
-    from .notebooks import list_notebooks, run_notebooks
+    from esreason_lib.notebooks import list_notebooks, run_notebooks
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
-    from .paths import BUILD_DIR
+    from esreason_lib.paths import BUILD_DIR
 
     out_dir = args.out_dir or BUILD_DIR
     run_notebooks(sources, parameters=parameters, out_dir=out_dir)
     if not args.no_claims:
-        from .claims import write_claims
+        from esreason_lib.claims import write_claims
 
         write_claims()
     return 0
@@ -169,7 +169,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def _prefill(args) -> int:
-    from .plan import prefill
+    from esreason_lib.plan import prefill
 
     index, count = parse_shard(args.shard)
     runs = prefill(get_preset(args.preset), index, count)
@@ -178,7 +178,7 @@ def _prefill(args) -> int:
 
 
 def _claims(args) -> int:
-    from .claims import write_claims
+    from esreason_lib.claims import write_claims
 
     print(write_claims())
     return 0

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from esreason_lib import metrics
-from esreason_lib.generation import generate
+from esreason_lib.models.generation import generate
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check
 

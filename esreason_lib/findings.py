@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .seeding import numpy_rng
+from esreason_lib.seeding import numpy_rng
 
 STATUSES = ("reproduced", "not reproduced", "not resolved")
 """The three outcomes of a check or a finding."""

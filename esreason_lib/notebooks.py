@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import BUILD_DIR, NOTEBOOK_DIR, REPO_ROOT
+from esreason_lib.paths import BUILD_DIR, NOTEBOOK_DIR, REPO_ROOT
 
 
 def list_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:

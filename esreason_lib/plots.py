@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .paths import figures_dir
+from esreason_lib.paths import figures_dir
 
 sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
 _PALETTE = sns.color_palette("colorblind")

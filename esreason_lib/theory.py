@@ -94,7 +94,7 @@ def fisher_trace(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: 
     model's trainable parameters. Returns the mean over rows (when rows hold several prompts this is
     E_x tr I_x), or with `per_sample=True` the array [B]. Put the model in eval mode first (no dropout).
     """
-    from esreason_lib.generation import completion_logprobs  # lazy: generation sits above theory's peers
+    from esreason_lib.models.generation import completion_logprobs  # lazy: generation sits above theory's peers
 
     if prompt_ids.shape[0] != completion_ids.shape[0]:
         raise ValueError(f"prompt_ids has {prompt_ids.shape[0]} rows but completion_ids has "

@@ -16,7 +16,7 @@ from esreason_lib.seeding import numpy_rng
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
                                      check_nonnegative_int, check_optional_positive_int)
-from esreason_lib.zoo import DEFAULT_BASE
+from esreason_lib.models.zoo import DEFAULT_BASE
 
 METHODS = ("es", "grpo")
 """The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
@@ -26,7 +26,8 @@ def trainer(method: str):
     """`es.train_es` or `grpo.train_grpo` for `method`, one of `METHODS`."""
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {METHODS}")
-    from esreason_lib import es, grpo  # here: es and grpo import this module
+    from esreason_lib.es import core as es  # here: es and grpo import this module
+    from esreason_lib.grpo import loop as grpo
 
     return {"es": es.train_es, "grpo": grpo.train_grpo}[method]
 
@@ -47,7 +48,7 @@ class RunSettings:
     and its reward, the train split and how prompts are drawn, checkpoints, device, dtype and seed."""
 
     model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.zoo.ZOO`, a local directory, or a hub id."""
+    """Base model: a zoo name from `esreason_lib.models.zoo.ZOO`, a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
     task_kwargs: tuple = ()
@@ -202,8 +203,8 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
     (zoo name, directory, or a hub id reachable or cached), the extra its `backend` needs (an ImportError naming
     it), and an explicit `max_new_tokens` below the model's context length (max_position_embeddings). Every other
     error is a ValueError naming the field and the value."""
-    from esreason_lib.models import model_context_length
-    from esreason_lib.runs import run_exists
+    from esreason_lib.models.load import model_context_length
+    from esreason_lib.store.runs import run_exists
 
     if run_exists(kind, config, home=home):
         return
@@ -234,7 +235,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     config's `reward_*` shaping unless one is passed; `examples` are its train split (`config.train_size`,
     seed 0), and must not be empty. `caller` names the trainer in errors.
     """
-    from esreason_lib.models import load_model  # here, so that importing `esreason_lib.es` stays light
+    from esreason_lib.models.load import load_model  # here, so that importing `esreason_lib.es.core` stays light
 
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]
     if model is None:
@@ -254,7 +255,7 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
     and lock the `kind` run of `config`, and, unless it is already complete, gather `training_inputs`.
 
     Returns `(run, None)` for a complete run, else `(run, (model, tokenizer, task, examples))`."""
-    from esreason_lib.runs import Run
+    from esreason_lib.store.runs import Run
 
     check_training_config(kind, config, model=model, tokenizer=tokenizer, task=task, home=home)
     run = Run.open(kind, config, seed=config.seed, home=home, lock=True)

@@ -40,9 +40,9 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.comparison import compute, entropy_change, finding, format_spread, selected_arms
+from esreason_lib.studies.comparison import compute, entropy_change, finding, format_spread, selected_arms
 from esreason_lib.plots import plot_bars_spread, plot_metric_curves, plot_pass_at_k_seeds, plot_pass_plane, save_figure
-from esreason_lib.presets import get_preset
+from esreason_lib.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

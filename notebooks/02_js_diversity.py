@@ -73,9 +73,9 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments import diversity
+from esreason_lib.studies import diversity
 from esreason_lib.plots import plot_scatter, plot_xy, save_figure
-from esreason_lib.presets import get_preset
+from esreason_lib.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = diversity.compute(config)

@@ -49,10 +49,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.claims import record_finding
-from esreason_lib.experiments.scaling import (compute, finding, population_gaps, seed_mean_curves,
+from esreason_lib.studies.scaling import (compute, finding, population_gaps, seed_mean_curves,
                                               smoothing_window, table6)
 from esreason_lib.plots import plot_metric_curves, save_figure
-from esreason_lib.presets import get_preset
+from esreason_lib.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

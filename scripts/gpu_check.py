@@ -52,7 +52,7 @@ def build_model(shape: str, device: str, tokenizer):
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from esreason_lib.zoo import qwen2_config
+    from esreason_lib.models.zoo import qwen2_config
 
     config = qwen2_config(len(tokenizer), max_position_embeddings=4096, **SHAPES[shape])
     with torch.random.fork_rng(devices=[]), torch.device(device):
@@ -67,7 +67,7 @@ def run_check(name: str, args, make_config, trainer) -> dict:
     """Build a fresh model, run one training iteration of `make_config()` with `trainer`, and measure it."""
     import torch
 
-    from esreason_lib.zoo import build_char_tokenizer
+    from esreason_lib.models.zoo import build_char_tokenizer
 
     cuda = args.device.startswith("cuda")
     if cuda:
@@ -102,9 +102,9 @@ def main(argv=None) -> int:
     write_gsm8k(work / "data")
     import torch
 
-    from esreason_lib.es import train_es
-    from esreason_lib.grpo import train_grpo
-    from esreason_lib.presets import get_preset
+    from esreason_lib.es.core import train_es
+    from esreason_lib.grpo.loop import train_grpo
+    from esreason_lib.studies.presets import get_preset
 
     preset = get_preset("paper-easy")
     small = dict(iterations=1, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens, train_size=64,

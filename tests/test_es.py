@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es import ES, FITNESS_SHAPING, ESConfig, Population, centered_ranks, raw, zscore
-from esreason_lib.es_noise import apply_update, named_params, noise, perturb, restore
+from esreason_lib.es.core import ES, FITNESS_SHAPING, ESConfig, Population, centered_ranks, raw, zscore
+from esreason_lib.es.noise import apply_update, named_params, noise, perturb, restore
 from esreason_lib.seeding import derive_seed
 
 
@@ -22,7 +22,7 @@ def test_config_is_frozen_hashable_and_json_able():
     assert c.task_kwargs == (("a", (1, 2)), ("b", 2))
     hash(c)
     json.dumps(dataclasses.asdict(c))
-    from esreason_lib.run_identity import config_hash
+    from esreason_lib.store.identity import config_hash
 
     assert config_hash(c) == config_hash(ESConfig(task_kwargs=(("a", (1, 2)), ("b", 2)))) != config_hash(ESConfig())
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -94,7 +94,7 @@ def test_noise_independent_across_tensors():
 
 
 def test_noise_stable_across_processes():
-    code = ("import torch; from esreason_lib.es_noise import noise; from esreason_lib.seeding import derive_seed;"
+    code = ("import torch; from esreason_lib.es.noise import noise; from esreason_lib.seeding import derive_seed;"
             "e = noise(2**62 + 5, 'model.embed_tokens.weight', torch.zeros(3, 5));"
             "print(repr(e.flatten().tolist()), derive_seed(2**62 + 5, 'model.embed_tokens.weight'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ")
@@ -224,7 +224,7 @@ def _quadratic(target):
 
 
 def _score(params, pop, sigma, f):
-    from esreason_lib.es_noise import perturbed
+    from esreason_lib.es.noise import perturbed
 
     out = []
     for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
@@ -284,7 +284,7 @@ class Paren:
 
 
 def test_sequential_backend_scores_members_and_restores(tiny):
-    from esreason_lib.es_backends import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
+    from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
 
     tok, make = tiny
     model, task = make(), Paren()
@@ -305,7 +305,7 @@ def test_sequential_backend_scores_members_and_restores(tiny):
 
 
 def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
-    from esreason_lib.es import train_es
+    from esreason_lib.es.core import train_es
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=16, sigma=0.02, alpha=0.01, iterations=40,
@@ -328,8 +328,8 @@ def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
 
 
 def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es as es_module
-    from esreason_lib.es_backends import SequentialBackend
+    import esreason_lib.es.core as es_module
+    from esreason_lib.es.backends.base import SequentialBackend
 
     closed = []
 
@@ -352,8 +352,8 @@ def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monke
 def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
     `before_tell` sees the model still at theta."""
-    from esreason_lib.es import es_step, train_es
-    from esreason_lib.es_backends import make_backend
+    from esreason_lib.es.core import es_step, train_es
+    from esreason_lib.es.backends.base import make_backend
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
@@ -382,8 +382,8 @@ def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
 
 
 def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es_backends as backends
-    from esreason_lib.es import train_es
+    import esreason_lib.es.backends.base as backends
+    from esreason_lib.es.core import train_es
 
     tok, make = tiny
     seen = []
@@ -404,7 +404,7 @@ def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatc
 
 
 def test_train_es_epoch_order_scores_every_train_prompt_once_per_epoch(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es as es_module
+    import esreason_lib.es.core as es_module
 
     tok, make = tiny
     batches = []

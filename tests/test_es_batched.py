@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es import ES, ESConfig
-from esreason_lib.es_backends import SequentialBackend, make_backend
-from esreason_lib.es_batched import BatchedBackend, member_weights
-from esreason_lib.es_noise import named_params, perturbed
-from esreason_lib.generation import generate
+from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.backends.base import SequentialBackend, make_backend
+from esreason_lib.es.backends.batched import BatchedBackend, member_weights
+from esreason_lib.es.noise import named_params, perturbed
+from esreason_lib.models.generation import generate
 
 
 class Lengths:
@@ -35,7 +35,7 @@ class Lengths:
 
 @pytest.fixture(scope="module")
 def setup():
-    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     torch.set_num_threads(1)
     tok = build_char_tokenizer()
@@ -60,7 +60,7 @@ def test_member_weights_equal_perturbed_weights_bitwise(setup):
 
 
 def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):
-    import esreason_lib.es_batched as eb
+    import esreason_lib.es.backends.batched as eb
 
     tok, model = setup
     task, sigma = Lengths(), 0.05
@@ -115,7 +115,7 @@ def test_make_backend_and_config_choice(setup):
 
 
 def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
-    from esreason_lib.es import train_es
+    from esreason_lib.es.core import train_es
 
     tok, model = setup
     states, rewards = [], []
@@ -133,7 +133,7 @@ def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
 
 
 def test_shift_adds_in_the_tensors_dtype_in_place():
-    from esreason_lib.es_noise import shift_
+    from esreason_lib.es.noise import shift_
 
     t = torch.tensor([1.0, 2.0])
     out = shift_(t, torch.tensor([0.5, -1.0]), 2.0)

@@ -14,10 +14,10 @@ import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend tests need the `ray` extra (pip install 'esreason[ray]')")
 
-from esreason_lib.es import ES, ESConfig, train_es  # noqa: E402
-from esreason_lib.es_backends import SequentialBackend  # noqa: E402
-from esreason_lib.es_ray import RayBackend, weights_checksum  # noqa: E402
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
+from esreason_lib.es.core import ES, ESConfig, train_es  # noqa: E402
+from esreason_lib.es.backends.base import SequentialBackend  # noqa: E402
+from esreason_lib.es.backends.ray_actors import RayBackend, weights_checksum  # noqa: E402
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
 
 class Digits:
@@ -103,7 +103,7 @@ def test_rejects_bad_options():
 
 
 def test_make_backend_builds_a_ray_backend_from_the_config():
-    from esreason_lib.es_backends import make_backend
+    from esreason_lib.es.backends.base import make_backend
 
     made = make_backend(dataclasses.replace(CFG, backend="ray", workers=3), Digits(), None)
     assert isinstance(made, RayBackend) and made.workers == 3 and not made.actors  # actors start on first call

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es_noise import _INT_VIEW, FixUp, named_params, noise, perturb, perturbed, restore
-from esreason_lib.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
+from esreason_lib.es.noise import _INT_VIEW, FixUp, named_params, noise, perturb, perturbed, restore
+from esreason_lib.models.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
 
 
 def _bits(model) -> dict[str, torch.Tensor]:
@@ -115,9 +115,9 @@ _CHILD = '''
 import os, signal, sys
 import numpy as np, torch
 torch.set_num_threads(1)
-from esreason_lib.es import ESConfig, train_es
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.runs import Run
+from esreason_lib.es.core import ESConfig, train_es
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.store.runs import Run
 
 class Hash:  # a reward that varies across members from the first step, so every update moves the weights
     name, stop, max_new_tokens = "hash", None, 4
@@ -181,7 +181,7 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
 
 
 def test_failure_midway_through_perturb_restores_what_was_done(monkeypatch):
-    import esreason_lib.es_noise as es_noise
+    import esreason_lib.es.noise as es_noise
 
     params = {"a": torch.randn(100) * 0.02, "b": torch.randn(100) * 0.02, "c": torch.randn(100) * 0.02}
     bits = {k: v.view(torch.int32).clone() for k, v in params.items()}

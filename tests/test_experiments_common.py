@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import esreason_lib.models
+import esreason_lib.models.load
 from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS
-from esreason_lib.experiments import common
-from esreason_lib.experiments.common import evaluate_ref, model_ref
+from esreason_lib.studies import common
+from esreason_lib.studies.common import evaluate_ref, model_ref
 from esreason_lib.evaluate import EvalSpec
-from esreason_lib.runs import Run
+from esreason_lib.store.runs import Run
 from esreason_lib.tasks import get_task
 
 SPEC = EvalSpec(n_problems=3, n_samples=2, ks=(1, 2), n_boot=20)
@@ -75,7 +75,7 @@ def test_evaluate_ref_is_one_complete_eval_run_in_the_given_store_only(evaluated
 
 def test_evaluate_ref_reloads_a_finished_evaluation_without_loading_a_model(evaluated, forbid_loading):
     store, _, result = evaluated
-    forbid_loading(common, esreason_lib.models)
+    forbid_loading(common, esreason_lib.models.load)
     again = evaluate_ref("smoke", "countdown", {}, SPEC, home=store, progress=False)
     pd.testing.assert_frame_equal(again.table, result.table)
     pd.testing.assert_frame_equal(again.curve, result.curve)
@@ -84,8 +84,8 @@ def test_evaluate_ref_reloads_a_finished_evaluation_without_loading_a_model(eval
 
 def test_evaluate_ref_with_a_model_in_memory_is_cached_under_the_given_ref(evaluated, forbid_loading):
     store, _, result = evaluated
-    model, tokenizer = esreason_lib.models.load_model("smoke", home=store, progress=False)
-    forbid_loading(common, esreason_lib.models)
+    model, tokenizer = esreason_lib.models.load.load_model("smoke", home=store, progress=False)
+    forbid_loading(common, esreason_lib.models.load)
     mem = evaluate_ref("smoke-in-memory", "countdown", {}, SPEC, home=store, progress=False, model=model,
                        tokenizer=tokenizer)
     pd.testing.assert_frame_equal(mem.table, result.table)  # the same model and seed: the same samples

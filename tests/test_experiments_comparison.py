@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from esreason_lib.experiments import comparison as C
-from esreason_lib.presets import get_preset
-from esreason_lib.study_specs import ComparisonSpec
-from esreason_lib.runs import Run
+from esreason_lib.studies import comparison as C
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.studies.specs import ComparisonSpec
+from esreason_lib.store.runs import Run
 
 N = 8  # samples per problem in the hand-built tables
 REPEAT = 10  # each 4-problem pattern is repeated: 40 test problems
@@ -261,10 +261,10 @@ def test_compute_tables_agree(tables, smoke_store):
 
 
 def test_compute_again_reuses_every_run(tables, smoke_store, forbid_loading):
-    import esreason_lib.models
-    from esreason_lib.experiments import common
+    import esreason_lib.models.load
+    from esreason_lib.studies import common
 
-    forbid_loading(esreason_lib.models, common)
+    forbid_loading(esreason_lib.models.load, common)
     preset, store, _ = smoke_store
     before = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
     again = C.compute(preset, home=store, progress=False)

@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 import torch
 
-from esreason_lib.es import ESConfig
-from esreason_lib.es_noise import perturbed
-from esreason_lib.experiments import diversity as div
-from esreason_lib.experiments import diversity_estimators as est
+from esreason_lib.es.core import ESConfig
+from esreason_lib.es.noise import perturbed
+from esreason_lib.studies import diversity as div
+from esreason_lib.studies import diversity_estimators as est
 from esreason_lib.findings import mde_from_ci
 from esreason_lib.metrics import js_policy_exact
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.presets import get_preset
-from esreason_lib.pretrain import pretrain
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.models.pretrain import pretrain
 from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.countdown import Countdown
@@ -149,7 +149,7 @@ def tiny():
 
 
 def _rollouts(model, tok, n=2, seed=0):
-    from esreason_lib.generation import generate
+    from esreason_lib.models.generation import generate
 
     return generate(model, tok, ["12+3=", "7+8="], n=n, max_new_tokens=5, seed=seed)
 

@@ -6,14 +6,14 @@ import pandas as pd
 import pytest
 import torch
 
-import esreason_lib.models
-from esreason_lib.experiments import common
-from esreason_lib.experiments import forgetting as fg
-from esreason_lib.experiments.common import model_ref
+import esreason_lib.models.load
+from esreason_lib.studies import common
+from esreason_lib.studies import forgetting as fg
+from esreason_lib.studies.common import model_ref
 from esreason_lib.training import METHODS, trainer
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.presets import get_preset
-from esreason_lib.pretrain import build_batch, completion_loss
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.models.pretrain import build_batch, completion_loss
 
 
 def _scores():
@@ -224,7 +224,7 @@ def test_heldout_problems_one_row_per_model_task_and_problem(monkeypatch, tmp_pa
 
 
 def _save_copy(ref, path, home):
-    model, tokenizer = esreason_lib.models.load_model(ref, home=home, progress=False)
+    model, tokenizer = esreason_lib.models.load.load_model(ref, home=home, progress=False)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
@@ -296,7 +296,7 @@ def test_compute_combines_the_cached_pieces(study, forbid_loading):
     assert _nothing_outside(study)
     # everything is cached: a second report trains, evaluates and loads nothing
     n_runs = len(list(store.iterdir()))
-    forbid_loading(esreason_lib.models, common, fg)
+    forbid_loading(esreason_lib.models.load, common, fg)
     again = fg.compute(preset, home=store, progress=False)
     pd.testing.assert_frame_equal(again.problems, tables.problems)
     pd.testing.assert_frame_equal(again.stats, tables.stats)

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import esreason_lib.models
-from esreason_lib.experiments import common
-from esreason_lib.experiments import scaling as S
-from esreason_lib.experiments.common import evaluate_ref
-from esreason_lib.zoo import num_parameters
-from esreason_lib.presets import get_preset
+import esreason_lib.models.load
+from esreason_lib.studies import common
+from esreason_lib.studies import scaling as S
+from esreason_lib.studies.common import evaluate_ref
+from esreason_lib.models.zoo import num_parameters
+from esreason_lib.studies.presets import get_preset
 
 
 def test_tail_mean_and_smoothing_window():
@@ -177,7 +177,7 @@ def test_compute_trains_every_cell_and_ablation_for_every_seed(study):
 def test_compute_tables(study):
     preset, spec, t = study.preset, study.preset.scaling, study.tables
     n_cells, n_variants, n_seeds = len(spec.populations), len(S.ABLATIONS), len(preset.seeds)
-    params = num_parameters(esreason_lib.models.load_model("smoke", home=study.store, progress=False)[0])
+    params = num_parameters(esreason_lib.models.load.load_model("smoke", home=study.store, progress=False)[0])
     assert t["bases"][["model", "params"]].values.tolist() == [["smoke", params]]
     assert list(t["scaling"].columns) == ["model", "params", "N", "seed", "heldout", "pass@1", "iterations",
                                           "generations", "center_tail", "pop_tail", "update_norm"]
@@ -198,7 +198,7 @@ def test_compute_tables(study):
 
 
 def test_compute_again_loads_everything_from_the_store(study, forbid_loading):
-    forbid_loading(esreason_lib.models, common)  # a trainer loads its base; an evaluation loads its model
+    forbid_loading(esreason_lib.models.load, common)  # a trainer loads its base; an evaluation loads its model
     again = S.compute(study.preset, home=study.store, progress=False)
     for name, table in study.tables.items():
         pd.testing.assert_frame_equal(again[name], table)

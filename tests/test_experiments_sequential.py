@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from esreason_lib.experiments import sequential as S
-from esreason_lib.presets import get_preset
-from esreason_lib.runs import Run
+from esreason_lib.studies import sequential as S
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.store.runs import Run
 
 
 def test_budgets_and_stages():
@@ -121,11 +121,11 @@ def tables(smoke_store):
 
 
 def test_train_arms_spends_each_methods_budget_share_and_chains_stages(tables, smoke_store, forbid_loading):
-    import esreason_lib.models
-    from esreason_lib.experiments import common
+    import esreason_lib.models.load
+    from esreason_lib.studies import common
     from esreason_lib.training import trainer
 
-    forbid_loading(esreason_lib.models, common)  # every arm was trained by `compute`
+    forbid_loading(esreason_lib.models.load, common)  # every arm was trained by `compute`
     preset, store, _ = smoke_store
     budgets = S.method_budgets(preset)
     assert budgets == {"es": 2, "grpo": 4}

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-import esreason_lib.models
-from esreason_lib.experiments import common
-from esreason_lib.experiments import sparsity as sp
-from esreason_lib.experiments.common import model_ref
+import esreason_lib.models.load
+from esreason_lib.studies import common
+from esreason_lib.studies import sparsity as sp
+from esreason_lib.studies.common import model_ref
 from esreason_lib.training import METHODS, trainer
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
 def test_dedupe_tied_drops_aliases_only():
@@ -291,7 +291,7 @@ def test_compute_drift_for_every_run_and_the_cached_sweep(study, forbid_loading)
     assert sweep["pass@1"].between(0, 1).all() and (sweep["pass@K"] >= sweep["pass@1"]).all()
     assert _nothing_outside(study)
     # training, resets and evaluations are cached: a second compute trains and evaluates nothing
-    forbid_loading(esreason_lib.models, common)
+    forbid_loading(esreason_lib.models.load, common)
     n_runs = len(list(store.iterdir()))
     again = sp.compute(preset, home=store, progress=False)
     pd.testing.assert_frame_equal(again.drift, drift)

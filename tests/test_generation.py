@@ -1,4 +1,4 @@
-"""Tests for esreason_lib.generation: shapes, KV-cache equivalence, logprob consistency, stopping, seeding."""
+"""Tests for esreason_lib.models.generation: shapes, KV-cache equivalence, logprob consistency, stopping, seeding."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.generation import Rollouts, _generate, completion_logprobs, generate, sequence_logprobs
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.models.generation import Rollouts, _generate, completion_logprobs, generate, sequence_logprobs
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 PROMPTS = ["03 12 07>022=", "A12+5=", "Sxq", "hello world, longer prompt!"]
 
@@ -247,8 +247,8 @@ def test_non_finite_logits_sample_uniformly_instead_of_crashing(tok):
 
 
 def test_decode_rows_decodes_each_row_like_batch_decode():
-    from esreason_lib.generation import decode_rows
-    from esreason_lib.zoo import build_char_tokenizer
+    from esreason_lib.models.generation import decode_rows
+    from esreason_lib.models.zoo import build_char_tokenizer
 
     tok = build_char_tokenizer()
     a, b = tok.convert_tokens_to_ids(["1", "+"])
@@ -265,7 +265,7 @@ def test_decode_rows_decodes_each_row_like_batch_decode():
 
 
 def test_prompt_helpers_hand_computed(model, tok):
-    from esreason_lib.generation import cut_at_stop, encode_texts, left_pad, mask_positions, right_pad, special_ids
+    from esreason_lib.models.generation import cut_at_stop, encode_texts, left_pad, mask_positions, right_pad, special_ids
 
     pad, eos = special_ids(model, tok)
     assert pad == tok.pad_token_id and tok.eos_token_id in eos

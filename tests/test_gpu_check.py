@@ -45,7 +45,7 @@ def test_cpu_run_of_the_checks(tmp_path):
 def test_model_shapes_build_in_bfloat16():
     import torch
 
-    from esreason_lib.zoo import build_char_tokenizer
+    from esreason_lib.models.zoo import build_char_tokenizer
 
     tok = build_char_tokenizer()
     tiny = gpu_check.build_model("tiny", "cpu", tok)

@@ -1,4 +1,4 @@
-"""Tests for esreason_lib.grpo: hand-computed advantages and losses, config validation, and the loop."""
+"""Tests for esreason_lib.grpo.loop: hand-computed advantages and losses, config validation, and the loop."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.generation import completion_logprobs, generate
-from esreason_lib.grpo import GRPOConfig, group_advantages, grpo_step, train_grpo
-from esreason_lib.grpo_update import forward_rows, policy_loss, policy_update
-from esreason_lib.optim import master_weight_adamw
-from esreason_lib.presets import get_preset
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.grpo.loop import GRPOConfig, group_advantages, grpo_step, train_grpo
+from esreason_lib.grpo.update import forward_rows, policy_loss, policy_update
+from esreason_lib.models.optim import master_weight_adamw
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.tasks.base import BINARY, Task
 
 
@@ -284,9 +284,9 @@ _CHILD = """
 import os, signal, sys, torch
 sys.path.insert(0, {tests!r})
 torch.set_num_threads({threads})
-from esreason_lib.runs import Run
+from esreason_lib.store.runs import Run
 from test_grpo import ParenTask, _fresh, paren_config
-from esreason_lib.grpo import train_grpo
+from esreason_lib.grpo.loop import train_grpo
 save = Run.save_checkpoint
 def save_then_die(self, step, state):
     path = save(self, step, state)
@@ -447,7 +447,7 @@ def test_paper_preset_grpo_step_moves_a_bf16_model_through_fp32_masters():
 def test_bf16_resume_restores_the_fp32_masters_bit_identically(tmp_path, monkeypatch):
     """A crash right after a checkpoint, then a resume, ends where an uninterrupted bf16 run ends: the checkpoint
     carries the fp32 masters (reloading only the bf16 weights would lose their sub-resolution part)."""
-    from esreason_lib.runs import Run
+    from esreason_lib.store.runs import Run
 
     kw = dict(iterations=4, checkpoint_every=2, lr=1e-4, beta=0.0, dtype="bfloat16", minibatch_size=2)
     model_a, tok = _fresh()

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from esreason_lib.heldout import average_delta
-from esreason_lib.presets import get_preset
+from esreason_lib.studies.presets import get_preset
 from esreason_lib.tasks import TASK_NAMES
 
 SUITE = ("commonsenseqa", "gpqa", "hotpotqa", "mbpp")

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from esreason_lib import models
-from esreason_lib.models import load_model, load_tokenizer
-from esreason_lib.zoo import ALPHABET, DEFAULT_BASE, ZOO, build_char_tokenizer, get_spec, num_parameters, tiny_random_qwen2, ZooSpec
+from esreason_lib.models import load as models
+from esreason_lib.models.load import load_model, load_tokenizer
+from esreason_lib.models.zoo import ALPHABET, DEFAULT_BASE, ZOO, build_char_tokenizer, get_spec, num_parameters, tiny_random_qwen2, ZooSpec
 
 TEXT = st.text(alphabet=st.sampled_from(ALPHABET), max_size=60)
 
@@ -172,7 +172,7 @@ def test_quiet_transformers_silences_library_loads_and_restores_the_settings(tok
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from esreason_lib.zoo import quiet_transformers
+    from esreason_lib.models.zoo import quiet_transformers
 
     tiny_random_qwen2(len(tok), seed=3).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)

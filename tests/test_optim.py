@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from esreason_lib.optim import master_weight_adamw, optimizer_step
+from esreason_lib.models.optim import master_weight_adamw, optimizer_step
 
 
 def _linear(dtype: torch.dtype) -> torch.nn.Linear:

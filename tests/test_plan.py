@@ -2,11 +2,11 @@ import pytest
 
 from esreason_lib import plan
 from esreason_lib.cli import main, parse_shard
-from esreason_lib.es import ESConfig
-from esreason_lib.experiments import comparison, scaling
-from esreason_lib.grpo import GRPOConfig
-from esreason_lib.presets import get_preset
-from esreason_lib.run_identity import config_hash
+from esreason_lib.es.core import ESConfig
+from esreason_lib.studies import comparison, scaling
+from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.store.identity import config_hash
 
 
 def test_plan_is_the_studies_configs_once_each():
@@ -52,9 +52,9 @@ def test_prefill_trains_its_shard_and_the_study_finds_the_runs(isolated_store, f
     smoke = get_preset("smoke", **{"scaling.populations": (2,)})
     runs = [r for i in range(2) for r in plan.prefill(smoke, i, 2, home=isolated_store.store, progress=False)]
     assert len(runs) == len(plan.training_plan(smoke)) and all(r.is_complete() for r in runs)
-    import esreason_lib.models
+    import esreason_lib.models.load
 
-    forbid_loading(esreason_lib.models)  # a trainer that runs loads its base: nothing is trained again
+    forbid_loading(esreason_lib.models.load)  # a trainer that runs loads its base: nothing is trained again
     again = plan.prefill(smoke, 0, 1, home=isolated_store.store, progress=False)
     assert sorted(r.path for r in again) == sorted(r.path for r in runs)
     assert not isolated_store.default.exists() or not any(isolated_store.default.iterdir())

@@ -14,11 +14,11 @@ import json
 import pytest
 import torch
 
-from esreason_lib.es import ESConfig
-from esreason_lib.grpo import GRPOConfig
+from esreason_lib.es.core import ESConfig
+from esreason_lib.grpo.loop import GRPOConfig
 from esreason_lib.evaluate import EvalSpec
-from esreason_lib.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
-from esreason_lib.run_identity import config_hash
+from esreason_lib.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
+from esreason_lib.store.identity import config_hash
 
 
 @pytest.fixture(autouse=True)
@@ -236,7 +236,7 @@ def paper_data(shared_data, tmp_path, monkeypatch):
 
 
 def _tiny_model():
-    from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
     return tiny_random_qwen2(len(tok), seed=0), tok
@@ -245,8 +245,8 @@ def _tiny_model():
 @pytest.mark.parametrize("name", ["paper-easy", "paper-hard"])
 @pytest.mark.parametrize("method", ["es", "grpo"])
 def test_paper_preset_runs_one_tiny_step_on_cpu(name, method, paper_data, tmp_path):
-    from esreason_lib.es import train_es
-    from esreason_lib.grpo import train_grpo
+    from esreason_lib.es.core import train_es
+    from esreason_lib.grpo.loop import train_grpo
 
     preset = get_preset(name)
     small = dict(iterations=1, prompts_per_step=2, max_new_tokens=8, train_size=8, device="cpu", checkpoint_every=0)

@@ -15,9 +15,9 @@ import time
 import pytest
 import torch
 
-from esreason_lib import integrity
-from esreason_lib import runs as R
-from esreason_lib.integrity import CorruptFileError, DirectoryLock, RunStoreWarning, seal, unseal
+from esreason_lib.store import integrity
+from esreason_lib.store import runs as R
+from esreason_lib.store.integrity import CorruptFileError, DirectoryLock, RunStoreWarning, seal, unseal
 
 
 def _run_with_checkpoints(tmp_path, config=None, steps=(2, 4)):
@@ -184,7 +184,7 @@ def test_disk_full_leaves_the_older_checkpoint_and_no_temporary_file(tmp_path, m
 _HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from esreason_lib.integrity import DirectoryLock
+    from esreason_lib.store.integrity import DirectoryLock
     lock = DirectoryLock(Path(sys.argv[1]))
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -230,7 +230,7 @@ def test_a_trainer_waits_for_the_holder_then_finds_the_run_complete(tmp_path):
 
 
 def _try_lock_elsewhere(folder) -> subprocess.CompletedProcess:
-    code = ("import sys; from pathlib import Path; from esreason_lib.integrity import DirectoryLock; "
+    code = ("import sys; from pathlib import Path; from esreason_lib.store.integrity import DirectoryLock; "
             "DirectoryLock(Path(sys.argv[1]), timeout=0).release()")
     return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.getcwd()})

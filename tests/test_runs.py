@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from esreason_lib import paths
-from esreason_lib import runs as R
-from esreason_lib import run_identity as RI
+from esreason_lib.store import runs as R
+from esreason_lib.store import identity as RI
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ def test_run_store_root(monkeypatch, tmp_path):
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path))
     assert paths.run_store_root() == tmp_path
     monkeypatch.delenv("ESREASON_HOME")
-    assert paths.run_store_root() == Path(R.__file__).resolve().parent.parent / "runs"
+    assert paths.run_store_root() == paths.REPO_ROOT / "runs"
 
 
 def test_stored_only_reopens_complete_runs_and_names_a_missing_one(monkeypatch, tmp_path):
@@ -161,7 +161,7 @@ def test_finish_manifest(tmp_path):
 
 
 def test_opening_a_complete_run_hashes_each_model_file_once(tmp_path, monkeypatch):
-    from esreason_lib import integrity
+    from esreason_lib.store import integrity
 
     run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
     run.model_dir.mkdir(exist_ok=True)
@@ -188,9 +188,9 @@ def test_opening_a_complete_run_hashes_each_model_file_once(tmp_path, monkeypatc
 def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from esreason_lib import zoo
-    from esreason_lib.run_identity import config_hash, with_zoo_versions
-    from esreason_lib.runs import Run
+    from esreason_lib.models import zoo
+    from esreason_lib.store.identity import config_hash, with_zoo_versions
+    from esreason_lib.store.runs import Run
 
     assert with_zoo_versions({"model": "not-a-zoo-name", "x": [1]}) == {"model": "not-a-zoo-name", "x": [1]}
     tagged = with_zoo_versions({"model": "smoke", "nested": {"refs": ["qwen2-s"]}})

@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from esreason_lib.presets import get_preset
-from esreason_lib.sequence import sequence_stages, split_budget, train_sequence
+from esreason_lib.studies.presets import get_preset
+from esreason_lib.methods import sequence_stages, split_budget, train_sequence
 from esreason_lib.training import METHODS
 
 
@@ -141,9 +141,9 @@ def test_train_sequence_chains_stages_and_reuses_finished_runs(home, monkeypatch
     def no_loading(*args, **kwargs):
         raise AssertionError("a finished stage was retrained")
 
-    import esreason_lib.models
+    import esreason_lib.models.load
 
-    monkeypatch.setattr(esreason_lib.models, "load_model", no_loading)  # both trainers load through it
+    monkeypatch.setattr(esreason_lib.models.load, "load_model", no_loading)  # both trainers load through it
     again = train_sequence(stages, es=es, grpo=smoke.grpo, progress=False)
     assert [r.path for r in again] == [r.path for r in runs]
     for r in again:

@@ -71,9 +71,9 @@ def _fake_completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, co
 
 
 def test_fisher_trace_with_model(monkeypatch):
-    fake = types.ModuleType("esreason_lib.generation")
+    fake = types.ModuleType("esreason_lib.models.generation")
     fake.completion_logprobs = _fake_completion_logprobs
-    monkeypatch.setitem(sys.modules, "esreason_lib.generation", fake)
+    monkeypatch.setitem(sys.modules, "esreason_lib.models.generation", fake)
     model = _ToyModel([0.0, 1.0, -1.0])
     p = torch.softmax(model.logits.detach(), 0).numpy()
     completion_ids = torch.tensor([[0, 1], [2, 0]])  # second row has one real token (index 0 is padding)
@@ -92,8 +92,8 @@ def test_fisher_trace_with_model(monkeypatch):
 
 def test_fisher_trace_real_generation_if_available():
     try:
-        gen = importlib.import_module("esreason_lib.generation")
-        models = importlib.import_module("esreason_lib.zoo")
+        gen = importlib.import_module("esreason_lib.models.generation")
+        models = importlib.import_module("esreason_lib.models.zoo")
         gen.completion_logprobs  # noqa: B018
         tokenizer = models.build_char_tokenizer()
         model = models.tiny_random_qwen2(len(tokenizer), seed=0).eval()

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es import ESConfig
-from esreason_lib.grpo import GRPOConfig
+from esreason_lib.es.core import ESConfig
+from esreason_lib.grpo.loop import GRPOConfig
 from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
-from esreason_lib.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
 def test_resolve_device():
@@ -45,8 +45,8 @@ def test_training_inputs_errors():
 
 
 def test_trainer_registry():
-    from esreason_lib.es import train_es
-    from esreason_lib.grpo import train_grpo
+    from esreason_lib.es.core import train_es
+    from esreason_lib.grpo.loop import train_grpo
     from esreason_lib.training import METHODS, trainer
 
     assert METHODS == ("es", "grpo")
@@ -95,8 +95,8 @@ def test_prompt_order_is_a_validated_config_field():
 
 
 def test_open_training_run_checks_first_and_returns_no_inputs_for_a_complete_run(tmp_path):
-    from esreason_lib.es import train_es
-    from esreason_lib.presets import get_preset
+    from esreason_lib.es.core import train_es
+    from esreason_lib.studies.presets import get_preset
     from esreason_lib.training import open_training_run
 
     config = get_preset("smoke").config("es", iterations=1)

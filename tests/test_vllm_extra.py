@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 
-from esreason_lib.es import ESConfig, train_es
-from esreason_lib.es_backends import make_backend
-from esreason_lib.grpo import GRPOConfig, train_grpo
+from esreason_lib.es.core import ESConfig, train_es
+from esreason_lib.es.backends.base import make_backend
+from esreason_lib.grpo.loop import GRPOConfig, train_grpo
 
 _SPEC = importlib.util.find_spec("vllm")  # None (or a namespace package with no origin) when vLLM is absent
 _NO_VLLM = pytest.mark.skipif(_SPEC is not None and _SPEC.origin is not None, reason="vLLM is installed here")

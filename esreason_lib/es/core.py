@@ -1,0 +1,320 @@
+"""Evolution Strategies for LLM fine-tuning, in evosax's ask/tell shape (Qiu et al. 2025's ES, the paper's
+Algorithm 1).
+
+One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend
+(`es_backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the
+rewards into z_i and updates, in place,
+
+    theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
+
+This is the paper's convention: the learning rate alpha absorbs the 1/sigma of the textbook ES gradient
+estimator g = 1/(N sigma) sum_i z_i eps_i (so alpha here = lr * sigma). With z-scored fitness the sum of N
+roughly independent unit-variance terms has per-coordinate size ~ sqrt(N), so each coordinate moves by about
+alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +1), (seed, -1) sharing one
+noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
+With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) instead (`es_lowrank`).
+
+Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
+from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
+for the step's prompts (`training.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
+checkpoint ends bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from esreason_lib.es.backends.base import (BACKENDS, Evaluation, PopulationEvaluator, make_backend,
+                                      sample_seed, score_examples)
+from esreason_lib.es.lowrank import NOISES, apply_lowrank_update
+from esreason_lib.es.noise import apply_update, named_params
+from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.seeding import numpy_rng
+from esreason_lib.training import NonFiniteError, RunSettings, check_finite_step, open_training_run, prompt_indices
+from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
+                                     check_step_size)
+
+
+def zscore(rewards: np.ndarray) -> np.ndarray:
+    """(r - mean) / (std + 1e-8) with the population std (ddof=0); all-equal rewards give exactly zeros."""
+    r = np.asarray(rewards, dtype=np.float64)  # [N]
+    if r.max() == r.min():
+        return np.zeros_like(r)
+    return (r - r.mean()) / (r.std() + 1e-8)
+
+
+def centered_ranks(rewards: np.ndarray) -> np.ndarray:
+    """Ranks mapped linearly to [-0.5, 0.5] (OpenAI-ES, Salimans et al. 2017). Tied rewards share their average
+    rank (OpenAI-ES breaks ties by index, which invents a signal), so all-equal rewards give zeros."""
+    r = np.asarray(rewards, dtype=np.float64)  # [N]
+    if r.size < 2:
+        return np.zeros_like(r)
+    ranks = np.empty(r.size)
+    ranks[np.argsort(r, kind="stable")] = np.arange(r.size)  # [N] 0..N-1
+    _, inv = np.unique(r, return_inverse=True)
+    ranks = (np.bincount(inv, ranks) / np.bincount(inv))[inv]  # [N] average rank within ties
+    return ranks / (r.size - 1) - 0.5
+
+
+def raw(rewards: np.ndarray) -> np.ndarray:
+    """The rewards unchanged (as float64)."""
+    return np.asarray(rewards, dtype=np.float64).copy()
+
+
+FITNESS_SHAPING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"zscore": zscore, "rank": centered_ranks,
+                                                                  "none": raw}
+"""Named fitness-shaping functions rewards [N] -> z [N]; add an entry to make a new name valid in ESConfig."""
+
+
+@dataclass(frozen=True)
+class ESConfig(RunSettings):
+    """Everything that defines an ES run (its hash names the run directory). Defaults are Qiu et al.'s
+    (N=30, sigma=1e-3, alpha=5e-4, z-scored fitness, greedy decoding); tiny CPU models want larger sigma/alpha."""
+
+    population_size: int = 30
+    """N: members per iteration (pairs of members share a seed when `antithetic`)."""
+    sigma: float = 1e-3
+    """Perturbation scale: member i is evaluated at theta + sign_i * sigma * eps_i, eps_i ~ N(0, I)."""
+    alpha: float = 5e-4
+    """Learning rate in the paper's convention theta += alpha/N * sum_i z_i eps_i (alpha absorbs 1/sigma)."""
+    iterations: int = 100
+    """Number of ask-evaluate-tell iterations (one `step` in the metrics log each)."""
+    prompts_per_step: int = 8
+    """P: train prompts every member is scored on per iteration (drawn without replacement when possible)."""
+    normalization: str = "zscore"
+    """Fitness shaping, a key of `FITNESS_SHAPING`: "zscore", "rank" (centered ranks) or "none" (raw)."""
+    antithetic: bool = False
+    """Mirrored sampling: members (seed, +1) and (seed, -1) share noise; requires an even population_size."""
+    matched_step: bool = field(default=False, metadata=ADDED_OPTION)
+    """Rescale each iteration's per-seed coefficients c (`tell`) to the norm sqrt(N) that z-scored fitness has
+    under plain sampling, so that the update's expected norm alpha * sqrt(D / N) (D parameters) is the same for
+    every fitness shaping and sampling (all-zero coefficients stay zero); False applies them as shaped."""
+    greedy: bool = True
+    """Greedy decoding (the paper's ES setting); False samples at `temperature`."""
+    temperature: float = 1.0
+    """Sampling temperature when not `greedy`."""
+    backend: str = "auto"
+    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
+    (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
+    when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
+    workers: int = 2
+    """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
+    noise: str = field(default="full", metadata=ADDED_OPTION)
+    """Perturbation family (`es_lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
+    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es_lowrank.LowRankBackend`,
+    so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
+    rank: int = field(default=1, metadata=ADDED_OPTION)
+    """r of the "lowrank" noise (ignored by "full")."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_positive_int(self, "population_size", "iterations", "prompts_per_step")
+        check(self, "population_size", self.population_size >= 2,
+              "must be >= 2 (fitness is relative within the population)")
+        check(self, "population_size", not (self.antithetic and self.population_size % 2),
+              "must be even when antithetic=True (members come in +/- pairs)")
+        check_positive_float(self, "temperature")
+        check_step_size(self, "sigma", "alpha")
+        check_choice(self, "normalization", FITNESS_SHAPING)
+        check_bool(self, "antithetic", "greedy", "matched_step")
+        check_choice(self, "backend", BACKENDS)
+        check_positive_int(self, "workers")
+        check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
+        check_choice(self, "noise", NOISES)
+        check_positive_int(self, "rank")
+        check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
+              "must be 'auto' or 'batched' with noise='lowrank' (scored by es_lowrank.LowRankBackend only)")
+        check(self, "greedy", self.noise != "lowrank" or self.greedy,
+              "must be True with noise='lowrank' (its batched decode is greedy)")
+
+
+@dataclass(frozen=True, eq=False)
+class Population:
+    """One iteration's members: member i is theta + signs[i] * sigma * eps(seeds[i])."""
+
+    seeds: np.ndarray
+    """[N] int64 noise seeds; with antithetic sampling rows 2k and 2k+1 share a seed."""
+    signs: np.ndarray
+    """[N] int64 in {+1, -1} (all +1 without antithetic sampling)."""
+    iteration: int = -1
+    """The ES iteration that asked for it (-1 when built by hand)."""
+
+    def __post_init__(self):
+        seeds = np.asarray(self.seeds, dtype=np.int64).reshape(-1)  # [N]
+        signs = np.asarray(self.signs, dtype=np.int64).reshape(-1)  # [N]
+        if seeds.shape != signs.shape or not np.isin(signs, (1, -1)).all():
+            raise ValueError(f"Population: signs must be +1/-1 and match seeds, got seeds {seeds.shape}, "
+                             f"signs {signs.tolist()!r:.80}")
+        object.__setattr__(self, "seeds", seeds)
+        object.__setattr__(self, "signs", signs)
+
+    def __len__(self) -> int:
+        return int(self.seeds.size)
+
+
+class ES:
+    """Ask/tell ES over named tensors (a model's parameters or a dict), updated in place by `tell`.
+
+    `fitness_shaping` (rewards [N] -> z [N]) overrides `FITNESS_SHAPING[config.normalization]`; `iteration`
+    is where the member-seed stream starts (restored from a checkpoint with `load_state_dict`)."""
+
+    def __init__(self, config: ESConfig, params, *, fitness_shaping: Callable | None = None, iteration: int = 0):
+        self.config = config
+        self.params = named_params(params)
+        self.shaping = fitness_shaping or FITNESS_SHAPING[config.normalization]
+        self.iteration = int(iteration)
+
+    def ask(self) -> Population:
+        """This iteration's members, from the stream (seed, "es", "ask", iteration)."""
+        n = self.config.population_size
+        rng = numpy_rng(self.config.seed, "es", "ask", self.iteration)
+        seeds = rng.integers(0, 2**63 - 1, size=n // 2 if self.config.antithetic else n, dtype=np.int64)
+        if self.config.antithetic:
+            return Population(np.repeat(seeds, 2), np.tile([1, -1], n // 2), self.iteration)  # [N], [N]
+        return Population(seeds, np.ones(n, dtype=np.int64), self.iteration)
+
+    def tell(self, population, rewards) -> dict[str, float]:
+        """Shape `rewards` [N] and update the parameters in place; advances `iteration`. `population` is a
+        `Population` or a plain array of seeds (all signs +1). Returns reward and update statistics."""
+        pop = population if isinstance(population, Population) else Population(population, np.ones(len(population)))
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)  # [N]
+        if r.size != len(pop):
+            raise ValueError(f"tell: got {r.size} rewards for a population of {len(pop)}")
+        if not np.isfinite(r).all():
+            raise NonFiniteError(f"tell: rewards must be finite, got {r.tolist()!r:.200}")
+        z = np.asarray(self.shaping(r), dtype=np.float64).reshape(-1)  # [N]
+        if z.shape != r.shape or not np.isfinite(z).all():
+            raise ValueError(f"tell: fitness shaping must map {r.size} rewards to as many finite values, "
+                             f"got {z.tolist()!r:.200}")
+        coef: dict[int, float] = {}  # seed -> sum of z_i * sign_i over members sharing it (insertion order)
+        for s, sign, zi in zip(pop.seeds.tolist(), pop.signs.tolist(), z.tolist()):
+            coef[s] = coef.get(s, 0.0) + zi * sign
+        seeds, scale = list(coef), self.config.alpha / len(pop)
+        c = np.fromiter(coef.values(), dtype=np.float64, count=len(coef))  # [K] per distinct seed
+        if self.config.matched_step and np.any(c):
+            c *= math.sqrt(len(pop)) / np.linalg.norm(c)
+        norm = (apply_lowrank_update(self.params, seeds, c, scale, self.config.rank)
+                if self.config.noise == "lowrank" else apply_update(self.params, seeds, c, scale))
+        self.iteration += 1
+        return {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/max": float(r.max()),
+                "reward/min": float(r.min()), "es/update_norm": norm}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state: just the iteration (every stream derives from (config.seed, iteration))."""
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+
+
+def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
+    """||theta - theta_0|| / ||theta_0|| over all parameters (float64 accumulation)."""
+    num = sum(float((p.detach().cpu().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
+    den = sum(float(t.double().pow(2).sum()) for t in theta0.values())
+    return math.sqrt(num / den) if den > 0 else math.nan
+
+
+def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
+            theta0: dict[str, torch.Tensor],
+            before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
+    """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
+
+    Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
+    config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed, asks for
+    the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is called with
+    the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
+    Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
+    (the centre's mean token entropy), es/js_succ, es/drift_rel (against `theta0`) and es/fixup_frac."""
+    from esreason_lib.metrics import js_success
+
+    config, it, p = es.config, es.iteration, es.config.prompts_per_step
+    idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
+    batch = [examples[i] for i in idx]  # [P]
+    center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
+                                               temperature=config.temperature,
+                                               max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                                               seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
+    pop = es.ask()
+    ev = backend(model, pop, batch, iteration=it)
+    if before_tell is not None:
+        before_tell(pop, ev)
+    m = es.tell(pop, ev.rewards)
+    m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
+              "es/js_succ": float(np.mean(js_success(ev.correct.T))),
+              "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac})
+    return m, ev
+
+
+def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend: PopulationEvaluator | None = None,
+             home=None, resume: bool = True, progress: bool = True):
+    """Train `config.model` on `config.task` with ES; returns the `Run` (immediately if already complete).
+
+    `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
+    `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
+    overrides `make_backend(config, ...)` (a backend made here is closed at the end, one passed in is not). With
+    `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
+    without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
+    iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
+    model on the same prompts, same sampling seed; a diagnostic, not counted in es/generations), policy/entropy (the
+    center model's mean full-distribution token entropy at its own generated positions), es/js_succ
+    (`metrics.js_success` over members, per prompt, averaged over prompts), es/drift_rel (||theta - theta_0|| /
+    ||theta_0||), es/update_norm, es/fixup_frac, es/generations (cumulative population completions), time/step_s.
+    """
+    from esreason_lib.progress import progress_bar
+    from esreason_lib.models.zoo import quiet_transformers
+
+    run, inputs = open_training_run("es", config, model=model, tokenizer=tokenizer, task=task, home=home,
+                                    progress=progress)
+    if inputs is None:
+        return run
+    model, tokenizer, task, examples = inputs
+    model.eval()
+    owned = backend is None
+    backend = backend or make_backend(config, task, tokenizer)
+    es = ES(config, model)
+    theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
+
+    generations = 0
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
+        step, state = ckpt
+        model.load_state_dict(state["params"])
+        es.load_state_dict({"iteration": state["iteration"]})
+        torch.set_rng_state(state["rng"]["torch"])
+        generations = int(state["generations"])
+        run.truncate_metrics(step)
+    else:
+        run.truncate_metrics(0)
+
+    bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
+                       disable=not progress, desc=f"es {config.task}")
+    try:
+        for it in bar:
+            t0 = time.perf_counter()
+            try:
+                m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
+            except NonFiniteError as err:  # a nan/inf reward from the task or backend: the run is failed, not resumable
+                run.fail(f"train_es iteration {it + 1}: {err}")
+                raise
+            generations += ev.generations
+            m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
+            run.log(it + 1, m)
+            check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
+            if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+                run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1,
+                                             "generations": generations, "rng": {"torch": torch.get_rng_state()}})
+    finally:  # a backend made here holds engines or actors (vLLM, Ray): released even when a step fails
+        if owned and hasattr(backend, "close"):
+            backend.close()
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
+    run.finish()
+    return run

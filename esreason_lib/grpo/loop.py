@@ -1,0 +1,265 @@
+"""GRPO: group-relative policy optimisation, the gradient baseline ES is compared against.
+
+After DeepSeekMath (Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
+Language Models", arXiv 2402.03300, Sec. 4.1): for each prompt sample a group of G completions from the old
+policy, score them with the verifier, use the group-normalised reward as every token's advantage, and
+maximise a PPO clipped surrogate minus beta * KL(pi || pi_ref).
+
+Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
+- No reward model: rewards come from the task's rule-based verifier (`Task.reward`, shaped
+  correct / well-formed / invalid), i.e. outcome supervision only, no process supervision.
+- No value model (as in GRPO) and no iterative reward-model retraining (the paper's "iterative RL").
+- Rollout reuse: each batch of rollouts is used for `ppo_epochs` passes (the paper's mu), and each pass is
+  split into minibatches of `minibatch_size` prompts (all G completions of a prompt stay together), one
+  optimiser step each, so the paper's 64 prompts with minibatch 32 take two steps per rollout. The old
+  log-probs pi_old are a forward pass of the rollout policy (the weights that sampled, temperature applied,
+  no top-p cut, no grad) over the whole batch before the first step; the first minibatch of the first pass
+  reuses its own forward for them (the same weights), so its ratio is exactly 1 and from the second step
+  on the ratio and the clip are live. One minibatch for one epoch (the tiny presets) is the on-policy
+  "single-sample" setting: ratio 1, and the clipped surrogate's gradient equals the plain policy gradient.
+- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 (Schulman 2020) added to the per-token loss, as
+  in the paper, but only when beta > 0 (beta = 0 skips the reference model entirely, as in DAPO/Dr.GRPO).
+- Aggregation: "seq-mean-token-mean" is the paper's 1/G sum_i 1/|o_i| sum_t; "token-mean" (DAPO) divides
+  the sum over all tokens by the number of tokens, so long completions are not down-weighted. Either is
+  normalised within each minibatch.
+- Advantage scale: "group" divides by the group's standard deviation (paper); "none" only centres
+  (Dr.GRPO, Liu et al. 2025), removing the difficulty bias. Std is the population std (ddof=0).
+- AdamW with global grad-norm clipping. Within a minibatch, `micro_batch_size` chunks accumulate the
+  gradient exactly (memory only, not a further split). A bfloat16 model keeps fp32 master weights in the
+  optimiser (`optim.master_weight_adamw`): the bf16 gradients are copied into fp32, AdamW steps the fp32
+  copy and the model gets it rounded to bf16, so updates far below bf16's resolution (lr 1e-6 against
+  weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
+- Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
+  every train example once per epoch (`training.prompt_indices`).
+- Compute, not maths: the update (`esreason_lib.grpo.update`) forwards each distinct (prompt, completion,
+  advantage) row once, weighted by its multiplicity, and with beta = 0 skips the rows whose advantage is 0 (their
+  loss and gradient are exactly 0; they stay in the normaliser), so the loss and gradient are the full batch's up
+  to float rounding; a group's repeated completions are scored once.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from esreason_lib.models.generation import generate
+from esreason_lib.grpo.update import AGGREGATIONS, policy_update
+from esreason_lib.metrics import mean_token_entropy
+from esreason_lib.models.optim import master_weight_adamw
+from esreason_lib.progress import progress_bar
+from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.store.runs import Run
+from esreason_lib.seeding import derive_seed
+from esreason_lib.training import RunSettings, check_finite_step, open_training_run, prompt_indices
+from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
+                                     check_optional_positive_int, check_positive_float,
+                                     check_positive_int, check_step_size, is_real)
+from esreason_lib.models.zoo import quiet_transformers
+
+SCALES = ("group", "none")
+ROLLOUT_BACKENDS = ("local", "vllm")
+"""Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
+the policy's weights after each iteration's optimizer steps (`grpo_vllm.VLLMRollouts`, extra `vllm`)."""
+
+
+def group_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """Group-relative advantages: A_i = r_i - mean(group), divided by (std(group) + eps) when scale="group".
+
+    `rewards` [B] (tensor, array or list), rows grouped by prompt (row i -> group i // group_size). The std is
+    the population std (ddof=0). Groups whose rewards are all equal get advantage exactly 0 (no signal).
+    Returns a float32 tensor [B] (float64 input stays float64).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    r = torch.as_tensor(rewards)
+    out_dtype = r.dtype if r.dtype == torch.float64 else torch.float32
+    r = r.to(torch.float64).reshape(-1)  # [B]
+    if r.numel() % group_size != 0:
+        raise ValueError(f"len(rewards)={r.numel()} is not a multiple of group_size={group_size}")
+    g = r.view(-1, group_size)  # [P, G]
+    adv = g - g.mean(dim=1, keepdim=True)  # [P, G]
+    if scale == "group":
+        adv = adv / (g.std(dim=1, unbiased=False, keepdim=True) + eps)  # [P, G]
+    flat = (g.amax(dim=1) == g.amin(dim=1)).unsqueeze(1)  # [P, 1]
+    adv = adv.masked_fill(flat, 0.0)  # [P, G]
+    return adv.reshape(-1).to(out_dtype)  # [B]
+
+
+@dataclass(frozen=True)
+class GRPOConfig(RunSettings):
+    """Everything that defines a GRPO run (its hash names the run directory). Defaults follow DeepSeekMath
+    where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
+
+    group_size: int = 8
+    """G: completions sampled per prompt; advantages are normalised within each group."""
+    lr: float = 1e-4
+    """AdamW learning rate (DeepSeekMath used 1e-6 for a 7B model; tiny models need far more)."""
+    clip_eps: float = 0.2
+    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
+    beta: float = 0.04
+    """Weight of the k3 KL penalty against the frozen base model; 0 disables it and the reference copy."""
+    temperature: float = 1.0
+    """Sampling temperature; the policy log-probs in the loss use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 = off)."""
+    prompts_per_step: int = 8
+    """Prompts drawn (without replacement when possible) from the train split per iteration."""
+    ppo_epochs: int = 1
+    """mu: passes over the same rollouts (each pass takes prompts_per_step / minibatch_size optimiser steps)."""
+    minibatch_size: int | None = None
+    """Prompts per optimiser step (with all their completions); must divide prompts_per_step. None = the
+    whole batch (one step per pass, on-policy at ppo_epochs=1); the paper uses 32 of 64."""
+    iterations: int = 100
+    """Number of sample-score-update iterations (one `step` in the metrics log each)."""
+    scale: str = "group"
+    """Advantage scaling: "group" (divide by group std, DeepSeekMath) or "none" (Dr.GRPO)."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: "seq-mean-token-mean" (DeepSeekMath) or "token-mean" (DAPO)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    max_grad_norm: float | None = 1.0
+    """Global gradient-norm clip; None disables clipping (the norm is still logged)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
+    backend: str = field(default="local", metadata=ADDED_OPTION)
+    """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
+    with the policy before each rollout; its samples differ from "local"'s, see `grpo_vllm`)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
+        check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
+        check_optional_positive_int(self, "micro_batch_size", "minibatch_size")
+        check(self, "minibatch_size", self.minibatch_size is None or self.prompts_per_step % self.minibatch_size == 0,
+              f"must divide prompts_per_step={self.prompts_per_step}")
+        check_positive_float(self, "temperature")
+        check_step_size(self, "lr")
+        check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
+        check_nonnegative_float(self, "beta")
+        check(self, "top_p", is_real(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]")
+        check_choice(self, "scale", SCALES)
+        check_choice(self, "aggregation", AGGREGATIONS)
+        check_choice(self, "backend", ROLLOUT_BACKENDS)
+        check_nonnegative_float(self, "weight_decay")
+        check(self, "max_grad_norm",
+              self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
+              "must be None or > 0")
+
+
+def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
+              rollout=generate) -> dict:
+    """One GRPO iteration: draw prompts, sample G completions each with `rollout` (`generate` or a callable that
+    takes its arguments, e.g. `grpo_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
+
+    Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
+    report them: `policy/ratio_mean` is absent from a step with no row to forward).
+    Deterministic in (config.seed, iteration).
+    """
+    t0 = time.perf_counter()
+    c, G = config, config.group_size
+    device = next(model.parameters()).device
+    idx = prompt_indices(len(examples), c.prompts_per_step, iteration, c.seed, "grpo", c.prompt_order)  # [P]
+    t_rollout = time.perf_counter()
+    ro = rollout(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
+                 max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
+                 seed=derive_seed(c.seed, "grpo", "sample", iteration))
+    t_rollout = time.perf_counter() - t_rollout
+    scored: dict[tuple[int, str], float] = {}  # a group's repeated completions are scored once
+    for i, s in enumerate(ro.completions):
+        if (i // G, s) not in scored:
+            scored[i // G, s] = task.reward(s, examples[idx[i // G]])
+    rewards = np.array([scored[i // G, s] for i, s in enumerate(ro.completions)])  # [B]
+    adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
+    c_mask = ro.completion_mask.to(device)  # [B, Lc]
+    steps = policy_update(model, ref, opt, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
+                          ro.completion_ids.to(device), c_mask, adv, c)
+    groups = rewards.reshape(-1, G)  # [P, G]
+    means = {k: float(np.mean([s[k] for s in steps if k in s])) for k in dict.fromkeys(k for s in steps for k in s)}
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "policy/entropy": float(mean_token_entropy(ro.entropies, ro.completion_mask)),
+        **{k: v for k, v in means.items() if not math.isnan(v)},
+        "grpo/zero_std_frac": float((groups.max(axis=1) == groups.min(axis=1)).mean()),
+        "completion/length": float(c_mask.sum(dim=1).float().mean()),
+        "grpo/generations": (iteration + 1) * len(ro.completions),
+        "time/rollout_s": t_rollout,
+        "time/step_s": time.perf_counter() - t0,
+    }
+
+
+def rollout_sampler(config: GRPOConfig):
+    """What samples `config`'s rollouts: `generate`, or a `grpo_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    if config.backend == "vllm":
+        from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+
+        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512)
+    return generate
+
+
+def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
+               progress: bool = True) -> Run:
+    """Train `config.model` on `config.task` with GRPO; returns the `Run` (immediately if already complete).
+
+    `model`/`tokenizer` override loading `config.model` (the model is moved to config.device/dtype and
+    trained in place); `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping
+    is then used. With `resume`, training
+    continues from the run's last checkpoint and ends bit-identical to an uninterrupted run; without it, any
+    earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
+    iteration): reward/mean, reward/std, policy/entropy, policy/kl (beta > 0), policy/clip_frac,
+    policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
+    grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s.
+    """
+    run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
+                                    progress=progress)
+    if inputs is None:
+        return run
+    model, tokenizer, task, examples = inputs
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+    opt = master_weight_adamw(model, lr=config.lr, weight_decay=config.weight_decay)
+    masters = [m for group in opt.param_groups for m in group["params"]]
+
+    start = 0
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
+        step, state = ckpt
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        with torch.no_grad():
+            for m, saved in zip(masters, state["masters"]):
+                m.copy_(saved)
+        torch.set_rng_state(state["torch_rng"])
+        start = int(state["iteration"])
+        run.truncate_metrics(step)
+    else:
+        run.truncate_metrics(0)
+
+    bar = progress_bar(range(start, config.iterations), initial=start, total=config.iterations,
+                       disable=not progress, desc=f"grpo {config.task}")
+    rollout = rollout_sampler(config)
+    try:
+        for it in bar:
+            m = grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config, it, rollout=rollout)
+            run.log(it + 1, m)
+            check_finite_step(model, m, where=f"train_grpo iteration {it + 1}", run=run)
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
+            if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
+                run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                             "masters": [m.detach().clone() for m in masters],
+                                             "iteration": it + 1, "torch_rng": torch.get_rng_state()})
+    finally:  # a sampler made here may hold an engine (vLLM): released even when a step fails
+        if hasattr(rollout, "close"):
+            rollout.close()
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
+    run.finish()
+    return run

@@ -1,0 +1,117 @@
+"""A run's identity: its config as canonical JSON and the hash that names its directory, the zoo-spec versions a
+config depends on, and the package versions and git sha a manifest records."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import importlib.metadata
+import json
+import platform
+import re
+import subprocess
+from pathlib import PurePath
+
+import numpy as np
+
+from esreason_lib.paths import REPO_ROOT
+
+
+ADDED_OPTION = {"identity": "omit_default"}
+"""`dataclasses.field(metadata=ADDED_OPTION)` marks a config field added after runs were stored: at its default
+(which must reproduce the behaviour from before the field existed) it is left out of the canonical config, so
+every stored run keeps its identity; any other value is part of it."""
+
+
+def _identity_fields(obj) -> dict:
+    """A dataclass's {name: value}, without `ADDED_OPTION` fields that hold their default."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+            if not (f.metadata.get("identity") == "omit_default" and getattr(obj, f.name) == f.default)}
+
+
+def jsonable(obj, where: str = "config"):
+    """`obj` (dataclasses, dicts with str keys, lists/tuples, enums, paths, numpy scalars, JSON scalars) as plain
+    JSON data; TypeError naming the path `where` of the first value that cannot be stored. `ADDED_OPTION` fields
+    at their default are left out of a dataclass."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = _identity_fields(obj)
+    if isinstance(obj, dict):
+        for key in obj:
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: keys must be strings, got {key!r}")
+        return {k: jsonable(v, f"{where}.{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, enum.Enum):
+        return jsonable(obj.value, where)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"{where}: cannot store {type(obj).__name__} value {obj!r} in a run config")
+
+
+def canonical_config(config) -> dict:
+    """A dataclass or dict as plain JSON data (tuples -> lists, Paths -> str, numpy scalars -> Python)."""
+    if not (isinstance(config, dict) or (dataclasses.is_dataclass(config) and not isinstance(config, type))):
+        raise TypeError(f"config must be a dataclass instance or a dict, got {type(config).__name__}")
+    return jsonable(config)
+
+
+def canonical_json(config) -> str:
+    """The compact, key-sorted JSON text of `canonical_config(config)` (what `config_hash` hashes)."""
+    return json.dumps(canonical_config(config), sort_keys=True, separators=(",", ":"), allow_nan=True)
+
+
+def config_hash(config) -> str:
+    """10 hex chars of sha256 over the canonical JSON (sorted keys) of a dataclass or dict."""
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:10]
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def with_zoo_versions(cfg: dict) -> dict:
+    """`cfg` plus `"zoo_versions": {name: hash of its ZooSpec}` for every zoo model name among its string values.
+
+    A run that starts from a zoo model by name must not be reused once that model's recipe changes (a new
+    habit fraction, step budget, ...), so the spec's hash joins the run's identity."""
+    from esreason_lib.models.zoo import ZOO
+
+    names = sorted({s for s in _strings(cfg) if s in ZOO})
+    return {**cfg, "zoo_versions": {n: config_hash(ZOO[n]) for n in names}} if names else cfg
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of python, torch, transformers, numpy, esreason (None where not installed)."""
+    from esreason_lib import __version__
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "esreason": __version__}
+    for name in ("torch", "transformers", "numpy"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_sha() -> str | None:
+    """`git rev-parse HEAD` of the repository holding this package, or None if unavailable."""
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = res.stdout.strip()
+    return sha if res.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None

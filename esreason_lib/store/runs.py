@@ -1,0 +1,339 @@
+"""The run store: one directory per (kind, config), resumable, with a manifest written last.
+
+Layout of `<home>/<kind>-<config_hash>/`:
+    config.json        canonical config (written at open)
+    started.json       kind, hash, seed, first start time (+ resume times)
+    metrics.jsonl      one JSON line per `log` call: {"step": ..., "<namespace>/<name>": ...}
+    checkpoints/       step-XXXXXX.pt (torch.save, sealed with its sha256 and the run's kind/config hash/step;
+                       atomic; the last 2 kept)
+    results/<name>.csv tidy tables (atomic)
+    model/             save_pretrained target (`Run.model_dir`)
+    manifest.json      written last and atomically by `finish`; status "complete" marks done, "failed" a run
+                       stopped by an error; it records the sha256 of every file under model/
+    .lock              flock held by the process training the run (`Run.open(..., lock=True)`)
+
+Trust rules. A run is complete only while its manifest says so and every file under model/ still matches the
+recorded sha256 (else a `RunStoreWarning` and it is not complete: the trainer resumes from its last checkpoint
+and rewrites model/). A checkpoint is used only when its seal checks (sha256, kind, config hash, step); a bad one
+is skipped with a warning naming it and the reason, and the next older one (or the base) is used. A line of
+metrics.jsonl that is not a JSON object with an integer "step" is skipped with a warning naming the file and its
+1-based line; resume then only trusts checkpoints at or before the last step logged above the first bad line
+(so no logged step is ever lost: the steps after it are recomputed). A complete run is opened without writing
+anything (a read-only store serves it).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, follow_umask, metric_record,
+                                    read_json, seal, tree_digest, tree_mismatch, unseal, warn_store)
+
+from esreason_lib.paths import run_store_root
+from esreason_lib.store.identity import canonical_json, config_hash, git_sha, jsonable, package_versions, with_zoo_versions
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_CKPT = re.compile(r"^step-(\d+)\.pt$")
+_KEEP_CHECKPOINTS = 2
+_RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status",
+             "model_files"}
+
+
+STORED_ONLY = "ESREASON_STORED_ONLY"
+"""Environment variable: when set (non-empty), `Run.open` only reopens complete runs (`make figures`)."""
+
+
+class MissingResult(RuntimeError):
+    """A result that `$ESREASON_STORED_ONLY` forbids computing is not in the run store."""
+
+
+def _check_kind(kind) -> str:
+    if not isinstance(kind, str) or not _SLUG.match(kind):
+        raise ValueError(f"kind must be a simple slug (lowercase letters, digits, '-', '_'; starts with a "
+                         f"letter or digit; at most 64 chars), got {kind!r}")
+    return kind
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _scalar(key: str, value):
+    if torch.is_tensor(value):
+        if value.numel() != 1:
+            raise ValueError(f"metric {key!r} must be a scalar, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__} {value!r}")
+
+
+class Run:
+    """One run directory `<home>/<kind>-<config_hash>`; create or reopen with `Run.open`."""
+
+    def __init__(self, path: Path, kind: str, config: dict, seed: int):
+        self.path = Path(path)
+        """The run directory."""
+        self.kind = kind
+        """The run kind (a slug such as "es", "grpo", "eval")."""
+        self.config = config
+        """The canonical (JSON-normalised) config."""
+        self.seed = seed
+        """The run seed (every random stream derives from it)."""
+        self.lock: DirectoryLock | None = None
+        """The directory lock while this process trains the run (`open(..., lock=True)`), else None."""
+        self._distrusted: set[str] = set()
+        """Reasons `is_complete` already warned about (each is warned once per `Run`)."""
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    @classmethod
+    def open(cls, kind: str, config, *, seed: int, home: Path | None = None, lock: bool = False,
+             lock_timeout: float | None = None) -> "Run":
+        """Create (or reopen, never wiping) the directory for (kind, config); records the start in started.json.
+
+        A complete run is returned without writing anything. With `lock` (a trainer), an incomplete run is
+        locked for this process first (`DirectoryLock`: waits for another holder, up to `lock_timeout` s).
+        Raises ValueError if the config has a top-level "seed" different from `seed`, if the directory was
+        started with another seed or config, or if one of its sub-folders is not a directory; OSError (naming
+        the path) when the store cannot be created; `MissingResult` when `$ESREASON_STORED_ONLY` is set
+        (`make figures`) and the run is not complete, so that nothing is computed."""
+        kind = _check_kind(kind)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        seed = int(seed)
+        cfg = _stored_config(kind, config)
+        if "seed" in cfg and cfg["seed"] != seed:
+            raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
+        path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
+        if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
+            raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
+                                f"computed in this mode; run `make reproduce` first (config: "
+                                f"{canonical_json(cfg)[:300]})")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise type(err)(err.errno, f"cannot create the run directory {path} ({err.strerror}); "
+                                       f"check ESREASON_HOME / home") from None
+        for sub in ("checkpoints", "results", "model", "metrics.jsonl", "manifest.json"):
+            want_dir = "." not in sub
+            if (path / sub).exists() and (path / sub).is_dir() != want_dir:
+                raise ValueError(f"{path / sub} must be a {'directory' if want_dir else 'file'}; move it away")
+        stored = read_json(path / "config.json")
+        if stored is not None and stored != cfg:
+            raise ValueError(f"{path} holds a different config (hash collision?): {stored!r}")
+        run = cls(path, kind, cfg, seed)
+        if stored is not None and run.is_complete():
+            return run  # nothing to record: a read-only store serves complete runs
+        if lock:
+            run.lock = DirectoryLock(path, timeout=lock_timeout)
+            if run.is_complete():  # finished by the process we waited for
+                run.release()
+                return run
+        try:
+            run._record_start(stored is None)
+        except BaseException:
+            run.release()
+            raise
+        return run
+
+    def _record_start(self, write_config: bool) -> None:
+        """Write config.json (when new) and record this start (or resume) in started.json."""
+        path, cfg, kind, seed = self.path, self.config, self.kind, self.seed
+        if write_config:
+            _write_json(path / "config.json", cfg)
+        started = read_json(path / "started.json")
+        if started is None:
+            started = {"kind": kind, "config_hash": path.name.rsplit("-", 1)[1], "seed": seed,
+                       "started": _now(), "resumed": []}
+        elif started.get("seed") != seed:
+            raise ValueError(f"{path} was started with seed={started.get('seed')!r}, not seed={seed}")
+        else:
+            started.setdefault("resumed", []).append(_now())
+        _write_json(path / "started.json", started)
+
+    def release(self) -> None:
+        """Drop this process's lock on the run directory (no-op without one)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    # ------------------------------------------------------------------------------------ state
+    @property
+    def model_dir(self) -> Path:
+        """`path / "model"`: the save_pretrained target."""
+        return self.path / "model"
+
+    def manifest(self) -> dict | None:
+        """The parsed manifest.json, or None before `finish`."""
+        return read_json(self.path / "manifest.json")
+
+    def is_complete(self) -> bool:
+        """True when manifest.json has status "complete" and every file it records under model/ still has its
+        sha256 (a mismatch warns and counts as not complete)."""
+        manifest = self.manifest()
+        if manifest is None or manifest.get("status") != "complete":
+            return False
+        files = manifest.get("model_files", {})
+        why = tree_mismatch(self.model_dir, files) if isinstance(files, dict) else "model_files is not a mapping"
+        if why is not None and why not in self._distrusted:
+            self._distrusted.add(why)
+            warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its "
+                       f"last good checkpoint)")
+        return why is None
+
+    # ------------------------------------------------------------------------------------ metrics
+    def log(self, step: int, metrics: dict) -> None:
+        """Append {"step": step, **metrics} as one JSON line to metrics.jsonl (flushed and fsynced)."""
+        if "step" in metrics:
+            raise ValueError("metrics must not contain the key 'step' (pass it as the step argument)")
+        record = {"step": int(step), **{str(k): _scalar(k, v) for k, v in metrics.items()}}
+        with open(self.path / "metrics.jsonl", "a+b") as fh:
+            torn = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END), fh.read(1))[1] != b"\n"
+            fh.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _metric_lines(self) -> tuple[list[dict], int | None]:
+        """(valid records, the largest step logged above the first bad line or None when every line is valid);
+        warns once per bad line, naming the file and its 1-based line number."""
+        path = self.path / "metrics.jsonl"
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return [], None
+        records, intact = [], None
+        for number, line in enumerate(lines, start=1):
+            record = metric_record(line)
+            if record is None:
+                if line.strip():
+                    warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
+                    if intact is None:
+                        intact = max((r["step"] for r in records), default=-1)
+                continue
+            records.append(record)
+        return records, intact
+
+    def _metric_records(self) -> list[dict]:
+        return self._metric_lines()[0]
+
+    def metrics(self) -> pd.DataFrame:
+        """metrics.jsonl as a table, one row per logged line (empty DataFrame with a 'step' column if none)."""
+        records = self._metric_records()
+        return pd.DataFrame.from_records(records) if records else pd.DataFrame({"step": []})
+
+    def truncate_metrics(self, step: int) -> None:
+        """Drop metric lines with step > `step` (and torn lines), rewriting metrics.jsonl atomically."""
+        if not (self.path / "metrics.jsonl").exists():
+            return
+        keep = [r for r in self._metric_records() if r["step"] <= step]
+        atomic_write_bytes(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep).encode())
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def _checkpoints(self) -> list[tuple[int, Path]]:
+        folder = self.path / "checkpoints"
+        if not folder.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT.match(p.name))]
+        return sorted(found)
+
+    def _identity(self, step: int) -> dict:
+        return {"kind": self.kind, "config_hash": self.path.name.rsplit("-", 1)[1], "step": int(step)}
+
+    def save_checkpoint(self, step: int, state: dict) -> Path:
+        """torch.save `state`, sealed with its sha256 and this run's identity, atomically to
+        checkpoints/step-XXXXXX.pt, and keep only the last 2 checkpoints."""
+        if int(step) < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        path = self.path / "checkpoints" / f"step-{int(step):06d}.pt"
+        atomic_write_bytes(path, seal(buffer.getvalue(), self._identity(step)))
+        for _, old in self._checkpoints()[:-_KEEP_CHECKPOINTS]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def latest_checkpoint(self) -> tuple[int, dict] | None:
+        """(step, state) of the newest checkpoint whose seal checks and whose metrics lines are all intact
+        (see the module docstring), or None. Each checkpoint skipped is named in a `RunStoreWarning`."""
+        intact = self._metric_lines()[1]
+        for step, path in reversed(self._checkpoints()):
+            if intact is not None and step > intact:
+                warn_store(f"{path} skipped: metrics.jsonl has a bad line before step {step} (last intact step "
+                      f"{intact}); resuming from an earlier point")
+                continue
+            try:
+                payload = unseal(path.read_bytes(), self._identity(step))
+                return step, torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+            except (CorruptFileError, OSError, RuntimeError, EOFError, ValueError) as err:
+                warn_store(f"{path} skipped: {err}")
+        return None
+
+    # ------------------------------------------------------------------------------------ tables
+    def _table_path(self, name: str) -> Path:
+        if not isinstance(name, str) or not _TABLE.match(name) or name.endswith(".csv"):
+            raise ValueError(f"table name must be a simple file stem without '.csv', got {name!r}")
+        return self.path / "results" / f"{name}.csv"
+
+    def write_table(self, name: str, df: pd.DataFrame) -> Path:
+        """Write `df` to results/<name>.csv atomically (no index column)."""
+        path = self._table_path(name)
+        atomic_write_bytes(path, df.to_csv(index=False).encode())
+        return path
+
+    def read_table(self, name: str) -> pd.DataFrame | None:
+        """results/<name>.csv as a DataFrame, or None if it was never written."""
+        path = self._table_path(name)
+        return pd.read_csv(path) if path.exists() else None
+
+    # ------------------------------------------------------------------------------------ finish
+    def finish(self, status: str = "complete", **extra) -> None:
+        """Write manifest.json last and atomically: kind, config, config_hash, seed, versions, git_sha,
+        started, ended, status, model_files ({path under model/: sha256}), plus any JSON-serialisable `extra`
+        fields; then release this process's lock."""
+        clash = _RESERVED & set(extra)
+        if clash:
+            raise ValueError(f"extra manifest fields clash with reserved keys: {sorted(clash)}")
+        started = read_json(self.path / "started.json") or {}
+        follow_umask(self.model_dir)
+        manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
+                    "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
+                    "started": started.get("started"), "ended": _now(), "status": str(status),
+                    "model_files": tree_digest(self.model_dir), **jsonable(extra, "extra")}
+        _write_json(self.path / "manifest.json", manifest)
+        self.release()
+
+    def fail(self, error: str) -> None:
+        """Mark the run failed (manifest status "failed" with the `error` message) and release the lock."""
+        self.finish(status="failed", error=str(error))
+
+
+def _stored_config(kind: str, config) -> dict:
+    """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
+    cfg = json.loads(canonical_json(config))
+    return cfg if kind == "zoo" else with_zoo_versions(cfg)
+
+
+def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
+    """True when the run `Run.open(kind, config, home=home)` opens is complete (`Run.is_complete`: manifest
+    status "complete" and model/ matching its recorded hashes); reads only."""
+    cfg = _stored_config(_check_kind(kind), config)
+    path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
+    return Run(path, kind, cfg, 0).is_complete()

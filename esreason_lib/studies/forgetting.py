@@ -1,0 +1,270 @@
+"""Notebook 05: does post-training on Countdown cost the base model anything it could do before?
+
+Three measurements of the ES and GRPO models of notebook 01 against their common base:
+- Pass@1 / Pass@K on the held-out synthetic families (`preset.heldout_tasks`), never seen in training;
+- language-model loss (mean completion cross-entropy) on a fixed batch from the pretraining mixture (zoo
+  bases only: a hub model's pretraining corpus is not available);
+- KL(pi_tuned || pi_base) per token along completions sampled from the tuned model on held-out prompts of the
+  training task and of each held-out task, estimated with k3 = r - 1 - log r, r = pi_base / pi_tuned of each
+  sampled token (unbiased for the per-position KL and never negative).
+The per-model LM loss and KL are cached in runs of kind `forgetting`.
+
+The finding is a non-inferiority check per held-out task for ES at its preset configuration, on Pass@1 per
+training seed and problem: Delta Pass@1 (tuned - base) > -`forgetting.margin` x the base's Pass@1 on that task.
+GRPO at its preset configuration gets the same checks beside it (they do not set the status); the LM loss and
+the KL are reported measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+
+from esreason_lib.analysis import per_problem_pass, seed_by_problem
+from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.load import load_model
+from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
+from esreason_lib.studies.presets import Preset
+from esreason_lib.store.runs import Run
+from esreason_lib.seeding import derive_seed
+from esreason_lib.tasks import get_task
+from esreason_lib.models.zoo import ZOO, get_spec
+from esreason_lib.training import METHODS, resolve_device, trainer
+from esreason_lib.studies.common import evaluate_ref, model_ref
+
+LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
+"""The note shown when the base is a hub model."""
+
+
+def heldout_problems(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
+                     progress: bool = True) -> pd.DataFrame:
+    """One row per (method, seed, task, problem): pass@1, pass@K and K (largest ks) on each held-out task under
+    `preset.forgetting.eval`; `refs` maps (method, seed) to a model reference, and the base is added as method
+    "base", seed -1."""
+    spec = preset.forgetting.eval
+    frames = []
+    for (method, seed), ref in {("base", -1): preset.base_model, **refs}.items():
+        for task in preset.heldout_tasks:
+            result = evaluate_ref(ref, task, {}, spec, device=resolve_device(preset.device), home=home,
+                                  progress=progress)
+            frames.append(per_problem_pass(result.table, max(spec.ks)).assign(method=method, seed=seed, task=task))
+    return pd.concat(frames, ignore_index=True)[["method", "seed", "task", "problem_id", "pass@1", "pass@K", "K"]]
+
+
+def heldout_scores(problems: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, seed, task) of `heldout_problems`: pass@1, pass@K (means over problems) and K."""
+    return problems.groupby(["method", "seed", "task"], sort=False).agg(
+        **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first")).reset_index()
+
+
+def forgetting_deltas(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, task), methods other than base: mean and std over seeds of Delta = score - base score,
+    for pass@1 and pass@K. Columns: method, task, K, d_pass@1, d_pass@1_std, d_pass@K, d_pass@K_std, seeds."""
+    base = scores[scores["method"] == "base"].set_index("task")
+    tuned = scores[scores["method"] != "base"].copy()
+    for col in ("pass@1", "pass@K"):
+        tuned[f"d_{col}"] = tuned[col] - tuned["task"].map(base[col])
+    g = tuned.groupby(["method", "task"], sort=False)
+    out = pd.DataFrame({"K": g["K"].first(), "d_pass@1": g["d_pass@1"].mean(),
+                        "d_pass@1_std": g["d_pass@1"].std(ddof=0), "d_pass@K": g["d_pass@K"].mean(),
+                        "d_pass@K_std": g["d_pass@K"].std(ddof=0), "seeds": g["seed"].nunique()})
+    return out.reset_index()
+
+
+def heldout_lm_records(base: str, n: int) -> list[tuple[str, str, str]] | None:
+    """`n` fixed `(family, prompt, completion)` draws from zoo model `base`'s pretraining mixture (same mixture
+    weights and habit fraction, train splits only) under a stream seed of their own, so they are not the
+    pretraining batches themselves; None when `base` is not a zoo name."""
+    if base not in ZOO:
+        return None
+    spec = get_spec(base)
+    stream = CorpusStream(replace(spec, seed=derive_seed(spec.seed, "forgetting", "lm") % 2**31))
+    return [(fam, prompt, completion) for fam, _, prompt, completion in stream.sample_records(n)]
+
+
+@torch.no_grad()
+def lm_loss_by_family(model, tokenizer, records, batch_size: int = 256) -> dict[str, float]:
+    """Mean completion cross-entropy (nats per token) per family and over all records ("all", token-weighted)."""
+    sums: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    for family in dict.fromkeys(r[0] for r in records):
+        rows = [r for r in records if r[0] == family]
+        for s in range(0, len(rows), batch_size):
+            chunk = rows[s: s + batch_size]
+            batch = build_batch(tokenizer, [r[1] for r in chunk], [r[2] for r in chunk])
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            count = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # labelled next-token targets
+            sums[family] = sums.get(family, 0.0) + float(completion_loss(model, batch)) * count
+            tokens[family] = tokens.get(family, 0) + count
+    out = {f: sums[f] / tokens[f] for f in sums}
+    out["all"] = sum(sums.values()) / sum(tokens.values())
+    return out
+
+
+@torch.no_grad()
+def kl_k3(logp_tuned: torch.Tensor, logp_base: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean over masked tokens of k3 = r - 1 - log r with log r = logp_base - logp_tuned ([B, L] each), the
+    per-token KL(pi_tuned || pi_base) estimate for tokens sampled from pi_tuned."""
+    log_r = (logp_base - logp_tuned).double()[mask.bool()]  # [tokens]
+    if log_r.numel() == 0:
+        raise ValueError("mask selects no tokens")
+    return float((log_r.exp() - 1 - log_r).mean())
+
+
+@torch.no_grad()
+def _logprobs(model, args, rows: int) -> torch.Tensor:
+    """completion_logprobs over `rows` rows at a time, on CPU: [B, Lc]."""
+    chunks = []
+    for s in range(0, args[0].shape[0], rows):
+        part = [a[s: s + rows].to(model.device) for a in args]
+        chunks.append(completion_logprobs(model, *part)[0].cpu())
+    return torch.cat(chunks)
+
+
+@torch.no_grad()
+def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_tokens: int, stop=None,
+               seed: int = 0, max_logits: int = 2**28) -> float:
+    """Per-token KL(pi_tuned || pi_base) at temperature 1 on `n` completions per prompt sampled from `tuned`.
+
+    Log-probabilities are recomputed in row chunks whose [rows, Lc, V] logits stay under `max_logits` floats.
+    """
+    ro = generate(tuned, tokenizer, prompts, n=n, temperature=1.0, max_new_tokens=max_new_tokens, stop=stop,
+                  seed=seed)
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    vocab = tuned.get_output_embeddings().weight.shape[0]
+    rows = max(1, max_logits // max(1, ro.completion_ids.shape[1] * vocab))
+    logp_tuned = _logprobs(tuned, args, rows)  # [B, Lc]
+    logp_base = _logprobs(base, args, rows)  # [B, Lc]
+    return kl_k3(logp_tuned, logp_base, ro.completion_mask.cpu())
+
+
+def _stats_config(preset: Preset, ref: str) -> dict:
+    return {"model": ref, "base": preset.base_model, "task": preset.task, "task_kwargs": dict(preset.task_kwargs),
+            "heldout_tasks": list(preset.heldout_tasks), "kl_prompts": preset.forgetting.kl_prompts,
+            "kl_samples": preset.forgetting.kl_samples, "lm_sequences": preset.forgetting.lm_sequences,
+            "seed": 0}
+
+
+def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
+    """LM loss per family and KL to the base per task for model `ref`; cached as a `forgetting` run.
+
+    Long table: quantity ("lm_loss" or "kl"), scope (family / "all" for lm_loss, task for kl), value.
+    The KL of the base to itself is 0 by definition (not sampled).
+    """
+    run = Run.open("forgetting", _stats_config(preset, ref), seed=0, home=home)
+    if run.is_complete() and (cached := run.read_table("stats")) is not None:
+        return cached
+    device = resolve_device(preset.device)
+    model, tokenizer = load_model(ref, device=device, home=home)
+    rows = []
+    records = heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences)
+    if records is not None:
+        for scope, value in lm_loss_by_family(model, tokenizer, records).items():
+            rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
+    base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
+    for task_name in (preset.task, *preset.heldout_tasks):
+        kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
+        task = get_task(task_name, **dict(kwargs))
+        prompts = [task.prompt(ex, tokenizer)
+                   for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
+        kl = 0.0 if base is model else kl_to_base(
+            model, base, tokenizer, prompts, n=preset.forgetting.kl_samples, max_new_tokens=task.max_new_tokens,
+            stop=task.stop, seed=derive_seed(0, "forgetting", "kl", task_name))
+        rows.append({"quantity": "kl", "scope": task_name, "value": kl})
+    table = pd.DataFrame(rows)
+    run.write_table("stats", table)
+    run.finish()
+    return table
+
+
+def stats_table(preset: Preset, refs: dict[tuple[str, int], str], *, home=None) -> pd.DataFrame:
+    """`model_stats` for the base and every (method, seed) in `refs`, stacked with method and seed columns."""
+    frames = [model_stats(preset, ref, home=home).assign(method=m, seed=s)
+              for (m, s), ref in {("base", -1): preset.base_model, **refs}.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def stats_summary(stats: pd.DataFrame) -> pd.DataFrame:
+    """Wide table, one row per method (mean over seeds): `lm_loss/<family>` and `kl/<task>` columns and
+    `kl/heldout` (mean KL over the held-out tasks, i.e. every KL scope but the first, the training task)."""
+    wide = stats.assign(col=stats["quantity"] + "/" + stats["scope"]).pivot_table(
+        index="method", columns="col", values="value", aggfunc="mean", sort=False)
+    kl_cols = [c for c in dict.fromkeys(stats.loc[stats["quantity"] == "kl", "scope"])]
+    if len(kl_cols) > 1:
+        wide["kl/heldout"] = wide[[f"kl/{c}" for c in kl_cols[1:]]].mean(axis=1)
+    order = [m for m in ("base", "es", "grpo") if m in wide.index] + [m for m in wide.index
+                                                                      if m not in ("base", "es", "grpo")]
+    return wide.loc[order].reset_index()
+
+
+@dataclass(frozen=True)
+class ForgettingTables:
+    """What `compute` measures: held-out scores per problem, and LM loss and KL per model."""
+
+    problems: pd.DataFrame
+    """`heldout_problems`: per (method, seed, task, problem) pass@1, pass@K, K; the base is method "base"."""
+    stats: pd.DataFrame
+    """`stats_table`: per (method, seed) quantity ("lm_loss" / "kl"), scope, value."""
+    margin: float
+    """`ForgettingSpec.margin`: the tolerated Pass@1 loss as a fraction of the base's, per held-out task."""
+    base_model: str
+    """The common base (named in the LM-loss note when it is not a zoo model)."""
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """`heldout_scores(problems)`."""
+        return heldout_scores(self.problems)
+
+    @property
+    def deltas(self) -> pd.DataFrame:
+        """`forgetting_deltas(scores)`."""
+        return forgetting_deltas(self.scores)
+
+
+def compute(preset: Preset, *, home=None, progress: bool = True) -> ForgettingTables:
+    """Held-out scores per problem and LM loss / KL of the base and every seed's ES and GRPO model of notebook 01
+    at the preset's configurations (trained here when missing, cached)."""
+    refs = {(m, s): model_ref(trainer(m)(preset.config(m, seed=s), home=home, progress=progress))
+            for m in METHODS for s in preset.seeds}
+    return ForgettingTables(problems=heldout_problems(preset, refs, home=home, progress=progress),
+                            stats=stats_table(preset, refs, home=home), margin=float(preset.forgetting.margin),
+                            base_model=preset.base_model)
+
+
+def heldout_checks(tables: ForgettingTables, method: str = "es") -> list[Check]:
+    """Per held-out task: Delta Pass@1 of `method` (per seed and problem) against the base (paired by problem)
+    > -margin x the base's Pass@1 on that task."""
+    p = tables.problems
+    checks = []
+    for task in dict.fromkeys(p["task"]):
+        base = seed_by_problem(p[(p["method"] == "base") & (p["task"] == task)])  # [1, P]
+        problems = list(dict.fromkeys(p.loc[(p["method"] == "base") & (p["task"] == task), "problem_id"]))
+        tuned = seed_by_problem(p[(p["method"] == method) & (p["task"] == task)], problems=problems)  # [R, P]
+        threshold = -tables.margin * float(base.mean())
+        checks.append(effect_check(f"{method.upper()} - base Pass@1 on {task} (threshold {threshold:+.3f})", tuned, base,
+                                   threshold=threshold))
+    return checks
+
+
+CLAIM = {"reproduced": "ES causes no catastrophic forgetting on the held-out tasks (within the margin)",
+         "not reproduced": "ES forgets beyond the margin on a held-out task",
+         "not resolved": "Whether ES forgets beyond the margin on the held-out tasks is not resolved"}
+"""The claim of the finding, worded by its status."""
+
+
+def finding(tables: ForgettingTables) -> Finding:
+    """Notebook 05's finding: ES's `heldout_checks` (the status), GRPO's beside them, and the LM loss and
+    held-out KL per method (means over seeds)."""
+    checks = heldout_checks(tables, "es")
+    s = stats_summary(tables.stats).set_index("method")
+    lm = ("LM loss " + " / ".join(f"{m} {s.loc[m, 'lm_loss/all']:.3f}" for m in s.index) if "lm_loss/all" in s
+          else LM_NOTE.format(base=tables.base_model))
+    kl = "kl/heldout" if "kl/heldout" in s else [c for c in s if c.startswith("kl/")][0]
+    sentence = "; ".join([CLAIM[combine_status(checks)],
+                          "GRPO beside it (not in the status): " + ", ".join(c.describe() for c in
+                                                                             heldout_checks(tables, "grpo")),
+                          lm, f"{kl} " + " / ".join(f"{m} {s.loc[m, kl]:.4f}" for m in s.index if m != "base")])
+    return make_finding(sentence, checks)

@@ -1,0 +1,274 @@
+"""Named presets: every hyperparameter of every notebook, as data.
+
+- `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
+- `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
+- `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
+- `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
+- `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
+  evaluated on MATH-500 (GPUs).
+Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.6 (Pass@K and Maj@K for
+K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
+absolute sparsity thresholds.
+
+A `Preset` nests one frozen spec per study (`study_specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
+`ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value explicit
+(no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
+
+`get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
+configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
+clear error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, replace
+from typing import Any
+
+from esreason_lib.es.core import ESConfig
+from esreason_lib.evaluate import EvalSpec
+from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
+                          SparsitySpec)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
+
+    name: str
+    """The preset's name (`smoke`, `tiny`, `full`, `paper-easy`, `paper-hard`)."""
+    base_model: str
+    """The base model every method starts from: a zoo name, a local directory or a hub id."""
+    control_model: str | None
+    """A second base shown beside the first as a control (the clean zoo model beside the habit one), or None."""
+    task: str
+    """Training and evaluation task (`esreason_lib.tasks.get_task`)."""
+    task_kwargs: dict[str, Any]
+    """Keyword arguments of the task."""
+    heldout_tasks: tuple[str, ...]
+    """Tasks the training never sees (base models and forgetting studies)."""
+    es: ESConfig
+    """ES hyperparameters (its `model` and `task` fields are set from this preset)."""
+    grpo: GRPOConfig
+    """GRPO hyperparameters (its `model` and `task` fields are set from this preset)."""
+    eval: EvalSpec
+    """The evaluation protocol shared by every method."""
+    seeds: tuple[int, ...]
+    """Training seeds of every verdict that compares trained models (at least `findings.MIN_SEEDS` to resolve one)."""
+    device: str
+    """Torch device for evaluation ("auto" picks CUDA when available)."""
+    comparison: ComparisonSpec
+    """Notebook 01."""
+    lemma: LemmaSpec
+    """Notebook 02, Lemmas 1-2."""
+    prop1: Prop1Spec
+    """Notebook 02, Lemma 3 and Proposition 1."""
+    sequential: SequentialSpec
+    """Notebook 03."""
+    sparsity: SparsitySpec
+    """Notebook 04."""
+    forgetting: ForgettingSpec
+    """Notebook 05."""
+    scaling: ScalingSpec
+    """Notebook 06."""
+
+    eval_task_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of the task whose test split is evaluated (None = `task_kwargs`): paper-hard trains on
+    DeepScaleR, which has no test split, and evaluates on MATH-500. Read it through `test_task_kwargs()`."""
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("Preset.seeds must name at least one seed, got ()")
+        if self.comparison.selection_problems and self.eval.n_problems is None:
+            raise ValueError("Preset.comparison.selection_problems must be 0 when eval.n_problems is None (the "
+                             "whole test split is evaluated, so no held-out problems are left to choose on)")
+        if not all(t > 0 for t in self.sparsity.taus):
+            raise ValueError(f"Preset.sparsity.taus must all be > 0, got {self.sparsity.taus!r}")
+        for name, cfg in (("es", self.es), ("grpo", self.grpo)):
+            if cfg.model != self.base_model or cfg.task != self.task:
+                raise ValueError(f"Preset.{name} must use the preset's base_model and task "
+                                 f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
+
+    def zoo_bases(self) -> list[str]:
+        """The base and control models that are zoo names (what every notebook loads), sorted."""
+        from esreason_lib.models.zoo import ZOO
+
+        return sorted({m for m in (self.base_model, self.control_model) if m in ZOO})
+
+    def test_task_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""
+        return dict(self.task_kwargs if self.eval_task_kwargs is None else self.eval_task_kwargs)
+
+    def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
+        """The preset's ES or GRPO config with `changes` applied (validated)."""
+        if method not in ("es", "grpo"):
+            raise ValueError(f"method must be 'es' or 'grpo', got {method!r}")
+        config = getattr(self, method)
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(config)})
+        if unknown:
+            raise ValueError(f"{type(config).__name__} has no field(s) {unknown}")
+        return replace(config, **changes)
+
+
+def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict, grpo: dict, **rest) -> Preset:
+    es_cfg = ESConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **es)
+    grpo_cfg = GRPOConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **grpo)
+    return Preset(name=name, base_model=base_model, task=task, task_kwargs=dict(task_kwargs), es=es_cfg,
+                  grpo=grpo_cfg, **rest)
+
+
+_BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
+_CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
+_PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
+_PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_step=64, checkpoint_every=10,
+                 dtype="bfloat16", prompt_order="epoch", **_PAPER_REWARD)  # the paper's ES (both paper presets)
+_PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
+                   checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
+                   **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
+_SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+_QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)
+_KS_16 = (1, 2, 4, 8, 16)
+_GPU_STUDIES = dict(
+    seeds=(0, 1, 2), device="auto",
+    # the paper's own step sizes only (a grid at 1.5B costs GPU days), chosen on the evaluation problems: paper-easy
+    # evaluates the whole GSM8K test split and paper-hard all of MATH-500, so none are left over for selection
+    comparison=ComparisonSpec(es_alphas=(2.5e-4,), grpo_lrs=(1e-6,), selection_problems=0),
+    lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
+    prop1=Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16)),
+    sequential=SequentialSpec(es_budget=234, grpo_budget=234))
+"""What both paper presets share beyond the ES and GRPO hyperparameters."""
+_KS_1_TO_32 = tuple(range(1, 33))
+"""The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
+_PAPER_POPULATIONS = (8, 16, 32, 64)
+"""Table 6's population sizes."""
+_PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
+"""The paper's absolute reset thresholds tau on |delta| (functional sparsity)."""
+_DEEPSCALER_EPOCH = 630
+"""One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
+
+PRESETS: dict[str, Preset] = {
+    "smoke": _make(
+        "smoke", base_model="smoke", control_model=None, task="countdown", task_kwargs={},
+        heldout_tasks=("addition", "sorting"),
+        es=dict(population_size=4, sigma=3e-3, alpha=1e-3, iterations=3, prompts_per_step=4, antithetic=True,
+                checkpoint_every=2, **_CPU),
+        grpo=dict(group_size=4, lr=2e-5, beta=0.0, prompts_per_step=2, iterations=3, checkpoint_every=2, **_CPU),
+        eval=EvalSpec(n_problems=6, n_samples=4, ks=(1, 2, 4), n_boot=50),
+        seeds=(0,), device="cpu",
+        comparison=ComparisonSpec(es_alphas=(1e-3,), grpo_lrs=(2e-5,), selection_problems=4),
+        lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
+        prop1=Prop1Spec(seeds=1, iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
+        sequential=SequentialSpec(es_budget=2, grpo_budget=2),
+        sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
+                              eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
+                                  margin=0.2, kl_prompts=4, kl_samples=2, lm_sequences=32),
+        scaling=ScalingSpec(models=("smoke",), populations=(2, 4), iterations=2, ablation_iterations=2,
+                            prompts_per_step=4, eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20))),
+    "tiny": _make(
+        "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
+        heldout_tasks=("addition", "sorting"),
+        es=dict(population_size=16, sigma=1e-2, alpha=2.4e-3, iterations=150, prompts_per_step=128,
+                antithetic=True, checkpoint_every=25, **_CPU),
+        grpo=dict(group_size=8, lr=1e-4, clip_eps=0.2, beta=0.0, prompts_per_step=128, iterations=150,
+                  temperature=1.0, checkpoint_every=25, **_CPU),
+        eval=EvalSpec(n_problems=200, n_samples=64, ks=(*_KS_16, 32, 64)),
+        seeds=(0, 1, 2), device="cpu",
+        comparison=ComparisonSpec(es_alphas=(1.2e-3, 2.4e-3), grpo_lrs=(2e-5, 1e-4), selection_problems=100),
+        lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
+        prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16)),
+        sequential=SequentialSpec(es_budget=150, grpo_budget=150),
+        sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
+                              check_quantiles=(0.9,), margin=0.02,
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, greedy=False)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
+                            ablation_iterations=60, prompts_per_step=32,
+                            eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
+    "paper-easy": _make(
+        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
+        heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
+        es=dict(iterations=234, greedy=True, max_new_tokens=512, **_PAPER_ES),
+        grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
+        eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
+        sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
+                              eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
+                                                max_new_tokens=512),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
+                                    "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
+                            ablation_iterations=100, prompts_per_step=64,
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
+        **_GPU_STUDIES),
+    "paper-hard": _make(
+        "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
+        task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
+        es=dict(iterations=_DEEPSCALER_EPOCH, greedy=False, temperature=0.6, max_new_tokens=4096, **_PAPER_ES),
+        grpo=dict(iterations=_DEEPSCALER_EPOCH, max_new_tokens=4096, micro_batch_size=8, **_PAPER_GRPO),
+        eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=4096),
+        eval_task_kwargs={"dataset": "math500"},
+        sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
+                              check_quantiles=(), margin=0.02,
+                              eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, temperature=0.6,
+                                            max_new_tokens=4096)),
+        forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
+                                                max_new_tokens=2048),
+                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+        scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
+                            prompts_per_step=64,
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
+        **_GPU_STUDIES),
+}
+
+
+_FULL_OVERRIDES: dict[str, Any] = {
+    # notebook 01: each method's step size over three values (the sweep in papers/sweeps.md: GRPO lr 3e-4 gave the
+    # highest Pass@1, ES alpha 4.8e-3 overshot), chosen on 200 selection problems
+    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3), "comparison.grpo_lrs": (2e-5, 1e-4, 3e-4),
+    "comparison.selection_problems": 200,
+    # notebook 06: Table 6's whole grid (qwen2-l too), runs long enough to move, 1000 held-out problems
+    "scaling.models": ("qwen2-s", "qwen2-m", "qwen2-l"), "scaling.populations": (4, 8, 16, 32),
+    "scaling.iterations": 50, "scaling.ablation_iterations": 150, "scaling.eval.n_problems": 1000,
+    # notebooks 04 and 05: more problems and samples behind the reset and forgetting checks (MDE not yet measured)
+    "sparsity.eval.n_problems": 500, "sparsity.eval.n_samples": 32, "forgetting.eval.n_problems": 1000,
+}
+"""`full` = `tiny` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
+
+
+def _set_field(obj, key: str, value, where: str):
+    if not dataclasses.is_dataclass(obj):  # e.g. "seeds.x": the value at `where` has no fields to set
+        raise ValueError(f"{where}: cannot set {key!r} on a {type(obj).__name__} value {obj!r} (it has no fields)")
+    names = {f.name for f in dataclasses.fields(obj)}
+    head, _, rest = key.partition(".")
+    if head not in names:
+        raise ValueError(f"{where}: unknown field {head!r}; valid fields: {sorted(names)}")
+    if rest:
+        return replace(obj, **{head: _set_field(getattr(obj, head), rest, value, f"{where}.{head}")})
+    return replace(obj, **{head: value})
+
+
+def get_preset(name: str, **overrides) -> Preset:
+    """The named preset with dotted-key `overrides` applied (e.g. `**{"es.sigma": 2e-3, "seeds": (0,)}`).
+
+    Changing `base_model` or `task` propagates to the ES and GRPO configs.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r} is not one of {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    for key, value in overrides.items():
+        key = key.replace("__", ".")
+        if key in ("base_model", "task", "task_kwargs"):
+            target = {"base_model": "model"}.get(key, key)
+            preset = replace(preset, **{key: value, "es": replace(preset.es, **{target: value}),
+                                        "grpo": replace(preset.grpo, **{target: value})})
+        else:
+            preset = _set_field(preset, key, value, f"preset {name!r}")
+    return preset
+
+
+PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")

@@ -1,0 +1,302 @@
+"""Notebook 04: where the ES and GRPO updates went, and whether the small ES updates matter (functional sparsity).
+
+The paper (Sec. "functional sparsity"): ES moves the weights substantially, its relative L2 drift 40-44x
+GRPO's, with its largest updates in LayerNorm and attention; yet resetting every coordinate whose update is
+below an absolute threshold tau (2.5e-4 ... 2e-3) back to the base keeps the task gain, while resetting a random
+set of the same size does not.
+
+Drift: relative L2 of the update per module type and overall, and each module type's share of the largest
+updates. Reset sweep, for every training seed of each method in `sparsity.methods`: for each quantile q of
+|delta| over the changed coordinates (`sparsity.quantiles`) and each absolute threshold (`sparsity.taus`, the
+paper's), every coordinate with 0 < |delta| <= tau is set back to its base value, beside a control that resets
+a uniformly random set of exactly as many changed coordinates. Reset models are saved under runs of kind
+`masked` (so each has a stable reference and is evaluated once by `evaluate_ref`); the numbers come from
+`esreason_lib.analysis`.
+
+The finding checks ES at each checked threshold (`sparsity.check_quantiles` and every tau), per problem and
+seed: the reset model above the base (some gain is left), no worse than the unreset model by more than
+`sparsity.margin` (the gain is kept), and above its random control (it is the small updates that do not matter).
+The drift ratio and the module ranking are reported beside them as measurements.
+Deviation: the tiny presets threshold at quantiles of |delta| (their update sizes differ from the paper's, so
+absolute taus would not transfer); the paper presets use the paper's taus.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from esreason_lib.analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
+                        random_reset, reset_small_updates, seed_by_problem, update_deltas)
+from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.models.load import load_model
+from esreason_lib.studies.presets import Preset
+from esreason_lib.store.runs import Run
+from esreason_lib.seeding import derive_seed
+from esreason_lib.training import METHODS, resolve_device, trainer
+from esreason_lib.models.zoo import quiet_transformers
+from esreason_lib.studies.common import evaluate_ref, model_ref
+
+MODES = ("magnitude", "random")
+"""The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""
+PAPER_DRIFT_RATIO = (40.0, 44.0)
+"""The paper's ES / GRPO ratio of relative L2 drift."""
+PAPER_MODULES = ("norm", "attention")
+"""The module types of the paper's largest ES updates (LayerNorm and attention)."""
+
+
+def dedupe_tied(state: StateDict) -> StateDict:
+    """`state` without aliases: a key whose tensor shares storage with an earlier key (tied LM head) is dropped,
+    so drift and sparsity count each weight once."""
+    seen, out = set(), {}
+    for name, tensor in state.items():
+        ptr = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        out[name] = tensor
+    return out
+
+
+def load_state(ref: str, *, home=None) -> StateDict:
+    """The float32 CPU state dict of model `ref` (tied aliases removed); a zoo name is pretrained into `home`."""
+    model, _ = load_model(ref, device="cpu", home=home)
+    return {k: v.detach().clone() for k, v in dedupe_tied(model.state_dict()).items()}
+
+
+def top_update_share(base: StateDict, tuned: StateDict, top: float = 0.01) -> pd.Series:
+    """Per module type: the fraction of the globally largest `top` fraction of |delta| (over changed
+    coordinates) that lies in it. Index: module type; values sum to 1 (empty when tuned equals base)."""
+    deltas = {k: d[d != 0].abs().flatten() for k, d in update_deltas(base, tuned).items()}
+    mags = torch.cat(list(deltas.values()))  # [changed]
+    if mags.numel() == 0:
+        return pd.Series(dtype=float)
+    count = max(1, int(round(top * mags.numel())))
+    tau = torch.topk(mags, count).values.min()
+    counts = pd.Series({k: int((d >= tau).sum()) for k, d in deltas.items()}, dtype=float)
+    counts = counts.groupby(counts.index.map(module_type)).sum()
+    return counts / counts.sum()
+
+
+def drift_by_module(base: StateDict, tuned: dict[tuple[str, int], StateDict], top: float = 0.01) -> pd.DataFrame:
+    """One row per (method, seed, module) plus module "all": rel_l2, update_share, frac_changed and top_share
+    (share of the largest `top` fraction of updates, see `top_update_share`)."""
+    frames = []
+    for (method, seed), state in tuned.items():
+        table = drift_table(base, state)
+        mods = module_summary(table)
+        mods["top_share"] = mods["module"].map(top_update_share(base, state, top)).fillna(0.0)
+        total = pd.DataFrame([{"module": "all", "numel": table["numel"].sum(), "changed": table["changed"].sum(),
+                               "rel_l2": float(np.sqrt((table["delta_l2"] ** 2).sum())
+                                               / np.sqrt((table["base_l2"] ** 2).sum())),
+                               "update_share": 1.0, "top_share": 1.0}])
+        total["frac_changed"] = total["changed"] / total["numel"]
+        frames.append(pd.concat([mods, total], ignore_index=True).assign(method=method, seed=seed))
+    cols = ["method", "seed", "module", "numel", "changed", "frac_changed", "rel_l2", "update_share", "top_share"]
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> None:
+    model = copy.deepcopy(template)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    aliases = set(template.state_dict()) - set(state)
+    if unexpected or set(missing) - aliases:
+        raise RuntimeError(f"reset state does not fit the model: missing {missing}, unexpected {unexpected}")
+    with quiet_transformers():
+        model.save_pretrained(run.model_dir)
+        tokenizer.save_pretrained(run.model_dir)
+    run.finish(**extra)
+
+
+def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int = 0, home=None,
+                 dtype: torch.dtype = torch.float32) -> pd.DataFrame:
+    """Build (or reload) the magnitude and random reset models of `tuned_ref` for each quantile of |delta| and
+    each absolute threshold in `taus`.
+
+    Returns one row per (mode, threshold): mode, threshold (label "q=0.9" or "tau=0.0005"), quantile, tau,
+    sparsity (achieved fraction of changed coordinates reset) and ref (the saved model's directory); quantiles
+    first, then taus. An absolute tau's
+    quantile is its sparsity (the fraction of changed |delta| <= tau, i.e. the q of which tau is the quantile).
+    The random control of a threshold resets exactly as many coordinates as its magnitude reset
+    (`analysis.random_reset`). A tuned model equal to its base (no update, e.g. all rewards equal) gives
+    sparsity 0. Models are saved in `dtype` (the training dtype: every reset weight is a base or a tuned
+    value, so no precision is lost).
+    """
+    loaded: dict = {}
+
+    def states():
+        if not loaded:
+            template, tokenizer = load_model(base_ref, device="cpu", dtype=dtype, home=home)
+            loaded.update(template=template, tokenizer=tokenizer, base=load_state(base_ref, home=home),
+                          tuned=load_state(tuned_ref, home=home))
+        return loaded
+
+    rows = []
+    for key, value in [("quantile", float(q)) for q in quantiles] + [("tau", float(t)) for t in taus]:
+        cfg = {"base": base_ref, "tuned": tuned_ref, key: value}
+        mag = Run.open("masked", {**cfg, "mode": "magnitude"}, seed=seed, home=home)
+        if not mag.is_complete():
+            s = states()
+            if key == "tau":
+                tau = value
+            else:
+                changed = any(bool((d != 0).any()) for d in update_deltas(s["base"], s["tuned"]).values())
+                tau = float(delta_quantiles(s["base"], s["tuned"], [value])[0]) if changed else 0.0
+            state, sparsity = reset_small_updates(s["base"], s["tuned"], tau)
+            _save_reset(mag, state, s["template"], s["tokenizer"], tau=tau, sparsity=sparsity)
+        tau, sparsity = mag.manifest()["tau"], mag.manifest()["sparsity"]
+        rnd = Run.open("masked", {**cfg, "mode": "random", "count": "exact"}, seed=seed, home=home)
+        if not rnd.is_complete():
+            s = states()
+            state, achieved = random_reset(s["base"], s["tuned"], sparsity,
+                                           seed=derive_seed(seed, "sparsity", "random", key, value))
+            _save_reset(rnd, state, s["template"], s["tokenizer"], sparsity=achieved)
+        quantile, label = (value, f"q={value:g}") if key == "quantile" else (float(sparsity), f"tau={value:g}")
+        rows.append({"mode": "magnitude", "threshold": label, "quantile": quantile, "tau": tau, "sparsity": sparsity,
+                     "ref": model_ref(mag)})
+        rows.append({"mode": "random", "threshold": label, "quantile": quantile, "tau": float("nan"),
+                     "sparsity": rnd.manifest()["sparsity"], "ref": model_ref(rnd)})
+    return pd.DataFrame(rows)
+
+
+PROBLEM_COLUMNS = ["method", "seed", "mode", "threshold", "quantile", "tau", "sparsity", "problem_id", "pass@1",
+                   "pass@K", "K"]
+"""Columns of `SparsityTables.problems`."""
+
+
+@dataclass(frozen=True)
+class SparsityTables:
+    """What `compute` measures: the drift and the per-problem scores of every model of the reset sweep."""
+
+    drift: pd.DataFrame
+    """Per (method, seed, module) plus module "all": numel, changed, frac_changed, rel_l2, update_share,
+    top_share (`drift_by_module`)."""
+    problems: pd.DataFrame
+    """Per (method, seed, mode, threshold, problem): `PROBLEM_COLUMNS`. mode "base" (method "base", seed -1,
+    threshold "", sparsity 1), "unreset" (the tuned model: threshold "", sparsity 0), or "magnitude" / "random"
+    at a threshold label of `reset_models`."""
+    checked: tuple[str, ...]
+    """The threshold labels at which `finding` checks the reset (check_quantiles, then every tau)."""
+    margin: float
+    """`SparsitySpec.margin`: how far below the unreset model a reset may score and still keep the gain."""
+
+    @property
+    def sweep(self) -> pd.DataFrame:
+        """Per (method, mode, threshold), means over seeds and problems: quantile, tau, sparsity, pass@1,
+        pass@K, K, seeds. The unreset model (threshold "unreset", sparsity 0) and the base (threshold "base",
+        sparsity 1) are added to both modes of every method so that the curves share their endpoints."""
+        per_model = self.problems.groupby(["method", "seed", "mode", "threshold"], sort=False).agg(
+            quantile=("quantile", "first"), tau=("tau", "first"), sparsity=("sparsity", "first"),
+            **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first")).reset_index()
+        base = per_model[per_model["mode"] == "base"]
+        frames = []
+        for method, sub in per_model[per_model["method"] != "base"].groupby("method", sort=False):
+            ends = pd.concat([sub[sub["mode"] == "unreset"].assign(threshold="unreset"),
+                              base.assign(method=method, threshold="base")])
+            frames += [sub[sub["mode"].isin(MODES)]] + [ends.assign(mode=mode) for mode in MODES]
+        table = pd.concat(frames, ignore_index=True)
+        out = table.groupby(["method", "mode", "threshold"], sort=False).agg(
+            quantile=("quantile", "mean"), tau=("tau", "mean"), sparsity=("sparsity", "mean"),
+            **{"pass@1": ("pass@1", "mean"), "pass@K": ("pass@K", "mean")}, K=("K", "first"),
+            seeds=("seed", "nunique")).reset_index()
+        return out.sort_values(["method", "mode", "sparsity"], ignore_index=True)
+
+
+def _problem_scores(ref: str, preset: Preset, home, progress: bool, **labels) -> pd.DataFrame:
+    spec = preset.sparsity.eval
+    result = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=resolve_device(preset.device),
+                          home=home, progress=progress)
+    return per_problem_pass(result.table, max(spec.ks)).assign(**labels)
+
+
+def compute(preset: Preset, *, home=None, progress: bool = True) -> SparsityTables:
+    """Drift of every seed's ES and GRPO model of notebook 01 (trained here when missing, cached) and the reset
+    sweep of every seed of each method in `preset.sparsity.methods`, scored per problem under
+    `preset.sparsity.eval`. Drift is cheap (state dicts only) and not cached; resets and evaluations are."""
+    spec = preset.sparsity
+    runs = {(m, s): trainer(m)(preset.config(m, seed=s), home=home, progress=progress)
+            for m in METHODS for s in preset.seeds}
+    base = load_state(preset.base_model, home=home)
+    drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run), home=home)})  # one tuned model
+                       for key, run in runs.items()], ignore_index=True)  # in memory at a time
+    frames = [_problem_scores(preset.base_model, preset, home, progress, method="base", seed=-1, mode="base",
+                              threshold="", quantile=1.0, tau=np.nan, sparsity=1.0)]
+    for method in spec.methods:
+        if method not in METHODS:
+            raise ValueError(f"sparsity.methods names {method!r}, not one of {METHODS}")
+        for seed in preset.seeds:
+            tuned = model_ref(runs[method, seed])
+            frames.append(_problem_scores(tuned, preset, home, progress, method=method, seed=seed, mode="unreset",
+                                          threshold="", quantile=0.0, tau=np.nan, sparsity=0.0))
+            resets = reset_models(preset.base_model, tuned, spec.quantiles, taus=spec.taus, seed=seed, home=home,
+                                  dtype=getattr(torch, preset.config(method).dtype))
+            frames += [_problem_scores(r.pop("ref"), preset, home, progress, method=method, seed=seed, **r)
+                       for r in resets.to_dict("records")]
+    checked = tuple(f"q={q:g}" for q in spec.check_quantiles) + tuple(f"tau={t:g}" for t in spec.taus)
+    return SparsityTables(drift=drift, problems=pd.concat(frames, ignore_index=True)[PROBLEM_COLUMNS],
+                          checked=checked, margin=float(spec.margin))
+
+
+def reset_checks(tables: SparsityTables, method: str = "es") -> list[Check]:
+    """Three checks of `method`'s reset at each checked threshold, on Pass@1 per seed and problem: reset - base
+    > 0; reset - unreset > -margin (paired by seed and problem); reset - random reset of the same count > 0
+    (paired likewise)."""
+    p = tables.problems
+    problems = list(dict.fromkeys(p.loc[p["mode"] == "base", "problem_id"]))
+
+    def scores(mode: str, threshold: str = "", who: str = method) -> np.ndarray:
+        rows = p[(p["method"] == who) & (p["mode"] == mode) & (p["threshold"] == threshold)]
+        return seed_by_problem(rows, "pass@1", problems)  # [seeds, problems]
+
+    base, unreset, name = scores("base", who="base"), scores("unreset"), method.upper()
+    checks = []
+    for label in tables.checked:
+        reset = scores("magnitude", label)
+        checks += [effect_check(f"{name} reset {label} - base Pass@1", reset, base),
+                   effect_check(f"{name} reset {label} - unreset Pass@1 (margin {tables.margin:g})", reset - unreset,
+                                threshold=-tables.margin),
+                   effect_check(f"{name} reset {label} - random reset of the same count, Pass@1",
+                                reset - scores("random", label))]
+    return checks
+
+
+def drift_summary(drift: pd.DataFrame) -> pd.DataFrame:
+    """Per method (mean over seeds): rel_l2 of the whole model, and `modules`, the module types in decreasing
+    order of their relative L2 (those that moved)."""
+    per = drift.groupby(["method", "module"], sort=False)["rel_l2"].mean()
+    rows = []
+    for method in dict.fromkeys(drift["method"]):
+        mods = per[method].drop("all")
+        rows.append({"method": method, "rel_l2": float(per[method, "all"]),
+                     "modules": tuple(mods[mods > 0].sort_values(ascending=False).index)})
+    return pd.DataFrame(rows)
+
+
+CLAIM = {"reproduced": "Resetting ES's smallest updates keeps its task gain",
+         "not reproduced": "ES's functional sparsity does not hold: a check below lies on the wrong side",
+         "not resolved": "Whether resetting ES's smallest updates keeps its task gain is not resolved"}
+"""The claim of the finding, worded by its status."""
+
+
+def finding(tables: SparsityTables) -> Finding:
+    """Notebook 04's finding: ES's `reset_checks` (the status), then ES's drift against GRPO's and the module
+    types ES moved most, each beside the paper's value."""
+    checks = reset_checks(tables, "es")
+    d = drift_summary(tables.drift).set_index("method")
+    es, grpo, top = d.loc["es", "rel_l2"], d.loc["grpo", "rel_l2"], d.loc["es", "modules"][:2]
+    if es == 0 or grpo == 0:
+        drift = f"ES relative L2 drift {es:.2%}, GRPO's {grpo:.2%}: no ratio (a method did not move)"
+    else:
+        ratio = es / grpo
+        side = "below" if ratio < PAPER_DRIFT_RATIO[0] else "above" if ratio > PAPER_DRIFT_RATIO[1] else "within"
+        drift = (f"ES relative L2 drift {es:.2%} = {ratio:.1f}x GRPO's {grpo:.2%}, {side} the paper's "
+                 f"{PAPER_DRIFT_RATIO[0]:g}-{PAPER_DRIFT_RATIO[1]:g}x")
+    if top:
+        same = "as" if set(top) == set(PAPER_MODULES) else "unlike"
+        drift += f"; ES's largest relative updates in {' and '.join(top)}, {same} the paper (norm and attention)"
+    sentence = f"{CLAIM[combine_status(checks)]}; {drift}"
+    return make_finding(sentence, checks)

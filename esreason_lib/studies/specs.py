@@ -1,0 +1,161 @@
+"""The frozen spec of each study's own parameters, nested in `presets.Preset` (one per notebook section).
+
+Every value is explicit (no "None means another field"), so two presets compare field by field; each spec checks
+its own fields and names the bad one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from esreason_lib.evaluate import EvalSpec
+
+
+@dataclass(frozen=True)
+class LemmaSpec:
+    """Notebook 02, Lemmas 1-2: independent populations of iid members at each sigma on held-out prompts."""
+
+    sigmas: tuple[float, ...]
+    """Perturbation scales at which Lemma 1 is checked."""
+    prompts: int
+    """Held-out prompts over which the check averages."""
+    samples: int
+    """Samples per member and prompt for the JS_pol estimate."""
+    population: int
+    """N: iid members (no mirroring) per population (the check's cost grows as N^2)."""
+    repeats: int
+    """Independent populations per sigma (Lemma 1 is an expectation over the draws)."""
+    fisher_samples: int
+    """Samples per prompt from the unperturbed model for the Fisher trace (one backward each)."""
+
+
+@dataclass(frozen=True)
+class Prop1Spec:
+    """Notebook 02, Lemma 3 and Proposition 1 along the first iterations of the preset's ES runs."""
+
+    seeds: int
+    """How many of the preset's training seeds (`Preset.seeds[:seeds]`) have their ES run followed; below
+    `findings.MIN_SEEDS` the Proposition 1 checks are `not resolved`."""
+    iterations: int
+    """ES iterations of each followed run along which Lemma 3 and Proposition 1 are evaluated."""
+    probe_prompts: int
+    """Fixed held-out probe prompts."""
+    samples: int
+    """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
+    ks: tuple[int, ...]
+    """The K values at which Proposition 1's condition is evaluated."""
+
+    def __post_init__(self):
+        for name in ("seeds", "iterations", "probe_prompts", "samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Prop1Spec.{name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"Prop1Spec.ks must be non-empty values >= 1, got {self.ks!r}")
+
+
+@dataclass(frozen=True)
+class ComparisonSpec:
+    """Notebook 01: the step-size grid of each method, and the held-out problems on which each method's best
+    setting is chosen (disjoint from the problems the verdicts are computed on)."""
+
+    es_alphas: tuple[float, ...]
+    """ES learning rates alpha trained for every seed (list the preset's `es.alpha` so that notebooks 03-05,
+    which train at `es.alpha`, reuse those runs)."""
+    grpo_lrs: tuple[float, ...]
+    """GRPO learning rates trained for every seed (list the preset's `grpo.lr`, as for `es_alphas`)."""
+    selection_problems: int
+    """Held-out test problems, disjoint from `eval`'s, on which each method's best-Pass@1 and best-Pass@K
+    setting is chosen (the next ones of the same test draw); 0 chooses on the evaluation problems themselves
+    (used where `eval` already takes the whole test split), which favours the chosen settings."""
+
+    def __post_init__(self):
+        for name in ("es_alphas", "grpo_lrs"):
+            values = getattr(self, name)
+            if not values or not all(v > 0 for v in values) or len(set(values)) != len(values):
+                raise ValueError(f"ComparisonSpec.{name} must be distinct values > 0, got {values!r}")
+        if self.selection_problems < 0:
+            raise ValueError(f"ComparisonSpec.selection_problems must be >= 0, got {self.selection_problems!r}")
+
+
+@dataclass(frozen=True)
+class SequentialSpec:
+    """Notebook 03 (and `train sequence`): each method's full update budget in its own iterations; a sequence
+    gives each stage the 50/50 share of its own method's budget (`sequence.sequence_stages`)."""
+
+    es_budget: int
+    """ES iterations of one full ES run."""
+    grpo_budget: int
+    """GRPO iterations of one full GRPO run (more than `es_budget` when a GRPO iteration is cheaper)."""
+
+    def __post_init__(self):
+        for name in ("es_budget", "grpo_budget"):
+            if getattr(self, name) < 2:
+                raise ValueError(f"SequentialSpec.{name} must be >= 2, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """Notebook 06: the population-size grid per model size, and the normalization / antithetic ablations."""
+
+    models: tuple[str, ...]
+    """Model sizes of the grid, smallest first."""
+    populations: tuple[int, ...]
+    """Population sizes N of the grid."""
+    iterations: int
+    """ES iterations per grid cell."""
+    ablation_iterations: int
+    """ES iterations of each ablation run on the base model (fitness shaping only shows once training moved)."""
+    prompts_per_step: int
+    """Prompts per ES iteration in the grid and the ablations (the study trains many runs)."""
+    eval: EvalSpec
+    """Evaluation of every grid and ablation model (greedy accuracy on held-out problems)."""
+
+
+@dataclass(frozen=True)
+class SparsitySpec:
+    """Notebook 04: parameter drift, and resetting the smallest updates back to the base weights."""
+
+    quantiles: tuple[float, ...]
+    """Quantiles of |delta| used as reset thresholds tau."""
+    taus: tuple[float, ...]
+    """Absolute reset thresholds tau on |delta| (the paper's), swept beside `quantiles`; each random control
+    resets exactly as many coordinates as its threshold. Every tau is checked by the finding."""
+    check_quantiles: tuple[float, ...]
+    """The quantiles (a subset of `quantiles`) at which the finding checks that the reset keeps the gain."""
+    margin: float
+    """Non-inferiority margin on Pass@1: the reset model may score at most this much below the unreset tuned
+    model (absolute; the check "reset above base" separately asks that some gain is left)."""
+    methods: tuple[str, ...]
+    """Methods whose models (every training seed) are reset-swept; the finding checks "es", the others are
+    reported beside it."""
+    eval: EvalSpec
+    """Evaluation of each model of the sweep (1 + seeds x (1 + 2 x (len(quantiles) + len(taus))) per method)."""
+
+    def __post_init__(self):
+        extra = sorted(set(self.check_quantiles) - set(self.quantiles))
+        if extra:
+            raise ValueError(f"SparsitySpec.check_quantiles must be among quantiles {self.quantiles!r}, got {extra}")
+        if not self.margin >= 0:
+            raise ValueError(f"SparsitySpec.margin must be >= 0, got {self.margin!r}")
+
+
+@dataclass(frozen=True)
+class ForgettingSpec:
+    """Notebook 05: held-out tasks, the pretraining-mixture LM loss and the per-token KL to the base."""
+
+    eval: EvalSpec
+    """Evaluation protocol on the held-out tasks."""
+    margin: float
+    """Non-inferiority margin as a fraction of the base's Pass@1 on each held-out task: "no catastrophic
+    forgetting" holds on a task when Delta Pass@1 (tuned - base) > -margin x base Pass@1. Relative, because the
+    held-out tasks sit at very different base levels; a loss of under a fifth of a skill is not catastrophic."""
+    kl_prompts: int
+    """Held-out prompts per task on which the per-token KL to the base model is estimated."""
+    kl_samples: int
+    """Completions sampled from the tuned model per prompt for the KL estimate."""
+    lm_sequences: int
+    """Sequences of the fixed pretraining-mixture batch scored for the LM loss (zoo bases only)."""
+
+    def __post_init__(self):
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"ForgettingSpec.margin must lie in [0, 1), got {self.margin!r}")
