@@ -58,8 +58,10 @@ def _best(fns: dict, repeats: int) -> dict:
 
 def overhead(args) -> list[str]:
     """Sequential ES step (population evaluation + update) against N plain greedy evaluations."""
-    from esreason_lib.es.backends.base import SequentialBackend, score_examples
-    from esreason_lib.es.noise import named_params, perturbed
+    from esreason_lib.es.backends.base import score_examples
+    from esreason_lib.es.backends.sequential import SequentialBackend
+    from esreason_lib.es.noise import perturbed
+    from esreason_lib.models.weights import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     es, pop = _population(args.n, args.sigma, model)
@@ -94,7 +96,7 @@ def overhead(args) -> list[str]:
 
 def speedup(args) -> list[str]:
     """Batched vs sequential population evaluation at several N; checks the rewards are identical."""
-    from esreason_lib.es.backends.base import SequentialBackend
+    from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
@@ -117,7 +119,7 @@ def lowrank(args) -> list[str]:
     `--rank`) on the same prompts and member seeds, at the largest N of `--populations`."""
     from esreason_lib.es.core import ES, ESConfig
     from esreason_lib.es.backends.batched import BatchedBackend
-    from esreason_lib.es.lowrank import LowRankBackend
+    from esreason_lib.es.backends.lowrank import LowRankBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n, state = max(args.populations), {k: v.clone() for k, v in model.state_dict().items()}
@@ -168,7 +170,8 @@ def flops(args) -> list[str]:
 
 def _rss_child(args) -> None:
     """(in a subprocess) Run one `--rss-of` workload and print the process's peak RSS in MiB."""
-    from esreason_lib.es.backends.base import SequentialBackend, score_examples
+    from esreason_lib.es.backends.base import score_examples
+    from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from esreason_lib.es.core import ES, ESConfig  # noqa: E402
-from esreason_lib.es.backends.base import SequentialBackend  # noqa: E402
+from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.backends.vllm_engines import VLLMBackend  # noqa: E402
 from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # noqa: E402

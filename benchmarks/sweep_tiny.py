@@ -66,7 +66,7 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     torch.set_num_threads(1)
     from esreason_lib.studies.common import evaluate_ref, model_ref
     from esreason_lib.studies.presets import get_preset
-    from esreason_lib.training import trainer
+    from esreason_lib.methods import trainer
 
     preset = get_preset(preset_name)
     spec = _spec(int(eval_n))

@@ -123,7 +123,7 @@ def _train(args) -> int:
     if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
         raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
     config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
-    from esreason_lib.training import trainer
+    from esreason_lib.methods import trainer
 
     run = trainer(args.method)(config, resume=not args.no_resume, progress=True)
     print(run.path)

@@ -1,4 +1,7 @@
-"""Sequential post-training: one method's output is the next one's base (GRPO->ES, ES->GRPO, ...).
+"""The trained methods (`METHODS`, `trainer`) and sequential post-training: one method's output is the next one's base
+(GRPO->ES, ES->GRPO, ...). This registry sits above `es/` and `grpo/`, which never import it.
+
+Sequential post-training: one method's output is the next one's base (GRPO->ES, ES->GRPO, ...).
 
 The paper compares sequences against single methods at an equal *update budget*. The one rule here: each method
 has a full budget in its own iterations (one single-method run; ES iterations and GRPO optimizer iterations each
@@ -16,9 +19,21 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from esreason_lib.es.core import ESConfig
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.store.runs import Run
-from esreason_lib.training import METHODS, trainer
+from esreason_lib.es.loop import train_es
+from esreason_lib.grpo.loop import train_grpo
+
+
+METHODS = ("es", "grpo")
+"""The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
+
+
+def trainer(method: str):
+    """`es.loop.train_es` or `grpo.loop.train_grpo` for `method`, one of `METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is not one of {METHODS}")
+    return {"es": train_es, "grpo": train_grpo}[method]
 
 
 def split_budget(total: int, fractions: Sequence[float] = (0.5, 0.5)) -> tuple[int, ...]:

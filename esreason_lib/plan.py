@@ -12,10 +12,10 @@ notebooks.
 from __future__ import annotations
 
 from esreason_lib.es.core import ESConfig
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.studies.presets import Preset
 from esreason_lib.store.identity import config_hash
-from esreason_lib.training import trainer
+from esreason_lib.methods import trainer
 
 
 def training_plan(preset: Preset) -> list[ESConfig | GRPOConfig]:

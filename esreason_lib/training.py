@@ -6,7 +6,6 @@ train examples each iteration draws."""
 from __future__ import annotations
 
 import importlib.util
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,26 +16,12 @@ from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
                                      check_nonnegative_int, check_optional_positive_int)
 from esreason_lib.models.zoo import DEFAULT_BASE
-
-METHODS = ("es", "grpo")
-"""The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""
-
-
-def trainer(method: str):
-    """`es.train_es` or `grpo.train_grpo` for `method`, one of `METHODS`."""
-    if method not in METHODS:
-        raise ValueError(f"method {method!r} is not one of {METHODS}")
-    from esreason_lib.es import core as es  # here: es and grpo import this module
-    from esreason_lib.grpo import loop as grpo
-
-    return {"es": es.train_es, "grpo": grpo.train_grpo}[method]
+from esreason_lib.guards import check_finite_params
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Model parameter dtypes by the name a config gives (`ESConfig.dtype`, `GRPOConfig.dtype`)."""
 
-GUARDED_METRICS = ("reward/", "loss/")
-"""Prefixes of the per-step metrics that must be finite (`check_finite_metrics`): rewards and losses."""
 
 PROMPT_ORDERS = ("random", "epoch")
 """How an iteration's train prompts are drawn (`ESConfig.prompt_order`, `GRPOConfig.prompt_order`)."""
@@ -113,10 +98,6 @@ def prompt_indices(n_examples: int, per_step: int, iteration: int, seed: int, me
     return np.array([perms[int(e)][p % n_examples] for e, p in zip(epochs, positions)], dtype=np.int64)
 
 
-class NonFiniteError(ValueError):
-    """Weights, a loss or a reward became nan or +-inf; the run was stopped (and marked failed)."""
-
-
 def resolve_device(name: str, field: str = "device") -> torch.device:
     """"auto" -> cuda when available, else cpu; any other torch device name as given. ValueError naming `field`
     for a string torch does not parse ("tpu9") or a cuda device this machine does not have."""
@@ -131,40 +112,6 @@ def resolve_device(name: str, field: str = "device") -> torch.device:
         raise ValueError(f"{field}={name!r}, but this machine has {torch.cuda.device_count()} CUDA device(s); "
                          f"use device='cpu' or 'auto'")
     return device
-
-
-def _stop(message: str, run) -> None:
-    if run is not None:
-        run.fail(message)
-    raise NonFiniteError(message)
-
-
-def check_finite_params(model_or_params, *, where: str, run=None) -> None:
-    """Raise NonFiniteError (after `run.fail`, when a run is given) if any parameter of `model_or_params` (a
-    module or a {name: tensor} dict) holds nan or inf; the message names `where`, the count and the first tensor."""
-    named = (model_or_params.items() if isinstance(model_or_params, dict)
-             else model_or_params.named_parameters())
-    bad, first = 0, None
-    for name, tensor in named:
-        n = int((~torch.isfinite(tensor.detach())).sum())
-        if n and first is None:
-            first = name
-        bad += n
-    if bad:
-        _stop(f"{where}: {bad} non-finite weight(s) (nan/inf), first in {first!r}; the run is stopped", run)
-
-
-def check_finite_metrics(metrics: dict, *, where: str, run=None) -> None:
-    """Raise NonFiniteError (after `run.fail`) if a metric named with a `GUARDED_METRICS` prefix is nan/inf."""
-    for key, value in metrics.items():
-        if key.startswith(GUARDED_METRICS) and isinstance(value, float) and not math.isfinite(value):
-            _stop(f"{where}: {key} = {value}; the run is stopped", run)
-
-
-def check_finite_step(model_or_params, metrics: dict, *, where: str, run) -> None:
-    """`check_finite_metrics` then `check_finite_params`: what a trainer calls after logging each step."""
-    check_finite_metrics(metrics, where=where, run=run)
-    check_finite_params(model_or_params, where=where, run=run)
 
 
 def config_task(config):

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     write_gsm8k(work / "data")
     import torch
 
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
     from esreason_lib.grpo.loop import train_grpo
     from esreason_lib.studies.presets import get_preset
 

@@ -16,7 +16,7 @@ import torch
 from esreason_lib import cli
 from esreason_lib.cli import backend_settings, build_parser, group_by_method, main, parse_assignments
 from esreason_lib.es.core import ESConfig
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.studies.presets import get_preset
 
 
@@ -220,7 +220,7 @@ def test_main_train_sequence_budget_and_order(home, capsys):
 
 
 def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
 
     preset = get_preset("smoke", **{"eval.greedy": False, "eval.n_problems": 3})
     run = train_es(preset.config("es", iterations=1), progress=False)

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es.core import ES, FITNESS_SHAPING, ESConfig, Population, centered_ranks, raw, zscore
-from esreason_lib.es.noise import apply_update, named_params, noise, perturb, restore
+from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.shaping import FITNESS_SHAPING, centered_ranks, raw, zscore
+from esreason_lib.es.noise import apply_update, noise, perturb, restore
+from esreason_lib.models.weights import named_params
 from esreason_lib.seeding import derive_seed
 
 
@@ -284,7 +286,8 @@ class Paren:
 
 
 def test_sequential_backend_scores_members_and_restores(tiny):
-    from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, SequentialBackend, sample_seed, score_examples
+    from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, sample_seed, score_examples
+    from esreason_lib.es.backends.sequential import SequentialBackend
 
     tok, make = tiny
     model, task = make(), Paren()
@@ -305,7 +308,7 @@ def test_sequential_backend_scores_members_and_restores(tiny):
 
 
 def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=16, sigma=0.02, alpha=0.01, iterations=40,
@@ -328,8 +331,8 @@ def test_train_es_learns_the_sanity_objective(tiny, tmp_path):
 
 
 def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es.core as es_module
-    from esreason_lib.es.backends.base import SequentialBackend
+    import esreason_lib.es.loop as es_module
+    from esreason_lib.es.backends.sequential import SequentialBackend
 
     closed = []
 
@@ -352,8 +355,8 @@ def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monke
 def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
     `before_tell` sees the model still at theta."""
-    from esreason_lib.es.core import es_step, train_es
-    from esreason_lib.es.backends.base import make_backend
+    from esreason_lib.es.loop import es_step, train_es
+    from esreason_lib.es.backends.registry import make_backend
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
@@ -382,8 +385,8 @@ def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
 
 
 def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es.backends.base as backends
-    from esreason_lib.es.core import train_es
+    import esreason_lib.es.backends.sequential as backends
+    from esreason_lib.es.loop import train_es
 
     tok, make = tiny
     seen = []
@@ -404,7 +407,7 @@ def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatc
 
 
 def test_train_es_epoch_order_scores_every_train_prompt_once_per_epoch(tiny, tmp_path, monkeypatch):
-    import esreason_lib.es.core as es_module
+    import esreason_lib.es.loop as es_module
 
     tok, make = tiny
     batches = []

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from esreason_lib.es.core import ES, ESConfig
-from esreason_lib.es.backends.base import SequentialBackend, make_backend
+from esreason_lib.es.backends.registry import make_backend
+from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.backends.batched import BatchedBackend, member_weights
-from esreason_lib.es.noise import named_params, perturbed
+from esreason_lib.es.noise import perturbed
+from esreason_lib.models.weights import named_params
 from esreason_lib.models.generation import generate
 
 
@@ -115,7 +117,7 @@ def test_make_backend_and_config_choice(setup):
 
 
 def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
 
     tok, model = setup
     states, rewards = [], []

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from esreason_lib.es.core import ES, ESConfig, Population
-from esreason_lib.es.backends.base import make_backend
+from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
-from esreason_lib.es.lowrank import (LowRankBackend, LowRankStack, apply_lowrank_update, lowrank_direction,
-                                     lowrank_factors, lowrank_weights)
-from esreason_lib.es.noise import named_params, noise
+from esreason_lib.es.backends.lowrank import LowRankBackend
+from esreason_lib.es.lowrank import (LowRankStack, apply_lowrank_update, lowrank_direction, lowrank_factors, lowrank_weights)
+from esreason_lib.es.noise import noise
+from esreason_lib.models.weights import named_params
 from esreason_lib.models.generation import generate
 from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
 
@@ -149,7 +150,7 @@ def test_config_validation_and_backend_choice(tiny):
 
 
 def test_lowrank_es_learns_the_sanity_objective(tiny, tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=16, sigma=0.02, alpha=0.01, iterations=40,
@@ -162,7 +163,7 @@ def test_lowrank_es_learns_the_sanity_objective(tiny, tmp_path):
 
 
 def test_train_es_runs_the_smoke_preset_with_lowrank_noise(tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
     from esreason_lib.studies.presets import get_preset
 
     torch.set_num_threads(1)

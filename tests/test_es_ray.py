@@ -14,8 +14,9 @@ import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend tests need the `ray` extra (pip install 'esreason[ray]')")
 
-from esreason_lib.es.core import ES, ESConfig, train_es  # noqa: E402
-from esreason_lib.es.backends.base import SequentialBackend  # noqa: E402
+from esreason_lib.es.core import ES, ESConfig  # noqa: E402
+from esreason_lib.es.loop import train_es
+from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.backends.ray_actors import RayBackend, weights_checksum  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
@@ -103,7 +104,7 @@ def test_rejects_bad_options():
 
 
 def test_make_backend_builds_a_ray_backend_from_the_config():
-    from esreason_lib.es.backends.base import make_backend
+    from esreason_lib.es.backends.registry import make_backend
 
     made = make_backend(dataclasses.replace(CFG, backend="ray", workers=3), Digits(), None)
     assert isinstance(made, RayBackend) and made.workers == 3 and not made.actors  # actors start on first call

@@ -23,7 +23,7 @@ from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.countdown import Countdown
 from esreason_lib.theory import fisher_trace, lemma1_prediction
-from esreason_lib.training import trainer
+from esreason_lib.methods import trainer
 
 # ----------------------------------------------------------------------------------- token-level JS_pol
 

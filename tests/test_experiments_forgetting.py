@@ -10,7 +10,7 @@ import esreason_lib.models.load
 from esreason_lib.studies import common
 from esreason_lib.studies import forgetting as fg
 from esreason_lib.studies.common import model_ref
-from esreason_lib.training import METHODS, trainer
+from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.studies.presets import get_preset
 from esreason_lib.models.pretrain import build_batch, completion_loss

@@ -16,8 +16,11 @@ import pytest
 import torch
 
 from esreason_lib.models.generation import completion_logprobs, generate
-from esreason_lib.grpo.loop import GRPOConfig, group_advantages, grpo_step, train_grpo
-from esreason_lib.grpo.update import forward_rows, policy_loss, policy_update
+from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.loop import grpo_step, train_grpo
+from esreason_lib.grpo.loss import group_advantages
+from esreason_lib.grpo.loss import policy_loss
+from esreason_lib.grpo.update import forward_rows, policy_update
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.studies.presets import get_preset
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2

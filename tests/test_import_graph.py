@@ -80,13 +80,8 @@ def test_graph_parser_sees_function_level_and_relative_imports(tmp_path):
     assert cycles(graph) == [["esreason_lib.a", "esreason_lib.sub.b"]]
 
 
-ALLOWED_CYCLES: list[list[str]] = [sorted(f"esreason_lib.{m}" for m in (
-    "es.backends.base", "es.backends.batched", "es.backends.ray_actors", "es.backends.vllm_engines", "es.core",
-    "es.lowrank", "grpo.loop", "grpo.rollouts_vllm", "grpo.update", "models.load", "models.pretrain",
-    "models.vllm_engine", "training"))]
-"""The cycle the flat layout grew (issue 20); the restructure takes it to none."""
 
 
 def test_no_import_cycles():
     found = cycles(import_graph())
-    assert [c for c in found if c not in ALLOWED_CYCLES] == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)

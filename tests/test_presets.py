@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from esreason_lib.es.core import ESConfig
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.evaluate import EvalSpec
 from esreason_lib.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
 from esreason_lib.store.identity import config_hash
@@ -245,7 +245,7 @@ def _tiny_model():
 @pytest.mark.parametrize("name", ["paper-easy", "paper-hard"])
 @pytest.mark.parametrize("method", ["es", "grpo"])
 def test_paper_preset_runs_one_tiny_step_on_cpu(name, method, paper_data, tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
     from esreason_lib.grpo.loop import train_grpo
 
     preset = get_preset(name)

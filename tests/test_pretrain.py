@@ -202,7 +202,7 @@ def test_make_optimizer_decays_matrices_only():
 
 def test_a_nan_pretraining_loss_stops_and_marks_the_zoo_run_failed(tmp_path, monkeypatch):
     from esreason_lib.store.runs import Run
-    from esreason_lib.training import NonFiniteError
+    from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import get_spec
 
     monkeypatch.setattr(pt, "train_step", lambda *a, **k: float("nan"))

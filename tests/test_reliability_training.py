@@ -18,13 +18,15 @@ import torch
 
 from esreason_lib.es import core as es_module
 from esreason_lib.grpo import loop as grpo_module
-from esreason_lib.es.core import ESConfig, train_es
-from esreason_lib.grpo.loop import GRPOConfig, train_grpo
+from esreason_lib.es.core import ESConfig
+from esreason_lib.es.loop import train_es
+from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.loop import train_grpo
 from esreason_lib.store.integrity import RunStoreWarning, sha256_file
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import pretrain
 from esreason_lib.store.identity import config_hash
-from esreason_lib.training import NonFiniteError
+from esreason_lib.guards import NonFiniteError
 from esreason_lib.models.zoo import ZOO
 
 _ES = ESConfig(model="smoke", population_size=4, sigma=0.05, alpha=1e-2, iterations=4, prompts_per_step=2,
@@ -150,7 +152,7 @@ def test_two_processes_training_one_config_log_each_step_once(isolated_store):
     config = dataclasses.replace(_ES, iterations=3, seed=30)
     script = textwrap.dedent(f"""
         import sys
-        from esreason_lib.es.core import ESConfig, train_es
+        from esreason_lib.es.core import ESConfig; from esreason_lib.es.loop import train_es
         train_es(ESConfig(**{dataclasses.asdict(config)!r}), home=sys.argv[1], progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script, str(isolated_store.store)],
@@ -162,9 +164,10 @@ def test_two_processes_training_one_config_log_each_step_once(isolated_store):
 
 def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
     """A task whose reward is nan: `tell` raises NonFiniteError, and the run's manifest says failed (not complete)."""
-    from esreason_lib.es.core import ESConfig, train_es
+    from esreason_lib.es.core import ESConfig
+    from esreason_lib.es.loop import train_es
     from esreason_lib.store.runs import Run
-    from esreason_lib.training import NonFiniteError
+    from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     class NanReward:

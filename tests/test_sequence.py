@@ -13,7 +13,7 @@ import torch
 
 from esreason_lib.studies.presets import get_preset
 from esreason_lib.methods import sequence_stages, split_budget, train_sequence
-from esreason_lib.training import METHODS
+from esreason_lib.methods import METHODS
 
 
 @pytest.fixture

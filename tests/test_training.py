@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from esreason_lib.es.core import ESConfig
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
@@ -45,9 +45,9 @@ def test_training_inputs_errors():
 
 
 def test_trainer_registry():
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
     from esreason_lib.grpo.loop import train_grpo
-    from esreason_lib.training import METHODS, trainer
+    from esreason_lib.methods import METHODS, trainer
 
     assert METHODS == ("es", "grpo")
     assert trainer("es") is train_es and trainer("grpo") is train_grpo
@@ -95,7 +95,7 @@ def test_prompt_order_is_a_validated_config_field():
 
 
 def test_open_training_run_checks_first_and_returns_no_inputs_for_a_complete_run(tmp_path):
-    from esreason_lib.es.core import train_es
+    from esreason_lib.es.loop import train_es
     from esreason_lib.studies.presets import get_preset
     from esreason_lib.training import open_training_run
 

@@ -7,9 +7,11 @@ import importlib.util
 
 import pytest
 
-from esreason_lib.es.core import ESConfig, train_es
-from esreason_lib.es.backends.base import make_backend
-from esreason_lib.grpo.loop import GRPOConfig, train_grpo
+from esreason_lib.es.core import ESConfig
+from esreason_lib.es.loop import train_es
+from esreason_lib.es.backends.registry import make_backend
+from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.loop import train_grpo
 
 _SPEC = importlib.util.find_spec("vllm")  # None (or a namespace package with no origin) when vLLM is absent
 _NO_VLLM = pytest.mark.skipif(_SPEC is not None and _SPEC.origin is not None, reason="vLLM is installed here")

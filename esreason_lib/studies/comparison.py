@@ -38,7 +38,8 @@ from esreason_lib.studies.presets import Preset
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.tasks import get_task
-from esreason_lib.training import resolve_device, trainer
+from esreason_lib.methods import trainer
+from esreason_lib.training import resolve_device
 from esreason_lib.studies.common import evaluate_ref, model_ref, run_cost
 
 METHODS = ("grpo", "es")

@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.es.core import ES, ESConfig, es_step
-from esreason_lib.es.backends.base import SequentialBackend
-from esreason_lib.es.noise import named_params, perturbed
+from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.loop import es_step
+from esreason_lib.es.backends.sequential import SequentialBackend
+from esreason_lib.es.noise import perturbed
+from esreason_lib.models.weights import named_params
 from esreason_lib.findings import Finding, combine_status, effect_check, make_finding
 from esreason_lib.models.generation import generate
 from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same

@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.es.noise import named_params, noise
+from esreason_lib.es.noise import noise
+from esreason_lib.models.weights import named_params
 from esreason_lib.findings import Check, mde_from_ci
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.seeding import numpy_rng

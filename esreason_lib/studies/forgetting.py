@@ -32,7 +32,8 @@ from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.tasks import get_task
 from esreason_lib.models.zoo import ZOO, get_spec
-from esreason_lib.training import METHODS, resolve_device, trainer
+from esreason_lib.methods import METHODS, trainer
+from esreason_lib.training import resolve_device
 from esreason_lib.studies.common import evaluate_ref, model_ref
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"

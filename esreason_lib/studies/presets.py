@@ -27,7 +27,7 @@ from typing import Any
 
 from esreason_lib.es.core import ESConfig
 from esreason_lib.evaluate import EvalSpec
-from esreason_lib.grpo.loop import GRPOConfig
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
                           SparsitySpec)
 

@@ -30,7 +30,8 @@ from esreason_lib.findings import Finding, effect_check, make_finding
 from esreason_lib.models.load import load_model
 from esreason_lib.studies.presets import Preset
 from esreason_lib.store.runs import Run
-from esreason_lib.training import resolve_device, trainer
+from esreason_lib.methods import trainer
+from esreason_lib.training import resolve_device
 from esreason_lib.models.zoo import ZOO, num_parameters
 from esreason_lib.studies.common import evaluate_ref, model_ref
 

@@ -27,7 +27,7 @@ from esreason_lib.findings import Finding, effect_check, make_finding
 from esreason_lib.studies.presets import Preset
 from esreason_lib.store.runs import Run
 from esreason_lib.methods import sequence_stages, train_sequence
-from esreason_lib.training import trainer
+from esreason_lib.methods import trainer
 from esreason_lib.studies.common import model_ref, run_cost
 from esreason_lib.studies.comparison import BASE_SEED, evaluate_models, pass_curves, seed_problem_values, with_pass
 

@@ -37,7 +37,8 @@ from esreason_lib.models.load import load_model
 from esreason_lib.studies.presets import Preset
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
-from esreason_lib.training import METHODS, resolve_device, trainer
+from esreason_lib.methods import METHODS, trainer
+from esreason_lib.training import resolve_device
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.studies.common import evaluate_ref, model_ref
 

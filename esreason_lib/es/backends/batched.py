@@ -30,7 +30,8 @@ from transformers.masking_utils import create_causal_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
 
 from esreason_lib.es.backends.base import Evaluation
-from esreason_lib.es.noise import named_params, noise, shift_
+from esreason_lib.es.noise import noise, shift_
+from esreason_lib.models.weights import named_params
 from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, left_pad,
                                      mask_positions, special_ids)
 

@@ -59,8 +59,9 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the Ray backend needs the `ray` extra: pip install 'esreason[ray]'") from err
 
 from esreason_lib.es.core import ES, ESConfig, Population
-from esreason_lib.es.backends.base import Evaluation, SequentialBackend
-from esreason_lib.es.noise import weights_checksum
+from esreason_lib.es.backends.base import Evaluation
+from esreason_lib.es.backends.sequential import SequentialBackend
+from esreason_lib.models.weights import weights_checksum
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 
 

