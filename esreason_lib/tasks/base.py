@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -32,6 +33,15 @@ def total(default: Any) -> Callable:
         return never_raises
 
     return wrap
+
+
+def check_seconds(value: Any, field: str, upper: float) -> float:
+    """`value` as a float when it is a finite number of seconds in (0, `upper`]; a one-line ValueError naming
+    `field` and the value otherwise (a bool is no number)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (ok and 0 < value <= upper):
+        raise ValueError(f"{field} must be a number of seconds in (0, {upper:g}], got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
