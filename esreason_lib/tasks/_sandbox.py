@@ -23,7 +23,10 @@ it. The tested code's parent is a supervisor process of the sandbox, not this on
 files, no core files. After the run (`timeout_s` of wall-clock time at most) its whole process group is killed.
 Not guaranteed: where Landlock or seccomp are missing (old kernels, other CPUs) only the audit hook remains, which
 ctypes-free code cannot pass but which is no security boundary; the tested code may still read the standard
-library and its own directory, burn its CPU and memory limits, and print up to `output_bytes`.
+library and its own directory, burn its CPU and memory limits, and print up to `output_bytes`. The judge runs in
+this process without a time limit: a dataset assert that feeds a returned value into costly arithmetic
+(`pow(2, f(3))` with f returning 10**100) would stall it (no MBPP assert does; the values are at most
+`output_bytes` long).
 """
 
 from __future__ import annotations
