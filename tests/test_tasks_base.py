@@ -1,6 +1,9 @@
+import re
+import time
+
 import pytest
 
-from esreason_lib.tasks.base import total
+from esreason_lib.tasks.base import check_seconds, hedged, total
 
 
 def test_total_returns_the_default_instead_of_raising():
@@ -62,3 +65,20 @@ def test_file_task_reads_each_split_once_and_shuffles_by_seed():
     assert Rows.reads == 2 and task.path == "unused.jsonl"
     with pytest.raises(ValueError, match="split"):
         task.examples("valid")
+
+
+def test_hedged_finds_a_second_candidate_after_a_separator():
+    number = re.compile(r"\d")
+    assert hedged("18 or 19", 2, number) and hedged("18, 19", 2, number) and hedged("18 and 20", 2, number)
+    assert hedged("18/19", 2, number) and hedged("18 to 20", 2, number) and hedged("18 \\text{ or } 19", 2, number)
+    assert not hedged("18 dollars", 2, number) and not hedged("18, and Tom had 3", 2, number)
+    assert not hedged("18", 2, number) and not hedged("18. 19", 2, number)
+    t0 = time.perf_counter()
+    assert not hedged("1" + " ," * 50_000 + "x", 1, number) and time.perf_counter() - t0 < 0.5  # linear
+
+
+def test_check_seconds_names_the_field_and_value():
+    assert check_seconds(5, "timeout_s", 60) == 5.0 and check_seconds(60, "timeout_s", 60) == 60.0
+    for bad in (0, -1, 61, float("inf"), float("nan"), True, "5", None):
+        with pytest.raises(ValueError, match=r"^timeout_s must be a number of seconds in \(0, 60\], got "):
+            check_seconds(bad, "timeout_s", 60)

@@ -99,7 +99,7 @@ def test_extraction_order(text, want):
 
 
 @pytest.mark.parametrize("text,want", [("I got 3, then 5 and finally 8.", "8"), ("\\boxed{x} 12", "12"),
-                                       ("#### 4 and 9", "4"), ("none", None), ("1,8", "8")])
+                                       ("#### 4 and 9", None), ("none", None), ("1,8", "8")])
 def test_lenient_extraction_is_opt_in(text, want):
     assert extract_number(text, lenient=True) == want
     assert GSM8K(path="unused", lenient=True).extract_answer(text) == want
@@ -110,11 +110,16 @@ def test_lenient_extraction_is_opt_in(text, want):
 def test_no_false_positives_for_18():
     task, ex = GSM8K(path="unused"), {"id": "g", "question": "q", "answer": "18"}
     for wrong in ("#### 18e5", "#### 1,8", "\\boxed{18^{2}}", "#### 180", "\\boxed{1 8}", "the answer is 18/2",
-                  "#### -18", "\\boxed{18.5}", "I got 18"):
+                  "#### -18", "\\boxed{18.5}", "I got 18",
+                  # hedges (issue 24): an answer naming several numbers is wrong, whatever follows it
+                  "#### 18 or 19", "The answer is 18 or 20", "#### 18, 19", "#### 18/19", "#### $18 or $20",
+                  "the answer is 18 and 19", "#### 18% or 19%"):
         assert not task.is_correct(wrong, ex) and task.reward(wrong, ex) < 1.0, wrong
-    for right in ("#### 18", "#### 18.00", "\\boxed{18}", "the answer is $18.", "\\boxed{\\$18}", "####18"):
+    for right in ("#### 18", "#### 18.00", "\\boxed{18}", "the answer is $18.", "\\boxed{\\$18}", "####18", "#### 18.",
+                  "The answer is 18 dollars", "The answer is 18, and Tom keeps 3", "#### 18 dollars or so"):
         assert task.is_correct(right, ex), right
     assert task.is_correct("#### 1,800", {"id": "g", "question": "q", "answer": "1800"})
+    assert not task.is_correct("#### 18 or 19\n\\boxed{18}", ex)  # a hedge is no answer, whatever follows it
 
 
 @pytest.mark.parametrize("text", ["answer is" + " " * 800 + "x", "the answer is" + " " * 100_000 + "x",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import esreason_lib.tasks.math_task as mt
 from esreason_lib.tasks import get_task
+from esreason_lib.tasks._math_worker import MathWorker, WorkerUnavailable
 from esreason_lib.tasks.math_task import MathTask, last_boxed, math_equal, refusal
 
 
@@ -101,7 +103,7 @@ def test_true_positives_for_one_half(answer):
     assert math_equal("\\frac{1}{2}", answer)
 
 
-@pytest.mark.parametrize("answer", ["0.50000001", "a=1/2", "x = \\frac{1}{2}", "0.49", "2", "\\frac{1}{3}", "1/2x",
+@pytest.mark.parametrize("answer", ["0.5000000000000001", "0.50000000000000000001", "a=1/2", "x = \\frac{1}{2}", "0.49", "2", "\\frac{1}{3}", "1/2x",
                                     "0.5000001"])
 def test_no_false_positives_for_one_half(answer):
     assert not math_equal("\\frac{1}{2}", answer)
@@ -166,7 +168,7 @@ def test_unavailable_worker_counts_wrong_and_is_not_cached(monkeypatch):
 
     monkeypatch.setattr(mt, "_WORKER", mt.MathWorker())
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once: never ready
-    with pytest.raises(mt.WorkerUnavailable):
+    with pytest.raises(WorkerUnavailable):
         mt._WORKER.check("1", "1+0", 1.0)
     assert not math_equal("\\frac{3}{5}", "3 \\cdot 5^{-1}")
     monkeypatch.undo()
@@ -190,3 +192,60 @@ def test_reward_tiers_and_prompts(chat_tok):
     assert plain.startswith("Problem: What is") and "\\boxed{}" in plain and plain.endswith("Solution:")
 
     assert task.prompt(ex, chat_tok).startswith("<|user|>What is") and task.name == "math"
+
+
+@pytest.mark.parametrize("bad", [1e12, float("inf"), float("nan"), 0, -1, 3600.5, True, "5", None])
+def test_timeout_out_of_range_is_a_config_error(bad):
+    """Issue 24: timeout_s=1e12 made select() raise OverflowError inside a check, leaving the reply in the pipe."""
+    message = "timeout_s must be a number of seconds in \\(0, 3600\\], got"
+    for build in (lambda: get_task("math", timeout_s=bad), lambda: math_equal("1", "1", bad),
+                  lambda: MathWorker().check("1", "1", bad)):
+        with pytest.raises(ValueError, match=message):
+            build()
+    assert MathTask(timeout_s=3600).timeout_s == 3600.0
+
+
+def _interrupt_once(monkeypatch, worker, error):
+    """Make `worker`'s next wait for a reply raise `error` once the request is in the child's pipe."""
+    real = worker._read_line
+    state = {"armed": False}
+
+    def read_line(deadline):
+        if state["armed"]:
+            state["armed"] = False
+            raise error
+        return real(deadline)
+
+    monkeypatch.setattr(worker, "_read_line", read_line)
+    return state
+
+
+@pytest.mark.parametrize("error, caller_sees", [(KeyboardInterrupt(), pytest.raises(KeyboardInterrupt)),
+                                                (OverflowError("timeout value is too large"), nullcontext())])
+def test_interrupted_check_never_answers_the_next_question(monkeypatch, error, caller_sees):
+    """Issue 24: an exception or interrupt mid-check left the reply ("1" for 1/2 = 2^{-1}) in the pipe, and the
+    next check (cos(0)+y-y+7 against 1/2) read it as its own verdict, cached."""
+    monkeypatch.setattr(mt, "_WORKER", MathWorker())
+    mt._verdict.cache_clear()
+    try:
+        assert math_equal("\\frac{1}{3}", "3^{-1}", 60.0)  # the worker is up
+        _interrupt_once(monkeypatch, mt._WORKER, error)["armed"] = True
+        with caller_sees:  # KeyboardInterrupt is re-raised; any other exception is no verdict (False)
+            assert not math_equal("\\frac{1}{2}", "2^{-1}", 60.0)
+        assert mt._WORKER.pid() is None  # reset before the exception reached the caller
+        assert not math_equal("\\frac{1}{2}", "\\cos(0)+y-y+7", 60.0)
+        assert math_equal("\\frac{1}{2}", "2^{-1}", 60.0)  # nothing was cached for the interrupted check
+    finally:
+        mt._WORKER.close()
+        mt._verdict.cache_clear()
+
+
+def test_stale_reply_with_another_id_is_ignored():
+    worker = MathWorker()
+    try:
+        assert worker.check("\\frac{1}{2}", "2^{-1}", 60.0)
+        worker._buf += f"{worker.checks} 1\n0 1\ngarbage\n1\n".encode()  # stale replies of earlier requests
+        assert not worker.check("\\frac{1}{2}", "\\cos(0)+y-y+7", 60.0)  # ... are never taken for this one
+        assert worker.restarts == 0 and worker.check("2", "1+1", 60.0)
+    finally:
+        worker.close()

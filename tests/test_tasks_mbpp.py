@@ -1,6 +1,6 @@
 """MBPP: loader, code extraction, entry points, and the sandbox on good and hostile programs (loops, early exits,
 memory and output blow-ups, network, process creation), each bounded in time. Data files are written here in
-MBPP's layout; the hub is never read."""
+MBPP's layout; the hub is never read. Forged verdicts and sandbox escapes (issue 24) are in test_tasks_sandbox.py."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_sandbox_outcomes(code, status):
     assert time.perf_counter() - t0 < TIMEOUT_S + 5.0 and len(result.output) <= TAIL_BYTES
 
 
-def test_sandbox_output_is_bounded_and_token_hidden():
+def test_sandbox_output_is_bounded():
     result = run_tests("def add(a, b):\n    print('y' * 100_000)\n    return a + b", TESTS)
     assert result.passed and len(result.output) == TAIL_BYTES and set(result.output.strip()) == {"y"}
     failed = run_tests("def add(a, b):\n    print('hi')\n    return 0", TESTS)

@@ -144,6 +144,20 @@ def test_gpqa_has_no_train_split_and_names_bad_fields(tmp_path, monkeypatch):
     ("I pick B because A is wrong.", None), ("B", None), ("Answer: Bob", None), ("Answer: F", None),
     ("The answer is b", None), ("\\boxed{Banana}", None), ("Answer: B2", None), ("answers: C", None), ("", None),
     ("the answer is" + " " * 50_000 + "x", None), (None, None), (17, None),
+    # hedges (issue 24): naming several letters is no answer
+    ("\\boxed{B or C}", None), ("Answer: B, C", None), ("The answer is (B) or (C)", None), ("Answer: B/C", None),
+    ("\\boxed{B \\text{ or } C}", None), ("Answer: B and D", None), ("\\boxed{(B), (C)}", None),
+    ("Answer: B, because C is wrong", "B"), ("The answer is B. C is wrong.", "B"),
 ])
 def test_extract_letter(text, letter):
     assert extract_letter(text, "ABCDE") == letter
+
+
+def test_hedged_letters_score_wrong_in_both_tasks(tmp_path):
+    csqa = CommonsenseQA(path=_write(tmp_path / "c.jsonl", [OFFICIAL]))
+    gpqa = GPQA(path=_write(tmp_path / "g.jsonl", [GPQA_ROW]))
+    for task in (csqa, gpqa):
+        ex = {**task.examples("test")[0], "answer": "B"}
+        assert task.is_correct("\\boxed{B}", ex) and task.is_correct("Answer: B", ex)
+        for hedge in ("\\boxed{B or C}", "Answer: B, C", "\\boxed{B, C}", "The answer is B or C"):
+            assert not task.is_correct(hedge, ex) and task.reward(hedge, ex) == 0.0, hedge

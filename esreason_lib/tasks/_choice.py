@@ -9,16 +9,19 @@ the task's labels, upper case only; the completion's last 100,000 characters are
      optionally followed by its text: `\\boxed{B}`, `\\boxed{(B)}`, `\\boxed{\\text{B}}`, `\\boxed{B. river}`;
   2. the letter right after the last "answer is" or "answer:" (the word case-insensitive), past spaces, "*", ":"
      and "(": "The answer is (B)", "Answer: B", "**Answer:** C", "the answer is: D".
-A letter followed by another letter or a digit is no answer ("Answer: Bob"). Nothing else counts: never the last
+A letter followed by another letter or a digit is no answer ("Answer: Bob"). A hedge is no answer (`base.hedged`,
+the rule of every task): a letter followed by a separator and another choice letter (`\\boxed{B or C}`, "Answer: B,
+C", "(B) and (C)", "B/C") gives None, whatever other rule might have found. Nothing else counts: never the last
 capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was extracted; correct = it is the gold.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import FileTask, after_answer_marker, render_prompt, unwrap_tex_text
-from .base import Example, total
+from .base import Example, hedged, total
 from .math_task import last_boxed
 
 __all__ = ["MultipleChoiceTask", "extract_letter"]
@@ -27,9 +30,17 @@ _MAX_CHARS = 100_000
 """Completions are cut to their last this-many characters before extraction."""
 
 
+class _Hedge(Exception):
+    """The answer names several letters: no answer at all."""
+
+
 def _letter_at(text: str, i: int, letters: str) -> str | None:
-    """The letter at `text[i]` when it is one of `letters` and no letter or digit follows it, else None."""
+    """The letter at `text[i]` when it is one of `letters` and no letter or digit follows it, else None; raises
+    _Hedge when another of `letters` follows it after a separator ("B or C", "(B), (C)")."""
     if i < len(text) and text[i] in letters and not (i + 1 < len(text) and text[i + 1].isalnum()):
+        end = i + 2 if text.startswith(")", i + 1) else i + 1
+        if hedged(text, end, re.compile(f"[{re.escape(letters)}](?![A-Za-z0-9])")):
+            raise _Hedge
         return text[i]
     return None
 
@@ -38,7 +49,13 @@ def extract_letter(completion: Any, letters: str) -> str | None:
     """The choice letter (one of `letters`) the completion gives, by the module's rules, or None. Never raises."""
     if not isinstance(completion, str):
         return None
-    text = completion[-_MAX_CHARS:]
+    try:
+        return _extract(completion[-_MAX_CHARS:], letters)
+    except _Hedge:
+        return None
+
+
+def _extract(text: str, letters: str) -> str | None:
     boxed = last_boxed(text)
     if boxed is not None:
         content = unwrap_tex_text(boxed)

@@ -8,13 +8,19 @@ goes wrong (parse failure, exception, MemoryError under its address-space cap): 
 
 The child runs this file as a script (`python -I <this file> <parent sys.path as JSON>`), so it imports neither
 the package nor the caller's `__main__`; it needs only the standard library and math_verify. Protocol: the child
-prints "ready" once imported, then for each request line `[gold, answer]` (JSON) one line "1" or "0".
-POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a caller may
-also wait for the checks queued before its own.
+prints "ready" once imported, then for each request line `[id, gold, answer]` (JSON) one line "<id> 1" or
+"<id> 0". POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a
+caller may also wait for the checks queued before its own.
+
+Guarantee: a verdict always answers its own question. Every request carries a fresh id and a reply with another
+id is discarded (a stale reply never answers a later check); and when anything interrupts a check (an exception,
+KeyboardInterrupt), the child is killed and restarted before the exception reaches the caller, so no reply is
+left in the pipe. `timeout_s` must be a finite number of seconds in (0, `MAX_TIMEOUT_S`] (`base.check_seconds`).
 
 Correctness rules beyond `math_verify.verify(gold, answer)` (gold first), both against lenient false positives:
   - floats are compared at the precision the answer states (`float_rounding` = its longest run of decimals,
-    clamped to 6..15), so 0.50000001 is not 1/2 while 0.5 and 0.333333 still equal 1/2 and 1/3;
+    at least 6, no upper clamp), so 0.50000001 and 0.5000000000000001 are not 1/2 while 0.5 and 0.333333 still
+    equal 1/2 and 1/3;
   - an answer that is a relation (`a=1/2`, `x<3`) never equals a gold that is not one.
 """
 
@@ -29,6 +35,8 @@ import sys
 import threading
 import time
 
+MAX_TIMEOUT_S = 3600.0
+"""The longest `timeout_s` a check accepts (select() overflows on huge values; an hour is no verifier bound)."""
 STARTUP_TIMEOUT_S = 120.0
 """Longest wait for a (re)started child to import math_verify before a check gives up (counted as no result)."""
 MEMORY_CAP_BYTES = 4 * 2**30
@@ -38,8 +46,8 @@ _DECIMALS = re.compile(r"\.(\d+)")
 
 
 def float_rounding(answer: str) -> int:
-    """The decimal places at which floats are compared: `answer`'s longest run of decimals, clamped to 6..15."""
-    return min(15, max(6, max((len(m.group(1)) for m in _DECIMALS.finditer(answer)), default=0)))
+    """The decimal places at which floats are compared: `answer`'s longest run of decimals, at least 6."""
+    return max(6, max((len(m.group(1)) for m in _DECIMALS.finditer(answer)), default=0))
 
 
 class WorkerUnavailable(RuntimeError):
@@ -63,27 +71,42 @@ class MathWorker:
 
     def check(self, gold: str, answer: str, timeout_s: float) -> bool:
         """Whether `answer` equals `gold` per the module's rules; False when the child takes over `timeout_s`
-        seconds (it is then killed and restarted). Raises WorkerUnavailable when no child could be made ready."""
+        seconds (it is then killed and restarted). Raises WorkerUnavailable when no child could be made ready,
+        ValueError on a bad `timeout_s`; any exception or interrupt kills the child before it propagates (the next
+        check starts a fresh one)."""
+        from .base import check_seconds  # noqa: PLC0415 (this file also runs as a script, without its package)
+
+        timeout_s = check_seconds(timeout_s, "timeout_s", MAX_TIMEOUT_S)
         with self._lock:
-            if self._proc is None or self._owner != os.getpid() or self._proc.poll() is not None:
-                self._start()
-            if not self._ready:
-                if self._read_line(time.monotonic() + STARTUP_TIMEOUT_S) != b"ready":
-                    self._kill()
-                    raise WorkerUnavailable("the math_verify worker process did not start (is math-verify installed?)")
-                self._ready = True
-            self.checks += 1
             try:
-                self._proc.stdin.write(json.dumps([gold, answer]).encode() + b"\n")
-                self._proc.stdin.flush()
-            except OSError:  # the child died between checks
-                self._restart()
-                return False
-            reply = self._read_line(time.monotonic() + timeout_s)
-            if reply not in (b"0", b"1"):  # overran, or died mid-check
-                self._restart()
-                return False
-            return reply == b"1"
+                return self._ask(gold, answer, timeout_s)
+            except BaseException:  # the request may be in flight: its reply must never answer a later check
+                self._kill()
+                raise
+
+    def _ask(self, gold: str, answer: str, timeout_s: float) -> bool:
+        if self._proc is None or self._owner != os.getpid() or self._proc.poll() is not None:
+            self._start()
+        if not self._ready:
+            if self._read_line(time.monotonic() + STARTUP_TIMEOUT_S) != b"ready":
+                self._kill()
+                raise WorkerUnavailable("the math_verify worker process did not start (is math-verify installed?)")
+            self._ready = True
+        self.checks += 1
+        request = self.checks
+        try:
+            self._proc.stdin.write(json.dumps([request, gold, answer]).encode() + b"\n")
+            self._proc.stdin.flush()
+        except OSError:  # the child died between checks
+            self._restart()
+            return False
+        deadline = time.monotonic() + timeout_s
+        while (reply := self._read_line(deadline)) is not None:
+            ident, _, verdict = reply.partition(b" ")
+            if ident == str(request).encode() and verdict in (b"0", b"1"):
+                return verdict == b"1"
+        self._restart()  # overran, or died mid-check
+        return False
 
     def close(self) -> None:
         """Stop the child (it also exits by itself when this process closes its stdin)."""
@@ -162,12 +185,13 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
+        request, ok = None, False
         try:
-            gold, answer = json.loads(line)
+            request, gold, answer = json.loads(line)
             ok = equal(gold, answer)
         except BaseException:  # noqa: BLE001 (MemoryError, RecursionError, sympy's own errors: all mean "no")
-            ok = False
-        out.write(b"1\n" if ok else b"0\n")
+            pass
+        out.write(f"{request} {int(ok)}\n".encode())
         out.flush()
 
 

@@ -17,6 +17,8 @@ Evaluation (`extract_answer`, `is_correct`), the first rule that finds a number 
   2. the content of the last `\\boxed{...}` when it is a number (`\\$`, `\\text{units}` and `\\%` allowed);
   3. the number right after the last "the answer is" (case-insensitive, optional ":");
   4. only with `lenient=True`: the last number anywhere in the completion.
+A hedge is no answer (`base.hedged`, the rule of every task): "#### 18 or 19" and "the answer is 18 or 20" give
+None, and so does a hedged "####" line whatever follows it.
 Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
 """
 
@@ -27,7 +29,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from ._common import dataset_rows, render_prompt, shuffled_prefix
-from .base import Example, RewardShaping, Task, total
+from .base import Example, RewardShaping, Task, hedged, total
 from .math_task import last_boxed
 
 __all__ = ["GSM8K", "extract_number", "normalize_number"]
@@ -44,6 +46,9 @@ _LEAD = re.compile(r"[ \t:$*]*")
 """Skipped between a marker ("####", "the answer is") and its number."""
 _TOKEN = re.compile(r"\S*")
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
+_NEXT_NUMBER = re.compile(r"-?\$?\.?\d")
+"""The start of another candidate number after a hedge's separator ("18 or 19")."""
+_NUMBER_END = re.compile(f"(?:{_NUMBER.pattern})%?")
 _BOX_DECORATION = re.compile(r"\\[,!; ]|\\?\$|\\?%|\\(?:text|mbox|mathrm)\{[A-Za-z .]*\}")
 """What a boxed number may carry: LaTeX spaces, dollar and percent signs, unit words."""
 
@@ -66,10 +71,18 @@ def normalize_number(text: str) -> str | None:
     return "0" if out in ("-0", "0") else out
 
 
+class _Hedge(Exception):
+    """The answer names several numbers ("#### 18 or 19"): no answer at all."""
+
+
 def _number_at(text: str, start: int) -> str | None:
-    """The normalised number that is the token at `text[start:]` (after spaces, ":", "$" or "*"), or None."""
+    """The normalised number that is the token at `text[start:]` (after spaces, ":", "$" or "*"), or None;
+    raises _Hedge when another number follows it after a separator."""
     start = _LEAD.match(text, start).end()
-    return normalize_number(_TOKEN.match(text, start, start + 2 * _MAX_NUMBER_CHARS).group())
+    number = normalize_number(_TOKEN.match(text, start, start + 2 * _MAX_NUMBER_CHARS).group())
+    if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), _NEXT_NUMBER):
+        raise _Hedge
+    return number
 
 
 def boxed_number(text: str) -> str | None:
@@ -84,7 +97,13 @@ def extract_number(completion: str, lenient: bool = False) -> str | None:
     """The answer number of a free-text solution, by the module's documented rule order; never raises."""
     if not isinstance(completion, str):
         return None
-    text = completion[-_MAX_CHARS:]
+    try:
+        return _extract(completion[-_MAX_CHARS:], lenient)
+    except _Hedge:
+        return None
+
+
+def _extract(text: str, lenient: bool) -> str | None:
     i = text.rfind("####")
     if i >= 0 and (number := _number_at(text, i + 4)) is not None:
         return number

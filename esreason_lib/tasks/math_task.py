@@ -15,12 +15,15 @@ below) and never raises:
      or exponents over 4 digits, factorials of big numbers, integrals/sums/products/limits, numbers with two
      decimal points, two or more words of prose outside `\\text{}`): wrong. Linear time, microseconds;
   2. an answer identical to the gold (up to surrounding spaces) is right; when both are plain numbers
-     (integers, decimals, `a/b`, `\\frac{a}{b}`), exact arithmetic in-process decides, with the float rule of
-     `_math_worker` (decimals compared at the precision the answer states, at least 6 places);
+     (integers, decimals, `a/b`, `\\frac{a}{b}`), exact arithmetic in-process decides (Fractions, no float), with
+     the float rule of `_math_worker` (decimals compared at the precision the answer states, at least 6 places, no
+     upper clamp: 0.5000000000000001 is not 1/2);
   3. otherwise `math_verify.verify(gold, answer)` (gold first: it is asymmetric) in the persistent worker
      process of `_math_worker`, killed and restarted when it overruns `timeout_s` (the answer then counts as
      wrong). An answer that is a relation (`a=1/2`) never equals a gold that is not one.
-Verdicts are cached per (gold, answer, timeout_s). Measured on this project's 2-core machine under load
+Verdicts are cached per (gold, answer, timeout_s); a check that raised or was interrupted is never cached, and the
+worker matches replies to requests (see `_math_worker`), so an interrupt never shifts later verdicts.
+`timeout_s` must be a finite number of seconds in (0, 3600] (a ValueError naming it otherwise). Measured on this project's 2-core machine under load
 (load average 13): a cached verdict 0.5 us, a refused answer 17 us, two plain numbers 43 us, a worker check
 19-64 ms on average (1.5 s at most over the fuzz corpus), the first check 3.1 s (the worker starts), and the
 check after a kill 3.1 s (the restarted worker imports math_verify first).
@@ -34,8 +37,8 @@ from functools import lru_cache
 from typing import Any
 
 from ._common import dataset_rows, local_file, render_prompt, shuffled_prefix
-from ._math_worker import MathWorker, WorkerUnavailable, float_rounding
-from .base import Example, RewardShaping, Task, total
+from ._math_worker import MAX_TIMEOUT_S, MathWorker, float_rounding
+from .base import Example, RewardShaping, Task, check_seconds, total
 
 __all__ = ["MathTask", "last_boxed", "math_equal", "refusal"]
 
@@ -178,17 +181,19 @@ def _verdict(gold: str, answer: str, timeout_s: float) -> bool:
     g, a = _plain_number(gold), _plain_number(answer)
     if g is not None and a is not None:
         return _numbers_equal(g, a, answer, "." in gold or "." in answer)
-    return _WORKER.check(gold, answer, timeout_s)  # WorkerUnavailable propagates: never cached
+    return _WORKER.check(gold, answer, timeout_s)  # an exception (WorkerUnavailable, ...) is never cached
 
 
 def math_equal(gold: str, pred: str, timeout_s: float = 5.0) -> bool:
     """Whether answer `pred` is mathematically equal to `gold` (rules in the module docstring), deciding within
-    `timeout_s` seconds once the worker is up. Works from any thread (checks are serialised). Never raises."""
+    `timeout_s` seconds once the worker is up. Works from any thread (checks are serialised). Never raises on its
+    inputs: only a bad `timeout_s` (ValueError) and KeyboardInterrupt propagate."""
+    timeout_s = check_seconds(timeout_s, "timeout_s", MAX_TIMEOUT_S)
     if not isinstance(gold, str) or not isinstance(pred, str):
         return False
     try:
-        return _verdict(gold, pred, float(timeout_s))
-    except WorkerUnavailable:
+        return _verdict(gold, pred, timeout_s)
+    except Exception:  # noqa: BLE001 (WorkerUnavailable, a broken pipe: no verdict, and none cached)
         return False
 
 
@@ -211,9 +216,8 @@ class MathTask(Task):
         super().__init__(shaping)
         if dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        self.path, self.dataset, self.timeout_s = path, dataset, float(timeout_s)
+        self.path, self.dataset = path, dataset
+        self.timeout_s = check_seconds(timeout_s, "timeout_s", MAX_TIMEOUT_S)
         self._rows: dict[str, list[Example]] = {}
 
     def _load(self, split: str) -> list[Example]:

@@ -14,9 +14,11 @@ Extraction (`extract_code`; the text after the last `</think>` when there is one
   2. else, when the text starts with a ``` fence, that block;
   3. else the raw text up to the first ``` (the plain prompt opened the fence).
 Empty code is no answer. Well-formed (the 0.1 reward tier) = the code compiles (in-process `compile`, code up to
-`MAX_CODE_CHARS`). Correct = the code, `test_setup_code` and every assert of `test_list` run in `_sandbox` (a child
-process with a `timeout_s` wall-clock limit, 1 GiB of memory, bounded output, no network, no process creation)
-and pass. Timeouts, syntax errors and crashes score 0; nothing raises.
+`MAX_CODE_CHARS`). Correct = every assert of `test_list` holds, decided by `_sandbox.run_tests`: the code and
+`test_setup_code` run in a confined child (a `timeout_s` wall-clock limit, 1 GiB of memory, bounded output, no
+network, no new processes, no writes outside its directory) which only evaluates the parts of the asserts that
+call the code; this process judges the asserts on the plain values it returns, so printing, exiting early or a
+lying `__eq__` cannot forge a pass. Timeouts, syntax errors and crashes score 0; nothing raises.
 Before any process starts, code that never mentions a function the asserts call (a non-builtin name, found in the
 asserts at load time: `entry_points`) is wrong: it cannot define it short of building the name at run time.
 Verdicts are cached per (code, tests, setup, timeout_s), a timeout included.
@@ -35,7 +37,7 @@ from typing import Any
 
 from ._common import check_split, dataset_rows, render_prompt, shuffled_prefix
 from ._sandbox import run_tests
-from .base import Example, RewardShaping, Task, total
+from .base import Example, RewardShaping, Task, check_seconds, total
 
 __all__ = ["MBPP", "entry_points", "extract_code"]
 
@@ -92,9 +94,7 @@ class MBPP(Task):
 
     def __init__(self, path: str | None = None, *, timeout_s: float = 5.0, shaping: RewardShaping = RewardShaping()):
         super().__init__(shaping)
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 60:
-            raise ValueError(f"timeout_s must be a number of seconds in (0, 60], got {timeout_s!r}")
-        self.path, self.timeout_s = path, float(timeout_s)
+        self.path, self.timeout_s = path, check_seconds(timeout_s, "timeout_s", 60)
         self._rows: dict[str, list[Example]] = {}
         self._verdicts: OrderedDict[bytes, bool] = OrderedDict()
         self._lock = threading.Lock()
