@@ -8,7 +8,8 @@ goes wrong (parse failure, exception, MemoryError under its address-space cap): 
 
 The child runs this file as a script (`python -I <this file> <parent sys.path as JSON>`), so it imports neither
 the package nor the caller's `__main__`; it needs only the standard library and math_verify. Protocol: the child
-prints "ready" once imported, then for each request line `[gold, answer]` (JSON) one line "1" or "0".
+prints "ready" once imported, then for each request line `[gold, answer]` (JSON) one line "1" or "0", and for
+each request `{"file", "function", "args"}` (`MathWorker.call`) one line `[result]` (JSON) or "error".
 POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a caller may
 also wait for the checks queued before its own.
 
@@ -64,6 +65,20 @@ class MathWorker:
     def check(self, gold: str, answer: str, timeout_s: float) -> bool:
         """Whether `answer` equals `gold` per the module's rules; False when the child takes over `timeout_s`
         seconds (it is then killed and restarted). Raises WorkerUnavailable when no child could be made ready."""
+        return self._ask(json.dumps([gold, answer]), timeout_s) == b"1"
+
+    def call(self, module_file: str, function: str, args: list, timeout_s: float):
+        """`function(*args)` of the module file `module_file` (stdlib and math_verify imports only: the child
+        loads the file by itself, outside any package), run in the child; its result must be JSON. Raises
+        TimeoutError when the child takes over `timeout_s` seconds (it is then killed and restarted) or the call
+        raised, WorkerUnavailable when no child could be made ready."""
+        reply = self._ask(json.dumps({"file": module_file, "function": function, "args": args}), timeout_s)
+        if reply is None or not reply.startswith(b"["):
+            raise TimeoutError(f"{function} did not return within {timeout_s} s in the math_verify worker")
+        return json.loads(reply)[0]
+
+    def _ask(self, request: str, timeout_s: float) -> bytes | None:
+        """The child's reply line to the request line `request`; None (after a restart) on overrun or death."""
         with self._lock:
             if self._proc is None or self._owner != os.getpid() or self._proc.poll() is not None:
                 self._start()
@@ -74,16 +89,15 @@ class MathWorker:
                 self._ready = True
             self.checks += 1
             try:
-                self._proc.stdin.write(json.dumps([gold, answer]).encode() + b"\n")
+                self._proc.stdin.write(request.encode() + b"\n")
                 self._proc.stdin.flush()
             except OSError:  # the child died between checks
                 self._restart()
-                return False
+                return None
             reply = self._read_line(time.monotonic() + timeout_s)
-            if reply not in (b"0", b"1"):  # overran, or died mid-check
+            if reply is None:  # overran, or died mid-check
                 self._restart()
-                return False
-            return reply == b"1"
+            return reply
 
     def close(self) -> None:
         """Stop the child (it also exits by itself when this process closes its stdin)."""
@@ -139,6 +153,7 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
     except (ImportError, ValueError, OSError):
         pass
+    import importlib.util  # noqa: PLC0415
     import logging  # noqa: PLC0415
     from functools import lru_cache  # noqa: PLC0415
 
@@ -161,13 +176,26 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
 
     out.write(b"ready\n")
     out.flush()
+    modules = {}
+
+    def call(file: str, function: str, args: list) -> bytes:
+        if file not in modules:
+            spec = importlib.util.spec_from_file_location(f"_worker_module_{len(modules)}", file)
+            modules[file] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(modules[file])
+        return json.dumps([getattr(modules[file], function)(*args)]).encode()
+
     for line in sys.stdin.buffer:
+        request = None
         try:
-            gold, answer = json.loads(line)
-            ok = equal(gold, answer)
+            request = json.loads(line)
+            if isinstance(request, dict):
+                reply = call(request["file"], request["function"], request["args"])
+            else:
+                reply = b"1" if equal(*request) else b"0"
         except BaseException:  # noqa: BLE001 (MemoryError, RecursionError, sympy's own errors: all mean "no")
-            ok = False
-        out.write(b"1\n" if ok else b"0\n")
+            reply = b"0" if isinstance(request, list) else b"error"
+        out.write(reply + b"\n")
         out.flush()
 
 
