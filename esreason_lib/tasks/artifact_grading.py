@@ -174,11 +174,12 @@ def numeric_form(value: str) -> str:
     return str(int(number)) if number == int(number) else str(number)
 
 
-def gsm8k_correct(completion: str, gold: str, timeout_s: float = WORKER_TIMEOUT_S) -> bool:
-    """The artifact's evaluation verdict: math-verify's when it extracts an answer (within `timeout_s`), else
-    the regex fallback's. Never raises."""
+def gsm8k_correct(completion: str, gold: str, timeout_s: float | None = None) -> bool:
+    """The artifact's evaluation verdict: math-verify's when it extracts an answer (within `timeout_s`, None =
+    `WORKER_TIMEOUT_S`), else the regex fallback's. Never raises."""
     try:
-        verdict = _WORKER.call(_VERIFY_FILE, "verdict", [completion, gold], timeout_s)
+        limit = WORKER_TIMEOUT_S if timeout_s is None else timeout_s
+        verdict = _WORKER.call(_VERIFY_FILE, "verdict", [completion, gold], limit)
     except (TimeoutError, WorkerUnavailable):
         verdict = None
     if verdict is not None:
