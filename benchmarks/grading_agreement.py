@@ -8,6 +8,10 @@ Corpus: every GSM8K test gold (`../shared/data/gsm8k/test.jsonl`, or `--data`) w
 reference solution itself, adversarial strings), and 600 Countdown problems (3 and 4 numbers) answered in 24
 ways. It prints agreement per protocol part and every disagreeing format with an example.
 
+Measured (`--eval-every 1`, math-verify 0.9.0, Python 3.11): training reward 44,846 / 44,846 strings agree,
+evaluation 44,846 / 44,846 (the regex fallback decided 6,595 of them), Countdown 14,400 / 14,400: 100% each,
+no disagreeing format.
+
 The REFERENCE TRANSCRIPTION below follows the published code step by step (the artifact yunpengba7/
 understanding-es `src/es_reproduction/rewards.py` and `data.py`; TinyZero `verl/utils/reward_score/
 countdown.py`); it lives only here, to check `esreason_lib.tasks.artifact_grading` against it.
