@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import esreason_lib.tasks.artifact_grading as ag
 import esreason_lib.tasks.math_task as mt
 from esreason_lib.tasks import TASK_NAMES, get_task
 from esreason_lib.tasks.countdown import Countdown, evaluate_expression, solve
@@ -33,9 +34,12 @@ EXAMPLES = {
     "mbpp": {"id": "b", "text": "t", "code": "def pi():\n    return 3", "test_list": ["assert pi() == 3"],
              "test_setup_code": "", "entry_points": ["pi"]},
 }
-MATH_TIMEOUT_S = MBPP_TIMEOUT_S = 2.0
+MATH_TIMEOUT_S = MBPP_TIMEOUT_S = ARTIFACT_TIMEOUT_S = 2.0
 TIMEOUTS = {"math": MATH_TIMEOUT_S, "mbpp": MBPP_TIMEOUT_S}
 TASKS = {name: get_task(name, **({"timeout_s": TIMEOUTS[name]} if name in TIMEOUTS else {})) for name in TASK_NAMES}
+PROTOCOLS = {"gsm8k-artifact": get_task("gsm8k", protocol="artifact"),
+             "countdown-tinyzero": get_task("countdown", protocol="tinyzero")}
+"""The artifact grading protocols, fuzzed like the tasks (`EXAMPLES` by the task name before the "-")."""
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 pieces = st.sampled_from(["<answer>", "</answer>", "\\boxed{", "}", "{", "\\fbox", "####", "$", "=", ">", "\n",
@@ -55,11 +59,17 @@ def _check_total(task, text, example):
     assert task.reward(text, example) in (shaping.correct, shaping.formatted, shaping.invalid)
 
 
-@pytest.mark.parametrize("name", [n for n in TASK_NAMES if n != "math"])
+@pytest.mark.parametrize("name", [n for n in TASK_NAMES if n != "math"] + ["countdown-tinyzero"])
 @FAST
 @given(text=anything)
 def test_verifiers_never_raise(name, text):
-    _check_total(TASKS[name], text, EXAMPLES[name])
+    _check_total((TASKS | PROTOCOLS)[name], text, EXAMPLES[name.split("-")[0]])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=anything)
+def test_artifact_gsm8k_never_raises(text):  # fewer examples: each evaluation is a math-verify worker call
+    _check_total(PROTOCOLS["gsm8k-artifact"], text, EXAMPLES["gsm8k"])
 
 
 @FAST
@@ -89,17 +99,21 @@ def test_solver_solutions_verify(nums, seed):
             assert task.is_correct(s, example) and task.canonical_answer(s, example) == s
 
 
-@pytest.mark.parametrize("name", TASK_NAMES)
+@pytest.mark.parametrize("name", TASK_NAMES + tuple(PROTOCOLS))
 def test_non_string_completions(name):
-    task, ex = TASKS[name], EXAMPLES[name]
+    task, ex = (TASKS | PROTOCOLS)[name], EXAMPLES[name.split("-")[0]]
     for junk in (None, 12, b"bytes", ["x"], float("nan")):
         assert task.reward(junk, ex) == 0.0 and not task.is_correct(junk, ex)
 
 
 CORPUS_SIZE, CORPUS_SEED = 10_000, 0
-PER_CALL_LIMIT_S = {name: 2.0 for name in TASK_NAMES} | {"math": MATH_TIMEOUT_S + 10.0, "mbpp": MBPP_TIMEOUT_S + 5.0}
-"""Bound on one verifier call (generous for a loaded 2-core machine); MATH's allows one worker restart, MBPP's a
-sandbox start and kill."""
+PER_CALL_LIMIT_S = {name: 2.0 for name in TASK_NAMES + tuple(PROTOCOLS)} | {
+    "math": MATH_TIMEOUT_S + 10.0, "mbpp": MBPP_TIMEOUT_S + 5.0, "gsm8k-artifact": ARTIFACT_TIMEOUT_S + 10.0}
+"""Bound on one verifier call (generous for a loaded 2-core machine); MATH's and the GSM8K artifact protocol's
+allow one worker restart, MBPP's a sandbox start and kill."""
+ARTIFACT_CORPUS = 400
+"""The GSM8K artifact protocol runs math-verify (in its worker) on every string: only this prefix of the corpus
+(issue strings included) is timed for it."""
 PER_TASK_LIMIT_S = 60.0
 """Bound on one task's whole corpus (5 calls per string); measured 1-4 s per task, 11-17 s for MATH, under load."""
 PIECES = ["<answer>", "</answer>", "\\boxed{", "\\boxed ", "\\fbox{", "}", "{", "####", "#### ", "$", "\\$", "=",
@@ -160,12 +174,17 @@ def corpus() -> list[str]:
     return ISSUE_STRINGS + [adversarial(rng) for _ in range(CORPUS_SIZE)]
 
 
-@pytest.mark.parametrize("name", TASK_NAMES)
-def test_adversarial_corpus(name, corpus):
-    task, example, shaping = TASKS[name], EXAMPLES[name], TASKS[name].shaping
+@pytest.mark.parametrize("name", TASK_NAMES + tuple(PROTOCOLS))
+def test_adversarial_corpus(name, corpus, monkeypatch):
+    task, example = (TASKS | PROTOCOLS)[name], EXAMPLES[name.split("-")[0]]
+    shaping, worker = task.shaping, ag._WORKER if name == "gsm8k-artifact" else mt._WORKER
     if name == "math":
         assert mt.math_equal("\\frac{1}{2}", "2^{-1}", 60.0)  # start the worker outside the timed calls
-    checks, restarts = mt._WORKER.checks, mt._WORKER.restarts
+    if name == "gsm8k-artifact":
+        monkeypatch.setattr(ag, "WORKER_TIMEOUT_S", ARTIFACT_TIMEOUT_S)
+        assert ag.gsm8k_correct("\\boxed{18}", "18", 60.0)  # start the worker outside the timed calls
+        corpus = corpus[:ARTIFACT_CORPUS]
+    checks, restarts = worker.checks, worker.restarts
     seconds = []
     t_task = time.perf_counter()
     for text in corpus:
@@ -188,6 +207,6 @@ def test_adversarial_corpus(name, corpus):
     total = time.perf_counter() - t_task
     ms = np.array(seconds) * 1e3
     print(f"\nfuzz {name}: {ms.size} calls on {len(corpus)} strings, max {ms.max():.1f} ms, "
-          f"p99 {np.percentile(ms, 99):.3f} ms, total {total:.1f} s, worker checks {mt._WORKER.checks - checks}, "
-          f"restarts {mt._WORKER.restarts - restarts}")
-    assert ms.size >= 5 * CORPUS_SIZE and total < PER_TASK_LIMIT_S
+          f"p99 {np.percentile(ms, 99):.3f} ms, total {total:.1f} s, worker checks {worker.checks - checks}, "
+          f"restarts {worker.restarts - restarts}")
+    assert ms.size >= 5 * min(len(corpus), CORPUS_SIZE) and total < PER_TASK_LIMIT_S

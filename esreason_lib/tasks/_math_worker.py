@@ -8,8 +8,9 @@ goes wrong (parse failure, exception, MemoryError under its address-space cap): 
 
 The child runs this file as a script (`python -I <this file> <parent sys.path as JSON>`), so it imports neither
 the package nor the caller's `__main__`; it needs only the standard library and math_verify. Protocol: the child
-prints "ready" once imported, then for each request line `[id, gold, answer]` (JSON) one line "<id> 1" or
-"<id> 0". POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a
+prints "ready" once imported, then for each request line `[id, [gold, answer]]` (JSON) one line "<id> 1" or
+"<id> 0", and for each `[id, {"file", "function", "args"}]` (`MathWorker.call`) one line "<id> [result]" (JSON)
+or "<id> error". POSIX only (the wait uses `select` on the pipe). Checks from several threads are serialised, so a
 caller may also wait for the checks queued before its own.
 
 Guarantee: a verdict always answers its own question. Every request carries a fresh id and a reply with another
@@ -77,14 +78,32 @@ class MathWorker:
         from .base import check_seconds  # noqa: PLC0415 (this file also runs as a script, without its package)
 
         timeout_s = check_seconds(timeout_s, "timeout_s", MAX_TIMEOUT_S)
+        return self._ask([gold, answer], timeout_s) == b"1"
+
+    def call(self, module_file: str, function: str, args: list, timeout_s: float):
+        """`function(*args)` of the module file `module_file` (stdlib and math_verify imports only: the child
+        loads the file by itself, outside any package), run in the child; its result must be JSON. Raises
+        TimeoutError when the child takes over `timeout_s` seconds (it is then killed and restarted) or the call
+        raised, WorkerUnavailable when no child could be made ready; interrupts as in `check`."""
+        from .base import check_seconds  # noqa: PLC0415
+
+        timeout_s = check_seconds(timeout_s, "timeout_s", MAX_TIMEOUT_S)
+        reply = self._ask({"file": module_file, "function": function, "args": args}, timeout_s)
+        if reply is None or not reply.startswith(b"["):
+            raise TimeoutError(f"{function} did not return within {timeout_s} s in the math_verify worker")
+        return json.loads(reply)[0]
+
+    def _ask(self, payload, timeout_s: float) -> bytes | None:
+        """The body of the child's reply to `payload` (matched by a fresh request id); None (after a restart) on
+        overrun or death. Any exception or interrupt kills the child before it propagates."""
         with self._lock:
             try:
-                return self._ask(gold, answer, timeout_s)
-            except BaseException:  # the request may be in flight: its reply must never answer a later check
+                return self._exchange(payload, timeout_s)
+            except BaseException:  # the request may be in flight: its reply must never answer a later one
                 self._kill()
                 raise
 
-    def _ask(self, gold: str, answer: str, timeout_s: float) -> bool:
+    def _exchange(self, payload, timeout_s: float) -> bytes | None:
         if self._proc is None or self._owner != os.getpid() or self._proc.poll() is not None:
             self._start()
         if not self._ready:
@@ -95,18 +114,18 @@ class MathWorker:
         self.checks += 1
         request = self.checks
         try:
-            self._proc.stdin.write(json.dumps([request, gold, answer]).encode() + b"\n")
+            self._proc.stdin.write(json.dumps([request, payload]).encode() + b"\n")
             self._proc.stdin.flush()
-        except OSError:  # the child died between checks
+        except OSError:  # the child died between requests
             self._restart()
-            return False
+            return None
         deadline = time.monotonic() + timeout_s
         while (reply := self._read_line(deadline)) is not None:
-            ident, _, verdict = reply.partition(b" ")
-            if ident == str(request).encode() and verdict in (b"0", b"1"):
-                return verdict == b"1"
-        self._restart()  # overran, or died mid-check
-        return False
+            ident, _, body = reply.partition(b" ")
+            if ident == str(request).encode():
+                return body
+        self._restart()  # overran, or died mid-request
+        return None
 
     def close(self) -> None:
         """Stop the child (it also exits by itself when this process closes its stdin)."""
@@ -162,6 +181,7 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
     except (ImportError, ValueError, OSError):
         pass
+    import importlib.util  # noqa: PLC0415
     import logging  # noqa: PLC0415
     from functools import lru_cache  # noqa: PLC0415
 
@@ -184,16 +204,27 @@ def _serve() -> None:  # pragma: no cover (runs in the child process; covered th
 
     out.write(b"ready\n")
     out.flush()
-    for line in sys.stdin.buffer:
-        request, ok = None, False
-        try:
-            request, gold, answer = json.loads(line)
-            ok = equal(gold, answer)
-        except BaseException:  # noqa: BLE001 (MemoryError, RecursionError, sympy's own errors: all mean "no")
-            pass
-        out.write(f"{request} {int(ok)}\n".encode())
-        out.flush()
+    modules = {}
 
+    def call(file: str, function: str, args: list) -> bytes:
+        if file not in modules:
+            spec = importlib.util.spec_from_file_location(f"_worker_module_{len(modules)}", file)
+            modules[file] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(modules[file])
+        return json.dumps([getattr(modules[file], function)(*args)]).encode()
+
+    for line in sys.stdin.buffer:
+        request, payload = None, None
+        try:
+            request, payload = json.loads(line)
+            if isinstance(payload, dict):
+                body = call(payload["file"], payload["function"], payload["args"])
+            else:
+                body = b"1" if equal(*payload) else b"0"
+        except BaseException:  # noqa: BLE001 (MemoryError, RecursionError, sympy's own errors: all mean "no")
+            body = b"error" if isinstance(payload, dict) else b"0"
+        out.write(f"{request} ".encode() + body + b"\n")
+        out.flush()
 
 if __name__ == "__main__":
     _serve()

@@ -8,7 +8,8 @@ Reward tiers (paper default 1.0 / 0.1 / 0.0): *correct* = the expression parses,
 numbers exactly (no number reused, missing or invented, no digits glued together), and equals the target
 exactly; *well-formed* = an answer could be extracted and parses as an arithmetic expression (allowed tokens
 only, balanced parentheses, no unary minus or `**`, <= 200 characters), whatever numbers it uses or value it
-has; anything else is invalid.
+has; anything else is invalid. `protocol="tinyzero"` scores like TinyZero's Countdown reward instead (tags
+required, unary signs, `**` and decimals accepted: `artifact_grading`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ._arith import (
     render,
     solve,
 )
+from . import artifact_grading
 from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
 from .base import Example, RewardShaping, Task, total
 
@@ -43,7 +45,8 @@ class Countdown(Task):
 
     Each distinct problem (sorted numbers, target) belongs to one split by a fixed hash (`test_fraction` of
     problems are test), so train and test never share a problem under any seed. `examples` returns distinct
-    problems; n=None means `train_size` / `test_size`.
+    problems; n=None means `train_size` / `test_size`. `protocol` is "strict" (the module docstring's tiers) or
+    "tinyzero" (`artifact_grading.countdown_tier`).
     """
 
     name = "countdown"
@@ -59,9 +62,13 @@ class Countdown(Task):
         test_fraction: float = 0.1,
         train_size: int = 5000,
         test_size: int = 200,
+        protocol: str = "strict",
         shaping: RewardShaping = RewardShaping(),
     ):
         super().__init__(shaping)
+        if protocol not in ("strict", "tinyzero"):
+            raise ValueError(f"protocol must be 'strict' or 'tinyzero', got {protocol!r}")
+        self.protocol = protocol
         if num_count not in (2, 3, 4, 5):
             raise ValueError(f"num_count must be 2..5 (the paper uses 3 or 4), got {num_count!r}")
         if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
@@ -122,9 +129,13 @@ class Countdown(Task):
         return render_prompt(plain, instruction, tokenizer)
 
     # ------------------------------------------------------------ verification
+    @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The last `<answer>` content if present, else the first line; stripped. None if empty, longer than
-        200 characters, or containing anything but digits, + - * / ( ) and spaces."""
+        200 characters, or containing anything but digits, + - * / ( ) and spaces. TinyZero protocol: the last
+        tagged answer on the last line, whatever it contains (`artifact_grading.tinyzero_equation`)."""
+        if self.protocol == "tinyzero":
+            return artifact_grading.tinyzero_equation(completion)
         text = answer_span(completion)
         if not text or len(text) > MAX_CHARS or not set(text) <= ALLOWED_CHARS:
             return None
@@ -132,16 +143,23 @@ class Countdown(Task):
 
     def _tree(self, completion: str):
         text = self.extract_answer(completion)
-        return None if text is None else parse_expression(text)
+        return None if text is None or not set(text) <= ALLOWED_CHARS else parse_expression(text)
 
     @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:
-        """An answer was extracted and parses as an arithmetic expression (numbers and value unchecked)."""
+        """An answer was extracted and parses as an arithmetic expression (numbers and value unchecked); TinyZero
+        protocol: a tagged answer exists."""
+        if self.protocol == "tinyzero":
+            return self.extract_answer(completion) is not None
         return self._tree(completion) is not None
 
     @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
-        """Parses, uses exactly the given multiset of numbers, and equals the target exactly."""
+        """Parses, uses exactly the given multiset of numbers, and equals the target exactly; TinyZero protocol:
+        `artifact_grading.countdown_tier` says correct."""
+        if self.protocol == "tinyzero":
+            numbers = [int(x) for x in example["numbers"]]
+            return artifact_grading.countdown_tier(completion, numbers, int(example["target"])) == "correct"
         tree = self._tree(completion)
         if tree is None:
             return False
@@ -155,8 +173,12 @@ class Countdown(Task):
 
         Two correct answers share a key iff they differ only by commutativity/associativity of + and * and
         the matching regrouping of - and / (e.g. "3+12+7" and "7+(12+3)"). Filter with `is_correct` before
-        counting distinct correct solutions ("reasoning coverage")."""
+        counting distinct correct solutions ("reasoning coverage"). TinyZero protocol: the tagged answer without
+        spaces when the strict parser refuses it (unary minus, `**`, decimals)."""
         tree = self._tree(completion)
+        if tree is None and self.protocol == "tinyzero":
+            text = self.extract_answer(completion)
+            return None if text is None else "".join(text.split())
         return None if tree is None else render(canonical_form(tree))
 
     # ----------------------------------------------------------- demonstrations

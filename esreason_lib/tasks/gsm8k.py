@@ -20,6 +20,7 @@ Evaluation (`extract_answer`, `is_correct`), the first rule that finds a number 
 A hedge is no answer (`base.hedged`, the rule of every task): "#### 18 or 19" and "the answer is 18 or 20" give
 None, and so does a hedged "####" line whatever follows it.
 Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
+`protocol="artifact"` replaces all of this by the paper artifact's own grading (`artifact_grading`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import re
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
+from . import artifact_grading
 from ._common import dataset_rows, render_prompt, shuffled_prefix
 from .base import Example, RewardShaping, Task, hedged, total
 from .math_task import last_boxed
@@ -121,17 +123,21 @@ def _extract(text: str, lenient: bool) -> str | None:
 class GSM8K(Task):
     """GSM8K word problems (splits "train": 7473, "test": 1319). Examples are shuffled by `seed`; ids are
     `gsm8k-<split>-<row index in the file>` and do not depend on the seed. `lenient=True` adds extraction rule 4
-    (the last number anywhere) to evaluation; the training reward never uses it."""
+    (the last number anywhere) to evaluation; the training reward never uses it. `protocol` is "strict" (the
+    rules above) or "artifact" (the artifact's reward and evaluation, `artifact_grading`; `lenient` unused)."""
 
     name = "gsm8k"
     stop = None
     max_new_tokens = 512
 
-    def __init__(self, path: str | None = None, *, lenient: bool = False, shaping: RewardShaping = RewardShaping()):
+    def __init__(self, path: str | None = None, *, lenient: bool = False, protocol: str = "strict",
+                 shaping: RewardShaping = RewardShaping()):
         super().__init__(shaping)
         if not isinstance(lenient, bool):
             raise ValueError(f"lenient must be True or False, got {lenient!r}")
-        self.path, self.lenient = path, lenient
+        if protocol not in ("strict", "artifact"):
+            raise ValueError(f"protocol must be 'strict' or 'artifact', got {protocol!r}")
+        self.path, self.lenient, self.protocol = path, lenient, protocol
         self._rows: dict[str, list[Example]] = {}
 
     def _load(self, split: str) -> list[Example]:
@@ -166,22 +172,36 @@ class GSM8K(Task):
 
     @total(None)
     def extract_answer(self, completion: str) -> str | None:
-        """The normalised answer number by the evaluation rules (module docstring), or None."""
+        """The normalised answer number by the evaluation rules (module docstring), or None; with the artifact
+        protocol, its regex fallback's answer (`artifact_grading.regex_prediction`)."""
+        if self.protocol == "artifact":
+            return artifact_grading.regex_prediction(completion)
         return extract_number(completion, self.lenient)
 
+    @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:
-        """The extracted number equals the gold answer exactly (as Decimals)."""
+        """The extracted number equals the gold answer exactly (as Decimals); with the artifact protocol, the
+        artifact's evaluation verdict (`artifact_grading.gsm8k_correct`)."""
+        if self.protocol == "artifact":
+            return isinstance(completion, str) and artifact_grading.gsm8k_correct(
+                completion, artifact_grading.artifact_gold(example))
         return _same_number(self.extract_answer(completion), example)
 
     @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:
-        """A non-empty `\\boxed{}` exists: the 0.1 tier of the training reward."""
+        """A non-empty `\\boxed{}` exists (artifact protocol: a `\\boxed{...}` that closes, even empty): the 0.1
+        tier of the training reward."""
+        if self.protocol == "artifact":
+            return artifact_grading.boxed_content(completion) is not None
         return last_boxed(completion) is not None
 
     def reward(self, completion: str, example: Example) -> float:
         """The paper's training reward: correct when the last `\\boxed{}` holds the gold number, formatted when
         a boxed answer exists but is not that, invalid otherwise. Never raises."""
         try:
+            if self.protocol == "artifact":
+                tier = artifact_grading.gsm8k_tier(completion, artifact_grading.artifact_gold(example))
+                return getattr(self.shaping, tier)
             if _same_number(boxed_number(completion[-_MAX_CHARS:]), example):
                 return self.shaping.correct
             return self.shaping.formatted if self.is_well_formed(completion, example) else self.shaping.invalid
