@@ -31,11 +31,19 @@ an arm's seed term is MS_seed / R (residual and seed variance are not separable)
 
 The interval is estimate +- t_{1-alpha/2, df} SE with Satterthwaite's df for the linear combination of mean squares
 sum_i c_i MS_i: df = (sum_i c_i MS_i)^2 / sum_i (c_i MS_i)^2 / df_i, floored at the smallest df of a positive term
-(`satterthwaite`). When the seed terms dominate, df -> R - 1 (per arm), so 3 seeds give t_{0.975, 2} = 4.30. The MDE is (t_{1-alpha/2, df} + t_{power, df}) SE.
-`coverage` measures the 95% coverage on simulated data; `python -m esreason_lib.intervals` prints it for this
-method and for the hierarchical bootstrap (`bootstrap_interval`), which counts the residual twice (once in each
-seed's mean over problems, once in each problem's mean over seeds) and, with 3 seeds, has the seed spread of 3
-values and a normal-like percentile where a t on 2 df belongs.
+(`satterthwaite`). When the seed terms dominate, df -> R - 1 (per arm), so 3 seeds give t_{0.975, 2} = 4.30.
+The MDE is (t_{1-alpha/2, df} + t_{power, df}) SE.
+
+`coverage` measures the 95% coverage on simulated data (`REGIMES`, R in {3, 10}, P in {100, 500});
+`python -m esreason_lib.intervals` prints it for this method and for the hierarchical bootstrap
+(`bootstrap_interval`), which counts the residual twice (once in each seed's mean over problems, once in each
+problem's mean over seeds) and, with 3 seeds, has the seed spread of 3 values and a percentile interval where a
+t on 2 df belongs. Measured (3000 simulations per cell for this method, 400 with 1000 resamples for the
+bootstrap): this method 0.93-0.98 in every cell; the bootstrap 0.79-0.83 with 3 seeds and dominant seed
+variance, 0.99-1.00 when the residual dominates. This method's worst cells are one arm with 3 seeds whose seed
+component is a few times the residual's share (0.93): there the estimated seed component is clipped to 0 in ~15%
+of draws, and the SE then loses the seed term; with no seed variance at all it is conservative (~0.975), since
+the seed term is kept whenever MS_seed > MS_resid by chance.
 """
 
 from __future__ import annotations
