@@ -4,21 +4,30 @@ Every study ends in `finding(tables) -> Finding`: a status, one sentence, the ev
 checks. The rules live here, once:
 
 - A `Check` is one effect the paper predicts, with a direction: `effect > threshold` ("greater") or
-  `effect < threshold` ("less"); the threshold is 0 for "A beats B" and a margin for "no worse than".
+  `effect < threshold` ("less"); the threshold is 0 for "A beats B" and a margin for "no worse than". Its
+  `delta` (fixed in advance, optional) is the smallest effect of interest: an effect matters when it lies at
+  least `delta` beyond the threshold on the claimed side (threshold + delta for "greater", threshold - delta
+  for "less").
   - `reproduced`: the 95% CI lies entirely on the claimed side of the threshold, and so does every training
-    seed's own point estimate;
-  - `not reproduced`: the CI lies entirely on the other side;
-  - `not resolved`: anything else: the CI contains the threshold, seeds disagree, or fewer than `MIN_SEEDS`
-    training seeds back a check that has a seed axis.
+    seed's own point estimate, and (with a delta) the CI still reaches an effect that matters;
+  - `not reproduced`: the CI lies entirely on the other side, or (with a delta) it excludes every effect that
+    matters: the claimed effect, if any, is too small to matter (this includes a CI on the claimed side that
+    ends short of threshold + delta);
+  - `not resolved`: anything else: the CI contains the threshold (with a delta: both the threshold and
+    threshold +- delta), seeds disagree, or fewer than `MIN_SEEDS` training seeds back a check that has a seed
+    axis.
 - A `Finding` is `not reproduced` when any of its evidence checks is, `reproduced` when all are, else `not resolved`.
 - Sanity checks (identities that cannot fail: AM-GM, Jensen, algebra) are reported beside the evidence and never
   enter the status.
-- Uncertainty is hierarchical (`effect_check`): each bootstrap resample draws the training seeds of each arm
-  with replacement and one set of problems shared by both arms (the arms were scored on the same problems, so
-  the comparison is paired by problem).
-- The minimum detectable effect is `MDE_FACTOR * SE`, SE = CI width / (2 * 1.96): the smallest true effect this
-  design detects with 80% power in a two-sided test at the 5% level. A `not resolved` check with a small MDE says
-  the effect is small; with a large MDE, that the design is weak.
+- Uncertainty (`effect_check`) treats seeds and problems as crossed random factors, paired by problem (the
+  arms were scored on the same problems) and, with `paired_seeds`, by seed. The default interval is the
+  crossed-ANOVA t interval of `intervals` (variance components by the method of moments, Satterthwaite df);
+  `method="bootstrap"` keeps the hierarchical bootstrap (seeds of each arm with replacement, then one set of
+  problems shared by both arms), which counts the seed x problem residual twice and under-covers with 3 seeds.
+- The minimum detectable effect is (t_{0.975, df} + t_{0.80, df}) * SE for the ANOVA interval, and
+  `MDE_FACTOR * SE` with SE = CI width / (2 * 1.96) for a bootstrap or hand-made CI (`mde_from_ci`): the
+  smallest true effect this design detects with 80% power in a two-sided test at the 5% level. A check is
+  powered when its MDE is below its delta; `power_statement` says which checks of a finding are.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from esreason_lib.intervals import METHODS, anova_interval, arms, bootstrap_interval
 from esreason_lib.seeding import numpy_rng
 
 STATUSES = ("reproduced", "not reproduced", "not resolved")
@@ -61,17 +71,38 @@ class Check:
     """Each training seed's own point estimate (empty when the check has no seed axis)."""
     n_seeds: int | None = None
     """Training seeds behind the check; None when it has no seed axis (a base model, a theory check)."""
+    delta: float | None = None
+    """Smallest effect of interest (> 0), fixed in advance: effects short of threshold +- delta on the claimed
+    side do not matter. None: no such effect was fixed (the status rules without delta)."""
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"Check.direction must be one of {DIRECTIONS}, got {self.direction!r}")
         if self.ci_low > self.ci_high:  # NaN bounds pass here and are `not resolved`
             raise ValueError(f"Check {self.name!r}: ci_low {self.ci_low!r} > ci_high {self.ci_high!r}")
+        if self.delta is not None and not (np.isfinite(self.delta) and self.delta > 0):
+            raise ValueError(f"Check.delta must be a finite number > 0 or None, got {self.delta!r}")
 
-    def _side(self, x) -> np.ndarray:
-        """+1 where x is strictly on the claimed side of the threshold, -1 strictly on the other, 0 on it."""
-        sign = np.sign(np.asarray(x, dtype=np.float64) - self.threshold)
+    def _side(self, x, at: float | None = None) -> np.ndarray:
+        """+1 where x is strictly on the claimed side of `at` (default: the threshold), -1 strictly on the other,
+        0 on it."""
+        sign = np.sign(np.asarray(x, dtype=np.float64) - (self.threshold if at is None else at))
         return sign if self.direction == "greater" else -sign
+
+    @property
+    def matters_at(self) -> float | None:
+        """threshold + delta ("greater") or threshold - delta ("less"): the nearest effect that matters."""
+        if self.delta is None:
+            return None
+        return self.threshold + (self.delta if self.direction == "greater" else -self.delta)
+
+    @property
+    def powered(self) -> bool | None:
+        """Whether the MDE is below delta (the design can tell an effect that matters from none); None without
+        a delta or with a non-finite MDE."""
+        if self.delta is None or not np.isfinite(self.mde):
+            return None
+        return bool(abs(self.mde) < self.delta)
 
     @property
     def status(self) -> str:
@@ -84,11 +115,12 @@ class Check:
         return status_and_reason(self)[1]
 
     def describe(self, fmt: str = "{:+.3f}") -> str:
-        """"name: effect [low, high] (MDE m; status)"."""
+        """"name: effect [low, high] (MDE m[, delta d][, n seeds]; status)"."""
         f = fmt.format
+        delta = f", delta {self.delta:.3f}" if self.delta is not None else ""
         seeds = f", {self.n_seeds} seeds" if self.n_seeds is not None else ""
         return (f"{self.name}: {f(self.effect)} [{f(self.ci_low)}, {f(self.ci_high)}] "
-                f"(MDE {abs(self.mde):.3f}{seeds}; {self.status})")
+                f"(MDE {abs(self.mde):.3f}{delta}{seeds}; {self.status})")
 
 
 def status_and_reason(check: Check) -> tuple[str, str]:
@@ -98,12 +130,17 @@ def status_and_reason(check: Check) -> tuple[str, str]:
         return "not resolved", f"{check.n_seeds} training seed(s) < {MIN_SEEDS}"
     if not np.isfinite([check.effect, check.ci_low, check.ci_high]).all():
         return "not resolved", "non-finite estimate"
+    if low < 0 and high < 0:
+        return "not reproduced", "CI on the opposite side"
+    if check.delta is not None and (check._side([check.ci_low, check.ci_high], check.matters_at) < 0).all():
+        return "not reproduced", f"CI excludes every effect of at least delta {check.delta:g}: too small to matter"
     if low > 0 and high > 0:
         if check.seed_effects and not (check._side(check.seed_effects) > 0).all():
             return "not resolved", "seeds disagree"
         return "reproduced", "CI on the claimed side"
-    if low < 0 and high < 0:
-        return "not reproduced", "CI on the opposite side"
+    if check.delta is not None:
+        sign = "+" if check.direction == "greater" else "-"
+        return "not resolved", f"CI contains the threshold and threshold {sign} delta"
     return "not resolved", "CI contains the threshold"
 
 
@@ -124,9 +161,14 @@ class Finding:
         if self.status not in STATUSES:
             raise ValueError(f"Finding.status must be one of {STATUSES}, got {self.status!r}")
 
+    @property
+    def power(self) -> str:
+        """`power_statement(self.checks)`."""
+        return power_statement(self.checks)
+
     def to_json(self) -> dict:
-        """A JSON-ready dict (each check with its computed status)."""
-        return {"status": self.status, "sentence": self.sentence, "sanity": list(self.sanity),
+        """A JSON-ready dict (each check with its computed status; the power statement)."""
+        return {"status": self.status, "sentence": self.sentence, "sanity": list(self.sanity), "power": self.power,
                 "checks": [{**asdict(c), "seed_effects": list(c.seed_effects), "status": c.status,
                             "reason": c.reason} for c in self.checks]}
 
@@ -149,46 +191,52 @@ def make_finding(sentence: str, checks, sanity=()) -> Finding:
     return Finding(status=combine_status(checks), sentence=text, checks=checks, sanity=tuple(sanity))
 
 
+def power_statement(checks) -> str:
+    """One sentence on the design's power: which checks have an MDE below their delta (they can tell an effect
+    that matters from none) and which do not (a `not resolved` there says the design is weak)."""
+    checks = tuple(checks)
+    with_delta = [c for c in checks if c.delta is not None]
+    if not with_delta:
+        return f"power not assessed: none of {len(checks)} checks fixes a delta"
+    weak = [c for c in with_delta if not c.powered]
+    text = f"{len(with_delta) - len(weak)} of {len(with_delta)} checks with a delta have MDE < delta"
+    if weak:
+        text += "; underpowered: " + ", ".join(f"{c.name} (MDE {abs(c.mde):.3f} vs delta {c.delta:.3f})"
+                                               for c in weak)
+    if len(with_delta) < len(checks):
+        text += f"; {len(checks) - len(with_delta)} without a delta"
+    return text
+
+
 def mde_from_ci(low: float, high: float) -> float:
     """Minimum detectable effect from a 95% CI: MDE_FACTOR * (high - low) / (2 * 1.96)."""
     return MDE_FACTOR * (float(high) - float(low)) / (2 * Z_95)
 
 
-def _paired_draws(a: np.ndarray, b: np.ndarray | None, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """[n_boot] bootstrap means of a - b (or of a): the seeds of each arm drawn with replacement, the problems
-    drawn once per resample and shared by both arms (paired by problem)."""
-    problems = rng.integers(0, a.shape[1], size=(n_boot, a.shape[1]))  # [B, P]
-
-    def arm(x: np.ndarray) -> np.ndarray:
-        seeds = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))  # [B, R]
-        per_problem = x[seeds].mean(axis=1)  # [B, P] seed-mean of each problem
-        return np.take_along_axis(per_problem, problems, axis=1).mean(axis=1)  # [B]
-
-    return arm(a) if b is None else arm(a) - arm(b)
-
-
-def _seed_problem_array(name: str, x) -> np.ndarray:
-    vals = np.asarray(x, dtype=np.float64)
-    if vals.ndim != 2 or 0 in vals.shape:
-        raise ValueError(f"{name} must have shape [seeds, problems] with both >= 1, got {vals.shape}")
-    return vals
-
-
 def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold: float = 0.0,
-                 n_boot: int = 2000, seed: int = 0, seed_axis: bool = True) -> Check:
-    """A `Check` of mean(a) - mean(b) (or of mean(a) when `b` is None) with a hierarchical bootstrap CI.
+                 n_boot: int = 2000, seed: int = 0, seed_axis: bool = True, delta: float | None = None,
+                 paired_seeds: bool = False, method: str = "anova") -> Check:
+    """A `Check` of mean(a) - mean(b) (or of mean(a) when `b` is None) with a 95% CI over seeds and problems.
 
     `a`: [R_a, P] per-seed, per-problem values (e.g. Pass@K); `b`: [R_b, P] on the same P problems, or None.
+    `paired_seeds=True`: row r of `a` and of `b` is the same training seed (b has a's shape); the check is then
+    on the difference matrix a - b, and each seed's effect is its own row mean of a - b. Otherwise the seeds of
+    the arms are independent, and seed effects are each seed of `a` against the mean of `b` and the mean of `a`
+    against each seed of `b`.
+    `method`: "anova" (default; `intervals.anova_interval`, seed-free, `n_boot` and `seed` unused) or
+    "bootstrap" (`intervals.bootstrap_interval` with `n_boot` resamples drawn from (`seed`, `name`)).
     `seed_axis=False` for values whose first axis is not training seeds (one row: a base model, a probe set); the
-    check then has `n_seeds = None` and no seed agreement rule. Seed effects are each seed of `a` against the
-    mean of `b` and the mean of `a` against each seed of `b`.
+    check then has `n_seeds = None` and no seed agreement rule. `delta`: the check's smallest effect of interest.
     """
-    a = _seed_problem_array("a", a)
-    b = None if b is None else _seed_problem_array("b", b)
-    if b is not None and b.shape[1] != a.shape[1]:
-        raise ValueError(f"a and b must be scored on the same problems, got {a.shape[1]} and {b.shape[1]}")
-    draws = _paired_draws(a, b, n_boot, numpy_rng(seed, "effect_check", name))
-    low, high = (float(v) for v in np.quantile(draws, [0.025, 0.975]))
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    a, b = arms(a, b, paired_seeds=paired_seeds)
+    if method == "anova":
+        interval = anova_interval(a, b)
+        low, high, mde = interval.low, interval.high, interval.mde
+    else:
+        low, high = bootstrap_interval(a, b, n_boot=n_boot, rng=numpy_rng(seed, "effect_check", name))
+        mde = mde_from_ci(low, high)
     b_mean = 0.0 if b is None else float(b.mean())
     effect = float(a.mean()) - b_mean
     seed_effects: tuple[float, ...] = ()
@@ -198,5 +246,6 @@ def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold:
         per_b = [] if b is None or b.shape[0] == 1 else float(a.mean()) - b.mean(axis=1)  # [R_b]
         seed_effects = tuple(float(x) for x in np.concatenate([per_a, per_b]))
         n_seeds = int(a.shape[0]) if b is None or b.shape[0] == 1 else int(min(a.shape[0], b.shape[0]))
-    return Check(name=name, effect=effect, ci_low=low, ci_high=high, mde=mde_from_ci(low, high),
-                 direction=direction, threshold=float(threshold), seed_effects=seed_effects, n_seeds=n_seeds)
+    return Check(name=name, effect=effect, ci_low=low, ci_high=high, mde=mde, direction=direction,
+                 threshold=float(threshold), seed_effects=seed_effects, n_seeds=n_seeds,
+                 delta=None if delta is None else float(delta))

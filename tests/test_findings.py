@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
 
+from scipy import stats
+
 from esreason_lib.findings import (MDE_FACTOR, Check, Finding, combine_status, effect_check, make_finding,
-                                   mde_from_ci)
+                                   mde_from_ci, power_statement)
+from esreason_lib.intervals import REGIMES, anova_interval, coverage, satterthwaite
 
 
 def check(low, high, effect=None, **kw):
@@ -76,8 +79,9 @@ def test_effect_check_pairing_beats_unpaired_noise():
     difficulty = rng.random(200)  # [P]
     b = difficulty[None] + 0.01 * rng.standard_normal((3, 200))
     a = b + 0.02
-    c = effect_check("paired", a, b, n_boot=500)
+    c = effect_check("paired", a, b, paired_seeds=True)  # row r of a is row r of b shifted: the same seed
     assert c.ci_low > 0 and c.ci_high - c.ci_low < 0.02
+    assert c.seed_effects == pytest.approx((0.02,) * 3) and c.n_seeds == 3
 
 
 def test_effect_check_no_effect_is_not_resolved_and_seed_variance_counts():
@@ -104,5 +108,114 @@ def test_effect_check_without_seed_axis_and_shape_errors():
 def test_effect_check_is_deterministic_in_name_and_seed():
     rng = np.random.default_rng(3)
     a, b = rng.random((3, 30)), rng.random((3, 30))
-    assert effect_check("x", a, b, n_boot=100) == effect_check("x", a, b, n_boot=100)
-    assert effect_check("x", a, b, n_boot=100, seed=1) != effect_check("x", a, b, n_boot=100)
+    boot = dict(n_boot=100, method="bootstrap")
+    assert effect_check("x", a, b, **boot) == effect_check("x", a, b, **boot)
+    assert effect_check("x", a, b, seed=1, **boot) != effect_check("x", a, b, **boot)
+    assert effect_check("x", a, b, seed=1) == effect_check("x", a, b)  # the ANOVA interval draws nothing
+    with pytest.raises(ValueError, match="method"):
+        effect_check("x", a, b, method="jackknife")
+
+
+# ------------------------------------------------------------------------------------------ delta
+
+
+@pytest.mark.parametrize("low,high,direction,threshold,status", [
+    (0.06, 0.10, "greater", 0.0, "reproduced"),
+    (0.01, 0.10, "greater", 0.0, "reproduced"),         # on the claimed side and reaching effects that matter
+    (0.01, 0.04, "greater", 0.0, "not reproduced"),     # real but short of delta: too small to matter
+    (-0.02, 0.04, "greater", 0.0, "not reproduced"),    # excludes every effect >= delta
+    (-0.02, 0.06, "greater", 0.0, "not resolved"),      # contains both 0 and delta
+    (-0.02, 0.05, "greater", 0.0, "not resolved"),      # touching threshold + delta does not exclude it
+    (-0.10, -0.02, "greater", 0.0, "not reproduced"),
+    (-0.10, -0.06, "less", 0.0, "reproduced"),
+    (-0.04, 0.02, "less", 0.0, "not reproduced"),
+    (-0.06, 0.02, "less", 0.0, "not resolved"),
+    (-0.04, -0.01, "less", 0.0, "not reproduced"),
+    (-0.04, -0.03, "greater", -0.05, "not reproduced"),  # above the margin -0.05 but short of -0.05 + 0.05
+])
+def test_delta_status_rules(low, high, direction, threshold, status):
+    c = check(low, high, direction=direction, threshold=threshold, delta=0.05)
+    assert c.status == status
+    assert check(low, high, direction=direction, threshold=threshold, delta=None).status == {
+        0.0: {(0.01, 0.04): "reproduced", (-0.02, 0.04): "not resolved"}}.get(threshold, {}).get(
+        (low, high), check(low, high, direction=direction, threshold=threshold).status)
+
+
+def test_delta_reasons_seed_rules_and_errors():
+    assert "too small to matter" in check(0.01, 0.04, delta=0.05).reason
+    assert check(-0.02, 0.06, delta=0.05).reason == "CI contains the threshold and threshold + delta"
+    assert check(-0.06, 0.02, direction="less", delta=0.05).reason.endswith("threshold - delta")
+    assert check(0.01, 0.1, delta=0.05, seed_effects=(0.1, -0.01, 0.2), n_seeds=3).reason == "seeds disagree"
+    assert check(0.01, 0.04, delta=0.05, n_seeds=2).status == "not resolved"  # MIN_SEEDS first
+    for bad in (0.0, -0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="delta"):
+            check(0.1, 0.2, delta=bad)
+
+
+def test_describe_power_and_effect_check_pass_delta():
+    c = check(-0.0392, 0.0392, delta=0.05)  # MDE 2.80 * 0.02 = 0.056 > delta
+    assert "MDE 0.056, delta 0.050" in c.describe() and c.powered is False
+    assert check(-0.0392, 0.0392, delta=0.06).powered and check(0.1, 0.2).powered is None
+    assert power_statement([check(0.1, 0.2)]) == "power not assessed: none of 1 checks fixes a delta"
+    text = power_statement([c, check(-0.0392, 0.0392, delta=0.06), check(0.1, 0.2)])
+    assert text == ("1 of 2 checks with a delta have MDE < delta; underpowered: c (MDE 0.056 vs delta 0.050); "
+                    "1 without a delta")
+    f = make_finding("", [c])
+    assert f.power.startswith("0 of 1") and f.to_json()["power"] == f.power and f.to_json()["checks"][0]["delta"]
+    rng = np.random.default_rng(4)
+    e = effect_check("d", rng.random((3, 40)), rng.random((3, 40)), delta=0.1)
+    assert e.delta == 0.1 and "delta 0.100" in e.describe()
+
+
+# ------------------------------------------------------------------------------------------ intervals
+
+
+def test_identical_arms_with_shared_seeds_have_a_zero_interval():
+    a = np.random.default_rng(5).random((3, 200)) + np.array([[0.0], [0.1], [0.2]])  # [3, 200], seeds apart
+    for method in ("anova", "bootstrap"):
+        c = effect_check("same", a, a.copy(), paired_seeds=True, method=method, n_boot=200)
+        assert (c.effect, c.ci_low, c.ci_high, c.mde) == (0.0, 0.0, 0.0, 0.0)
+    assert effect_check("same", a, a.copy()).ci_high > 0.1  # unpaired: each arm's seed spread counts
+    with pytest.raises(ValueError, match="paired_seeds"):
+        effect_check("x", a, a[:2], paired_seeds=True)
+
+
+def test_anova_interval_hand_computed():
+    # one arm, seed effects only: row means 1 and 3, SE of their mean sd / sqrt(2) = 1, t on R - 1 = 1 df
+    a = np.array([[1.0, 1.0], [3.0, 3.0]])
+    one = anova_interval(a)
+    t975, t80 = stats.t.ppf(0.975, 1), stats.t.ppf(0.8, 1)
+    assert (one.estimate, one.se, one.df) == (2.0, 1.0, 1.0)
+    assert (one.low, one.high, one.mde) == pytest.approx((2 - t975, 2 + t975, t975 + t80))
+    # two unpaired arms: d_p = (2, 1), S_d^2 / P = 0.5 / 2; a's seed term MS_seed / (R P) = 4 / 4; b has none
+    two = anova_interval(a, np.array([[0.0, 1.0], [0.0, 1.0]]))
+    assert two.estimate == 1.5 and two.se ** 2 == pytest.approx(1.25)
+    assert two.df == pytest.approx(1.25 ** 2 / (0.25 ** 2 / 1 + 1.0 ** 2 / 1))
+    # crossed ANOVA identity on random data: Var = (MS_seed + MS_problem - MS_resid) / (R P) when unclipped
+    x = np.random.default_rng(6).standard_normal((4, 7)) + np.arange(4)[:, None]
+    r, p = x.shape
+    rows, cols, g = x.mean(1), x.mean(0), x.mean()
+    ms_s, ms_q = p * np.sum((rows - g) ** 2) / (r - 1), r * np.sum((cols - g) ** 2) / (p - 1)
+    ms_e = np.sum((x - rows[:, None] - cols + g) ** 2) / ((r - 1) * (p - 1))
+    assert anova_interval(x).se ** 2 == pytest.approx((ms_s + ms_q - ms_e) / (r * p))
+    assert np.isnan(anova_interval([[1.0]]).high)  # one seed, one problem: nothing to estimate a spread from
+
+
+def test_satterthwaite_df_is_floored_at_the_least_reliable_positive_term():
+    assert satterthwaite([(1.0, 2.0), (1.0, 2.0)]) == (2.0, 4.0)
+    assert satterthwaite([(1.0, 2.0), (-0.99, 1000.0)])[1] == 2.0  # raw df would be ~1e-4
+    assert satterthwaite([(0.0, 2.0)]) == (0.0, float("inf")) and np.isnan(satterthwaite([])[0])
+
+
+@pytest.mark.parametrize("regime", list(REGIMES))
+@pytest.mark.parametrize("two_arms", [True, False])
+def test_anova_interval_covers_95_percent(regime, two_arms):
+    """Coverage of 0 (the true effect) over 500 simulations per design, R in {3, 10} x P in {100, 500}: pooled
+    over the designs within [0.92, 0.98], each design within [0.90, 0.99] (500 draws: SE ~0.01)."""
+    cover = [coverage("anova", r, p, *REGIMES[regime], two_arms=two_arms, n_sims=500, seed=i)
+             for i, (r, p) in enumerate([(3, 100), (3, 500), (10, 100), (10, 500)])]
+    assert 0.92 <= np.mean(cover) <= 0.98 and all(0.90 <= c <= 0.99 for c in cover), cover
+
+
+def test_bootstrap_under_covers_with_three_seeds_when_seeds_dominate():
+    assert coverage("bootstrap", 3, 100, *REGIMES["seed-dominant"], n_sims=200, n_boot=200) < 0.9
