@@ -18,9 +18,6 @@ from esreason_lib.seeding import numpy_rng, torch_generator
 
 StateDict = dict[str, torch.Tensor]
 
-MODULE_TYPES = ("embedding", "attention", "mlp", "norm", "lm_head", "other")
-
-
 def module_type(name: str) -> str:
     """Coarse module type of a Qwen2 parameter name (embedding, attention, mlp, norm, lm_head, other)."""
     lowered = name.lower()

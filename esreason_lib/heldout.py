@@ -4,7 +4,7 @@ The paper reports forgetting as the mean, over its held-out tasks with each task
 Delta Pass@32 = Pass@32(trained model) - Pass@32(base model). The suite is `Preset.heldout_tasks` of the paper
 presets: CommonsenseQA, GPQA-Diamond, HotpotQA and MBPP (`tasks/`), plus the other reasoning set (MATH-500 for the
 GSM8K-trained `paper-easy`, GSM8K for the DeepScaleR-trained `paper-hard`). `average_delta` takes the per-task
-deltas of one method (e.g. the `d_pass@K` column of `experiments.forgetting.forgetting_deltas`, by task).
+deltas of one method (e.g. the `d_pass@K` column of `studies.forgetting.forgetting_deltas`, by task).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The paper's lemmas and proposition, stated here once, as plain functions (notebook 02 checks them on runs;
-`metrics` holds the measured quantities, `experiments/diversity` the checks).
+`metrics` holds the measured quantities, `studies/diversity` the checks).
 
 Setting: ES perturbs theta into N members theta_i = theta + sigma eps_i (eps_i ~ N(0, I)); pi_i is member i's
 policy on a prompt x, p_i its success probability, w_i its (normalised) update weight.
@@ -20,7 +20,7 @@ policy on a prompt x, p_i its success probability, w_i its (normalised) update w
 What data can falsify: Lemma 1's leading-order scaling and constant, Lemma 2's small-spread approximation, and
 Proposition 1's bound against a theta+ measured on samples it was not computed from. The rest are identities that
 hold for any numbers (Lemma 2's P_pop >= P_same is AM-GM, JS_succ >= 0 is Jensen, Lemma 3 is algebra, and
-Proposition 1 on exact probabilities is Pinsker); `experiments/diversity.finding` reports them as sanity checks only.
+Proposition 1 on exact probabilities is Pinsker); `studies/diversity.finding` reports them as sanity checks only.
 """
 
 from __future__ import annotations

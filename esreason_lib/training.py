@@ -1,7 +1,7 @@
-"""What `train_es` and `train_grpo` share: the config fields every run has (`RunSettings`), the registry of trained methods, the dtype names a config may use,
-the device, the input checks a run must pass before its directory is created, the finite-ness guards that stop
-a diverging run (marking it failed), the model, tokenizer, task and train examples a run starts from, and which
-train examples each iteration draws."""
+"""What `train_es` and `train_grpo` share: the config fields every run has (`RunSettings`), the dtype names a
+config may use, the device, the input checks a run must pass before its directory is created, the model, tokenizer,
+task and train examples a run starts from, and which train examples each iteration draws. The registry of methods
+is `methods`, the finite-ness guards `guards`."""
 
 from __future__ import annotations
 

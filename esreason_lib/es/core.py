@@ -2,7 +2,7 @@
 Algorithm 1).
 
 One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend
-(`es_backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the
+(`es.backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the
 rewards into z_i and updates, in place,
 
     theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
@@ -12,9 +12,9 @@ estimator g = 1/(N sigma) sum_i z_i eps_i (so alpha here = lr * sigma). With z-s
 roughly independent unit-variance terms has per-coordinate size ~ sqrt(N), so each coordinate moves by about
 alpha / sqrt(N) per iteration. With `antithetic`, members come in pairs (seed, +1), (seed, -1) sharing one
 noise draw; a member's perturbation is sign * sigma * eps(seed) and its term in the update is z_i * sign_i * eps.
-With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) instead (`es_lowrank`).
+With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) instead (`es.lowrank`).
 
-Noise, the update kernel and the bit-exact perturb/restore live in `es_noise`; seeds of every stream derive
+Noise, the update kernel and the bit-exact perturb/restore live in `es.noise`; seeds of every stream derive
 from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
 for the step's prompts (`training.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
 checkpoint ends bit-identical to an uninterrupted one.
@@ -69,14 +69,14 @@ class ESConfig(RunSettings):
     temperature: float = 1.0
     """Sampling temperature when not `greedy`."""
     backend: str = "auto"
-    """Population evaluator (`es_backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
+    """Population evaluator (`es.backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
     (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
     when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
     workers: int = 2
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
-    """Perturbation family (`es_lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
-    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es_lowrank.LowRankBackend`,
+    """Perturbation family (`es.lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
+    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es.lowrank.LowRankBackend`,
     so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
     rank: int = field(default=1, metadata=ADDED_OPTION)
     """r of the "lowrank" noise (ignored by "full")."""
@@ -98,7 +98,7 @@ class ESConfig(RunSettings):
         check_choice(self, "noise", NOISES)
         check_positive_int(self, "rank")
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
-              "must be 'auto' or 'batched' with noise='lowrank' (scored by es_lowrank.LowRankBackend only)")
+              "must be 'auto' or 'batched' with noise='lowrank' (scored by es.lowrank.LowRankBackend only)")
         check(self, "greedy", self.noise != "lowrank" or self.greedy,
               "must be True with noise='lowrank' (its batched decode is greedy)")
 

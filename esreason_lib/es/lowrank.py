@@ -4,11 +4,11 @@
 Noise. Member (seed, sign) perturbs each 2-D weight W [out, in] by sign * sigma * E with
 E = A B^T / sqrt(r), A [out, r] and B [in, r] standard normal, regenerated from (seed, tensor name)
 (`lowrank_factors`); every entry of E has variance 1, as full-rank noise does. Every other tensor (the 1-D
-norm weights and biases of Qwen2) gets the full-rank Gaussian noise `es_noise.noise(seed, name)`, the very
+norm weights and biases of Qwen2) gets the full-rank Gaussian noise `es.noise.noise(seed, name)`, the very
 draw of the full-rank path: they are few (576 of `qwen2-s-habit`'s 129,728 weights) and leaving them unperturbed
 would freeze them, since ES moves only what it perturbs.
 
-Forward. `LowRankBackend` is `es_batched.BatchedBackend` with other member weights: a 2-D weight is a
+Forward. `LowRankBackend` is `es.backends.batched.BatchedBackend` with other member weights: a 2-D weight is a
 `LowRankStack` (the shared W plus each member's factors, never N perturbed copies of W) whose linear layer is
 
     x W^T + (sign sigma / sqrt(r)) (x B_i) A_i^T        (one gemm over all members' rows, plus two thin products)
@@ -21,7 +21,7 @@ summation order differs), not bit for bit (tests/test_es_lowrank.py).
 
 Update. `ES.tell` calls `apply_lowrank_update`: theta <- theta + alpha/N * sum_i z_i sign_i E_i (E_i the
 member's low-rank direction for 2-D tensors, its Gaussian noise for the others), the paper convention of
-`es.py` (alpha absorbs 1/sigma), through `es_noise.apply_update`'s kernel.
+`es.py` (alpha absorbs 1/sigma), through `es.noise.apply_update`'s kernel.
 
 Speed (`benchmarks/bench_es.py lowrank`, default base `qwen2-s-habit`, N=32, 128 prompts, one thread, on the
 2-core machine at load ~12): a low-rank step (evaluation + update) takes about the full-rank batched step's time
@@ -65,7 +65,7 @@ def lowrank_factors(seed: int, name: str, like: torch.Tensor, rank: int) -> tupl
 
 def lowrank_direction(seed: int, name: str, like: torch.Tensor, rank: int) -> torch.Tensor:
     """Member `seed`'s unit-scale direction E for tensor `name` (float32, shaped like `like`): A B^T / sqrt(r)
-    for a 2-D tensor, `es_noise.noise` for any other."""
+    for a 2-D tensor, `es.noise.noise` for any other."""
     if like.dim() != 2:
         return noise(seed, name, like)
     a, b = lowrank_factors(seed, name, like, rank)
@@ -74,7 +74,7 @@ def lowrank_direction(seed: int, name: str, like: torch.Tensor, rank: int) -> to
 
 def apply_lowrank_update(model_or_params, seeds, coefs, scale: float, rank: int) -> float:
     """theta <- theta + scale * sum_k coefs[k] * E(seeds[k]) with E = `lowrank_direction`, in place; returns
-    the L2 norm of the applied float32 step (`es_noise.apply_update` with the low-rank direction)."""
+    the L2 norm of the applied float32 step (`es.noise.apply_update` with the low-rank direction)."""
     return apply_update(model_or_params, seeds, coefs, scale,
                         draw=lambda s, name, p: lowrank_direction(s, name, p, rank))
 
@@ -82,7 +82,7 @@ def apply_lowrank_update(model_or_params, seeds, coefs, scale: float, rank: int)
 @dataclass(frozen=True)
 class LowRankStack:
     """N members' versions of one 2-D weight, W + a_i b_i^T, held as the shared W and the members' factors.
-    Indexed like a member-stacked tensor [N, out, in] the way `es_batched`'s forward indexes one."""
+    Indexed like a member-stacked tensor [N, out, in] the way `es.backends.batched`'s forward indexes one."""
 
     base: torch.Tensor
     """W [out, in], shared by every member."""
@@ -109,7 +109,7 @@ class LowRankStack:
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
         """Per-member x W^T + (x b_i) a_i^T + bias_i. x [N, R, L, in], bias [N, out] -> [N, R, L, out]; rows >= r_i
-        (outside a member's running batch, see `es_batched._Groups`) are 0, as in `es_batched._linear`.
+        (outside a member's running batch, see `es.backends.batched._Groups`) are 0, as in `es.backends.batched._linear`.
         Measured on one CPU thread (N=32, 128 rows of 64-256 features): (b^T x^T)^T is 3-7x faster than x b as a
         bmm, and at rank 1 a broadcast product ~10x faster than a bmm with inner dimension 1."""
         n, width, length, k = x.shape
@@ -146,7 +146,7 @@ def lowrank_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float,
                     rank: int) -> dict[str, torch.Tensor | LowRankStack]:
     """name -> member i's version of each tensor for the batched forward: a `LowRankStack` for 2-D tensors
     (W + signs[i] sigma A_i B_i^T / sqrt(r)), [N, *shape] stacks of full-rank perturbed copies for the rest
-    (`es_batched.member_weights`); members sharing a seed share one draw."""
+    (`es.backends.batched.member_weights`); members sharing a seed share one draw."""
     flat = {k: p for k, p in params.items() if p.dim() != 2}
     out: dict[str, torch.Tensor | LowRankStack] = dict(member_weights(flat, seeds, signs, sigma))
     scale = torch.tensor([float(sign) * sigma / math.sqrt(rank) for sign in signs])  # [N]

@@ -19,7 +19,7 @@ fraction grows with sigma relative to the weights (measured on the tiny random Q
 and bfloat16 alike: ~1% at sigma=1e-4, ~5% at 1e-3, ~23% at 1e-2, ~67% at 0.1); a tensor whose list would
 outgrow a plain copy of it keeps the copy instead, so the held memory never exceeds one copy of the weights.
 
-`weights_checksum` fingerprints a set of named weights; the remote backends (`es_ray`, `es_vllm`) compare
+`weights_checksum` fingerprints a set of named weights; the remote backends (`es.backends.ray_actors`, `es.backends.vllm_engines`) compare
 their replicas with the driver's through it.
 """
 
@@ -152,7 +152,7 @@ def perturbed(model_or_params, seed: int, sign: int, sigma: float) -> Iterator[F
 @torch.no_grad()
 def apply_update(model_or_params, seeds, coefs, scale: float, *, draw=noise) -> float:
     """theta <- theta + scale * sum_k coefs[k] * eps(seeds[k]), tensor by tensor, in place; eps(seed) of tensor
-    `name` is `draw(seed, name, p)` (default `noise`; `es_lowrank` passes its low-rank direction).
+    `name` is `draw(seed, name, p)` (default `noise`; `es.lowrank` passes its low-rank direction).
 
     The sum is accumulated in float32 (one noise tensor and one accumulator alive at a time) and added to the
     parameter with a single rounding to its dtype. Returns the L2 norm of the applied float32 step.

@@ -16,7 +16,7 @@ from esreason_lib.grpo.loss import SCALES
 
 ROLLOUT_BACKENDS = ("local", "vllm")
 """Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
-the policy's weights after each iteration's optimizer steps (`grpo_vllm.VLLMRollouts`, extra `vllm`)."""
+the policy's weights after each iteration's optimizer steps (`grpo.rollouts_vllm.VLLMRollouts`, extra `vllm`)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class GRPOConfig(RunSettings):
     """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
     backend: str = field(default="local", metadata=ADDED_OPTION)
     """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
-    with the policy before each rollout; its samples differ from "local"'s, see `grpo_vllm`)."""
+    with the policy before each rollout; its samples differ from "local"'s, see `grpo.rollouts_vllm`)."""
 
     def __post_init__(self):
         super().__post_init__()

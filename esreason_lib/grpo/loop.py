@@ -63,7 +63,7 @@ from esreason_lib.grpo.loss import group_advantages
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
               rollout=generate) -> dict:
     """One GRPO iteration: draw prompts, sample G completions each with `rollout` (`generate` or a callable that
-    takes its arguments, e.g. `grpo_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
+    takes its arguments, e.g. `grpo.rollouts_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
 
     Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
     report them: `policy/ratio_mean` is absent from a step with no row to forward).
@@ -103,7 +103,7 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate`, or a `grpo_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    """What samples `config`'s rollouts: `generate`, or a `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
 

@@ -1,4 +1,4 @@
-"""Models: the character tokenizer, the tiny Qwen2 zoo, pretraining and `load_model`.
+"""Loading a model and its tokenizer: `load_model` / `load_tokenizer` for zoo names, local directories and hub ids.
 
 `load_model` takes a zoo name (pretrained into the run store on first use, reused afterwards), a local
 directory written by `save_pretrained` (or a run directory holding `model/`), or a Hugging Face hub id such as

@@ -3,15 +3,15 @@
 `Engine(model, tokenizer)` starts a vLLM `LLM` from the driver model's config (`load_format="dummy"`: no
 weights are read from disk) with `WorkerExtension` mixed into its worker (`worker_extension_cls`, the hook
 vLLM's RLHF examples and TRL's weight sync use), then copies the driver's weights into it. The ES population
-backend (`es_vllm.VLLMBackend`: members perturbed and restored in place) and the GRPO rollout engine
-(`grpo_vllm.VLLMRollouts`: weights copied in after each optimizer step) both drive an engine through
+backend (`es.backends.vllm_engines.VLLMBackend`: members perturbed and restored in place) and the GRPO rollout engine
+(`grpo.rollouts_vllm.VLLMRollouts`: weights copied in after each optimizer step) both drive an engine through
 `Engine.rpc`, one collective RPC into the worker with a cloudpickled payload.
 
 Weights by Hugging Face name. vLLM fuses q/k/v into one `qkv_proj` tensor and gate/up into `gate_up_proj`, and
 pads the vocabulary rows of the embedding (and an untied `lm_head`) to a multiple of 64. `engine_layout` maps
 every Hugging Face parameter of the driver to rows of one engine tensor (q, k, v stacked in that order, then
 gate, up; the vocabulary at row 0), and the worker names those row slices (contiguous views) by the Hugging Face
-names. So `es_noise` draws each member's noise per Hugging Face name and shape, exactly as on the driver, a
+names. So `es.noise` draws each member's noise per Hugging Face name and shape, exactly as on the driver, a
 weight copy is one `copy_` per name, and `weights_checksum` of the engine compares with the driver's. An engine
 tensor the layout leaves partly uncovered (beyond vocabulary padding) fails loudly when the engine starts.
 

@@ -14,7 +14,7 @@ def named_params(model_or_params) -> dict[str, torch.Tensor]:
     """The tensors ES perturbs, by name: a module's `named_parameters()` (tied weights appear once) or a dict.
 
     A dict whose entries overlap in memory (e.g. a `state_dict()` with tied embeddings) is rejected, since the
-    shared elements would be perturbed twice; disjoint views of one tensor are accepted (`es_vllm` names the q, k
+    shared elements would be perturbed twice; disjoint views of one tensor are accepted (`es.backends.vllm_engines` names the q, k
     and v rows of a fused qkv weight this way).
     """
     if isinstance(model_or_params, torch.nn.Module):

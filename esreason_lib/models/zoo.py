@@ -209,7 +209,7 @@ ZOO: dict[str, ZooSpec] = {
 40% habit answers), "qwen2-m" (1.0M), "qwen2-l" (3.3M). Measured numbers: `esreason_lib.models.load` docstring."""
 
 DEFAULT_BASE = "qwen2-s"
-"""The default base model of the CPU experiments."""
+"""The default base model of the CPU studies."""
 
 
 def get_spec(name: str | ZooSpec) -> ZooSpec:

@@ -95,7 +95,7 @@ def with_zoo_versions(cfg: dict) -> dict:
 
 def package_versions() -> dict[str, str | None]:
     """Versions of python, torch, transformers, numpy, esreason (None where not installed)."""
-    from esreason_lib import __version__
+    from esreason_lib.version import __version__
 
     out: dict[str, str | None] = {"python": platform.python_version(), "esreason": __version__}
     for name in ("torch", "transformers", "numpy"):

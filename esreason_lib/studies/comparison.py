@@ -5,7 +5,7 @@ whose token entropy collapses while ES's does not.
 
 The design (a fair comparison):
 - Every arm (method, step size) of `preset.comparison` (ES alpha, GRPO lr) trains for every seed of `preset.seeds`
-  from `preset.base_model` (cached runs: `training.trainer`).
+  from `preset.base_model` (cached runs: `methods.trainer`).
 - The base and every trained model are evaluated once under `preset.eval` on its `n_problems` test problems plus
   the next `comparison.selection_problems` problems of the same draw (`split` = "test" / "selection").
 - Each method's best-Pass@1 and best-Pass@K arm is chosen by its seed mean on the *selection* problems; every

@@ -152,7 +152,7 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
 
 def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, scheme: str = "positive",
                      progress: bool = True) -> pd.DataFrame:
-    """Run `config.iterations` iterations of `es.es_step` (so the trajectory is the first iterations of the
+    """Run `config.iterations` iterations of `es.loop.es_step` (so the trajectory is the first iterations of the
     `train_es` run of `config`) and record Lemma 3 and Proposition 1's inputs at each (`probe_rows`).
 
     Before each update the centre samples `samples` completions per probe prompt (T = 1), scored under the

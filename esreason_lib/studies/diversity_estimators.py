@@ -1,4 +1,4 @@
-"""Estimators behind notebook 02 (`experiments.diversity`): plain functions over documented shapes.
+"""Estimators behind notebook 02 (`studies.diversity`): plain functions over documented shapes.
 
 Shapes: `M` scoring members, `N` drawing members, `P` prompts, `S` samples per member and prompt, `B` rows
 (samples), `T` completion positions, `V` vocabulary, `D` parameters, `K` directions.
@@ -283,7 +283,7 @@ def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mas
 
 def flat_directions(model, seeds) -> torch.Tensor:
     """The ES noise eps(seed) of each seed flattened over `named_params(model)` in order: [K, D] float32 on the
-    CPU (drawn on the parameters' device, as `es_noise.perturbed` draws it)."""
+    CPU (drawn on the parameters' device, as `es.noise.perturbed` draws it)."""
     params = named_params(model)
     return torch.stack([torch.cat([noise(int(s), name, p).reshape(-1).cpu() for name, p in params.items()])
                         for s in seeds])  # [K, D]

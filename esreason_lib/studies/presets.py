@@ -10,7 +10,7 @@ Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
 
-A `Preset` nests one frozen spec per study (`study_specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
+A `Preset` nests one frozen spec per study (`studies.specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
 `ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value explicit
 (no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
 

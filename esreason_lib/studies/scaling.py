@@ -43,7 +43,7 @@ ABLATIONS: dict[str, dict] = {"zscore": {"normalization": "zscore"}, "rank": {"n
 """Ablation label -> ES config changes on top of the preset (all with `MATCHED`). The three shapings keep the
 preset's sampling; "antithetic"/"plain" are z-score with and without mirrored pairs, so one of them is the
 "zscore" run itself (same config, trained once); "lowrank" is z-score with EGGROLL's rank-1 noise
-(`es_lowrank`) in place of full-rank Gaussian noise."""
+(`es.lowrank`) in place of full-rank Gaussian noise."""
 MATCHED = {"matched_step": True}
 """Every ablation run takes z-score's expected step size (`ESConfig.matched_step`)."""
 CURVE_METRICS = ("reward/mean", "reward/center", "es/generations", "es/update_norm")

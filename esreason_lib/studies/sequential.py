@@ -57,7 +57,7 @@ def arm_stages(preset: Preset, arm: str, fractions=(0.5, 0.5)) -> list[tuple[str
 
 def train_arms(preset: Preset, seed: int, *, arms=ARMS[1:], home=None, progress: bool = True) -> dict[str, list[Run]]:
     """Train (or load) every arm for `seed`: {arm: [stage runs in order]}. Single-method arms call
-    `training.trainer` (so they share notebook 01's cache), sequences `sequence.train_sequence`."""
+    `methods.trainer` (so they share notebook 01's cache), sequences `methods.train_sequence`."""
     out = {}
     for arm in arms:
         stages = arm_stages(preset, arm)

@@ -15,7 +15,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 Example = dict[str, Any]
 """One problem. Always has a stable string `id`; the other keys are task-specific (e.g. `numbers`, `target`)."""
@@ -126,9 +126,6 @@ class Task(abc.ABC):
         except Exception:
             pass
         return self.shaping.invalid
-
-    def iter_examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> Iterator[Example]:
-        yield from self.examples(split, n=n, seed=seed)
 
 
 def freeze_task_kwargs(value, where: str) -> tuple:

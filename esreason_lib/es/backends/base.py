@@ -1,8 +1,8 @@
 """Population evaluators: seeds in, rewards out. The ES update (`es.ES.tell`) never knows which one ran.
 
 A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
-perturbs the one model in place member by member (exact restore, see `es_noise`), generates on the step's
-prompts and scores with the task. `es_batched.BatchedBackend` decodes the whole population in one batched
+perturbs the one model in place member by member (exact restore, see `es.noise`), generates on the step's
+prompts and scores with the task. `es.backends.batched.BatchedBackend` decodes the whole population in one batched
 forward with the same rewards (bit-identical in float32, greedy). `make_backend` picks one from an `ESConfig`.
 
 All members and the center model share one sampling seed per iteration, `derive_seed(seed, "es", "sample",
@@ -46,8 +46,8 @@ class PopulationEvaluator(Protocol):
 
 BACKENDS = ("auto", "batched", "sequential", "ray", "vllm", "ray-vllm")
 """Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
-and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es_ray`, extra `ray`);
-"vllm" scores them with one vLLM engine, perturbed in place (`es_vllm`, extra `vllm`); "ray-vllm" runs one
+and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`, extra `ray`);
+"vllm" scores them with one vLLM engine, perturbed in place (`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one
 such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
 
 

@@ -1,8 +1,8 @@
 """A population-batched ES evaluator: every member of a population decodes greedily in one batched forward.
 
-`BatchedBackend` implements `es_backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
+`BatchedBackend` implements `es.backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
 once, materialises each member's weights W_i = fl(W + sign_i * sigma * eps(seed_i)) with the very kernel
-`es_noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
+`es.noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
 tensor ([N, *shape]: N copies of the weights, never N model objects), and runs a functional Qwen2 forward in
 which each linear layer is one `bmm` over members (q|k|v and gate|up fused), everything else (norms, rotary,
 attention, argmax) one op over all N x rows, with a preallocated KV cache; the prefill runs in member chunks of
@@ -44,7 +44,7 @@ P=128 on the loaded 2-core machine: 1.2-1.5 s CPU per population with chunks of 
 @torch.no_grad()
 def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) -> dict[str, torch.Tensor]:
     """name -> [N, *shape]: member i's tensor fl(W + signs[i] * sigma * eps(seeds[i])), bit-identical to what
-    `es_noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
+    `es.noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
     out = {}
     for name, p in params.items():
         w = p.detach().unsqueeze(0).repeat(len(seeds), *([1] * p.dim()))  # [N, *shape]
@@ -72,7 +72,7 @@ class _Groups:
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
     """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0.
-    A `w` that is not a tensor (`es_lowrank.LowRankStack`) computes this itself."""
+    A `w` that is not a tensor (`es.lowrank.LowRankStack`) computes this itself."""
     if not isinstance(w, torch.Tensor):
         return w.linear(x, b, groups)
     n, width, length, k = x.shape
@@ -112,7 +112,7 @@ def fuse_weights(model, weights: dict[str, torch.Tensor]) -> list[tuple[torch.Te
 
 
 def _cat_out(stacks: list) -> torch.Tensor:
-    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es_lowrank.LowRankStack`s
+    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es.lowrank.LowRankStack`s
     by their own `cat`)."""
     return torch.cat(stacks, dim=1) if isinstance(stacks[0], torch.Tensor) else type(stacks[0]).cat(stacks)
 

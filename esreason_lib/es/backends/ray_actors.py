@@ -1,9 +1,9 @@
 """The ES population on Ray: one actor per worker, each holding a replica of the model; seeds in, rewards out.
 
-Protocol. `RayBackend` implements `es_backends.PopulationEvaluator`. On its first call it ships the driver's
+Protocol. `RayBackend` implements `es.backends.PopulationEvaluator`. On its first call it ships the driver's
 model once (state dict + model class + model config, with the tokenizer, the task and the `ESConfig`) and
 builds `workers` actors from it, each checked against the driver's weight checksum. Each call then sends every
-member as a (seed, sign) pair; an actor regenerates the noise (`es_noise`), perturbs its replica, scores it with
+member as a (seed, sign) pair; an actor regenerates the noise (`es.noise`), perturbs its replica, scores it with
 the very code the in-process path runs (a one-member `SequentialBackend` call: `score_examples`, sampling seed
 `sample_seed(seed, iteration)`), restores it exactly and returns (reward, correct, fix-up fraction). Members go
 out one per idle actor and the next one is handed to whichever actor finishes first (`ray.wait`), so a slow
@@ -13,7 +13,7 @@ Keeping the replicas in step with `ES.tell` without sending weights. `tell` (es.
 tensors, and its inputs are (population, rewards): the population the backend was given and the rewards it
 returned. So the backend keeps the last call's (population, rewards) and, at the next call (the next
 iteration), every replica runs `ES(config, replica).tell(population, rewards)` first: the same shaping, the
-same per-seed coefficients, the same `es_noise.apply_update` kernel on the same device type, hence the same
+same per-seed coefficients, the same `es.noise.apply_update` kernel on the same device type, hence the same
 bits as the driver. Only N seeds, N signs and N rewards cross the wire per step, and the coefficient rule stays
 in one place (sending precomputed (seeds, coefficients, scale) to `apply_update` would copy tell's). The replay
 assumes the caller told exactly those rewards (as `train_es` and a plain ask/evaluate/tell loop do). A call
@@ -36,7 +36,7 @@ itself (a task bug) is not a worker failure and propagates.
 
 Generation. With `engine="local"` (the default) an actor generates with the library's own code on its replica;
 with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
-(`es_vllm.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
+(`es.backends.vllm_engines.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
 every reload with `forget`, so the engine follows the replica and is checked against its checksum.
 
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
@@ -77,7 +77,7 @@ class Replica:
                  config: ESConfig, fitness_shaping: Callable | None, engine: str = "local"):
         self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
         self.model.load_state_dict(state)
-        if engine == "vllm":  # one vLLM engine following this replica (es_vllm, extra `vllm`)
+        if engine == "vllm":  # one vLLM engine following this replica (es.backends.vllm_engines, extra `vllm`)
             from esreason_lib.es.backends.vllm_engines import VLLMBackend
 
             self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping)
@@ -119,7 +119,7 @@ class RayBackend:
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
     when the driver's model is on CUDA, else 0; fractions share a GPU). `engine`: how an actor generates, "local"
     (the library's generation on its replica) or "vllm" (one vLLM engine per actor following its replica,
-    `es_vllm.VLLMBackend`: one engine per GPU)."""
+    `es.backends.vllm_engines.VLLMBackend`: one engine per GPU)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,

@@ -13,7 +13,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend
 
 def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
     """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says);
-    `es_lowrank.LowRankBackend` whenever `config.noise` is "lowrank"."""
+    `es.lowrank.LowRankBackend` whenever `config.noise` is "lowrank"."""
     from esreason_lib.es.backends.batched import BatchedBackend
 
     if config.noise == "lowrank":
@@ -26,12 +26,12 @@ def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
     if name not in BACKENDS:
         raise ValueError(f"ESConfig.backend must be one of {BACKENDS}, got {config.backend!r}")
     if name in ("ray", "ray-vllm"):
-        from esreason_lib.es.backends.ray_actors import RayBackend  # here: es_ray imports es, which imports this module
+        from esreason_lib.es.backends.ray_actors import RayBackend  # here: es.backends.ray_actors imports es, which imports this module
 
         return RayBackend.from_config(config, task, tokenizer, workers=config.workers,
                                       engine="vllm" if name == "ray-vllm" else "local")
     if name == "vllm":
-        from esreason_lib.es.backends.vllm_engines import VLLMBackend  # here: es_vllm imports es, which imports this module
+        from esreason_lib.es.backends.vllm_engines import VLLMBackend  # here: es.backends.vllm_engines imports es, which imports this module
 
         return VLLMBackend.from_config(config, task, tokenizer)
     return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)

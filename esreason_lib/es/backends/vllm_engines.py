@@ -1,22 +1,22 @@
 """The ES population scored by a vLLM engine: perturbed in place inside the engine's worker, restored exactly.
 
-Protocol. `VLLMBackend` implements `es_backends.PopulationEvaluator`. On its first call it starts one
+Protocol. `VLLMBackend` implements `es.backends.PopulationEvaluator`. On its first call it starts one
 `vllm_engine.Engine` holding the driver's weights (by Hugging Face name: the module docstring of `vllm_engine`
 says how they map onto vLLM's fused tensors and what the CPU build needs). Each member (seed, sign) is then one
-collective RPC that perturbs the engine's weights (`es_noise.perturb`, noise drawn per Hugging Face name and
+collective RPC that perturbs the engine's weights (`es.noise.perturb`, noise drawn per Hugging Face name and
 shape exactly as on the driver, so the perturbed engine weights equal the driver's bit for bit), one
-`LLM.generate` over the step's prompts, and one RPC that restores them bit for bit (`es_noise.restore`); the
-completions are scored with the task as `es_backends.score_examples` does. Only seeds, signs and texts cross the
+`LLM.generate` over the step's prompts, and one RPC that restores them bit for bit (`es.noise.restore`); the
+completions are scored with the task as `es.backends.score_examples` does. Only seeds, signs and texts cross the
 RPC per member.
 
-Keeping the engine in step with `ES.tell`: as `es_ray` does, the backend keeps the last call's (population,
+Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the backend keeps the last call's (population,
 rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
 population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
 weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
 engine's `weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical
 only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
 
-Limits. One engine (tensor parallel size 1); for several GPUs, `es_ray.RayBackend(engine="vllm")`
+Limits. One engine (tensor parallel size 1); for several GPUs, `es.backends.ray_actors.RayBackend(engine="vllm")`
 (`backend="ray-vllm"`) runs one engine per actor, each following its actor's replica. Greedy rewards equal
 `SequentialBackend`'s (tests/vllm_parity, `make test-vllm`); with sampling, vLLM's sampler draws other numbers
 than `generation.generate`, so rewards differ from the in-process path, while every member still shares the
@@ -114,7 +114,7 @@ class VLLMBackend:
 
     def follow(self, population, rewards) -> None:
         """Record that `ES.tell(population, rewards)` updated the driver, for a caller that scores a population
-        in several calls (an `es_ray` replica: one member per call); the next iteration's call replays it."""
+        in several calls (an `es.backends.ray_actors` replica: one member per call); the next iteration's call replays it."""
         self._pending = (population, np.asarray(rewards, dtype=np.float64).copy())
 
     def forget(self) -> None:
