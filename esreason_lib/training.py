@@ -6,12 +6,13 @@ is `methods`, the finite-ness guards `guards`."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from esreason_lib.seeding import numpy_rng
+from esreason_lib.store.identity import execution
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
                                      check_nonnegative_int, check_optional_positive_int)
@@ -52,7 +53,7 @@ class RunSettings:
     prompt_order: str = "random"
     """How each iteration's prompts are drawn (`prompt_indices`): "random" (a fresh draw per iteration) or
     "epoch" (every train example once per epoch, reshuffled per epoch)."""
-    checkpoint_every: int = 25
+    checkpoint_every: int = field(default=25, metadata=execution())
     """Save a resumable checkpoint every this many iterations (0 = never)."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""

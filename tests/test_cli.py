@@ -248,7 +248,9 @@ def test_backend_settings_per_method(method, backend, workers, items):
 def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
     assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--backend", "sequential"]) == 0
     run_dir = Path(capsys.readouterr().out.splitlines()[0])
-    assert json.loads((run_dir / "config.json").read_text())["backend"] == "sequential"
+    assert "backend" not in json.loads((run_dir / "config.json").read_text())  # an execution setting (exact)
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--backend", "batched"]) == 0
+    assert Path(capsys.readouterr().out.splitlines()[0]) == run_dir  # the same run, found, not retrained
     assert main(["train", "grpo", "--preset", "smoke", "--backend", "ray"]) == 2  # grpo's are local and vllm
     assert "GRPOConfig.backend must be one of ('local', 'vllm'), got 'ray'" in capsys.readouterr().err
     assert main(["train", "grpo", "--preset", "smoke", "--workers", "2"]) == 2  # grpo has no population

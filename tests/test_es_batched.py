@@ -126,7 +126,8 @@ def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
         net.load_state_dict(model.state_dict())
         cfg = ESConfig(model="tiny-random", population_size=4, antithetic=True, sigma=0.05, alpha=0.05,
                        iterations=2, prompts_per_step=8, checkpoint_every=0, device="cpu", backend=backend)
-        run = train_es(cfg, model=net, tokenizer=tok, task=Lengths(), home=tmp_path, progress=False)
+        # its own store: which backend scored a run is not part of its identity (a second train would reuse it)
+        run = train_es(cfg, model=net, tokenizer=tok, task=Lengths(), home=tmp_path / backend, progress=False)
         states.append(net.state_dict())
         rewards.append(run.metrics()["reward/mean"].tolist())
     assert rewards[0] == rewards[1] and len(rewards[0]) == 2

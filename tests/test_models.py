@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
@@ -38,6 +38,7 @@ def test_char_tokenizer_basics(tok):
 @settings(max_examples=200, deadline=None)
 @given(TEXT)
 def test_char_tokenizer_round_trip(s):
+    assume("<pad>" not in s and "<eos>" not in s)  # the special tokens' own text encodes to the special token
     tok = _TOK
     ids = tok(s, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(s)

@@ -28,11 +28,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from esreason_lib.es.backends.base import BACKENDS
+from esreason_lib.es.backends.base import BACKENDS, EXACT_BACKENDS
 from esreason_lib.es.lowrank import NOISES, apply_lowrank_update
 from esreason_lib.es.noise import apply_update
 from esreason_lib.models.weights import named_params
-from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.guards import NonFiniteError
 from esreason_lib.training import RunSettings
@@ -68,11 +68,11 @@ class ESConfig(RunSettings):
     """Greedy decoding (the paper's ES setting); False samples at `temperature`."""
     temperature: float = 1.0
     """Sampling temperature when not `greedy`."""
-    backend: str = "auto"
+    backend: str = field(default="auto", metadata=execution(exact=EXACT_BACKENDS))
     """Population evaluator (`es.backends.BACKENDS`): "batched", "sequential", "ray" (`workers` actors), "vllm"
     (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
     when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
-    workers: int = 2
+    workers: int = field(default=2, metadata=execution())
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
     """Perturbation family (`es.lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:

@@ -24,27 +24,46 @@ ADDED_OPTION = {"identity": "omit_default"}
 every stored run keeps its identity; any other value is part of it."""
 
 
-def _identity_fields(obj) -> dict:
-    """A dataclass's {name: value}, without `ADDED_OPTION` fields that hold their default."""
+def execution(exact=None) -> dict:
+    """`dataclasses.field(metadata=execution(...))` marks an execution setting: how a run is computed, not what it
+    computes (`checkpoint_every`, Ray `workers`, a population backend among those with bit-identical results). It
+    is left out of the run's identity, so a stored run is found whichever setting trained it; with `exact`, only
+    when the field's value is one of `exact` (the others change the results and stay in the identity)."""
+    return {"identity": "execution", "exact": None if exact is None else tuple(exact)}
+
+
+def _left_out(f: dataclasses.Field, value, legacy: bool) -> bool:
+    kind = f.metadata.get("identity")
+    if kind == "omit_default":
+        return value == f.default
+    if kind == "execution" and not legacy:
+        exact = f.metadata["exact"]
+        return exact is None or value in exact
+    return False
+
+
+def _identity_fields(obj, legacy: bool = False) -> dict:
+    """A dataclass's {name: value}, without `ADDED_OPTION` fields that hold their default and (unless `legacy`,
+    the identity of runs stored before execution settings left it) without `execution` settings."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-            if not (f.metadata.get("identity") == "omit_default" and getattr(obj, f.name) == f.default)}
+            if not _left_out(f, getattr(obj, f.name), legacy)}
 
 
-def jsonable(obj, where: str = "config"):
+def jsonable(obj, where: str = "config", *, legacy: bool = False):
     """`obj` (dataclasses, dicts with str keys, lists/tuples, enums, paths, numpy scalars, JSON scalars) as plain
     JSON data; TypeError naming the path `where` of the first value that cannot be stored. `ADDED_OPTION` fields
-    at their default are left out of a dataclass."""
+    at their default and `execution` settings (kept with `legacy`) are left out of a dataclass."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = _identity_fields(obj)
+        obj = _identity_fields(obj, legacy)
     if isinstance(obj, dict):
         for key in obj:
             if not isinstance(key, str):
                 raise TypeError(f"{where}: keys must be strings, got {key!r}")
-        return {k: jsonable(v, f"{where}.{k}") for k, v in obj.items()}
+        return {k: jsonable(v, f"{where}.{k}", legacy=legacy) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return [jsonable(v, f"{where}[{i}]", legacy=legacy) for i, v in enumerate(obj)]
     if isinstance(obj, enum.Enum):
-        return jsonable(obj.value, where)
+        return jsonable(obj.value, where, legacy=legacy)
     if isinstance(obj, PurePath):
         return str(obj)
     if isinstance(obj, np.generic):
@@ -54,16 +73,18 @@ def jsonable(obj, where: str = "config"):
     raise TypeError(f"{where}: cannot store {type(obj).__name__} value {obj!r} in a run config")
 
 
-def canonical_config(config) -> dict:
+def canonical_config(config, *, legacy: bool = False) -> dict:
     """A dataclass or dict as plain JSON data (tuples -> lists, Paths -> str, numpy scalars -> Python)."""
     if not (isinstance(config, dict) or (dataclasses.is_dataclass(config) and not isinstance(config, type))):
         raise TypeError(f"config must be a dataclass instance or a dict, got {type(config).__name__}")
-    return jsonable(config)
+    return jsonable(config, legacy=legacy)
 
 
-def canonical_json(config) -> str:
-    """The compact, key-sorted JSON text of `canonical_config(config)` (what `config_hash` hashes)."""
-    return json.dumps(canonical_config(config), sort_keys=True, separators=(",", ":"), allow_nan=True)
+def canonical_json(config, *, legacy: bool = False) -> str:
+    """The compact, key-sorted JSON text of `canonical_config(config)` (what `config_hash` hashes); `legacy` keeps
+    the execution settings, as run identities did before they left it."""
+    return json.dumps(canonical_config(config, legacy=legacy), sort_keys=True, separators=(",", ":"),
+                      allow_nan=True)
 
 
 def config_hash(config) -> str:

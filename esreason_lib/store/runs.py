@@ -119,10 +119,9 @@ class Run:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         seed = int(seed)
-        cfg = _stored_config(kind, config)
+        path, cfg = _locate(kind, config, home)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
-        path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
         if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
             raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
                                 f"computed in this mode; run `make reproduce` first (config: "
@@ -325,15 +324,29 @@ class Run:
         self.finish(status="failed", error=str(error))
 
 
-def _stored_config(kind: str, config) -> dict:
+def _stored_config(kind: str, config, legacy: bool = False) -> dict:
     """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
-    cfg = json.loads(canonical_json(config))
+    cfg = json.loads(canonical_json(config, legacy=legacy))
     return cfg if kind == "zoo" else with_zoo_versions(cfg)
+
+
+def _locate(kind: str, config, home: Path | None) -> tuple[Path, dict]:
+    """The directory and stored config of (kind, config): `<home>/<kind>-<config hash>`, or the directory a run
+    stored before execution settings left the identity (`store.identity.execution`) when only that one exists."""
+    root = Path(home if home is not None else run_store_root())
+    cfg = _stored_config(kind, config)
+    path = root / f"{kind}-{config_hash(cfg)}"
+    if not path.exists():
+        old = _stored_config(kind, config, legacy=True)
+        old_path = root / f"{kind}-{config_hash(old)}"
+        if old != cfg and old_path.is_dir():
+            return old_path, old
+    return path, cfg
 
 
 def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
     """True when the run `Run.open(kind, config, home=home)` opens is complete (`Run.is_complete`: manifest
     status "complete" and model/ matching its recorded hashes); reads only."""
-    cfg = _stored_config(_check_kind(kind), config)
-    path = Path(home if home is not None else run_store_root()) / f"{kind}-{config_hash(cfg)}"
+    kind = _check_kind(kind)
+    path, cfg = _locate(kind, config, home)
     return Run(path, kind, cfg, 0).is_complete()

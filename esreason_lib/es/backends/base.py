@@ -49,6 +49,9 @@ BACKENDS = ("auto", "batched", "sequential", "ray", "vllm", "ray-vllm")
 and "sequential" otherwise; "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`, extra `ray`);
 "vllm" scores them with one vLLM engine, perturbed in place (`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one
 such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
+EXACT_BACKENDS = ("auto", "batched", "sequential", "ray")
+"""The backends whose rewards are bit-identical to `sequential`'s (tested): which of them scored a run is an execution
+setting, left out of its identity (`store.identity.execution`); vLLM's kernels and sampler give other numbers."""
 
 
 def sample_seed(seed: int, iteration: int) -> int:
