@@ -6,7 +6,7 @@ train examples each iteration draws."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from esreason_lib.validation import (check_choice, check_finite_float, check_int
                                      check_nonnegative_int, check_optional_positive_int)
 from esreason_lib.models.zoo import DEFAULT_BASE
 from esreason_lib.guards import check_finite_params
+from esreason_lib.store.identity import ADDED_OPTION
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -54,6 +55,9 @@ class RunSettings:
     "epoch" (every train example once per epoch, reshuffled per epoch)."""
     checkpoint_every: int = 25
     """Save a resumable checkpoint every this many iterations (0 = never)."""
+    snapshot_every: int = field(default=0, metadata=ADDED_OPTION)
+    """Keep the model's weights every this many iterations under `snapshots/step-XXXXXX/` (save_pretrained; never
+    deleted, unlike checkpoints), for evaluation along the training path (notebook 01's frontier); 0 = none."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
     dtype: str = "float32"
@@ -68,7 +72,7 @@ class RunSettings:
         check_optional_positive_int(self, "max_new_tokens", "train_size")
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
         check_choice(self, "prompt_order", PROMPT_ORDERS)
-        check_nonnegative_int(self, "checkpoint_every")
+        check_nonnegative_int(self, "checkpoint_every", "snapshot_every")
         check_choice(self, "dtype", DTYPES)
         check_int(self, "seed")
 
