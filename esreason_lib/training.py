@@ -214,3 +214,28 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
         return run, None
     return run, training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
                                 caller=f"train_{kind}")
+
+
+SNAPSHOTS = "snapshots"
+"""The folder of a run that holds its `snapshot_every` model snapshots (`snapshots/step-XXXXXX/`)."""
+
+
+def save_snapshot(run, config, step: int, model, tokenizer) -> None:
+    """Keep the weights after iteration `step` under `run.path / snapshots / step-XXXXXX` when
+    `config.snapshot_every` divides `step` and `step` is not the last iteration (the final model is `model/`)."""
+    every = getattr(config, "snapshot_every", 0)
+    if not every or step % every or step >= config.iterations:
+        return
+    from esreason_lib.models.zoo import quiet_transformers
+
+    target = run.path / SNAPSHOTS / f"step-{int(step):06d}"
+    with quiet_transformers():
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+
+
+def snapshot_refs(run) -> dict[int, str]:
+    """{step: model reference} of a run's snapshots, in training order, then {iterations: run.model_dir}."""
+    folder = run.path / SNAPSHOTS
+    steps = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir()) if folder.is_dir() else []
+    return {**{s: str(folder / f"step-{s:06d}") for s in steps}, int(run.config["iterations"]): str(run.model_dir)}
