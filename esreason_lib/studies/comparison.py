@@ -311,3 +311,10 @@ def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
     return make_finding(f"Pass@1/Pass@{k} (test, T={d.get('temperature', '?')}, "
                         f"seed means): {points}; ES arm chosen on {where}; {match}; reported beside, not part of the "
                         f"claim: " + "; ".join(c.describe() for c in beside), checks, sanity)
+
+
+def frontier_points(paths: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per arm and step on the test split: pass@1 and pass@K (K = `k`), seed means (what `plot_frontier_paths`
+    draws)."""
+    test = with_pass(paths[paths["split"] == "test"], (1, k)).rename(columns={f"pass@{k}": "pass@K"})
+    return test.groupby(["arm", "step"], sort=False)[["pass@1", "pass@K"]].mean().reset_index()
