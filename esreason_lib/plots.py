@@ -198,3 +198,22 @@ def plot_grouped_bars(table: pd.DataFrame, x: str, y: str, hue: str, ax=None, ye
     ax.set_xticks(np.arange(len(xs)), [str(v) for v in xs])
     _finish(ax, x, y, fontsize="small", title=hue)
     return fig, ax
+
+
+def plot_frontier_paths(paths: pd.DataFrame, x: str = "pass@1", y: str = "pass@K", label: str = "arm", ax=None):
+    """Each arm's training path on the Pass@1-Pass@K plane: one line per `label` through its points in `step`
+    order (seed means; the base is step 0 of every path), the final point marked larger.
+
+    `paths` has columns `label`, step, `x`, `y` (one row per arm and step, e.g. `frontier_points`)."""
+    fig, ax = _axes(ax, figsize=(6, 4.5))
+    base = paths[paths[label] == "base"]
+    for i, (name, df) in enumerate(paths[paths[label] != "base"].groupby(label, sort=False)):
+        df = pd.concat([base, df]).sort_values("step")
+        c = color_for(name, i)
+        ax.plot(df[x], df[y], marker="o", ms=3, lw=1.5, color=c, label=str(name),
+                ls=":" if str(name).startswith("noise") else "-")
+        ax.scatter(df[x].iloc[-1:], df[y].iloc[-1:], s=60, color=c, edgecolor="black", zorder=3)
+    if not base.empty:
+        ax.scatter(base[x], base[y], s=60, color=color_for("base"), label="base", zorder=4)
+    _finish(ax, x, y, fontsize="small")
+    return fig, ax

@@ -18,6 +18,7 @@ from esreason_lib.validation import (check_choice, check_finite_float, check_int
                                      check_nonnegative_int, check_optional_positive_int)
 from esreason_lib.models.zoo import DEFAULT_BASE
 from esreason_lib.guards import check_finite_params
+from esreason_lib.store.identity import ADDED_OPTION
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -55,6 +56,9 @@ class RunSettings:
     "epoch" (every train example once per epoch, reshuffled per epoch)."""
     checkpoint_every: int = field(default=25, metadata=execution())
     """Save a resumable checkpoint every this many iterations (0 = never)."""
+    snapshot_every: int = field(default=0, metadata=ADDED_OPTION)
+    """Keep the model's weights every this many iterations under `snapshots/step-XXXXXX/` (save_pretrained; never
+    deleted, unlike checkpoints), for evaluation along the training path (notebook 01's frontier); 0 = none."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
     dtype: str = "float32"
@@ -69,7 +73,7 @@ class RunSettings:
         check_optional_positive_int(self, "max_new_tokens", "train_size")
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
         check_choice(self, "prompt_order", PROMPT_ORDERS)
-        check_nonnegative_int(self, "checkpoint_every")
+        check_nonnegative_int(self, "checkpoint_every", "snapshot_every")
         check_choice(self, "dtype", DTYPES)
         check_int(self, "seed")
 
@@ -211,3 +215,28 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
         return run, None
     return run, training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
                                 caller=f"train_{kind}")
+
+
+SNAPSHOTS = "snapshots"
+"""The folder of a run that holds its `snapshot_every` model snapshots (`snapshots/step-XXXXXX/`)."""
+
+
+def save_snapshot(run, config, step: int, model, tokenizer) -> None:
+    """Keep the weights after iteration `step` under `run.path / snapshots / step-XXXXXX` when
+    `config.snapshot_every` divides `step` and `step` is not the last iteration (the final model is `model/`)."""
+    every = getattr(config, "snapshot_every", 0)
+    if not every or step % every or step >= config.iterations:
+        return
+    from esreason_lib.models.zoo import quiet_transformers
+
+    target = run.path / SNAPSHOTS / f"step-{int(step):06d}"
+    with quiet_transformers():
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+
+
+def snapshot_refs(run) -> dict[int, str]:
+    """{step: model reference} of a run's snapshots, in training order, then {iterations: run.model_dir}."""
+    folder = run.path / SNAPSHOTS
+    steps = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir()) if folder.is_dir() else []
+    return {**{s: str(folder / f"step-{s:06d}") for s in steps}, int(run.config["iterations"]): str(run.model_dir)}

@@ -31,19 +31,24 @@ def _arm(arm, test_c, sel_c=(), entropy=1.0, seeds=(0, 1, 2)):
         "method": method, "step_size": step}) for s in seeds], ignore_index=True)
 
 
-def _tables(*arms, k=4):
+def _tables(*arms, k=4, snapshots=()):
+    """`finding`'s tables from final-model arms (the noise arm included) and optional snapshot rows (arm rows
+    with a `step` below the final step 2)."""
     problems = pd.concat(arms, ignore_index=True)
-    return {"problems": problems, "frontier": C.frontier(problems, k)}
+    final = problems.assign(step=np.where(problems["arm"] == "base", 0, 2))
+    paths = pd.concat([final, *snapshots], ignore_index=True)
+    deltas = pd.DataFrame([{"pass1": 0.01, "passk": 0.02, "entropy": 0.02, "temperature": 0.6}])
+    return {"problems": problems, "paths": paths, "frontier": C.frontier(problems, k), "deltas": deltas}
 
 
+ES = "es alpha=0.0024"
+NOISE = C.noise_label(ES)
 # GRPO concentrates (solves 3 of 4 problems every time, never the 4th), ES spreads (half of the samples right on
-# every problem), the base is weak: pass@1 base 0.125 < ES 0.5 < GRPO 0.75; pass@4 GRPO 0.75 < ES 0.986.
+# every problem), the base is weak: pass@1 base 0.125 < ES 0.5 < GRPO 0.75; pass@4 GRPO 0.75 < ES 0.986. GRPO's
+# path base -> final passes ES's Pass@1 at w = 0.6: Pass@4 0.4 * 0.5 + 0.6 * 0.75 = 0.65, entropy 0.58. The noise
+# control stays at the base's scores, with entropy 0.8 (below ES's 0.9).
 HOLDS = dict(base=("base", [1, 1, 1, 1], [1], 1.0), grpo=("grpo lr=0.0001", [8, 8, 8, 0], [8], 0.3),
-             es=("es alpha=0.0024", [4, 4, 4, 4], [4], 0.9))
-# Every statement reversed: the base beats ES at K=1 (base 1.0 > ES 0.75), ES beats GRPO at K=1 (0.75 > 0.375),
-# GRPO beats ES at K=4 (0.929 > 0.75), GRPO's entropy is above the base's and ES's below GRPO's.
-FAILS = dict(base=("base", [8, 8, 8, 8], [8], 0.5), grpo=("grpo lr=0.0001", [3, 3, 3, 3], [3], 0.9),
-             es=("es alpha=0.0024", [8, 8, 8, 0], [8], 0.4))
+             es=(ES, [4, 4, 4, 4], [4], 0.9), noise=(NOISE, [1, 1, 1, 1], [1], 0.8))
 
 
 def _entropy_noise(table, scale=0.01):
@@ -52,53 +57,68 @@ def _entropy_noise(table, scale=0.01):
     return table.assign(mean_entropy=table["mean_entropy"] + scale * rng.standard_normal(len(table)))
 
 
+def _arms(**changes):
+    return {m: _entropy_noise(_arm(*changes.get(m, v))) for m, v in HOLDS.items()}
+
+
 def test_finding_reproduced_when_every_statement_holds():
-    tables = _tables(*(_entropy_noise(_arm(*v)) for v in HOLDS.values()))
-    f = C.finding(tables)
-    assert [c.status for c in f.checks] == ["reproduced"] * 4, f.sentence
+    f = C.finding(_tables(*_arms().values()))
+    assert [c.status for c in f.checks] == ["reproduced"] * 6, f.sentence
     assert f.status == "reproduced"
     effects = {c.name: c.effect for c in f.checks}
-    assert effects["ES (es alpha=0.0024) Pass@1 above base"] == pytest.approx(0.5 - 0.125)
-    assert "not part of the claim: GRPO (grpo lr=0.0001) above ES (es alpha=0.0024) at K=1: +0.250" in f.sentence
+    assert effects[f"ES ({ES}) Pass@1 above base"] == pytest.approx(0.5 - 0.125)
     es_k4 = 1 - 1 / 70  # 1 - C(4, 4) / C(8, 4)
-    assert effects["ES (es alpha=0.0024) above GRPO (grpo lr=0.0001) at K=4"] == pytest.approx(es_k4 - 0.75)
-    assert all(c.n_seeds == 3 for c in f.checks)
-    assert "best settings chosen on 1 selection problems disjoint from the 40 test problems" in f.sentence
-    assert f.sanity == ("Pass@4 >= Pass@1 for every arm: True",)
+    assert effects[f"ES ({ES}) Pass@4 above GRPO (grpo lr=0.0001) at ES's Pass@1"] == pytest.approx(es_k4 - 0.65)
+    assert all(c.delta is not None for c in f.checks) and all(c.n_seeds == 3 for c in f.checks)
+    assert "not part of the claim" in f.sentence and "GRPO matched at Pass@1 0.500 between its steps 0-2 (w 0.60" \
+        in f.sentence
 
 
-def test_finding_not_reproduced_when_every_statement_fails():
-    tables = _tables(*(_entropy_noise(_arm(*v)) for v in FAILS.values()))
-    f = C.finding(tables)
-    assert [c.status for c in f.checks] == ["not reproduced"] * 4, f.sentence
-    assert f.status == "not reproduced" and "not reproduced" in f.sentence
+def test_es_equal_to_its_noise_control_is_not_evidence():
+    """Alternative explanation: ES helps only by moving the weights. ES = its random-direction control."""
+    arms = _arms()
+    arms["noise"] = arms["es"].assign(arm=NOISE, method="noise")
+    f = C.finding(_tables(*arms.values()))
+    control = [c for c in f.checks if "noise-injection control" in c.name]
+    assert len(control) == 2 and all(c.status in ("not reproduced", "not resolved") for c in control), f.sentence
+    assert f.status != "reproduced"
+
+
+def test_es_on_grpo_path_is_not_evidence():
+    """Alternative explanation: ES is a GRPO trained less. GRPO's path passes through ES's point exactly."""
+    arms = _arms()
+    mid = arms["es"].assign(arm="grpo lr=0.0001", method="grpo", step=1)
+    f = C.finding(_tables(*arms.values(), snapshots=[mid]))
+    frontier_checks = [c for c in f.checks if "at ES's Pass@1" in c.name]
+    assert len(frontier_checks) == 2
+    assert all(c.status in ("not reproduced", "not resolved") for c in frontier_checks), f.sentence
+    assert f.status != "reproduced"
+
+
+def test_the_gentlest_grpo_is_not_the_comparison_arm():
+    """A GRPO that barely moved (its path never reaches ES's Pass@1) is not chosen, although its final Pass@4
+    beats ES's; the entropy-collapse check uses the chosen arm too."""
+    arms = _arms()
+    gentle = _entropy_noise(_arm("grpo lr=2e-05", [2, 2, 2, 2], [2], 1.0))
+    f = C.finding(_tables(*arms.values(), gentle))
+    names = [c.name for c in f.checks]
+    assert "GRPO (grpo lr=0.0001) eval token entropy below base" in names
+    assert not any("lr=2e-05" in n for n in names)
 
 
 @pytest.mark.parametrize("which", range(4))
 def test_each_check_alone_can_fail(which):
-    """Start from the passing tables and break one statement: that check (and the finding) is `not reproduced`."""
-    arms = {m: _entropy_noise(_arm(*v)) for m, v in HOLDS.items()}
+    """Start from the passing tables and break one statement: the finding is no longer `reproduced`."""
     if which == 0:  # ES Pass@1 below the base
-        arms["base"] = _entropy_noise(_arm("base", [6, 6, 6, 6], [6], 1.0))
-    elif which == 1:  # GRPO at K=4 above ES: GRPO spreads too
-        arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [5, 5, 5, 5], [5], 0.3))
-        arms["es"] = _entropy_noise(_arm("es alpha=0.0024", [4, 4, 4, 0], [4], 0.9))
-    elif which == 2:  # GRPO's entropy above the base's
-        arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [8, 8, 8, 0], [8], 1.2))
-        arms["es"] = _entropy_noise(_arm("es alpha=0.0024", [4, 4, 4, 4], [4], 1.3))
-    else:  # ES's entropy below GRPO's
-        arms["es"] = _entropy_noise(_arm("es alpha=0.0024", [4, 4, 4, 4], [4], 0.1))
+        arms = _arms(base=("base", [6, 6, 6, 6], [6], 1.0))
+    elif which == 1:  # GRPO's entropy above the base's
+        arms = _arms(grpo=("grpo lr=0.0001", [8, 8, 8, 0], [8], 1.2))
+    elif which == 2:  # ES's entropy below GRPO's
+        arms = _arms(es=(ES, [4, 4, 4, 4], [4], 0.1))
+    else:  # the noise control keeps Pass@4 like ES
+        arms = _arms(noise=(NOISE, [4, 4, 4, 4], [4], 0.8))
     f = C.finding(_tables(*arms.values()))
-    assert f.checks[which].status == "not reproduced", f.sentence
-    assert f.status == "not reproduced"
-
-
-def test_grpo_winning_at_k1_is_reported_but_not_evidence():
-    """ES above GRPO at K=1 does not change the status: the paper allows GRPO to win there, it does not claim it."""
-    arms = {m: _entropy_noise(_arm(*v)) for m, v in HOLDS.items()}
-    arms["grpo"] = _entropy_noise(_arm("grpo lr=0.0001", [8, 8, 0, 0], [8], 0.3))  # pass@1 0.5 = ES's 0.5
-    f = C.finding(_tables(*arms.values()))
-    assert f.status == "reproduced" and "above ES (es alpha=0.0024) at K=1" in f.sentence
+    assert f.status != "reproduced" and "not reproduced" in [c.status for c in f.checks], f.sentence
 
 
 def test_one_seed_is_not_resolved():
@@ -107,26 +127,22 @@ def test_one_seed_is_not_resolved():
     assert {c.status for c in f.checks} == {"not resolved"} and f.status == "not resolved"
 
 
-def test_frontier_chooses_on_the_selection_split_and_the_verdict_uses_the_choice():
-    """GRPO's low lr is better at Pass@4 on the selection problems but worse on the test problems: the verdict
-    is against the chosen (low-lr) arm, not against the arm that looks best on the test problems."""
+def test_bracket_and_matched():
+    from esreason_lib.studies.frontier import bracket
+
+    assert bracket([0.1, 0.3, 0.5], 0.4) == (1, 2, pytest.approx(0.5), 0.0)
+    assert bracket([0.1, 0.3, 0.2], 0.25) == (0, 1, pytest.approx(0.75), 0.0)  # the first segment in training order
+    assert bracket([0.1, 0.2], 0.5) == (1, 1, 0.0, pytest.approx(-0.3))  # not reached: the nearest point, its gap
+
+
+def test_frontier_chooses_on_the_selection_split():
     base = _arm("base", [1, 1, 1, 1], [1, 1])
     hi = _arm("grpo lr=0.0001", [8, 8, 8, 0], [8, 0])  # selection: pass@1 0.5, pass@4 0.5
     lo = _arm("grpo lr=2e-05", [8, 8, 0, 0], [3, 3])  # selection: pass@1 0.375, pass@4 0.929
-    es = _arm("es alpha=0.0024", [4, 4, 4, 4], [4, 4])
+    es = _arm(ES, [4, 4, 4, 4], [4, 4])
     tables = _tables(base, hi, lo, es)
-    front = tables["frontier"].set_index("arm")
-    assert list(front.index) == ["base", "grpo lr=0.0001", "grpo lr=2e-05", "es alpha=0.0024"]
-    assert front.loc["grpo lr=2e-05", "sel_pass@K"] == pytest.approx(1 - 5 / 70)
-    assert front.loc["grpo lr=2e-05", "pass@1"] == pytest.approx(0.5) and front.loc["grpo lr=2e-05", "pass@K"] == 0.5
-    assert C.selected_arms(tables["frontier"], "pass@K") == {"grpo": "grpo lr=2e-05", "es": "es alpha=0.0024"}
-    assert C.selected_arms(tables["frontier"], "pass@1") == {"grpo": "grpo lr=0.0001", "es": "es alpha=0.0024"}
-    # on the test plane the high lr dominates the low one (0.75/0.75 against 0.5/0.5)
-    assert front["non_dominated"].to_dict() == {"base": True, "grpo lr=0.0001": True, "grpo lr=2e-05": False,
-                                                 "es alpha=0.0024": True}
-    assert (front["chosen_on"] == "selection").all() and (front["k"] == 4).all()
-    names = [c.name for c in C.finding(tables).checks]
-    assert "ES (es alpha=0.0024) above GRPO (grpo lr=2e-05) at K=4" in names
+    assert C.selected_arms(tables["frontier"], "pass@K") == {"grpo": "grpo lr=2e-05", "es": ES}
+    assert C.selected_arms(tables["frontier"], "pass@1") == {"grpo": "grpo lr=0.0001", "es": ES}
     with pytest.raises(ValueError, match="criterion"):
         C.selected_arms(tables["frontier"], "pass@2")
 
@@ -202,8 +218,9 @@ def test_grid_labels_and_evaluation_spec():
     assert len(configs) == 4 * 3 and configs["grpo", 2e-5, 1].lr == 2e-5 and configs["grpo", 2e-5, 1].seed == 1
     assert configs["es", 2.4e-3, 0] == tiny.config("es", seed=0)  # the preset's own arm: notebook 01's default runs
     assert C.evaluation_spec(tiny).n_problems == 200 + 100 and C.evaluation_spec(tiny).ks == tiny.eval.ks
+    assert C.evaluation_spec(tiny).temperature == 0.6 and C.evaluation_spec(tiny, 1.0).temperature == 1.0
     easy = get_preset("paper-easy")
-    assert C.evaluation_spec(easy) is easy.eval and easy.comparison.selection_problems == 0
+    assert C.evaluation_spec(easy) == easy.eval and easy.comparison.selection_problems == 0
     for bad in (dict(es_alphas=()), dict(grpo_lrs=(1e-4, 1e-4)), dict(es_alphas=(-1.0,)), dict(selection_problems=-1)):
         with pytest.raises(ValueError, match="ComparisonSpec"):
             ComparisonSpec(**{**dict(es_alphas=(1e-3,), grpo_lrs=(1e-4,), selection_problems=0), **bad})
@@ -233,7 +250,7 @@ def test_compute_trains_every_arm_for_every_seed_and_evaluates_both_splits(table
     es, grpo = preset.es, preset.grpo
     per_it = {"es": es.population_size * es.prompts_per_step, "grpo": grpo.group_size * grpo.prompts_per_step}
     assert cost["generations"].tolist() == [per_it[m] * 3 for m in cost["method"]]
-    trained = [json.loads((p / "config.json").read_text()) for p in store.glob("es-*")]
+    trained = [json.loads((p / "config.json").read_text()) for p in store.glob("es-*") if not p.name.startswith("es-noise")]
     assert sorted((c["alpha"], c["seed"]) for c in trained) == [(1e-3, 0), (1e-3, 1), (2e-3, 0), (2e-3, 1)]
     problems = tables["problems"]
     n_test, n_sel = preset.eval.n_problems, preset.comparison.selection_problems
@@ -241,22 +258,27 @@ def test_compute_trains_every_arm_for_every_seed_and_evaluates_both_splits(table
         assert g["split"].value_counts().to_dict() == {"test": n_test, "selection": n_sel}, (arm, seed)
     test_ids = set(problems.loc[problems["split"] == "test", "problem_id"])
     assert not test_ids & set(problems.loc[problems["split"] == "selection", "problem_id"])
-    assert len(list(store.glob("eval-*"))) == 1 + 3 * 2  # the base and 3 arms x 2 seeds, one evaluation each
+    # T = 0.6 and T = 1: the base, 3 arms and 2 noise controls x 2 seeds; T = 0.6 only: 2 snapshots per run
+    assert len(list(store.glob("eval-*"))) == 2 * (1 + 5 * 2) + 2 * 5 * 2
+    assert len(list(store.glob("es-noise-*"))) == 2 * 2
     assert not default.exists(), "the study wrote outside its run store"
 
 
 def test_compute_tables_agree(tables, smoke_store):
     preset, _, _ = smoke_store
     front = tables["frontier"]
-    assert front["arm"].tolist() == ["base", "grpo lr=2e-05", "es alpha=0.001", "es alpha=0.002"]
-    assert (front["n_seeds"] == [1, 2, 2, 2]).all() and front["best_pass@K"].sum() == 2
+    assert front["arm"].tolist()[:4] == ["base", "grpo lr=2e-05", "es alpha=0.001", "es alpha=0.002"]
+    assert (front["n_seeds"] == [1, 2, 2, 2, 2, 2]).all() and front["best_pass@K"].sum() == 3
+    assert set(tables["paths"]["step"]) == {0, 1, 2, 3} and "maj@K" in tables["seeds"]
+    assert set(tables["side"]["temperature"]) == {1.0}
     summary = tables["summary"].set_index("arm")
     assert summary["pass@1"].to_numpy() == pytest.approx(front["pass@1"].to_numpy())
     curves = tables["curves"]
     assert sorted(curves["k"].unique()) == list(preset.eval.ks) and set(curves["arm"]) == set(front["arm"])
-    assert set(tables["traces"]["arm"]) == set(front["arm"]) - {"base"}
+    assert set(tables["traces"]["arm"]) == set(front["arm"]) - {"base", C.noise_label("es alpha=0.001"),
+                                                                C.noise_label("es alpha=0.002")}
     f = C.finding(tables)
-    assert f.status == "not resolved" and len(f.checks) == 4  # two seeds
+    assert f.status == "not resolved" and len(f.checks) == 6  # two seeds
     assert all(c.n_seeds == 2 for c in f.checks)
 
 

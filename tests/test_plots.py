@@ -98,3 +98,14 @@ def test_scatter_of_no_points_draws_no_legend_and_warns_nothing(recwarn):
     assert ax.get_legend() is None and not [str(w.message) for w in recwarn]
     fig, ax = plots.plot_scatter(pd.DataFrame({"x": [1.0], "y": [2.0], "sigma": [0.1]}), "x", "y", hue="sigma")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sigma=0.1", "y = x"]
+
+
+def test_plot_frontier_paths_returns_fig_ax():
+    import pandas as pd
+
+    from esreason_lib.plots import plot_frontier_paths
+
+    pts = pd.DataFrame({"arm": ["base", "es a", "es a", "grpo b", "noise es a"], "step": [0, 1, 2, 2, 2],
+                        "pass@1": [0.1, 0.15, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.55, 0.6, 0.5, 0.5]})
+    fig, ax = plot_frontier_paths(pts)
+    assert len(ax.lines) == 3 and ax.get_xlabel() == "pass@1"

@@ -13,7 +13,7 @@ import torch
 from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, sample_seed, score_examples
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.guards import NonFiniteError, check_finite_step
-from esreason_lib.training import open_training_run, prompt_indices
+from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.es.core import ES, ESConfig
 
 
@@ -111,6 +111,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
             run.log(it + 1, m)
             check_finite_step(es.params, m, where=f"train_es iteration {it + 1}", run=run)
             bar.set_postfix(reward=f"{m['reward/mean']:.3f}", center=f"{m['reward/center']:.3f}")
+            save_snapshot(run, config, it + 1, model, tokenizer)
             if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
                 run.save_checkpoint(it + 1, {"params": model.state_dict(), "iteration": it + 1,
                                              "generations": generations, "rng": {"torch": torch.get_rng_state()}})

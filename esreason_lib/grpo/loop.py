@@ -54,7 +54,7 @@ from esreason_lib.progress import progress_bar
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.guards import check_finite_step
-from esreason_lib.training import open_training_run, prompt_indices
+from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loss import group_advantages
@@ -158,6 +158,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
             run.log(it + 1, m)
             check_finite_step(model, m, where=f"train_grpo iteration {it + 1}", run=run)
             bar.set_postfix(reward=f"{m['reward/mean']:.3f}", ent=f"{m['policy/entropy']:.2f}")
+            save_snapshot(run, config, it + 1, model, tokenizer)
             if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
                 run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                              "masters": [m.detach().clone() for m in masters],

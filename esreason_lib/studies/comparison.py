@@ -9,13 +9,18 @@ The design (a fair comparison):
 - The base and every trained model are evaluated once under `preset.eval` on its `n_problems` test problems plus
   the next `comparison.selection_problems` problems of the same draw (`split` = "test" / "selection").
 - Each method's best-Pass@1 and best-Pass@K arm is chosen by its seed mean on the *selection* problems; every
-  verdict is computed on the disjoint *test* problems, so choosing does not favour the chosen arm there. With
-  `selection_problems = 0` (paper presets) the choice is made on the test problems and favours the chosen arms.
-- Evidence (`findings.effect_check`: seeds, then problems, paired by problem): ES's best-Pass@1 arm above the base
-  at K=1; ES above GRPO at the largest K (each method's best-Pass@K arm); the evaluation token entropy of GRPO's
-  best-Pass@K arm below the base's, and ES's above GRPO's (the same arms as the K=max verdict).
-- Reported beside, never in the status: GRPO against ES at K=1 (each method's best-Pass@1 arm). The paper allows
-  GRPO to win there (the curves cross) but does not claim it.
+  verdict is computed on the disjoint *test* problems. With `selection_problems = 0` (paper presets) the choice
+  is made on the test problems and favours the chosen arms.
+- Paths: every run keeps a snapshot every `snapshot_every` iterations (`training.save_snapshot`); each snapshot
+  is evaluated like the final models, at `comparison.temperature` (T = 0.6, the paper's), which is the evidence;
+  the final models are also evaluated at `comparison.side_temperatures` (T = 1) and greedily, shown beside.
+- The control (`controls.noise_control`): for each ES run, an "ES" with random directions and the run's own
+  per-iteration update norms; it drifts as far and uses no reward.
+- Evidence (`finding`; arms and matching rule there and in `ComparisonSpec`, deltas in the preset): ES's Pass@1
+  above the base; ES's Pass@K above GRPO's path at ES's Pass@1 (the frontier); GRPO's eval token entropy below
+  the base's and ES's above GRPO's at matched Pass@1; ES's Pass@K and entropy above its noise control's.
+- Reported beside, never in the status: the control against the base, GRPO's best-Pass@1 arm against ES at K=1
+  (the paper allows GRPO to win there), Maj@K, greedy accuracy and T = 1.
 
 Deviations: the paper trains one setting per method. Training entropy (`policy/entropy`) is shown but is no check:
 GRPO logs it on its T = 1 samples, ES on its centre's greedy answers, so only its trend compares. The base has no
@@ -31,8 +36,7 @@ import numpy as np
 import pandas as pd
 
 from esreason_lib.analysis import non_dominated
-from esreason_lib.evaluate import EvalSpec
-from esreason_lib.findings import Finding, effect_check, make_finding
+from esreason_lib.evaluate import EvalResult, EvalSpec
 from esreason_lib.metrics import bootstrap_ci, pass_at_k
 from esreason_lib.studies.presets import Preset
 from esreason_lib.store.runs import Run
@@ -40,7 +44,13 @@ from esreason_lib.seeding import derive_seed
 from esreason_lib.tasks import get_task
 from esreason_lib.methods import trainer
 from esreason_lib.training import resolve_device
-from esreason_lib.studies.common import evaluate_ref, model_ref, run_cost
+from esreason_lib.studies.common import evaluate_ref, model_ref
+from esreason_lib.studies.comparison_tables import (cost_table, entropy_change, entropy_traces,  # noqa: F401
+                                                    format_spread, spread)
+from esreason_lib.findings import Finding, effect_check, make_finding
+from esreason_lib.studies.frontier import choose_matched_arm, matched
+from esreason_lib.studies.controls import final_drift, noise_control
+from esreason_lib.training import snapshot_refs
 
 METHODS = ("grpo", "es")
 """The trained methods, in display order (after the base)."""
@@ -67,66 +77,38 @@ def training_configs(preset: Preset) -> dict[tuple[str, float, int], object]:
             for m, s in grid(preset) for seed in preset.seeds}
 
 
-def evaluation_spec(preset: Preset) -> EvalSpec:
-    """`preset.eval` widened by the selection problems (the next ones of the same draw), so one cached evaluation
-    per model scores both splits."""
+def evaluation_spec(preset: Preset, temperature: float | None = None) -> EvalSpec:
+    """`preset.eval` at `temperature` (default `comparison.temperature`, the evidence's T = 0.6), widened by the
+    selection problems (the next ones of the same draw), so one cached evaluation per model scores both splits."""
     extra = preset.comparison.selection_problems
-    return preset.eval if extra == 0 else replace(preset.eval, n_problems=preset.eval.n_problems + extra)
+    spec = replace(preset.eval, temperature=preset.comparison.temperature if temperature is None else temperature)
+    return spec if extra == 0 else replace(spec, n_problems=spec.n_problems + extra)
 
 
-def evaluate_models(preset: Preset, refs: Mapping[tuple[str, int], str], *, home=None,
-                    progress: bool = True) -> pd.DataFrame:
+def evaluate_models(preset: Preset, refs: Mapping[tuple[str, int], str], *, home=None, progress: bool = True,
+                    temperature: float | None = None, maj_k: int | None = None) -> pd.DataFrame:
     """Per-problem rows (`evaluate.PROBLEM_COLUMNS`) of every model in `refs` ({(arm, seed): model reference})
-    under `evaluation_spec`, with arm, seed and split: "test" for `preset.eval`'s problems, else "selection"."""
-    spec, device = evaluation_spec(preset), resolve_device(preset.device)
+    under `evaluation_spec(preset, temperature)`, with arm, seed and split: "test" for `preset.eval`'s problems,
+    else "selection". With `maj_k`, a column `maj@K`: the model's Maj@K on the test split (`EvalResult.maj_curve`,
+    the same value on each of its rows; shown, never checked)."""
+    spec, device = evaluation_spec(preset, temperature), resolve_device(preset.device)
     task = get_task(preset.task, **preset.test_task_kwargs())
     test_ids = {str(e["id"]) for e in task.examples("test", n=preset.eval.n_problems, seed=preset.eval.seed)}
     tables = []
     for (arm, seed), ref in refs.items():
-        t = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=device, home=home,
-                         progress=progress).table
-        tables.append(t.assign(arm=arm, seed=seed, split=np.where(t["problem_id"].isin(test_ids), "test", "selection")))
+        result = evaluate_ref(ref, preset.task, preset.test_task_kwargs(), spec, device=device, home=home,
+                              progress=progress)
+        t = result.table
+        t = t.assign(arm=arm, seed=seed, split=np.where(t["problem_id"].isin(test_ids), "test", "selection"))
+        if maj_k is not None and result.samples is not None:
+            on_test = t["split"] == "test"
+            test_only = EvalResult(table=result.table[on_test], curve=result.curve,
+                                   samples=result.samples[result.samples["problem_id"].isin(test_ids)])
+            t = t.assign(**{"maj@K": float(test_only.maj_curve([maj_k], n_boot=20, seed=spec.seed)["maj_at_k"].iloc[0])})
+        tables.append(t)
     return pd.concat(tables, ignore_index=True)
 
 
-def cost_table(runs: Mapping[tuple[str, int], Run]) -> pd.DataFrame:
-    """One row per run ({(arm, seed): Run}): arm, seed, iterations, generations (completions the updates used)
-    and seconds (summed `time/step_s`), from `common.run_cost`."""
-    rows = [{"arm": arm, "seed": seed, "iterations": int(run.config["iterations"]), **run_cost([run])}
-            for (arm, seed), run in runs.items()]
-    return pd.DataFrame(rows, columns=["arm", "seed", "iterations", "generations", "seconds"])
-
-
-def entropy_traces(runs: Mapping[tuple[str, int], Run]) -> pd.DataFrame:
-    """Tidy `policy/entropy` over training: arm, seed, step, progress (= step / iterations, in (0, 1]), entropy."""
-    frames = []
-    for (arm, seed), run in runs.items():
-        m = run.metrics()
-        if "policy/entropy" in m:
-            m = m.loc[m["policy/entropy"].notna(), ["step", "policy/entropy"]].sort_values("step")
-            frames.append(pd.DataFrame({"arm": arm, "seed": seed, "step": m["step"].to_numpy(),
-                                        "progress": m["step"].to_numpy() / int(run.config["iterations"]),
-                                        "entropy": m["policy/entropy"].to_numpy(dtype=float)}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["arm", "seed", "step", "progress", "entropy"])
-
-
-def entropy_change(traces: pd.DataFrame, frac: float = 0.1) -> pd.DataFrame:
-    """Per (arm, seed): first / last (mean entropy over the first / last `frac` of the logged steps, at least one
-    step each) and ratio = last / first (x1.00: no change; a collapse is well below)."""
-    if not 0 < frac <= 0.5:
-        raise ValueError(f"frac must lie in (0, 0.5], got {frac!r}")
-    rows = []
-    for (arm, seed), df in traces.groupby(["arm", "seed"], sort=False):
-        ent = df.sort_values("step")["entropy"].to_numpy(dtype=float)  # [steps]
-        w = max(1, int(round(frac * len(ent))))
-        first, last = float(ent[:w].mean()), float(ent[-w:].mean())
-        rows.append({"arm": arm, "seed": int(seed), "first": first, "last": last,
-                     "ratio": last / first if first > 0 else float("nan")})
-    return pd.DataFrame(rows, columns=["arm", "seed", "first", "last", "ratio"])
-
-
-# ------------------------------------------------------------------------------------ tidy tables
 def with_pass(problems: pd.DataFrame, ks) -> pd.DataFrame:
     """`problems` with one column `pass@k` per k in `ks` (the unbiased per-problem estimate from n and c)."""
     n, c = problems["n"].to_numpy(), problems["c"].to_numpy()
@@ -136,27 +118,13 @@ def with_pass(problems: pd.DataFrame, ks) -> pd.DataFrame:
 def seed_table(problems: pd.DataFrame, k: int) -> pd.DataFrame:
     """Per (arm, seed) on the test split: pass@1, pass@K (K = `k`), greedy accuracy, distinct_correct (distinct
     correct answers per problem), solved (problems solved at least once = Pass@n) and eval_entropy (mean token
-    entropy of the evaluation samples, nats)."""
+    entropy of the evaluation samples, nats), and maj@K (Maj@K on the test split) when `problems` has it."""
     test = with_pass(problems[problems["split"] == "test"], (1, k))
     t = test.assign(solved=(test["c"] > 0).astype(float), greedy=pd.to_numeric(test["greedy_correct"], errors="coerce"),
                     eval_entropy=test["mean_entropy"]).rename(columns={f"pass@{k}": "pass@K"})
-    cols = ["pass@1", "pass@K", "greedy", "distinct_correct", "solved", "eval_entropy"]
+    cols = ["pass@1", "pass@K", "greedy", "distinct_correct", "solved", "eval_entropy"] + (
+        ["maj@K"] if "maj@K" in t else [])
     return t.groupby(["arm", "seed"], sort=False)[cols].mean().reset_index()
-
-
-def spread(table: pd.DataFrame, columns, label: str = "arm") -> pd.DataFrame:
-    """Per `label` (first-appearance order): `<col>` (mean over seeds), `<col>_min` and `<col>_max`."""
-    g = table.groupby(label, sort=False)[list(columns)]
-    return pd.concat([g.mean(), g.min().add_suffix("_min"), g.max().add_suffix("_max")], axis=1).reset_index()
-
-
-def format_spread(table: pd.DataFrame, columns, label: str = "arm", digits: int = 3) -> pd.DataFrame:
-    """A display copy of a `spread` table: each column as "mean [min, max]" (just "mean" when min == max)."""
-    out = table[[label]].copy()
-    for c in columns:
-        out[c] = [f"{m:.{digits}f}" if (lo == hi or pd.isna(m)) else f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-                  for m, lo, hi in zip(table[c], table[f"{c}_min"], table[f"{c}_max"])]
-    return out
 
 
 def pass_curves(problems: pd.DataFrame, ks, *, n_boot: int = 1000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -206,22 +174,59 @@ def selected_arms(front: pd.DataFrame, criterion: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------ the study face
+def noise_label(arm: str) -> str:
+    """The label of an ES arm's noise-injection control: "noise es alpha=0.0024"."""
+    return f"noise {arm}"
+
+
+def path_table(preset: Preset, runs: Mapping[tuple[str, int], Run], final: pd.DataFrame, *, home=None,
+               progress: bool = True) -> pd.DataFrame:
+    """Per-problem rows of every run's path at the evidence temperature: its snapshots (`snapshot_refs`,
+    evaluated here), its final model (the rows of `final` for the run's arm and seed) and the base (step 0), with
+    a column `step`."""
+    frames = [final[final["arm"] == "base"].assign(step=0)]
+    for (arm, seed), run in runs.items():
+        refs = snapshot_refs(run)
+        last = max(refs)
+        frames.append(final[(final["arm"] == arm) & (final["seed"] == seed)].assign(step=last))
+        frames += [evaluate_models(preset, {(arm, seed): ref}, home=home, progress=progress).assign(step=step)
+                   for step, ref in refs.items() if step != last]
+    return pd.concat(frames, ignore_index=True)
+
+
 def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
-    """Train every arm for every seed and evaluate them and the base (all cached): tidy tables `problems` (per
-    model and problem, both splits), `cost` and `traces` (per run), `frontier` (per arm), `seeds` (per arm and
-    seed), `summary` (per arm: seed mean, min, max), `curves` and `seed_curves` (Pass@K on the test split)."""
+    """Train every arm for every seed, build each ES run's noise-injection control (`controls.noise_control`),
+    and evaluate every final model, snapshot and the base (all cached). Tidy tables: `problems` (final models and
+    base per problem, both splits, at `comparison.temperature`, with `maj@K`), `paths` (the same plus every
+    snapshot, with `step`), `side` (per arm, seed and temperature: `seed_table` of the final models at each
+    `comparison.side_temperatures`), `cost` and `traces` (per run), `drift` (per run: final relative drift),
+    `frontier` (per arm), `seeds` (per arm and seed), `summary` (per arm: seed mean, min, max), `curves` and
+    `seed_curves` (Pass@K on the test split)."""
     runs = {(arm_label(m, s), seed): trainer(m)(config, home=home, progress=progress)
             for (m, s, seed), config in training_configs(preset).items()}
+    controls = {(noise_label(arm), seed): noise_control(run, home=home, progress=progress)
+                for (arm, seed), run in runs.items() if arm.startswith("es ")}
     arms = pd.DataFrame([{"arm": arm_label(m, s), "method": m, "step_size": s}
-                         for m, s in [("base", float("nan"))] + grid(preset)])
-    refs = {("base", BASE_SEED): preset.base_model, **{key: model_ref(run) for key, run in runs.items()}}
-    problems = evaluate_models(preset, refs, home=home, progress=progress).merge(arms, on="arm", how="left")
+                         for m, s in [("base", float("nan"))] + grid(preset)]
+                        + [{"arm": noise_label(arm_label("es", a)), "method": "noise", "step_size": a}
+                           for a in preset.comparison.es_alphas])
+    every = {**runs, **controls}
     k = max(preset.eval.ks)
+    refs = {("base", BASE_SEED): preset.base_model, **{key: model_ref(run) for key, run in every.items()}}
+    problems = evaluate_models(preset, refs, home=home, progress=progress, maj_k=k).merge(arms, on="arm", how="left")
+    paths = path_table(preset, every, problems, home=home, progress=progress)
+    side = pd.concat([seed_table(evaluate_models(preset, refs, home=home, progress=progress, temperature=t), k)
+                      .assign(temperature=t) for t in preset.comparison.side_temperatures], ignore_index=True)
     seeds = seed_table(problems, k)
+    drift = pd.DataFrame([{"arm": arm, "seed": seed, "drift_rel": final_drift(run, key)}
+                          for (arm, seed), run in every.items()
+                          for key in ["control/drift_rel" if arm.startswith("noise") else "es/drift_rel"]
+                          if not arm.startswith("grpo")], columns=["arm", "seed", "drift_rel"])
     curves, seed_curves = pass_curves(problems, preset.eval.ks, n_boot=preset.eval.n_boot, seed=preset.eval.seed)
-    return {"problems": problems, "cost": cost_table(runs).merge(arms, on="arm"), "traces": entropy_traces(runs),
-            "frontier": frontier(problems, k), "seeds": seeds, "summary": spread(seeds, seeds.columns[2:]),
-            "curves": curves, "seed_curves": seed_curves}
+    return {"problems": problems, "paths": paths, "side": side, "cost": cost_table(runs).merge(arms, on="arm"),
+            "traces": entropy_traces(runs), "drift": drift, "frontier": frontier(problems, k), "seeds": seeds,
+            "summary": spread(seeds, seeds.columns[2:]), "curves": curves, "seed_curves": seed_curves,
+            "deltas": deltas_table(preset)}
 
 
 def seed_problem_values(problems: pd.DataFrame, column: str, *arms: str) -> list[np.ndarray]:
@@ -241,27 +246,75 @@ def seed_problem_values(problems: pd.DataFrame, column: str, *arms: str) -> list
     return out
 
 
+
+
+def deltas_table(preset: Preset) -> pd.DataFrame:
+    """One row: the smallest effects of interest the finding uses (`ComparisonSpec.delta_*`, fixed in git before
+    the runs; their reasons are in the spec's docstrings)."""
+    c = preset.comparison
+    return pd.DataFrame([{"pass1": c.delta_pass1, "passk": c.delta_passk, "entropy": c.delta_entropy,
+                          "temperature": c.temperature}])
+
+
 def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
-    """Notebook 01's finding from `compute`'s `problems` and `frontier` (rules in the module docstring)."""
-    front = tables["frontier"]
+    """Notebook 01's finding from `compute`'s `problems`, `paths`, `frontier`, `deltas` (and `drift` when given).
+
+    Arms: ES = its best-Pass@1 arm on the selection problems (final model); its control = that arm's
+    noise-injection runs (paired by seed); GRPO = `frontier.choose_matched_arm` on the selection problems at ES's
+    Pass@1 there. Evidence (test problems, `comparison.temperature`): ES Pass@1 above base; ES Pass@K above GRPO's
+    path at ES's Pass@1 (`frontier.matched`); GRPO's final eval token entropy below the base's; ES's entropy above
+    GRPO's at ES's Pass@1; ES Pass@K and entropy above the noise control's. Beside, never in the status: the noise
+    control against the base, ES Pass@1 against it, GRPO's best-Pass@1 arm against ES at K=1, the matching gap."""
+    front, d = tables["frontier"], tables["deltas"].iloc[0]
     k, chosen_on = int(front["k"].iloc[0]), front["chosen_on"].iloc[0]
-    p = with_pass(tables["problems"], (1, k))
-    b1, bk = selected_arms(front, "pass@1"), selected_arms(front, "pass@K")
+    p, paths = with_pass(tables["problems"], (1, k)), with_pass(tables["paths"], (1, k))
+    b1, kk = selected_arms(front, "pass@1"), f"pass@{k}"
+    es, noise = b1["es"], noise_label(b1["es"])
+    sel = paths[(paths["split"] == chosen_on) & (paths["arm"] == es) & (paths["step"] == paths.loc[
+        paths["arm"] == es, "step"].max())]
+    grpo = choose_matched_arm(paths, list(front.loc[front["method"] == "grpo", "arm"]), float(sel["pass@1"].mean()),
+                              kk, split=chosen_on)
+    es1, esk, esent = (seed_problem_values(p, c, es)[0] for c in ("pass@1", kk, "mean_entropy"))
+    g, info = matched(paths, grpo, float(es1.mean()), ["pass@1", kk, "mean_entropy"], split="test")
 
-    def check(name, column, a, b, direction="greater"):
-        return effect_check(name, *seed_problem_values(p, column, a, b), direction=direction)
+    def check(name, column, a, b, direction="greater", delta=None, paired=False):
+        return effect_check(name, *seed_problem_values(p, column, a, b), direction=direction, delta=delta,
+                            paired_seeds=paired)
 
-    checks = [check(f"ES ({b1['es']}) Pass@1 above base", "pass@1", b1["es"], "base"),
-              check(f"ES ({bk['es']}) above GRPO ({bk['grpo']}) at K={k}", f"pass@{k}", bk["es"], bk["grpo"]),
-              check(f"GRPO ({bk['grpo']}) eval token entropy below base", "mean_entropy", bk["grpo"], "base",
-                    "less"),
-              check(f"ES ({bk['es']}) eval token entropy above GRPO ({bk['grpo']})", "mean_entropy", bk["es"],
-                    bk["grpo"])]
-    crossing = check(f"GRPO ({b1['grpo']}) above ES ({b1['es']}) at K=1", "pass@1", b1["grpo"], b1["es"])
+    at = f"GRPO ({grpo}) at ES's Pass@1"
+    checks = [check(f"ES ({es}) Pass@1 above base", "pass@1", es, "base", delta=d["pass1"]),
+              effect_check(f"ES ({es}) Pass@{k} above {at}", esk, g[kk], delta=d["passk"]),
+              check(f"GRPO ({grpo}) eval token entropy below base", "mean_entropy", grpo, "base", "less",
+                    delta=d["entropy"]),
+              effect_check(f"ES ({es}) eval token entropy above {at}", esent, g["mean_entropy"], delta=d["entropy"]),
+              check(f"ES ({es}) Pass@{k} above its noise-injection control", kk, es, noise, delta=d["passk"],
+                    paired=True),
+              check(f"ES ({es}) eval token entropy above its noise-injection control", "mean_entropy", es, noise,
+                    delta=d["entropy"], paired=True)]
+    beside = [check(f"noise control Pass@{k} - base", kk, noise, "base"),
+              check("noise control eval token entropy - base", "mean_entropy", noise, "base"),
+              check(f"ES ({es}) Pass@1 above its noise control", "pass@1", es, noise, delta=d["pass1"], paired=True),
+              check(f"GRPO ({b1['grpo']}) above ES ({es}) at K=1", "pass@1", b1["grpo"], es)]
     n = p.drop_duplicates("problem_id")["split"].value_counts()
     where = (f"{n.get('selection', 0)} selection problems disjoint from the {n['test']} test problems"
              if chosen_on == "selection" else f"the {n['test']} test problems themselves, which favours them")
-    points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in front.iterrows())
-    sanity = [f"Pass@{k} >= Pass@1 for every arm: {bool((front['pass@K'] >= front['pass@1'] - 1e-12).all())}"]
-    return make_finding(f"Pass@1/Pass@{k} (test, seed means): {points}; best settings chosen on {where}; "
-                        f"reported, not part of the claim: {crossing.describe()}", checks, sanity)
+    match = (f"GRPO matched at Pass@1 {es1.mean():.3f} between its steps "
+             + ", ".join(f"{r.step_lo}-{r.step_hi} (w {r.w:.2f}, gap {r.gap:+.3f})" for r in info.itertuples()))
+    main = front[front["method"] != "noise"]
+    points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in main.iterrows())
+    sanity = [f"Pass@{k} >= Pass@1 for every arm: {bool((front['pass@K'] >= front['pass@1'] - 1e-12).all())}",
+              f"GRPO at matched Pass@1 {g['pass@1'].mean():.3f} vs ES {es1.mean():.3f}"]
+    if "drift" in tables and not tables["drift"].empty:
+        dr = tables["drift"].groupby("arm")["drift_rel"].mean()
+        if es in dr and noise in dr:
+            sanity.append(f"relative drift: ES {dr[es]:.2%}, its noise control {dr[noise]:.2%}")
+    return make_finding(f"Pass@1/Pass@{k} (test, T={d.get('temperature', '?')}, "
+                        f"seed means): {points}; ES arm chosen on {where}; {match}; reported beside, not part of the "
+                        f"claim: " + "; ".join(c.describe() for c in beside), checks, sanity)
+
+
+def frontier_points(paths: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per arm and step on the test split: pass@1 and pass@K (K = `k`), seed means (what `plot_frontier_paths`
+    draws)."""
+    test = with_pass(paths[paths["split"] == "test"], (1, k)).rename(columns={f"pass@{k}": "pass@K"})
+    return test.groupby(["arm", "step"], sort=False)[["pass@1", "pass@K"]].mean().reset_index()

@@ -11,9 +11,16 @@ runs for the same seed (reused from the run store). Every arm trains for every s
 evaluated like notebook 01 (`comparison.evaluate_models`, shared cache); generations and seconds per arm are
 reported so the reader can check the budget in compute.
 
-Evidence (`findings.effect_check` on the test problems, seeds then problems, paired by problem), for each order:
-the sequence's Pass@1 above ES-only's (it keeps GRPO's Pass@1 gain) and its Pass@K at the largest K above
-GRPO-only's (it keeps ES's Pass@K gain).
+Controls. Any interpolation between the two single-method endpoints passes "Pass@1 above ES-only and Pass@K
+above GRPO-only" (issue 21: GRPO alone at half budget does), so those two checks are joined by two that such an
+explanation fails: the sequence against its *own first stage* (the cached stage run, paired by seed: the second
+stage must add its method's gain, Pass@K for an ES stage, Pass@1 for a GRPO stage), and the sequence's Pass@K
+against GRPO-only's *path* at the sequence's Pass@1 (`frontier.matched` on GRPO-only's snapshots: a sequence
+that is just GRPO trained less sits on that path).
+
+Evidence (`findings.effect_check` on the test problems, seeds then problems, paired by problem; deltas from
+`SequentialSpec`), for each order: the second stage over the first; Pass@1 above ES-only; Pass@K at the largest
+K above GRPO-only; Pass@K above GRPO-only's path at the sequence's Pass@1.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from esreason_lib.store.runs import Run
 from esreason_lib.methods import sequence_stages, train_sequence
 from esreason_lib.methods import trainer
 from esreason_lib.studies.common import model_ref, run_cost
-from esreason_lib.studies.comparison import BASE_SEED, evaluate_models, pass_curves, seed_problem_values, with_pass
+from esreason_lib.studies.comparison import (BASE_SEED, evaluate_models, pass_curves, path_table, seed_problem_values,
+                                            with_pass)
+from esreason_lib.studies.frontier import matched
 
 ARMS = ("base", "es", "grpo", "grpo->es", "es->grpo")
 """Arms of the study in display order (`base` is the untrained model)."""
@@ -90,30 +99,60 @@ def plane_points(problems: pd.DataFrame, k: int) -> pd.DataFrame:
     return pts
 
 
+def first_stage(seq: str) -> str:
+    """The arm label of a sequence's own first stage: "grpo->es stage 1"."""
+    return f"{seq} stage 1"
+
+
 def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd.DataFrame]:
-    """Train every arm for every seed of `preset.seeds` and evaluate them and the base (all cached): tidy tables
-    `problems` (per model and problem), `cost` (per arm and seed), `points` (the Pass@1-Pass@K plane per arm) and
-    `curves` (seed-mean Pass@K per arm with bootstrap bands over problems)."""
+    """Train every arm for every seed of `preset.seeds` and evaluate them, each sequence's first stage and the
+    base (all cached): tidy tables `problems` (per model and problem), `paths` (GRPO-only's path: base, snapshots,
+    final, with `step`), `cost` (per arm and seed), `points` (the Pass@1-Pass@K plane per arm), `curves`
+    (seed-mean Pass@K per arm with bootstrap bands over problems) and `deltas` (`SequentialSpec.delta_*`)."""
     runs = {seed: train_arms(preset, seed, home=home, progress=progress) for seed in preset.seeds}
     refs = {("base", BASE_SEED): preset.base_model,
-            **{(arm, seed): model_ref(stages[-1]) for seed, arms in runs.items() for arm, stages in arms.items()}}
+            **{(arm, seed): model_ref(stages[-1]) for seed, arms in runs.items() for arm, stages in arms.items()},
+            **{(first_stage(arm), seed): model_ref(stages[0]) for seed, arms in runs.items()
+               for arm, stages in arms.items() if arm in SEQUENCES}}
     problems = evaluate_models(preset, refs, home=home, progress=progress)
+    paths = path_table(preset, {("grpo", seed): arms["grpo"][0] for seed, arms in runs.items()}, problems,
+                       home=home, progress=progress)
     curves, _ = pass_curves(problems, preset.eval.ks, n_boot=preset.eval.n_boot, seed=preset.eval.seed)
-    return {"problems": problems, "cost": pd.concat([arm_cost(arms, seed) for seed, arms in runs.items()],
-                                                     ignore_index=True),
-            "points": plane_points(problems, max(preset.eval.ks)), "curves": curves}
+    spec = preset.sequential
+    return {"problems": problems, "paths": paths,
+            "cost": pd.concat([arm_cost(arms, seed) for seed, arms in runs.items()], ignore_index=True),
+            "points": plane_points(problems, max(preset.eval.ks)), "curves": curves,
+            "deltas": pd.DataFrame([{"stage": spec.delta_stage, "pass1": spec.delta_pass1,
+                                     "passk": spec.delta_passk}])}
+
+
+SECOND_STAGE_METRIC = {"grpo->es": "pass@K", "es->grpo": "pass@1"}
+"""The gain each order's second stage must add over its first: ES's (Pass@K), or GRPO's (Pass@1)."""
 
 
 def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
-    """Notebook 03's finding from `compute`'s `problems` and `points` (checks in the module docstring)."""
-    pts = tables["points"]
+    """Notebook 03's finding from `compute`'s `problems`, `paths`, `points` and `deltas` (checks in the module
+    docstring)."""
+    pts, d = tables["points"], tables["deltas"].iloc[0]
     k = int(pts["k"].iloc[0])
-    p = with_pass(tables["problems"], (1, k))
-    checks = []
+    kk = f"pass@{k}"
+    p, paths = with_pass(tables["problems"], (1, k)), with_pass(tables["paths"], (1, k))
+    checks, gaps = [], []
     for seq in SEQUENCES:
-        checks.append(effect_check(f"{seq} Pass@1 above ES-only", *seed_problem_values(p, "pass@1", seq, "es")))
+        metric = SECOND_STAGE_METRIC[seq].replace("pass@K", kk)
+        delta = d["stage"]
+        checks.append(effect_check(f"{seq} {metric} above its own first stage",
+                                   *seed_problem_values(p, metric, seq, first_stage(seq)), delta=delta,
+                                   paired_seeds=True))
+        checks.append(effect_check(f"{seq} Pass@1 above ES-only", *seed_problem_values(p, "pass@1", seq, "es"),
+                                   delta=d["pass1"]))
         checks.append(effect_check(f"{seq} Pass@{k} above GRPO-only",
-                                   *seed_problem_values(p, f"pass@{k}", seq, "grpo")))
+                                   *seed_problem_values(p, kk, seq, "grpo"), delta=d["passk"]))
+        s1, sk = seed_problem_values(p, "pass@1", seq)[0], seed_problem_values(p, kk, seq)[0]
+        g, info = matched(paths, "grpo", float(s1.mean()), [kk], split="test")
+        gaps.append(f"{seq}: GRPO-only matched at Pass@1 {s1.mean():.3f}, max |gap| {info['gap'].abs().max():.3f}")
+        checks.append(effect_check(f"{seq} Pass@{k} above GRPO-only's path at its Pass@1", sk, g[kk],
+                                   delta=d["passk"]))
     points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in pts.iterrows())
     front = ", ".join(pts.loc[pts["non_dominated"], "arm"])
-    return make_finding(f"Pass@1/Pass@{k} (seed means): {points}; non-dominated: {front}", checks)
+    return make_finding(f"Pass@1/Pass@{k} (seed means): {points}; non-dominated: {front}", checks, gaps)

@@ -15,7 +15,9 @@ a uniformly random set of exactly as many changed coordinates. Reset models are 
 
 The finding checks ES at each checked threshold (`sparsity.check_quantiles` and every tau), per problem and
 seed: the reset model above the base (some gain is left), no worse than the unreset model by more than
-`sparsity.margin` (the gain is kept), and above its random control (it is the small updates that do not matter).
+`sparsity.margin_fraction` of its own gain (the gain is kept), above its random control of the same count (it is
+the small updates that do not matter) and above the noise-injection control (`controls.noise_control`: drifting
+as far at random does not keep the gain).
 The drift ratio and the module ranking are reported beside them as measurements.
 Deviation: the tiny presets threshold at quantiles of |delta| (their update sizes differ from the paper's, so
 absolute taus would not transfer); the paper presets use the paper's taus.
@@ -41,6 +43,7 @@ from esreason_lib.methods import METHODS, trainer
 from esreason_lib.training import resolve_device
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.studies.common import evaluate_ref, model_ref
+from esreason_lib.studies.controls import noise_control
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""
@@ -179,11 +182,16 @@ class SparsityTables:
     problems: pd.DataFrame
     """Per (method, seed, mode, threshold, problem): `PROBLEM_COLUMNS`. mode "base" (method "base", seed -1,
     threshold "", sparsity 1), "unreset" (the tuned model: threshold "", sparsity 0), or "magnitude" / "random"
-    at a threshold label of `reset_models`."""
+    at a threshold label of `reset_models`, or "noise" (the ES run's noise-injection control, threshold "")."""
     checked: tuple[str, ...]
     """The threshold labels at which `finding` checks the reset (check_quantiles, then every tau)."""
-    margin: float
-    """`SparsitySpec.margin`: how far below the unreset model a reset may score and still keep the gain."""
+    margin_fraction: float
+    """`SparsitySpec.margin_fraction`: the fraction of the unreset model's gain over the base a reset may lose
+    and still keep the gain."""
+    delta_pass1: float = 0.01
+    """`SparsitySpec.delta_pass1`: smallest Pass@1 effect of interest (reset above base / random / noise)."""
+    delta_keep: float = 0.0025
+    """`SparsitySpec.delta_keep`: smallest effect of interest of the non-inferiority check."""
 
     @property
     def sweep(self) -> pd.DataFrame:
@@ -237,15 +245,23 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> SparsityTabl
                                   dtype=getattr(torch, preset.config(method).dtype))
             frames += [_problem_scores(r.pop("ref"), preset, home, progress, method=method, seed=seed, **r)
                        for r in resets.to_dict("records")]
+            if method == "es":
+                control = model_ref(noise_control(runs[method, seed], home=home, progress=progress))
+                frames.append(_problem_scores(control, preset, home, progress, method=method, seed=seed,
+                                              mode="noise", threshold="", quantile=np.nan, tau=np.nan,
+                                              sparsity=np.nan))
     checked = tuple(f"q={q:g}" for q in spec.check_quantiles) + tuple(f"tau={t:g}" for t in spec.taus)
     return SparsityTables(drift=drift, problems=pd.concat(frames, ignore_index=True)[PROBLEM_COLUMNS],
-                          checked=checked, margin=float(spec.margin))
+                          checked=checked, margin_fraction=float(spec.margin_fraction),
+                          delta_pass1=float(spec.delta_pass1), delta_keep=float(spec.delta_keep))
 
 
 def reset_checks(tables: SparsityTables, method: str = "es") -> list[Check]:
-    """Three checks of `method`'s reset at each checked threshold, on Pass@1 per seed and problem: reset - base
-    > 0; reset - unreset > -margin (paired by seed and problem); reset - random reset of the same count > 0
-    (paired likewise)."""
+    """`method`'s reset at each checked threshold, on Pass@1 per seed and problem (paired by seed where the arms
+    come from one training run): reset - base > 0; reset keeps at least (1 - f) of the gain, i.e.
+    reset - (1 - f) * unreset - f * base > 0 (f = `margin_fraction`); reset - random reset of the same count > 0;
+    and, when the noise-injection control was scored, reset - noise control > 0 (moving as far at random does
+    not give what the kept updates give). Deltas from `SparsitySpec`."""
     p = tables.problems
     problems = list(dict.fromkeys(p.loc[p["mode"] == "base", "problem_id"]))
 
@@ -253,15 +269,19 @@ def reset_checks(tables: SparsityTables, method: str = "es") -> list[Check]:
         rows = p[(p["method"] == who) & (p["mode"] == mode) & (p["threshold"] == threshold)]
         return seed_by_problem(rows, "pass@1", problems)  # [seeds, problems]
 
-    base, unreset, name = scores("base", who="base"), scores("unreset"), method.upper()
+    base, unreset, name, f = scores("base", who="base"), scores("unreset"), method.upper(), tables.margin_fraction
+    noise = scores("noise") if ((p["method"] == method) & (p["mode"] == "noise")).any() else None
     checks = []
     for label in tables.checked:
         reset = scores("magnitude", label)
-        checks += [effect_check(f"{name} reset {label} - base Pass@1", reset, base),
-                   effect_check(f"{name} reset {label} - unreset Pass@1 (margin {tables.margin:g})", reset - unreset,
-                                threshold=-tables.margin),
+        checks += [effect_check(f"{name} reset {label} - base Pass@1", reset, base, delta=tables.delta_pass1),
+                   effect_check(f"{name} reset {label} keeps >= {1 - f:.0%} of the gain, Pass@1",
+                                reset - (1 - f) * unreset - f * base, delta=tables.delta_keep),
                    effect_check(f"{name} reset {label} - random reset of the same count, Pass@1",
-                                reset - scores("random", label))]
+                                reset - scores("random", label), delta=tables.delta_pass1)]
+        if noise is not None:
+            checks.append(effect_check(f"{name} reset {label} - noise-injection control, Pass@1", reset - noise,
+                                       delta=tables.delta_pass1))
     return checks
 
 

@@ -67,8 +67,35 @@ class ComparisonSpec:
     """Held-out test problems, disjoint from `eval`'s, on which each method's best-Pass@1 and best-Pass@K
     setting is chosen (the next ones of the same test draw); 0 chooses on the evaluation problems themselves
     (used where `eval` already takes the whole test split), which favours the chosen settings."""
+    temperature: float = 0.6
+    """Sampling temperature of the evidence (the paper's T = 0.6); `eval`'s other settings are kept. Every check
+    is computed at this temperature along the training paths (snapshots every `es/grpo.snapshot_every`
+    iterations). Arms: ES = its best-Pass@1 arm on the selection problems (final model); GRPO = the arm whose
+    path reaches the highest Pass@K at ES's Pass@1 on the selection problems (among arms whose path reaches it;
+    else the nearest). Matching rule (`frontier.matched`): per GRPO seed, linear interpolation of its
+    path (base, snapshots, final, in training order) at ES's seed-mean Pass@1: the first segment that brackets
+    it; the nearest point when none does (the Pass@1 gap left is reported)."""
+    side_temperatures: tuple[float, ...] = (1.0,)
+    """Temperatures at which the final models are also evaluated and reported beside the evidence (never
+    checked); greedy accuracy is recorded by `eval.greedy` at every temperature."""
+    delta_pass1: float = 0.01
+    """Smallest Pass@1 effect of interest (ES above base; ES above the noise control at K=1): one point, a third
+    of ES's Pass@1 gain at T = 0.6 measured in issue 21 (+0.033): less would not be a gain worth training for."""
+    delta_passk: float = 0.02
+    """Smallest Pass@K (K = max) effect of interest (ES above GRPO at matched Pass@1; ES above the noise
+    control): two points, half of the Pass@64 gap ES opens over the noise-injection control in issue 21
+    (+0.043 [+0.002, +0.087]); the paper reports its large-K gaps as several points."""
+    delta_entropy: float = 0.02
+    """Smallest evaluation token-entropy effect of interest (nats; GRPO below base, ES above GRPO, ES above the
+    noise control): a quarter of GRPO lr 1e-4's collapse in issue 21 (-0.074 nats)."""
 
     def __post_init__(self):
+        if not self.temperature > 0 or not all(t > 0 for t in self.side_temperatures):
+            raise ValueError(f"ComparisonSpec temperatures must be > 0, got {self.temperature!r}, "
+                             f"{self.side_temperatures!r}")
+        for name in ("delta_pass1", "delta_passk", "delta_entropy"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ComparisonSpec.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("es_alphas", "grpo_lrs"):
             values = getattr(self, name)
             if not values or not all(v > 0 for v in values) or len(set(values)) != len(values):
@@ -86,8 +113,21 @@ class SequentialSpec:
     """ES iterations of one full ES run."""
     grpo_budget: int
     """GRPO iterations of one full GRPO run (more than `es_budget` when a GRPO iteration is cheaper)."""
+    delta_stage: float = 0.01
+    """Smallest effect of interest of a sequence's second stage over its own first stage (GRPO->ES: Pass@K at
+    the largest K, ES's gain; ES->GRPO: Pass@1, GRPO's gain). One point: issue 21 measured the ES stage of
+    GRPO->ES at -0.010 [-0.043, +0.022]; a stage that adds less than a point adds nothing that matters."""
+    delta_pass1: float = 0.01
+    """Smallest Pass@1 effect of interest of a sequence against ES-only at the full budget (notebook 01's
+    `comparison.delta_pass1`, for the same reason)."""
+    delta_passk: float = 0.02
+    """Smallest Pass@K effect of interest of a sequence against GRPO-only at the full budget and against GRPO's
+    path at the sequence's Pass@1 (notebook 01's `comparison.delta_passk`, for the same reason)."""
 
     def __post_init__(self):
+        for name in ("delta_stage", "delta_pass1", "delta_passk"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SequentialSpec.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("es_budget", "grpo_budget"):
             if getattr(self, name) < 2:
                 raise ValueError(f"SequentialSpec.{name} must be >= 2, got {getattr(self, name)!r}")
@@ -122,21 +162,33 @@ class SparsitySpec:
     resets exactly as many coordinates as its threshold. Every tau is checked by the finding."""
     check_quantiles: tuple[float, ...]
     """The quantiles (a subset of `quantiles`) at which the finding checks that the reset keeps the gain."""
-    margin: float
-    """Non-inferiority margin on Pass@1: the reset model may score at most this much below the unreset tuned
-    model (absolute; the check "reset above base" separately asks that some gain is left)."""
+    margin_fraction: float
+    """Non-inferiority margin on Pass@1 as a fraction f of the gain being tested: the reset model must keep at
+    least (1 - f) of the unreset model's gain over the base, tested per seed and problem on
+    reset - (1 - f) * unreset - f * base > 0 (so the CI carries the gain's own uncertainty). 0.25: a reset that
+    loses more than a quarter of the gain did not "keep" it; issue 21 found the old absolute 0.02 was ~75% of
+    ES's whole gain."""
     methods: tuple[str, ...]
     """Methods whose models (every training seed) are reset-swept; the finding checks "es", the others are
     reported beside it."""
     eval: EvalSpec
     """Evaluation of each model of the sweep (1 + seeds x (1 + 2 x (len(quantiles) + len(taus))) per method)."""
+    delta_pass1: float = 0.01
+    """Smallest Pass@1 effect of interest of the reset against the base, against the random reset of the same
+    count and against the noise-injection control (notebook 01's `comparison.delta_pass1`: one point)."""
+    delta_keep: float = 0.0025
+    """Smallest effect of interest of the non-inferiority check (the slack beyond the margin):
+    margin_fraction x delta_pass1, the margin a one-point gain allows."""
 
     def __post_init__(self):
         extra = sorted(set(self.check_quantiles) - set(self.quantiles))
         if extra:
             raise ValueError(f"SparsitySpec.check_quantiles must be among quantiles {self.quantiles!r}, got {extra}")
-        if not self.margin >= 0:
-            raise ValueError(f"SparsitySpec.margin must be >= 0, got {self.margin!r}")
+        if not 0 <= self.margin_fraction < 1:
+            raise ValueError(f"SparsitySpec.margin_fraction must lie in [0, 1), got {self.margin_fraction!r}")
+        for name in ("delta_pass1", "delta_keep"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SparsitySpec.{name} must be > 0, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
