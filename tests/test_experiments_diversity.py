@@ -12,6 +12,7 @@ import torch
 
 from esreason_lib.es.core import ESConfig
 from esreason_lib.es.noise import perturbed
+from esreason_lib.findings import effect_check
 from esreason_lib.studies import diversity as div
 from esreason_lib.studies import diversity_estimators as est
 from esreason_lib.findings import mde_from_ci
@@ -437,3 +438,36 @@ def test_prop1_spec_rejects_bad_values():
     for key, value in (("prop1.seeds", 0), ("prop1.iterations", 0), ("prop1.ks", ())):
         with pytest.raises(ValueError, match=key.split(".")[1]):
             get_preset("smoke", **{key: value})
+
+
+def _harmful_probes(seeds=3, iterations=10, prompts=8, seed=5):
+    """Updates that lower every prompt's success by 0.02-0.10: p_w = p_plus + 0.01 = p_next = p_theta - d, the
+    inputs on which Pinsker makes "fresh J_K(theta+) - bound > 0" hold for any update."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(seeds):
+        for i in range(iterations):
+            for p in range(prompts):
+                theta = 0.3 + 0.02 * p
+                drop = rng.uniform(0.02, 0.10)
+                p_w = theta - drop
+                rows.append({"seed": s, "iteration": i + 1, "prompt": p, "p_theta": theta, "p_bar": p_w,
+                             "p_w": p_w, "p_plus": p_w - 0.01, "p_next": p_w, "kl": est.bernoulli_kl(p_w, p_w - 0.01),
+                             "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1, "ess_min": 0.9,
+                             "js_succ": float(rng.uniform(0.0, 0.01))})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("k", [4, 16])
+def test_prop1_evidence_fails_for_harmful_updates(k):
+    """The failing-input test of issue 21: an update that lowers every prompt's success must not pass as
+    Proposition 1's account of a Pass@K gain (the old fresh-sample bound check was `reproduced` here)."""
+    probes = _harmful_probes()
+    old = effect_check("old bound", est.prop1_slack(probes, k))
+    assert old.status == "reproduced"  # Pinsker: the bound check cannot fail, hence no longer evidence
+    f = div.finding({"cells": _cells(), "probes": probes, "prop1": est.prop1_table(probes, (1, k))})
+    status = {c.name: c.status for c in f.checks}
+    assert status[f"Prop 1 K={k}: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)"] == "not reproduced"
+    assert status[f"Pass@{k} change per iteration, fresh samples"] == "not reproduced"
+    assert f.status == "not reproduced"
+    assert not any(n.startswith("Lemma") for n in status)  # Taylor limits are sanity lines, never evidence
