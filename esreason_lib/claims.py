@@ -3,6 +3,10 @@
 Each notebook ends by calling `record_finding(id, finding)` with the `findings.Finding` its study computed from
 its results (status, sentence and checks; never typed by hand). `write_claims()` renders `papers/claims.md` and
 the README's findings table from those records, so both always show the last measured status and numbers.
+
+A finding of kind "setup" (notebook 00: the base has the habit it was built to have) is shown in the table and
+never counted in the tally of the paper's claims (`tally`). Records of the `powered` preset are kept apart
+(`findings/powered/`), so the table shows both scales; a scale never run says "not run".
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ class Claim:
     """Where the paper makes it."""
     figure: str
     """The figure stem(s) in `figures/` that show this project's result."""
+    kind: str = "claim"
+    """"claim" (counted in the tally) or "setup" (a property of the setup: shown, never counted)."""
 
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
-          "setup (base models)", "00_base_passk"),
+          "setup (base models)", "00_base_passk", kind="setup"),
     Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
           "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_frontier, 01_passk, 01_entropy, 01_coverage"),
     Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
@@ -50,6 +56,36 @@ CLAIMS: tuple[Claim, ...] = (
           "Table 6, normalization ablation", "06_scaling, 06_normalization"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
+SEPARATE_PRESETS = ("powered",)
+"""Presets whose records live in `findings/<preset>/` and get their own column."""
+
+
+def record_path(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> Path:
+    """Where the record of `finding_id` under `preset` lives: `findings/<preset>/` for `SEPARATE_PRESETS`, else
+    `findings/` (the last run of any other preset)."""
+    sub = preset if preset in SEPARATE_PRESETS else ""
+    return findings_dir(home) / sub / f"{finding_id}.json"
+
+
+def read_record(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> dict | None:
+    """The stored record, or None when that scale was never run."""
+    path = record_path(finding_id, preset, home)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def tally(home: str | Path | None = None, preset: str | None = None) -> str:
+    """One sentence: how many of the paper's claims (kind "claim") are reproduced / not reproduced / not resolved
+    / not run at this scale; setup checks are not counted."""
+    counts = {"reproduced": 0, "not reproduced": 0, "not resolved": 0, "not run": 0}
+    for c in CLAIMS:
+        if c.kind != "claim":
+            continue
+        rec = read_record(c.id, preset, home)
+        counts[rec["status"] if rec else "not run"] += 1
+    n = sum(counts.values())
+    scale = preset if preset in SEPARATE_PRESETS else "last run"
+    return (f"{scale}: of the paper's {n} claims tested here, " + ", ".join(f"{v} {k}" for k, v in counts.items())
+            + " (the setup check of notebook 00 is not counted)")
 
 
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
@@ -58,7 +94,7 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
     if not isinstance(finding, Finding):
         raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
-    path = findings_dir(home) / f"{finding_id}.json"
+    path = record_path(finding_id, preset, home)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"id": finding_id, **finding.to_json(), "preset": preset,
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -70,18 +106,20 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
 
 def render_claims(home: str | Path | None = None) -> str:
     """The findings table as Markdown; rows without a record say so."""
-    lines = ["| finding | paper | notebook | figure | status | this project's result |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| finding | paper | notebook | figure | status | powered | this project's result |",
+             "|---|---|---|---|---|---|---|"]
     for c in CLAIMS:
-        path = findings_dir(home) / f"{c.id}.json"
+        rec, powered = read_record(c.id, None, home), read_record(c.id, "powered", home)
         status, result = "not run", "not run yet (`make reproduce`)"
-        if path.is_file():
-            rec = json.loads(path.read_text())
+        if rec is not None:
             status = rec.get("status", "not run")
             result = f"{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
-        lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | "
+        if c.kind == "setup":
+            status, result = f"setup: {status}", "setup check, not a claim of the paper (not counted): " + result
+        pstatus = powered.get("status", "not run") if powered else "not run"
+        lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | {pstatus} | "
                      f"{result.replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
 
 
 def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIMS_PATH,

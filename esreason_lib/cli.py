@@ -6,6 +6,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
+    power --preset tiny                MDE and cost of candidate designs from the stored checks (`power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
@@ -184,6 +185,13 @@ def _claims(args) -> int:
     return 0
 
 
+def _power(args) -> int:
+    from esreason_lib.power_report import report
+
+    print(report(get_preset(args.preset)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -219,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     pf.set_defaults(func=_prefill)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.set_defaults(func=_claims)
+    pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
+    pw.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    pw.set_defaults(func=_power)
     return parser
 
 

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from esreason_lib.intervals import METHODS, anova_interval, arms, bootstrap_interval
+from esreason_lib.power import estimate_components
 from esreason_lib.seeding import numpy_rng
 
 STATUSES = ("reproduced", "not reproduced", "not resolved")
@@ -47,6 +48,8 @@ Z_95, Z_POWER_80 = 1.959964, 0.841621
 MDE_FACTOR = Z_95 + Z_POWER_80
 """MDE = (z_0.975 + z_0.80) * SE: detected with 80% power at alpha = 0.05, two-sided."""
 DIRECTIONS = ("greater", "less")
+KINDS = ("claim", "setup")
+"""What a finding is: a test of a claim of the paper, or a check of the setup (never counted as a claim)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class Check:
     delta: float | None = None
     """Smallest effect of interest (> 0), fixed in advance: effects short of threshold +- delta on the claimed
     side do not matter. None: no such effect was fixed (the status rules without delta)."""
+    components: tuple[float, float, float, int] | None = None
+    """`power.Components` (seed, problem, resid, arms) of the estimate, for `esreason power`; None for a hand-made
+    check (then estimated from the CI)."""
+    n_problems: int | None = None
+    """Problems behind the check (its design's P); None when unknown."""
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -156,10 +164,15 @@ class Finding:
     """The evidence: checks that could have failed."""
     sanity: tuple[str, ...] = field(default=())
     """Identities and bookkeeping reported beside the evidence (they cannot fail and never set the status)."""
+    kind: str = "claim"
+    """"claim" (tests a claim of the paper; counted in the tally) or "setup" (checks a property the setup was built
+    to have, e.g. the base's designed habit; shown, never counted)."""
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"Finding.status must be one of {STATUSES}, got {self.status!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Finding.kind must be one of {KINDS}, got {self.kind!r}")
 
     @property
     def power(self) -> str:
@@ -168,7 +181,7 @@ class Finding:
 
     def to_json(self) -> dict:
         """A JSON-ready dict (each check with its computed status; the power statement)."""
-        return {"status": self.status, "sentence": self.sentence, "sanity": list(self.sanity), "power": self.power,
+        return {"status": self.status, "kind": self.kind, "sentence": self.sentence, "sanity": list(self.sanity), "power": self.power,
                 "checks": [{**asdict(c), "seed_effects": list(c.seed_effects), "status": c.status,
                             "reason": c.reason} for c in self.checks]}
 
@@ -183,12 +196,12 @@ def combine_status(checks) -> str:
     return "not resolved"
 
 
-def make_finding(sentence: str, checks, sanity=()) -> Finding:
+def make_finding(sentence: str, checks, sanity=(), kind: str = "claim") -> Finding:
     """A `Finding` whose status is computed from `checks`; the sentence gets each check's description appended."""
     checks = tuple(checks)
     text = "; ".join([sentence] + [c.describe() for c in checks]) if sentence else "; ".join(
         c.describe() for c in checks)
-    return Finding(status=combine_status(checks), sentence=text, checks=checks, sanity=tuple(sanity))
+    return Finding(status=combine_status(checks), sentence=text, checks=checks, sanity=tuple(sanity), kind=kind)
 
 
 def power_statement(checks) -> str:
@@ -246,6 +259,8 @@ def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold:
         per_b = [] if b is None or b.shape[0] == 1 else float(a.mean()) - b.mean(axis=1)  # [R_b]
         seed_effects = tuple(float(x) for x in np.concatenate([per_a, per_b]))
         n_seeds = int(a.shape[0]) if b is None or b.shape[0] == 1 else int(min(a.shape[0], b.shape[0]))
+    comp = estimate_components(a, b)  # a, b as `arms` returned them (paired seeds: the difference, b None)
     return Check(name=name, effect=effect, ci_low=low, ci_high=high, mde=mde, direction=direction,
                  threshold=float(threshold), seed_effects=seed_effects, n_seeds=n_seeds,
-                 delta=None if delta is None else float(delta))
+                 delta=None if delta is None else float(delta),
+                 components=(comp.seed, comp.problem, comp.resid, comp.arms), n_problems=int(a.shape[1]))

@@ -29,12 +29,11 @@
 # - the per-token KL(pi_tuned || pi_base) along completions sampled from the tuned model at T = 1, on held-out
 #   prompts of the training task and of each held-out task.
 #
-# **The check** is one non-inferiority test per held-out task for ES: Delta Pass@1 > -margin x (the base's Pass@1
-# on that task), on Pass@1 per training seed and problem, paired by problem with the base, with a hierarchical
-# bootstrap (seeds, then problems). The margin (`forgetting.margin`, 0.2 on every preset) is relative because the
-# held-out tasks sit at very different base levels (see the base rows of the table below); losing less than a
-# fifth of a skill is not "catastrophic" on any reading, while a drop past it is a real loss.
-# GRPO at its preset configuration gets the same checks beside ES (they do not set the status). The LM loss and KL
+# **The checks** test the paper's statement on held-out Pass@K (K = 16), per training seed and problem, per held-out
+# task: ES - base > -0.02 (an absolute margin, fixed in advance in `ForgettingSpec.margin`: the size of the
+# Countdown gain being bought; the old 20%-of-base margin made sorting's threshold -0.195, which no plausible
+# forgetting crosses), and ES - GRPO > 0 (ES forgets less; delta 0.02). GRPO against the same margin is the control
+# beside them (it can fail: it does where GRPO forgets). The LM-loss rise over the base and the KL
 # are reported measurements, per seed.
 
 # %% tags=["parameters"]

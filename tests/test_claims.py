@@ -32,7 +32,22 @@ def test_write_claims_updates_readme_block(tmp_path):
     claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
     text = readme.read_text()
     assert "old" not in text and "greedy 0.30" in text and text.endswith("rest\n")
-    assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**reproduced**" in text
+    assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**setup: reproduced**" in text
+
+
+def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
+    home = tmp_path / "runs"
+    claims.record_finding("00_base_models", make_finding("habit", [Check("e", 0.5, 0.4, 0.6, 0.05)], kind="setup"),
+                          preset="tiny", home=home)
+    assert "0 reproduced" in claims.tally(home) and "6 not run" in claims.tally(home)  # 00 is not a claim
+    claims.record_finding("05_forgetting", _finding("kept"), preset="tiny", home=home)
+    assert "1 reproduced" in claims.tally(home) and "5 not run" in claims.tally(home)
+    assert "6 not run" in claims.tally(home, "powered")  # powered never ran
+    table = claims.render_claims(home)
+    assert "setup check, not a claim of the paper" in table and "| **setup: reproduced** | not run |" in table
+    claims.record_finding("05_forgetting", _finding("powered kept"), preset="powered", home=home)
+    assert (home / "findings" / "powered" / "05_forgetting.json").is_file()
+    assert "1 reproduced" in claims.tally(home, "powered") and "powered kept" not in claims.render_claims(home)
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):

@@ -54,11 +54,13 @@ def _tables(latent: dict[str, tuple[float, float]], n_problems: int = 100) -> di
 
 def test_finding_reproduced_when_every_model_samples_far_beyond_greedy():
     f = finding(_tables({"habit": (0.10, 0.60), "clean": (0.30, 0.80)}))
+    assert f.kind == "setup" and f.to_json()["kind"] == "setup"  # shown, never counted as a claim of the paper
     assert f.status == "reproduced" and [c.status for c in f.checks] == ["reproduced"] * 2
     habit = f.checks[0]
     assert habit.name == "habit: pass@16 - greedy above 0.10" and habit.effect == pytest.approx(0.5)
     assert habit.threshold == LATENT_MARGIN and habit.n_seeds is None and habit.ci_low > LATENT_MARGIN
-    assert f.sentence.startswith("held-out countdown: habit greedy 0.100, pass@16 0.600; clean greedy 0.300, "
+    assert f.sentence.startswith("setup check (the base was built to have it; not a claim of the paper): "
+                                 "held-out countdown: habit greedy 0.100, pass@16 0.600; clean greedy 0.300, "
                                  "pass@16 0.800; the default base habit is in the target regime")
 
 

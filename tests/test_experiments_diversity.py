@@ -12,6 +12,7 @@ import torch
 
 from esreason_lib.es.core import ESConfig
 from esreason_lib.es.noise import perturbed
+from esreason_lib.findings import effect_check
 from esreason_lib.studies import diversity as div
 from esreason_lib.studies import diversity_estimators as est
 from esreason_lib.findings import mde_from_ci
@@ -213,20 +214,25 @@ def test_lemma_cells_on_a_tiny_model(tiny):
 def test_probe_rows_hand_case():
     rows = est.probe_rows([[0.2, 0.4]], np.array([0.5, 0.5]), [0.1], [0.3], [0.25])
     r = rows.iloc[0]
-    assert list(rows.columns) == ["prompt", "p_theta", "p_bar", "p_w", "p_plus", "p_next", "kl", "lift", "lemma3_err"]
+    assert list(rows.columns) == ["prompt", "p_theta", "p_bar", "p_w", "p_plus", "p_next", "kl", "lift", "lemma3_err",
+                                  "js_succ"]
     assert r["p_w"] == pytest.approx(0.3) and r["p_bar"] == pytest.approx(0.3) and r["p_next"] == 0.25
     assert r["kl"] == pytest.approx(0.0, abs=1e-12) and r["lift"] == pytest.approx(0.0) and r["lemma3_err"] < 1e-15
     r = est.probe_rows([[0.2, 0.4]], np.array([0.0, 1.0]), [0.3], [0.3], [0.3]).iloc[0]
     assert r["lift"] == pytest.approx(0.1) and r["kl"] == pytest.approx(est.bernoulli_kl(0.4, 0.3))
 
 
-def _probes(p_next=0.3, seeds=3, iterations=2, prompts=6):
-    """Hand-built `compute_prop1` rows: p_w = 0.3, p_plus = 0.29 (kl ~ 2.4e-4), p_next = `p_next` + small noise."""
+def _probes(p_next=0.3, seeds=3, iterations=4, prompts=6, p_w=0.3):
+    """Hand-built `compute_prop1` rows: p_theta = 0.28, p_plus = p_w - 0.001 (kl ~ 2e-6), p_next = `p_next` + small
+    noise, js_succ rising with that noise (the diversity-to-Pass@K link holds)."""
     rng = np.random.default_rng(2)
-    rows = [{"seed": s, "iteration": i + 1, "prompt": p, "p_theta": 0.28, "p_bar": 0.3, "p_w": 0.3, "p_plus": 0.29,
-             "p_next": float(np.clip(p_next + 0.002 * rng.standard_normal(), 0, 1)),
-             "kl": est.bernoulli_kl(0.3, 0.29), "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1,
-             "ess_min": 0.9} for s in range(seeds) for i in range(iterations) for p in range(prompts)]
+    rows = []
+    for s, i, p in itertools.product(range(seeds), range(iterations), range(prompts)):
+        noise = 0.002 * rng.standard_normal()
+        rows.append({"seed": s, "iteration": i + 1, "prompt": p, "p_theta": 0.28, "p_bar": 0.3, "p_w": p_w,
+                     "p_plus": p_w - 0.001, "p_next": float(np.clip(p_next + noise, 0, 1)),
+                     "kl": est.bernoulli_kl(p_w, p_w - 0.001), "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1,
+                     "ess_min": 0.9, "js_succ": 0.01 + noise + 0.0005 * rng.standard_normal()})
     return pd.DataFrame(rows)
 
 
@@ -300,50 +306,44 @@ def test_lemma1_table_and_plot_tables():
     assert div.lemma2_resolved(cells).all()  # 3 or 4 correct of 64, and many incorrect
     long = div.prop1_plot_table(est.prop1_table(_probes(), (1, 4)))
     assert set(long["quantity"]) == {"J_K(w) - J_K(theta)", "K sqrt(eps/2)", "J_K(theta+) - J_K(theta), fresh"}
-    assert len(long) == 3 * 2 * 2  # quantities x K x iterations (the seed mean)
+    assert len(long) == 3 * 2 * 4  # quantities x K x iterations (the seed mean)
 
 
 def test_finding_reproduced_when_every_check_holds():
     f = div.finding(_tables())
     assert f.status == "reproduced", f.sentence
-    assert f.sentence.startswith("Lemmas 1-2 hold within their bands") and "explains" not in f.sentence
+    assert f.sentence.startswith("Along training, Proposition 1's condition holds")
     names = [c.name for c in f.checks]
-    assert names == ["Lemma 1 slope (sigma <= 0.001) > 1.8", "Lemma 1 slope (sigma <= 0.001) < 2.2",
-                     "Lemma 1 measured/predicted > 0.5", "Lemma 1 measured/predicted < 2",
-                     "Lemma 2 median gap/approximation > 0.5", "Lemma 2 median gap/approximation < 2",
-                     "Prop 1 K=1: fresh J_K(theta+) - bound", "Prop 1 K=4: fresh J_K(theta+) - bound"]
-    assert f.checks[0].effect == pytest.approx(2.0, abs=0.05) and f.checks[2].effect == pytest.approx(1.0, abs=0.05)
-    assert f.checks[-1].n_seeds == 3 and f.checks[0].n_seeds is None  # Lemmas: a base model, no training seeds
-    # the identities are reported as sanity checks, never as evidence
-    assert [s.split(" (")[0] for s in f.sanity] == ["P_pop >= P_same", "JS_succ >= 0", "JS_succ <= JS_pol",
-                                                    "Lemma 3 identity"]
-    assert "in 36/36 cells" in f.sanity[0] and "condition held in 6/0 of 6 iterations (K=1/4)" in f.sentence
+    assert names == ["Prop 1 K=1: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)",
+                     "Prop 1 K=4: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)",
+                     "Pass@4 change per iteration, fresh samples", "corr(JS_succ, Pass@4 change) across iterations"]
+    assert all(c.n_seeds == 3 and c.delta is not None for c in f.checks)
+    # the Taylor limits, Pinsker's bound and the identities are sanity lines, never evidence
+    assert sum(s.startswith("Taylor limit, cannot fail: Lemma") for s in f.sanity) == 6
+    assert sum(s.startswith("Pinsker, holds for any update") for s in f.sanity) == 2
+    assert [s.split(" (")[0] for s in f.sanity[8:]] == ["P_pop >= P_same", "JS_succ >= 0", "JS_succ <= JS_pol",
+                                                        "Lemma 3 identity"]
+    assert "in 36/36 cells" in f.sanity[8] and "held in 12/12 of 12 iterations (K=1/4)" in f.sentence
 
 
 @pytest.mark.parametrize("tables, failing", [
-    (dict(cells=_cells(slope=1.0)), "Lemma 1 slope (sigma <= 0.001) > 1.8"),
-    (dict(cells=_cells(slope=3.0)), "Lemma 1 slope (sigma <= 0.001) < 2.2"),
-    (dict(cells=_cells(ratio=5.0)), "Lemma 1 measured/predicted < 2"),
-    (dict(cells=_cells(ratio=0.2)), "Lemma 1 measured/predicted > 0.5"),
-    (dict(cells=_cells(gap_ratio=4.0)), "Lemma 2 median gap/approximation < 2"),
-    (dict(cells=_cells(gap_ratio=0.2)), "Lemma 2 median gap/approximation > 0.5"),
-    (dict(probes=_probes(p_next=0.1)), "Prop 1 K=1: fresh J_K(theta+) - bound"),
-    (dict(probes=_probes(p_next=0.1)), "Prop 1 K=4: fresh J_K(theta+) - bound"),
-], ids=["slope-low", "slope-high", "ratio-high", "ratio-low", "gap-high", "gap-low", "prop1-k1", "prop1-k4"])
+    (dict(probes=_probes(p_next=0.2)), "Pass@4 change per iteration, fresh samples"),
+    (dict(probes=_probes(p_w=0.25)), "Prop 1 K=1: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)"),
+    (dict(probes=_probes().assign(js_succ=lambda t: 0.02 - t["js_succ"])), "corr(JS_succ, Pass@4 change) across iterations"),
+], ids=["no-rise", "condition", "link"])
 def test_finding_says_not_reproduced_when_an_evidence_check_fails(tables, failing):
     f = div.finding(_tables(**tables))
     status = {c.name: c.status for c in f.checks}
     assert status[failing] == "not reproduced", f.sentence
-    assert f.status == "not reproduced" and f.sentence.startswith("At least one check of Lemmas 1-2 or Prop 1 failed")
+    assert f.status == "not reproduced" and "contradicts the paper" in f.sentence
 
 
 def test_finding_is_not_resolved_with_one_seed_or_no_resolved_cell():
     f = div.finding(_tables(probes=_probes(seeds=1)))
-    assert f.status == "not resolved" and f.sentence.startswith("Lemmas 1-2 and Prop 1 are not all resolved")
-    assert {c.reason for c in f.checks if c.name.startswith("Prop 1")} == {"1 training seed(s) < 3"}
-    f = div.finding(_tables(cells=_cells().assign(n_correct=0)))  # no resolved cell: Lemma 2 has no estimate
-    lemma2 = [c for c in f.checks if c.name.startswith("Lemma 2")]
-    assert [c.reason for c in lemma2] == ["non-finite estimate"] * 2 and f.status == "not resolved"
+    assert f.status == "not resolved" and f.sentence.startswith("Along training, the paper's account is not resolved")
+    assert {c.reason for c in f.checks} == {"1 training seed(s) < 3"}
+    f = div.finding(_tables(probes=_probes().drop(columns="js_succ")))  # a cached v2 table: no link estimate
+    assert f.checks[-1].reason == "non-finite estimate" and f.status == "not resolved"
 
 
 # ----------------------------------------------------------------------------------- the cached study, smoke
@@ -402,7 +402,7 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     preset = get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False})
     probes = div.compute_prop1(preset, home=store, progress=False)
     assert list(probes.columns) == ["prompt", "p_theta", "p_bar", "p_w", "p_plus", "p_next", "kl", "lift",
-                                    "lemma3_err", "iteration", "reward_mean", "ess_min", "seed"]
+                                    "lemma3_err", "js_succ", "iteration", "reward_mean", "ess_min", "seed"]
     its, n_p = preset.prop1.iterations, preset.prop1.probe_prompts
     assert probes["iteration"].tolist() == [i for i in range(1, its + 1) for _ in range(n_p)]
     assert (probes["seed"] == preset.seeds[0]).all()
@@ -437,3 +437,36 @@ def test_prop1_spec_rejects_bad_values():
     for key, value in (("prop1.seeds", 0), ("prop1.iterations", 0), ("prop1.ks", ())):
         with pytest.raises(ValueError, match=key.split(".")[1]):
             get_preset("smoke", **{key: value})
+
+
+def _harmful_probes(seeds=3, iterations=10, prompts=8, seed=5):
+    """Updates that lower every prompt's success by 0.02-0.10: p_w = p_plus + 0.01 = p_next = p_theta - d, the
+    inputs on which Pinsker makes "fresh J_K(theta+) - bound > 0" hold for any update."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(seeds):
+        for i in range(iterations):
+            for p in range(prompts):
+                theta = 0.3 + 0.02 * p
+                drop = rng.uniform(0.02, 0.10)
+                p_w = theta - drop
+                rows.append({"seed": s, "iteration": i + 1, "prompt": p, "p_theta": theta, "p_bar": p_w,
+                             "p_w": p_w, "p_plus": p_w - 0.01, "p_next": p_w, "kl": est.bernoulli_kl(p_w, p_w - 0.01),
+                             "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1, "ess_min": 0.9,
+                             "js_succ": float(rng.uniform(0.0, 0.01))})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("k", [4, 16])
+def test_prop1_evidence_fails_for_harmful_updates(k):
+    """The failing-input test of issue 21: an update that lowers every prompt's success must not pass as
+    Proposition 1's account of a Pass@K gain (the old fresh-sample bound check was `reproduced` here)."""
+    probes = _harmful_probes()
+    old = effect_check("old bound", est.prop1_slack(probes, k))
+    assert old.status == "reproduced"  # Pinsker: the bound check cannot fail, hence no longer evidence
+    f = div.finding({"cells": _cells(), "probes": probes, "prop1": est.prop1_table(probes, (1, k))})
+    status = {c.name: c.status for c in f.checks}
+    assert status[f"Prop 1 K={k}: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)"] == "not reproduced"
+    assert status[f"Pass@{k} change per iteration, fresh samples"] == "not reproduced"
+    assert f.status == "not reproduced"
+    assert not any(n.startswith("Lemma") for n in status)  # Taylor limits are sanity lines, never evidence

@@ -6,6 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
+from esreason_lib.analysis import seed_by_problem
+from esreason_lib.findings import effect_check
 import esreason_lib.models.load
 from esreason_lib.studies import common
 from esreason_lib.studies import forgetting as fg
@@ -130,41 +132,55 @@ def _problems(es_delta, grpo_delta=0.0, seeds=(0, 1, 2), base=(0.5, 0.2)) -> pd.
 
 
 def _tables(problems, with_lm=True):
-    return fg.ForgettingTables(problems=problems, stats=_stats(with_lm), margin=0.2, base_model="qwen2-s-habit")
+    return fg.ForgettingTables(problems=problems, stats=_stats(with_lm), margin=0.02, base_model="qwen2-s-habit",
+                               delta_noninferiority=0.01, delta_vs_grpo=0.02)
 
 
-def test_heldout_checks_threshold_is_the_margin_times_the_base():
-    checks = fg.heldout_checks(_tables(_problems(-0.01)), "es")
-    assert [c.name for c in checks] == ["ES - base Pass@1 on addition (threshold -0.100)",
-                                        "ES - base Pass@1 on sorting (threshold -0.040)"]
-    assert [c.threshold for c in checks] == pytest.approx([-0.1, -0.04])
-    assert [c.effect for c in checks] == pytest.approx([-0.01, -0.01])
+def test_heldout_checks_use_the_absolute_margin_on_pass_at_k():
+    checks = fg.heldout_checks(_tables(_problems(-0.005)), "es")
+    assert [c.name for c in checks] == ["ES - base pass@K on addition (margin -0.020)",
+                                        "ES - base pass@K on sorting (margin -0.020)"]
+    assert [c.threshold for c in checks] == pytest.approx([-0.02, -0.02]) and {c.delta for c in checks} == {0.01}
+    assert [c.effect for c in checks] == pytest.approx([-0.005, -0.005])
     assert all(c.n_seeds == 3 and c.status == "reproduced" for c in checks)
 
 
-def test_finding_reproduced_when_every_task_is_within_the_margin():
-    result = fg.finding(_tables(_problems(-0.01, grpo_delta=-0.2)))
-    assert result.status == "reproduced"
-    assert result.sentence.startswith("ES causes no catastrophic forgetting on the held-out tasks (within the "
-                                      "margin); GRPO beside it (not in the status): GRPO - base Pass@1 on addition")
-    assert "not reproduced" in result.sentence  # GRPO's -0.2 on addition lies below its -0.1 threshold
-    assert "LM loss base 0.600 / es 0.610 / grpo 0.640; kl/heldout es 0.0020 / grpo 0.0300" in result.sentence
-    assert [c.status for c in result.checks] == ["reproduced", "reproduced"]  # only ES's checks set the status
+def test_a_loss_the_relative_margin_let_pass_fails_the_absolute_one():
+    """The failing input of issue 21: sorting's base near 0.975 made the old margin (20% of the base) -0.195, so an
+    ES that degrades sorting by 0.028 passed; against the absolute margin 0.02 it does not."""
+    problems = _problems((0.0, -0.028), base=(0.5, 0.6))  # pass@K = pass@1 + 0.3: sorting's base ~0.9
+    old = effect_check("old", seed_by_problem(problems[(problems.method == "es") & (problems.task == "sorting")],
+                                              "pass@K"),
+                       seed_by_problem(problems[(problems.method == "base") & (problems.task == "sorting")], "pass@K"),
+                       threshold=-0.2 * 0.9)
+    assert old.status == "reproduced"
+    result = fg.finding(_tables(problems))
+    assert [c.status for c in result.checks[:2]] == ["reproduced", "not reproduced"]
+    assert result.status == "not reproduced" and "contradicts the paper" in result.sentence
 
 
-def test_finding_not_reproduced_when_es_loses_more_than_the_margin_on_one_task():
-    # sorting: base 0.2, threshold -0.04; ES loses 0.08 there
-    result = fg.finding(_tables(_problems((0.0, -0.08))))
-    assert [c.status for c in result.checks] == ["reproduced", "not reproduced"]
+def test_finding_reproduced_when_es_keeps_the_margin_and_forgets_less_than_grpo():
+    result = fg.finding(_tables(_problems(-0.005, grpo_delta=-0.2)))
+    assert result.status == "reproduced", result.sentence
+    assert [c.name for c in result.checks][2:] == ["ES - GRPO pass@K on addition", "ES - GRPO pass@K on sorting"]
+    assert result.checks[2].effect == pytest.approx(0.195)
+    assert "control, GRPO against the same margin (not in the status): GRPO - base pass@K on addition" in result.sentence
+    assert "not reproduced" in result.sentence  # GRPO's -0.2 lies below the margin: the control can fail
+    assert ("LM-loss rise over the base (nats/token) es +0.010 / grpo +0.040; kl/heldout es 0.0020 / grpo 0.0300"
+            in result.sentence)
+
+
+def test_finding_not_reproduced_when_es_forgets_as_much_as_grpo():
+    result = fg.finding(_tables(_problems(-0.005, grpo_delta=-0.005)))
+    assert [c.status for c in result.checks[2:]] == ["not reproduced"] * 2  # CI excludes every difference >= 0.02
     assert result.status == "not reproduced"
-    assert result.sentence.startswith("ES forgets beyond the margin on a held-out task;")
 
 
-def test_finding_not_resolved_with_one_seed_or_a_loss_at_the_margin():
-    assert fg.finding(_tables(_problems(0.0, seeds=(0,)))).status == "not resolved"
-    at_margin = fg.finding(_tables(_problems((-0.1, 0.0))))
-    assert at_margin.checks[0].status == "not resolved" and at_margin.status == "not resolved"
-    assert at_margin.sentence.startswith("Whether ES forgets beyond the margin on the held-out tasks is not resolved")
+def test_finding_not_resolved_with_one_seed_and_a_sure_loss_at_the_margin_is_not_reproduced():
+    one = fg.finding(_tables(_problems(0.0, grpo_delta=-0.2, seeds=(0,))))
+    assert one.status == "not resolved" and one.sentence.startswith("Whether ES keeps held-out Pass@K within the margin")
+    at_margin = fg.finding(_tables(_problems((-0.02, 0.0), grpo_delta=-0.2)))  # CI excludes every loss < delta 0.01
+    assert at_margin.checks[0].status == "not reproduced" and "delta" in at_margin.checks[0].reason
 
 
 def test_finding_names_the_hub_base_when_there_is_no_lm_loss():
@@ -287,7 +303,7 @@ def test_compute_combines_the_cached_pieces(study, forbid_loading):
     pd.testing.assert_frame_equal(tables.problems, fg.heldout_problems(preset, study.refs, home=store,
                                                                        progress=False))
     pd.testing.assert_frame_equal(tables.deltas, fg.forgetting_deltas(scores))
-    assert tables.margin == preset.forgetting.margin and tables.base_model == preset.base_model
+    assert tables.margin == preset.forgetting.margin == 0.02 and tables.base_model == preset.base_model
     pd.testing.assert_frame_equal(stats, fg.stats_table(preset, study.refs, home=store))
     assert set(scores["task"]) == set(preset.heldout_tasks) and set(scores["method"]) == {"base", "es", "grpo"}
     assert scores["pass@1"].between(0, 1).all() and (scores["pass@K"] >= scores["pass@1"]).all()

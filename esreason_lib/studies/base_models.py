@@ -3,7 +3,11 @@
 The paper's premise is that the base model solves some problems greedily and many more when sampled. The check,
 per model on the held-out problems of the preset's task: Pass@K (K = 16, or the largest K <= 16 of `eval.ks`;
 the unbiased estimate per problem from `eval.n_samples` samples) minus greedy correctness exceeds
-`LATENT_MARGIN`, with a bootstrap CI over problems (a base model has no training-seed axis).
+`LATENT_MARGIN`, with a CI over problems (a base model has no training-seed axis).
+
+This is a setup check, not a claim of the paper: the habit base was built to answer 40% of problems with a fixed
+"habit" answer, so its latent capability is by construction (the clean control passes as well). The finding has
+kind "setup": shown in the findings table, never counted in the tally of the paper's claims.
 """
 
 from __future__ import annotations
@@ -82,4 +86,5 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     regime = "in" if in_regime(base["pass@1"], base[f"pass@{k}"]) else "NOT in"
     sentence = (f"held-out {task}: " + "; ".join(parts) + f"; the default base {base['model']} is {regime} the "
                 f"target regime (0.10 <= pass@1 {base['pass@1']:.3f} <= 0.50, pass@{k} >= 2 pass@1)")
-    return make_finding(sentence, checks)
+    return make_finding("setup check (the base was built to have it; not a claim of the paper): " + sentence, checks,
+                        kind="setup")

@@ -32,6 +32,7 @@ import torch
 from esreason_lib.es.noise import noise
 from esreason_lib.models.weights import named_params
 from esreason_lib.findings import Check, mde_from_ci
+from esreason_lib.metrics import js_success
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.theory import lemma3_identity, prop1_bound, prop1_condition, weighted_pass
@@ -190,15 +191,16 @@ def probe_rows(p_members, w, p_theta, p_plus, p_next) -> pd.DataFrame:
 
     `p_members` [P, N] (members), `w` [N] simplex weights, `p_theta`, `p_plus`, `p_next` [P] (the centre before
     the update, theta+ by importance sampling from the centre's samples, theta+ from fresh samples). Columns:
-    prompt, p_theta, p_bar, p_w, p_plus, p_next, kl = KL(Bern(p_w) || Bern(p_plus)), lift = p_w - p_bar and
-    lemma3_err = |p_w - p_bar - N Cov(w, p)|."""
+    prompt, p_theta, p_bar, p_w, p_plus, p_next, kl = KL(Bern(p_w) || Bern(p_plus)), lift = p_w - p_bar,
+    lemma3_err = |p_w - p_bar - N Cov(w, p)| and js_succ (the members' JS diversity of success, `metrics.js_success`)."""
     p_members, p_theta, p_plus = (np.asarray(a, dtype=np.float64) for a in (p_members, p_theta, p_plus))
     w = np.broadcast_to(w, p_members.shape)  # [P, N]
     lhs, rhs = lemma3_identity(p_members, w)  # [P], [P]
     p_w = weighted_pass(p_members, w)  # [P]
     return pd.DataFrame({"prompt": np.arange(len(p_theta)), "p_theta": p_theta, "p_bar": p_members.mean(1),
                          "p_w": p_w, "p_plus": p_plus, "p_next": np.asarray(p_next, dtype=np.float64),
-                         "kl": bernoulli_kl(p_w, p_plus), "lift": lhs, "lemma3_err": np.abs(lhs - rhs)})
+                         "kl": bernoulli_kl(p_w, p_plus), "lift": lhs, "lemma3_err": np.abs(lhs - rhs),
+                         "js_succ": [js_success(row) for row in p_members]})
 
 
 def prop1_table(probes: pd.DataFrame, ks) -> pd.DataFrame:
@@ -230,6 +232,40 @@ def prop1_slack(probes: pd.DataFrame, k: int) -> np.ndarray:
     bound = prop1_bound(pass_k(probes["p_w"].to_numpy(), k), k, probes["kl"].to_numpy())  # [rows]
     slack = probes.assign(slack=pass_k(probes["p_next"].to_numpy(), k) - bound)
     return slack.groupby(["seed", "prompt"])["slack"].mean().unstack("prompt").to_numpy()  # [R, P]
+
+
+def _per_seed_prompt(probes: pd.DataFrame, values, how: str = "mean") -> np.ndarray:
+    """[R, P] of `values` (one per probes row) aggregated over iterations per (seed, prompt)."""
+    t = probes[["seed", "prompt"]].assign(v=np.asarray(values, dtype=np.float64))
+    return t.groupby(["seed", "prompt"])["v"].agg(how).unstack("prompt").to_numpy()
+
+
+def condition_slack(probes: pd.DataFrame, k: int) -> np.ndarray:
+    """[seeds, prompts]: mean over iterations of J_K(p_w) - J_K(p_theta) - K sqrt(kl / 2), Proposition 1's
+    sufficient condition applied prompt by prompt (> 0: the condition holds and guarantees a rise)."""
+    margin = pass_k(probes["p_w"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k)
+    return _per_seed_prompt(probes, margin - k * np.sqrt(probes["kl"].to_numpy() / 2))
+
+
+def fresh_change(probes: pd.DataFrame, k: int) -> np.ndarray:
+    """[seeds, prompts]: mean over iterations of J_K(p_next) - J_K(p_theta): the realised per-iteration change of
+    the plug-in Pass@K, p_next from samples of theta+ that no other column was computed from."""
+    return _per_seed_prompt(probes, pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k))
+
+
+def diversity_link(probes: pd.DataFrame, k: int) -> np.ndarray:
+    """[seeds, prompts']: per (seed, prompt), the correlation across iterations between the population's JS_succ
+    and the fresh change J_K(p_next) - J_K(p_theta); prompts' = the prompts where it is defined for every seed
+    (both series vary). Empty [seeds, 0] when there are none."""
+    change = pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k)
+    t = probes[["seed", "prompt", "js_succ"]].assign(change=change)
+
+    def corr(g):
+        x, y = g["js_succ"].to_numpy(), g["change"].to_numpy()
+        return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and x.std() > 0 and y.std() > 0 else np.nan
+
+    out = t.groupby(["seed", "prompt"])[["js_succ", "change"]].apply(corr).unstack("prompt")
+    return out.loc[:, out.notna().all(axis=0)].to_numpy()
 
 
 # ------------------------------------------------------------------------------------------ model pieces

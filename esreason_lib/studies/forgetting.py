@@ -9,16 +9,20 @@ Three measurements of the ES and GRPO models of notebook 01 against their common
   sampled token (unbiased for the per-position KL and never negative).
 The per-model LM loss and KL are cached in runs of kind `forgetting`.
 
-The finding is a non-inferiority check per held-out task for ES at its preset configuration, on Pass@1 per
-training seed and problem: Delta Pass@1 (tuned - base) > -`forgetting.margin` x the base's Pass@1 on that task.
-GRPO at its preset configuration gets the same checks beside it (they do not set the status); the LM loss and
-the KL are reported measurements.
+The finding tests the paper's statement on held-out Pass@K (K = the largest of `forgetting.eval.ks`), per training
+seed and problem, for ES and GRPO at the preset's configurations (`Preset.es`, `Preset.grpo`), per held-out task:
+- ES against the absolute no-forgetting margin: Delta Pass@K (ES - base) > -`forgetting.margin` (delta
+  `forgetting.delta_noninferiority`);
+- ES against GRPO: Pass@K of ES - GRPO > 0 (ES forgets less; delta `forgetting.delta_vs_grpo`).
+GRPO against the margin is its control beside them (not in the status); the LM-loss rise over the base and the KL
+are reported measurements.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -210,9 +214,13 @@ class ForgettingTables:
     stats: pd.DataFrame
     """`stats_table`: per (method, seed) quantity ("lm_loss" / "kl"), scope, value."""
     margin: float
-    """`ForgettingSpec.margin`: the tolerated Pass@1 loss as a fraction of the base's, per held-out task."""
+    """`ForgettingSpec.margin`: the tolerated absolute Pass@K loss per held-out task."""
     base_model: str
     """The common base (named in the LM-loss note when it is not a zoo model)."""
+    delta_noninferiority: float = 0.01
+    """`ForgettingSpec.delta_noninferiority`."""
+    delta_vs_grpo: float = 0.02
+    """`ForgettingSpec.delta_vs_grpo`."""
 
     @property
     def scores(self) -> pd.DataFrame:
@@ -232,40 +240,60 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> ForgettingTa
             for m in METHODS for s in preset.seeds}
     return ForgettingTables(problems=heldout_problems(preset, refs, home=home, progress=progress),
                             stats=stats_table(preset, refs, home=home), margin=float(preset.forgetting.margin),
-                            base_model=preset.base_model)
+                            base_model=preset.base_model,
+                            delta_noninferiority=float(preset.forgetting.delta_noninferiority),
+                            delta_vs_grpo=float(preset.forgetting.delta_vs_grpo))
 
 
-def heldout_checks(tables: ForgettingTables, method: str = "es") -> list[Check]:
-    """Per held-out task: Delta Pass@1 of `method` (per seed and problem) against the base (paired by problem)
-    > -margin x the base's Pass@1 on that task."""
+def _arm(p: pd.DataFrame, method: str, task: str, column: str) -> np.ndarray:
+    """[R, P] `column` of `method` on `task` over the base's problems (the base: [1, P])."""
+    problems = list(dict.fromkeys(p.loc[(p["method"] == "base") & (p["task"] == task), "problem_id"]))
+    return seed_by_problem(p[(p["method"] == method) & (p["task"] == task)], value=column, problems=problems)
+
+
+def heldout_checks(tables: ForgettingTables, method: str = "es", column: str = "pass@K") -> list[Check]:
+    """Per held-out task: Delta `column` of `method` (per seed and problem) against the base (paired by problem)
+    > -margin (absolute), with delta `delta_noninferiority`."""
     p = tables.problems
-    checks = []
-    for task in dict.fromkeys(p["task"]):
-        base = seed_by_problem(p[(p["method"] == "base") & (p["task"] == task)])  # [1, P]
-        problems = list(dict.fromkeys(p.loc[(p["method"] == "base") & (p["task"] == task), "problem_id"]))
-        tuned = seed_by_problem(p[(p["method"] == method) & (p["task"] == task)], problems=problems)  # [R, P]
-        threshold = -tables.margin * float(base.mean())
-        checks.append(effect_check(f"{method.upper()} - base Pass@1 on {task} (threshold {threshold:+.3f})", tuned, base,
-                                   threshold=threshold))
-    return checks
+    return [effect_check(f"{method.upper()} - base {column} on {task} (margin {-tables.margin:+.3f})",
+                         _arm(p, method, task, column), _arm(p, "base", task, column), threshold=-tables.margin,
+                         delta=tables.delta_noninferiority)
+            for task in dict.fromkeys(p["task"])]
 
 
-CLAIM = {"reproduced": "ES causes no catastrophic forgetting on the held-out tasks (within the margin)",
-         "not reproduced": "ES forgets beyond the margin on a held-out task",
-         "not resolved": "Whether ES forgets beyond the margin on the held-out tasks is not resolved"}
+def vs_grpo_checks(tables: ForgettingTables, column: str = "pass@K") -> list[Check]:
+    """Per held-out task: `column` of ES - GRPO > 0 (ES forgets less than GRPO; seeds independent)."""
+    p = tables.problems
+    return [effect_check(f"ES - GRPO {column} on {task}", _arm(p, "es", task, column), _arm(p, "grpo", task, column),
+                         delta=tables.delta_vs_grpo) for task in dict.fromkeys(p["task"])]
+
+
+def lm_rise(stats: pd.DataFrame) -> dict[str, float]:
+    """{method: mean over seeds of LM loss ("all") minus the base's}; empty without an LM loss (hub bases)."""
+    lm = stats[(stats["quantity"] == "lm_loss") & (stats["scope"] == "all")]
+    if lm.empty:
+        return {}
+    base = float(lm.loc[lm["method"] == "base", "value"].mean())
+    return {m: float(g["value"].mean()) - base for m, g in lm.groupby("method", sort=False) if m != "base"}
+
+
+CLAIM = {"reproduced": "ES keeps held-out Pass@K within the absolute margin and forgets less than GRPO",
+         "not reproduced": "ES forgets beyond the margin or no less than GRPO on a held-out task (contradicts the paper)",
+         "not resolved": "Whether ES keeps held-out Pass@K within the margin and forgets less than GRPO is not resolved"}
 """The claim of the finding, worded by its status."""
 
 
 def finding(tables: ForgettingTables) -> Finding:
-    """Notebook 05's finding: ES's `heldout_checks` (the status), GRPO's beside them, and the LM loss and
-    held-out KL per method (means over seeds)."""
-    checks = heldout_checks(tables, "es")
+    """Notebook 05's finding: ES's `heldout_checks` and `vs_grpo_checks` (the status); GRPO's margin checks as the
+    control beside them; the LM-loss rise over the base and the held-out KL per method (means over seeds)."""
+    checks = heldout_checks(tables, "es") + vs_grpo_checks(tables)
     s = stats_summary(tables.stats).set_index("method")
-    lm = ("LM loss " + " / ".join(f"{m} {s.loc[m, 'lm_loss/all']:.3f}" for m in s.index) if "lm_loss/all" in s
+    rise = lm_rise(tables.stats)
+    lm = ("LM-loss rise over the base (nats/token) " + " / ".join(f"{m} {v:+.3f}" for m, v in rise.items()) if rise
           else LM_NOTE.format(base=tables.base_model))
     kl = "kl/heldout" if "kl/heldout" in s else [c for c in s if c.startswith("kl/")][0]
     sentence = "; ".join([CLAIM[combine_status(checks)],
-                          "GRPO beside it (not in the status): " + ", ".join(c.describe() for c in
-                                                                             heldout_checks(tables, "grpo")),
+                          "control, GRPO against the same margin (not in the status): " + ", ".join(
+                              c.describe() for c in heldout_checks(tables, "grpo")),
                           lm, f"{kl} " + " / ".join(f"{m} {s.loc[m, kl]:.4f}" for m in s.index if m != "base")])
     return make_finding(sentence, checks)

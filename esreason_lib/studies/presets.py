@@ -3,6 +3,7 @@
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
 - `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
+- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (<= ~2 h in two shards; not run yet).
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs).
@@ -28,6 +29,7 @@ from typing import Any
 from esreason_lib.es.core import ESConfig
 from esreason_lib.evaluate import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.splits import COUNTDOWN, NONE, SMOKE, Splits
 from esreason_lib.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
                           SparsitySpec)
 
@@ -72,6 +74,8 @@ class Preset:
     """Notebook 05."""
     scaling: ScalingSpec
     """Notebook 06."""
+    splits: Splits
+    """Disjoint test / selection / tuning index ranges of the task's held-out pool (`splits`)."""
 
     eval_task_kwargs: dict[str, Any] | None = None
     """Keyword arguments of the task whose test split is evaluated (None = `task_kwargs`): paper-hard trains on
@@ -129,14 +133,25 @@ _PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, 
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)
 _KS_16 = (1, 2, 4, 8, 16)
+_PROP1_DELTAS = dict(delta_change=3e-4, delta_condition=3e-4, delta_link=0.1)
+"""Notebook 02's smallest effects of interest (reasons in `Prop1Spec`), fixed before the runs that test them."""
+_FORGETTING_MARGINS = dict(margin=0.02, delta_noninferiority=0.01, delta_vs_grpo=0.02)
+"""Notebook 05's absolute margin and smallest effects of interest (reasons in `ForgettingSpec`)."""
+_SCALING_DELTAS = dict(delta_gap=0.07, delta_shaping=0.015)
+"""Notebook 06's smallest effects of interest (reasons in `ScalingSpec`)."""
+_TINY_SHAPING_ALPHAS = (("zscore", (1.2e-3, 2.4e-3)), ("rank", (4e-3, 8e-3)), ("none", (4e-2, 8e-2)))
+"""Per-shaping alpha grids (z-score's two tiny step sizes, divided by rank's ~0.30x and raw rewards' ~0.03x
+coefficient norm), each chosen on the tuning split."""
+_PAPER_SHAPING_ALPHAS = (("zscore", (2.5e-4,)), ("rank", (8e-4,)), ("none", (8e-3,)))
+"""The paper presets: the paper's alpha for z-score, scaled by the coefficient norms for the others (no grid)."""
 _GPU_STUDIES = dict(
     seeds=(0, 1, 2), device="auto",
     # the paper's own step sizes only (a grid at 1.5B costs GPU days), chosen on the evaluation problems: paper-easy
     # evaluates the whole GSM8K test split and paper-hard all of MATH-500, so none are left over for selection
     comparison=ComparisonSpec(es_alphas=(2.5e-4,), grpo_lrs=(1e-6,), selection_problems=0),
     lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=32, population=8, repeats=2, fisher_samples=16),
-    prop1=Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16)),
-    sequential=SequentialSpec(es_budget=234, grpo_budget=234))
+    prop1=Prop1Spec(seeds=3, iterations=20, probe_prompts=64, samples=8, ks=(1, 4, 16), **_PROP1_DELTAS),
+    sequential=SequentialSpec(es_budget=234, grpo_budget=234), splits=NONE)
 """What both paper presets share beyond the ES and GRPO hyperparameters."""
 _KS_1_TO_32 = tuple(range(1, 33))
 """The paper's evaluation: Pass@K (and Maj@K) at every K from 32 samples per problem at T = 0.6."""
@@ -159,15 +174,18 @@ PRESETS: dict[str, Preset] = {
         seeds=(0,), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1e-3,), grpo_lrs=(2e-5,), selection_problems=4),
         lemma=LemmaSpec(sigmas=(1e-3, 1e-2), prompts=2, samples=4, population=3, repeats=2, fisher_samples=4),
-        prop1=Prop1Spec(seeds=1, iterations=2, probe_prompts=3, samples=4, ks=(1, 2)),
+        prop1=Prop1Spec(seeds=1, iterations=2, probe_prompts=3, samples=4, ks=(1, 2), **_PROP1_DELTAS),
         sequential=SequentialSpec(es_budget=2, grpo_budget=2),
         sparsity=SparsitySpec(quantiles=(0.5, 0.9), taus=(), methods=("es", "grpo"),
                               check_quantiles=(0.9,), margin_fraction=0.25,
                               eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=4, n_samples=4, ks=(1, 4), greedy=False, n_boot=20),
-                                  margin=0.2, kl_prompts=4, kl_samples=2, lm_sequences=32),
+                                  kl_prompts=4, kl_samples=2, lm_sequences=32, **_FORGETTING_MARGINS),
         scaling=ScalingSpec(models=("smoke",), populations=(2, 4), iterations=2, ablation_iterations=2,
-                            prompts_per_step=4, eval=EvalSpec(n_problems=6, n_samples=1, ks=(1,), n_boot=20))),
+                            prompts_per_step=4, eval=EvalSpec(n_problems=12, n_samples=1, ks=(1,), n_boot=20),
+                            shaping_alphas=(("zscore", (1e-3, 2e-3)), ("rank", (3e-3,)), ("none", (3e-2,))),
+                            **_SCALING_DELTAS),
+        splits=SMOKE),
     "tiny": _make(
         "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
@@ -179,16 +197,19 @@ PRESETS: dict[str, Preset] = {
         seeds=(0, 1, 2), device="cpu",
         comparison=ComparisonSpec(es_alphas=(1.2e-3, 2.4e-3), grpo_lrs=(2e-5, 1e-4), selection_problems=100),
         lemma=LemmaSpec(sigmas=_SIGMAS, prompts=8, samples=8, population=8, repeats=4, fisher_samples=64),
-        prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16)),
+        prop1=Prop1Spec(seeds=3, iterations=10, probe_prompts=32, samples=8, ks=(1, 4, 16), **_PROP1_DELTAS),
         sequential=SequentialSpec(es_budget=150, grpo_budget=150),
         sparsity=SparsitySpec(quantiles=_QUANTILES, taus=(), methods=("es", "grpo"),
                               check_quantiles=(0.9,), margin_fraction=0.25,
                               eval=EvalSpec(n_problems=100, n_samples=16, ks=_KS_16, greedy=False)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16),
-                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512, **_FORGETTING_MARGINS),
+        # the grid stays at 16 iterations here (N has no room to matter; `powered` runs 100): see _POWERED_OVERRIDES
         scaling=ScalingSpec(models=("qwen2-s", "qwen2-m"), populations=(4, 32), iterations=16,
                             ablation_iterations=60, prompts_per_step=32,
-                            eval=EvalSpec(n_problems=200, n_samples=1, ks=(1,), n_boot=100))),
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), n_boot=100),
+                            shaping_alphas=_TINY_SHAPING_ALPHAS, **_SCALING_DELTAS),
+        splits=COUNTDOWN),
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
@@ -200,11 +221,12 @@ PRESETS: dict[str, Preset] = {
                               eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
                                                 max_new_tokens=512),
-                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512, **_FORGETTING_MARGINS),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
-                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512)),
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512),
+                            shaping_alphas=_PAPER_SHAPING_ALPHAS, **_SCALING_DELTAS),
         **_GPU_STUDIES),
     "paper-hard": _make(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
@@ -219,10 +241,11 @@ PRESETS: dict[str, Preset] = {
                                             max_new_tokens=4096)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
                                                 max_new_tokens=2048),
-                                  margin=0.2, kl_prompts=64, kl_samples=8, lm_sequences=512),
+                                  kl_prompts=64, kl_samples=8, lm_sequences=512, **_FORGETTING_MARGINS),
         scaling=ScalingSpec(models=(), populations=_PAPER_POPULATIONS, iterations=100, ablation_iterations=100,
                             prompts_per_step=64,
-                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096)),
+                            eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), temperature=0.6, max_new_tokens=4096),
+                            shaping_alphas=_PAPER_SHAPING_ALPHAS, **_SCALING_DELTAS),
         **_GPU_STUDIES),
 }
 
@@ -273,3 +296,20 @@ def get_preset(name: str, **overrides) -> Preset:
 
 
 PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")
+
+_POWERED_OVERRIDES: dict[str, Any] = {
+    # notebooks 05 and 06: problems, not seeds, are the lever (~80% of the variance is problem-to-problem, issue 21
+    # item 8). Sized by `esreason power` from the tiny CIs (MDE ~ 0.016-0.024 at 3 seeds x 200 problems -> below
+    # delta 0.01 needs ~4-6x the problems); held-out tasks have their own pools, so 1000 problems each.
+    "forgetting.eval.n_problems": 1000,
+    # notebook 06: the population grid long enough for N to matter (100 iterations), every free test problem of
+    # the Countdown pool (the 1,070 minus selection and tuning = 770 test rows) and three alphas per shaping
+    "scaling.iterations": 100, "scaling.eval.n_problems": 1070,
+    "scaling.shaping_alphas": (("zscore", (1.2e-3, 2.4e-3, 4.8e-3)), ("rank", (4e-3, 8e-3, 1.6e-2)),
+                               ("none", (4e-2, 8e-2, 1.6e-1))),
+    # notebook 02: Proposition 1 followed along 30 iterations on 64 probes
+    "prop1.iterations": 30, "prop1.probe_prompts": 64,
+}
+"""`powered` = `tiny` with these overrides: the design the power analysis asks for within ~2 h in two shards (not
+run yet)."""
+PRESETS["powered"] = replace(get_preset("tiny", **_POWERED_OVERRIDES), name="powered")

@@ -44,8 +44,23 @@ class Prop1Spec:
     """Center samples per probe prompt per iteration (scored under every member and the updated center)."""
     ks: tuple[int, ...]
     """The K values at which Proposition 1's condition is evaluated."""
+    delta_change: float
+    """Smallest effect of interest of "Pass@K rises along training" (mean per-iteration change of the plug-in
+    J_K on fresh samples of theta+, at the largest K): 3e-4 = ES's Pass@64 lead over the random-direction control
+    (+0.043, issue 21 item 6) spread over tiny's 150 iterations; a smaller per-iteration rise would not add up to
+    the gain the account is meant to explain."""
+    delta_condition: float
+    """Smallest effect of interest of "Proposition 1's sufficient condition holds" (mean over iterations of
+    J_K(pi_w) - J_K(pi_theta) - K sqrt(eps / 2), at each K): 3e-4, the same per-iteration Pass@K scale."""
+    delta_link: float
+    """Smallest effect of interest of the JS-diversity-to-Pass@K link (mean over seeds and probe prompts of the
+    correlation across iterations between the population's JS_succ and the fresh change of J_K): 0.1, Cohen's
+    "small" correlation; a weaker association could not carry the paper's account."""
 
     def __post_init__(self):
+        for name in ("delta_change", "delta_condition", "delta_link"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Prop1Spec.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("seeds", "iterations", "probe_prompts", "samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Prop1Spec.{name} must be >= 1, got {getattr(self, name)!r}")
@@ -148,7 +163,33 @@ class ScalingSpec:
     prompts_per_step: int
     """Prompts per ES iteration in the grid and the ablations (the study trains many runs)."""
     eval: EvalSpec
-    """Evaluation of every grid and ablation model (greedy accuracy on held-out problems)."""
+    """Evaluation of every grid and ablation model (greedy accuracy on the first `n_problems` problems of the
+    held-out pool; the verdicts read its test-split rows, the per-shaping alpha its tuning-split rows)."""
+    shaping_alphas: tuple[tuple[str, tuple[float, ...]], ...]
+    """The shaping ablation: (normalization, alphas) per fitness shaping, trained without antithetic pairs and
+    without `matched_step`; each shaping's alpha is chosen on the tuning split (seed-mean greedy accuracy) and the
+    best of each is compared on the test split. The grids are scaled by each shaping's coefficient norm (rank
+    ~0.30x, raw rewards ~0.03x z-score's), so each brackets the same update norms."""
+    delta_gap: float
+    """Smallest effect of interest of the population check (gap N_max - N_min on the largest size minus on the
+    smallest, held-out greedy): 0.07, the paper's difference-in-differences (-0.071, Table 6)."""
+    delta_shaping: float
+    """Smallest effect of interest of "z-score above rank / raw" (best against best, held-out greedy): 0.015, half
+    of z-score ES's greedy gain over the base in tiny's 60-iteration ablation (0.11 -> 0.14)."""
+
+    def __post_init__(self):
+        if self.iterations < 1 or self.ablation_iterations < 1:
+            raise ValueError("ScalingSpec.iterations and ablation_iterations must be >= 1")
+        names = [n for n, _ in self.shaping_alphas]
+        if len(set(names)) != len(names) or "zscore" not in names:
+            raise ValueError(f"ScalingSpec.shaping_alphas must name distinct shapings including 'zscore', got "
+                             f"{names}")
+        for name, alphas in self.shaping_alphas:
+            if not alphas or not all(a > 0 for a in alphas):
+                raise ValueError(f"ScalingSpec.shaping_alphas[{name!r}] must be alphas > 0, got {alphas!r}")
+        for name in ("delta_gap", "delta_shaping"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ScalingSpec.{name} must be > 0, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -198,9 +239,19 @@ class ForgettingSpec:
     eval: EvalSpec
     """Evaluation protocol on the held-out tasks."""
     margin: float
-    """Non-inferiority margin as a fraction of the base's Pass@1 on each held-out task: "no catastrophic
-    forgetting" holds on a task when Delta Pass@1 (tuned - base) > -margin x base Pass@1. Relative, because the
-    held-out tasks sit at very different base levels; a loss of under a fifth of a skill is not catastrophic."""
+    """Absolute non-inferiority margin on held-out Pass@K (K = the largest of `eval.ks`): "no forgetting" holds on a
+    task when Delta Pass@K (ES - base, per seed and problem) > -margin. 0.02: the size of the task gain being
+    bought (ES's Countdown Pass@1 gain over the base in tiny is +0.018), so forgetting within the margin costs
+    less than the training earns. Absolute, not a fraction of the base: 20% of sorting's base (0.975) was -0.195,
+    a margin no plausible forgetting could cross."""
+    delta_noninferiority: float
+    """Smallest effect of interest of the margin check: 0.01 (half the margin): the design must tell a model at
+    half the margin from one at the margin; the check is `not reproduced` when its CI excludes every effect at
+    least that far above -margin."""
+    delta_vs_grpo: float
+    """Smallest effect of interest of "ES forgets less than GRPO" (held-out Pass@K of ES minus GRPO's, both at the
+    preset's configuration, `Preset.es` and `Preset.grpo`): 0.02, the no-forgetting margin itself: a difference
+    in forgetting smaller than what counts as no forgetting does not matter."""
     kl_prompts: int
     """Held-out prompts per task on which the per-token KL to the base model is estimated."""
     kl_samples: int
@@ -211,3 +262,6 @@ class ForgettingSpec:
     def __post_init__(self):
         if not 0 <= self.margin < 1:
             raise ValueError(f"ForgettingSpec.margin must lie in [0, 1), got {self.margin!r}")
+        for name in ("delta_noninferiority", "delta_vs_grpo"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ForgettingSpec.{name} must be > 0, got {getattr(self, name)!r}")
