@@ -15,6 +15,8 @@ from esreason_lib.studies import scaling as S
 from esreason_lib.studies.common import evaluate_ref
 from esreason_lib.models.zoo import num_parameters
 from esreason_lib.studies.presets import get_preset
+from esreason_lib.store.identity import config_hash
+from esreason_lib.store.runs import run_exists
 
 
 def test_tail_mean_and_smoothing_window():
@@ -164,28 +166,32 @@ def _es_configs(store) -> list[dict]:
 
 def test_compute_trains_every_cell_and_ablation_for_every_seed(study):
     preset, spec = study.preset, study.preset.scaling
-    configs = _es_configs(study.store)
-    cells = [c for c in configs if not c.get("matched_step", False)]  # at False it is not stored (ADDED_OPTION)
-    assert sorted((c["model"], c["population_size"], c["seed"]) for c in cells) == [
+    wanted = S.training_configs(preset)
+    assert all(run_exists("es", config, home=study.store) for config in wanted.values())
+    assert len(_es_configs(study.store)) == len({config_hash(c) for c in wanted.values()})
+    cells = [c for key, c in wanted.items() if key[0] == "cell"]
+    assert sorted((c.model, c.population_size, c.seed) for c in cells) == [
         ("smoke", n, s) for n in spec.populations for s in preset.seeds]
     for c in cells:  # the scaling settings on top of the preset's ES
-        assert (c["iterations"], c["prompts_per_step"], c["sigma"], c["normalization"], c["antithetic"]) == (
+        assert (c.iterations, c.prompts_per_step, c.sigma, c.normalization, c.antithetic) == (
             spec.iterations, spec.prompts_per_step, preset.es.sigma, preset.es.normalization, preset.es.antithetic)
-    ablations = [c for c in configs if c.get("matched_step", False)]
-    # smoke samples antithetically: "antithetic" is the "zscore" run, trained once: 5 runs per seed
-    assert len(ablations) == 5 * len(preset.seeds)
-    assert sorted((c["normalization"], c["antithetic"], c.get("noise", "full")) for c in ablations
-                  if c["seed"] == 1) == [("none", True, "full"), ("rank", True, "full"), ("zscore", False, "full"),
-                                         ("zscore", True, "full"), ("zscore", True, "lowrank")]
-    assert all((c["model"], c["population_size"], c["iterations"], c["prompts_per_step"]) == (
+    ablations = {key[1]: c for key, c in wanted.items() if key[0] == "ablation" and key[2] == preset.seeds[0]}
+    shapings = [S.shaping_label(n, a) for n, alphas in spec.shaping_alphas for a in alphas]
+    assert list(ablations) == [*shapings, *S.EXTRAS]
+    for label in shapings:  # every shaping at each of its alphas, no mirrored pairs, no step matching
+        c = ablations[label]
+        assert (c.normalization, f"{c.alpha:g}", c.antithetic, c.matched_step) == (*label.split("@"), False, False)
+    assert ablations["antithetic"].antithetic and ablations["lowrank"].noise == "lowrank"
+    assert all((c.model, c.population_size, c.iterations, c.prompts_per_step) == (
         preset.base_model, preset.es.population_size, spec.ablation_iterations, spec.prompts_per_step)
-        for c in ablations)
+        for c in ablations.values())
     assert not study.default.exists() or not any(study.default.iterdir())
 
 
 def test_compute_tables(study):
     preset, spec, t = study.preset, study.preset.scaling, study.tables
-    n_cells, n_variants, n_seeds = len(spec.populations), len(S.ABLATIONS), len(preset.seeds)
+    labels = list(dict.fromkeys(key[1] for key in S.training_configs(preset) if key[0] == "ablation"))
+    n_cells, n_variants, n_seeds = len(spec.populations), len(labels), len(preset.seeds)
     params = num_parameters(esreason_lib.models.load.load_model("smoke", home=study.store, progress=False)[0])
     assert t["bases"][["model", "params"]].values.tolist() == [["smoke", params]]
     assert list(t["scaling"].columns) == ["model", "params", "N", "seed", "heldout", "pass@1", "iterations",
@@ -198,7 +204,7 @@ def test_compute_tables(study):
     assert t["scaling"].set_index(["model", "N", "seed"])["heldout"].to_dict() == pytest.approx(per_cell.to_dict())
     assert len(t["scaling_curves"]) == n_cells * n_seeds * spec.iterations
     assert list(t["scaling_curves"].columns) == ["model", "N", "seed", "step", *S.CURVE_METRICS]
-    assert t["ablation"]["variant"].tolist() == [v for v in S.ABLATIONS for _ in preset.seeds]
+    assert t["ablation"]["variant"].tolist() == [v for v in labels for _ in preset.seeds]
     assert len(t["ablation_problems"]) == n_variants * n_seeds * spec.eval.n_problems
     assert len(t["ablation_curves"]) == n_variants * n_seeds * spec.ablation_iterations
     base = evaluate_ref("smoke", preset.task, preset.task_kwargs, spec.eval, home=study.store, progress=False)

@@ -17,8 +17,9 @@ def test_plan_is_the_studies_configs_once_each():
     wanted = {config_hash(c) for c in [*comparison.training_configs(tiny).values(),
                                         *scaling.training_configs(tiny).values()]}
     assert set(hashes) == wanted
-    # 01: 2 ES alphas + 2 GRPO lrs at 3 seeds; 06: 2 sizes x 2 N x 3 seeds + 5 distinct ablations x 3 seeds
-    assert len(configs) == 12 + 12 + 15
+    # 01: 2 ES alphas + 2 GRPO lrs at 3 seeds; 06: 2 sizes x 2 N x 3 seeds + 8 ablations (3 shapings x 2 alphas,
+    # antithetic, low-rank) x 3 seeds
+    assert len(configs) == 12 + 12 + 24
 
 
 def test_expected_cost_counts_completions_and_grpo_twice():
