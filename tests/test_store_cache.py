@@ -42,3 +42,20 @@ def test_wrong_tables_and_stored_only_are_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("ESREASON_STORED_ONLY", "1")
     with pytest.raises(MissingResult, match="study"):
         cached("study", {"p": 3}, ("a",), lambda: {"a": pd.DataFrame()}, seed=0, home=tmp_path)
+
+
+def test_stored_run_builds_once_and_records_what_build_returns(tmp_path):
+    from esreason_lib.store.cache import stored_run
+
+    built = []
+
+    def build(run):
+        built.append(run.path)
+        run.model_dir.mkdir(parents=True, exist_ok=True)
+        (run.model_dir / "weights.txt").write_text("w")
+        return {"sparsity": 0.5}
+
+    first = stored_run("masked", {"q": 0.9}, build, seed=0, home=tmp_path)
+    again = stored_run("masked", {"q": 0.9}, build, seed=0, home=tmp_path)
+    assert built == [first.path] and again.path == first.path
+    assert again.is_complete() and again.manifest()["sparsity"] == 0.5

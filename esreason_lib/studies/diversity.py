@@ -28,7 +28,7 @@ from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_po
 from esreason_lib.models.load import load_model
 from esreason_lib.studies.presets import Preset
 from esreason_lib.progress import progress_bar
-from esreason_lib.store.runs import Run
+from esreason_lib.store.cache import cached
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.tasks import get_task
 from esreason_lib.theory import lemma1_prediction
@@ -130,21 +130,20 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
               "repeats": preset.lemma.repeats, "prompts": preset.lemma.prompts,
               "samples": preset.lemma.samples, "fisher_samples": preset.lemma.fisher_samples,
               "seed": preset.seeds[0], "version": 2}
-    run = Run.open("diversity-lemmas", config, seed=preset.seeds[0], home=home)
-    if run.is_complete():
-        return run.read_table("cells"), run.read_table("members")
-    model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device), home=home,
-                                  progress=progress)
-    task = get_task(preset.task, **preset.test_task_kwargs())
-    examples = task.examples("test", n=preset.lemma.prompts, seed=preset.eval.seed)
-    cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma.sigmas,
-                                 population=preset.lemma.population, repeats=preset.lemma.repeats,
-                                 samples=preset.lemma.samples, fisher_samples=preset.lemma.fisher_samples,
-                                 seed=preset.seeds[0], progress=progress)
-    run.write_table("cells", cells)
-    run.write_table("members", members)
-    run.finish()
-    return cells, members
+
+    def compute() -> dict[str, pd.DataFrame]:
+        model, tokenizer = load_model(preset.base_model, device=resolve_device(preset.device), home=home,
+                                      progress=progress)
+        task = get_task(preset.task, **preset.test_task_kwargs())
+        examples = task.examples("test", n=preset.lemma.prompts, seed=preset.eval.seed)
+        cells, members = lemma_cells(model, tokenizer, task, examples, sigmas=preset.lemma.sigmas,
+                                     population=preset.lemma.population, repeats=preset.lemma.repeats,
+                                     samples=preset.lemma.samples, fisher_samples=preset.lemma.fisher_samples,
+                                     seed=preset.seeds[0], progress=progress)
+        return {"cells": cells, "members": members}
+
+    tables = cached("diversity-lemmas", config, ("cells", "members"), compute, seed=preset.seeds[0], home=home)
+    return tables["cells"], tables["members"]
 
 
 # ------------------------------------------------------------------------------------------ Lemma 3 and Prop 1
@@ -213,15 +212,15 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
         config = replace(preset.es, iterations=preset.prop1.iterations, seed=seed)
         key = {"es": asdict(config), "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
                "scheme": scheme, "probe_seed": preset.eval.seed, "version": 3}
-        run = Run.open("diversity-prop1", key, seed=seed, home=home)
-        if not run.is_complete():
+
+        def compute(config=config) -> dict[str, pd.DataFrame]:
             model, tokenizer = load_model(config.model, device=resolve_device(config.device),
                                           dtype=getattr(torch, config.dtype), home=home, progress=progress)
-            run.write_table("probes", prop1_trajectory(config, model, tokenizer, config_task(config), probes,
-                                                       samples=preset.prop1.samples, scheme=scheme,
-                                                       progress=progress))
-            run.finish()
-        out.append(run.read_table("probes").assign(seed=seed))
+            return {"probes": prop1_trajectory(config, model, tokenizer, config_task(config), probes,
+                                               samples=preset.prop1.samples, scheme=scheme, progress=progress)}
+
+        table = cached("diversity-prop1", key, ("probes",), compute, seed=seed, home=home)["probes"]
+        out.append(table.assign(seed=seed))
     return pd.concat(out, ignore_index=True)
 
 

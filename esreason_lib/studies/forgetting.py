@@ -32,7 +32,7 @@ from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.studies.presets import Preset
-from esreason_lib.store.runs import Run
+from esreason_lib.store.cache import cached
 from esreason_lib.seeding import derive_seed
 from esreason_lib.tasks import get_task
 from esreason_lib.models.zoo import ZOO, get_spec
@@ -159,30 +159,27 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
     Long table: quantity ("lm_loss" or "kl"), scope (family / "all" for lm_loss, task for kl), value.
     The KL of the base to itself is 0 by definition (not sampled).
     """
-    run = Run.open("forgetting", _stats_config(preset, ref), seed=0, home=home)
-    if run.is_complete() and (cached := run.read_table("stats")) is not None:
-        return cached
-    device = resolve_device(preset.device)
-    model, tokenizer = load_model(ref, device=device, home=home)
-    rows = []
-    records = heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences)
-    if records is not None:
-        for scope, value in lm_loss_by_family(model, tokenizer, records).items():
-            rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
-    base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
-    for task_name in (preset.task, *preset.heldout_tasks):
-        kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
-        task = get_task(task_name, **dict(kwargs))
-        prompts = [task.prompt(ex, tokenizer)
-                   for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
-        kl = 0.0 if base is model else kl_to_base(
-            model, base, tokenizer, prompts, n=preset.forgetting.kl_samples, max_new_tokens=task.max_new_tokens,
-            stop=task.stop, seed=derive_seed(0, "forgetting", "kl", task_name))
-        rows.append({"quantity": "kl", "scope": task_name, "value": kl})
-    table = pd.DataFrame(rows)
-    run.write_table("stats", table)
-    run.finish()
-    return table
+    def compute() -> dict[str, pd.DataFrame]:
+        device = resolve_device(preset.device)
+        model, tokenizer = load_model(ref, device=device, home=home)
+        rows = []
+        records = heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences)
+        if records is not None:
+            for scope, value in lm_loss_by_family(model, tokenizer, records).items():
+                rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
+        base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
+        for task_name in (preset.task, *preset.heldout_tasks):
+            kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
+            task = get_task(task_name, **dict(kwargs))
+            prompts = [task.prompt(ex, tokenizer)
+                       for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
+            kl = 0.0 if base is model else kl_to_base(
+                model, base, tokenizer, prompts, n=preset.forgetting.kl_samples, max_new_tokens=task.max_new_tokens,
+                stop=task.stop, seed=derive_seed(0, "forgetting", "kl", task_name))
+            rows.append({"quantity": "kl", "scope": task_name, "value": kl})
+        return {"stats": pd.DataFrame(rows)}
+
+    return cached("forgetting", _stats_config(preset, ref), ("stats",), compute, seed=0, home=home)["stats"]
 
 
 def stats_table(preset: Preset, refs: dict[tuple[str, int], str], *, home=None) -> pd.DataFrame:

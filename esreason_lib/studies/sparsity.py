@@ -37,6 +37,7 @@ from esreason_lib.analysis import (StateDict, delta_quantiles, drift_table, modu
 from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
 from esreason_lib.models.load import load_model
 from esreason_lib.studies.presets import Preset
+from esreason_lib.store.cache import stored_run
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.methods import METHODS, trainer
@@ -104,7 +105,8 @@ def drift_by_module(base: StateDict, tuned: dict[tuple[str, int], StateDict], to
     return pd.concat(frames, ignore_index=True)[cols]
 
 
-def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> None:
+def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> dict:
+    """Save the reset `state` as `run`'s model; returns the manifest fields `extra` (for `stored_run`)."""
     model = copy.deepcopy(template)
     missing, unexpected = model.load_state_dict(state, strict=False)
     aliases = set(template.state_dict()) - set(state)
@@ -113,7 +115,7 @@ def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> Non
     with quiet_transformers():
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)
-    run.finish(**extra)
+    return extra
 
 
 def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int = 0, home=None,
@@ -142,8 +144,7 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int
     rows = []
     for key, value in [("quantile", float(q)) for q in quantiles] + [("tau", float(t)) for t in taus]:
         cfg = {"base": base_ref, "tuned": tuned_ref, key: value}
-        mag = Run.open("masked", {**cfg, "mode": "magnitude"}, seed=seed, home=home)
-        if not mag.is_complete():
+        def magnitude(run: Run, key=key, value=value) -> dict:
             s = states()
             if key == "tau":
                 tau = value
@@ -151,14 +152,18 @@ def reset_models(base_ref: str, tuned_ref: str, quantiles, *, taus=(), seed: int
                 changed = any(bool((d != 0).any()) for d in update_deltas(s["base"], s["tuned"]).values())
                 tau = float(delta_quantiles(s["base"], s["tuned"], [value])[0]) if changed else 0.0
             state, sparsity = reset_small_updates(s["base"], s["tuned"], tau)
-            _save_reset(mag, state, s["template"], s["tokenizer"], tau=tau, sparsity=sparsity)
+            return _save_reset(run, state, s["template"], s["tokenizer"], tau=tau, sparsity=sparsity)
+
+        mag = stored_run("masked", {**cfg, "mode": "magnitude"}, magnitude, seed=seed, home=home)
         tau, sparsity = mag.manifest()["tau"], mag.manifest()["sparsity"]
-        rnd = Run.open("masked", {**cfg, "mode": "random", "count": "exact"}, seed=seed, home=home)
-        if not rnd.is_complete():
+
+        def random_count(run: Run, key=key, value=value, sparsity=sparsity) -> dict:
             s = states()
             state, achieved = random_reset(s["base"], s["tuned"], sparsity,
                                            seed=derive_seed(seed, "sparsity", "random", key, value))
-            _save_reset(rnd, state, s["template"], s["tokenizer"], sparsity=achieved)
+            return _save_reset(run, state, s["template"], s["tokenizer"], sparsity=achieved)
+
+        rnd = stored_run("masked", {**cfg, "mode": "random", "count": "exact"}, random_count, seed=seed, home=home)
         quantile, label = (value, f"q={value:g}") if key == "quantile" else (float(sparsity), f"tau={value:g}")
         rows.append({"mode": "magnitude", "threshold": label, "quantile": quantile, "tau": tau, "sparsity": sparsity,
                      "ref": model_ref(mag)})
