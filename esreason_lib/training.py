@@ -6,17 +6,18 @@ train examples each iteration draws."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.tasks.base import freeze_task_kwargs
-from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
+from esreason_lib.validation import (check_bool, check_choice, check_finite_float, check_int, check_nonempty_str,
                                      check_nonnegative_int, check_optional_positive_int)
 from esreason_lib.models.zoo import DEFAULT_BASE
 from esreason_lib.guards import check_finite_params
+from esreason_lib.store.identity import ADDED_OPTION
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -54,6 +55,8 @@ class RunSettings:
     "epoch" (every train example once per epoch, reshuffled per epoch)."""
     checkpoint_every: int = 25
     """Save a resumable checkpoint every this many iterations (0 = never)."""
+    keep_checkpoints: bool = field(default=False, metadata=ADDED_OPTION)
+    """Keep the last checkpoints once the run is complete (default: only the final weights under model/ stay)."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
     dtype: str = "float32"
@@ -69,6 +72,7 @@ class RunSettings:
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
         check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_nonnegative_int(self, "checkpoint_every")
+        check_bool(self, "keep_checkpoints")
         check_choice(self, "dtype", DTYPES)
         check_int(self, "seed")
 

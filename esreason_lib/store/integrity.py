@@ -16,8 +16,10 @@ import json
 import os
 import tempfile
 import time
+import stat
 import warnings
 from pathlib import Path
+from typing import Callable
 
 MAGIC = b"ESREASON-SEALED-1\n"
 """First bytes of every sealed file (checkpoints)."""
@@ -32,8 +34,26 @@ def warn_store(message: str) -> None:
     warnings.warn(message, RunStoreWarning, stacklevel=3)
 
 
+class NotARegularFile(ValueError):
+    """A path of the run store holds something other than a regular file (a FIFO, a socket, a device)."""
+
+
+def check_regular(path: Path) -> None:
+    """Raise `NotARegularFile` naming `path` when it exists and is not a regular file (reading a FIFO would block
+    forever); `os.stat` never blocks. Nothing happens for an absent path or a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise NotARegularFile(f"{path} is {kind}, not a regular file; move it away")
+
+
 def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object."""
+    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object;
+    `NotARegularFile` when it is a FIFO or another non-regular file."""
+    check_regular(path)
     try:
         data = json.loads(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):  # absent (a parent that is a file: Run.open says so)
@@ -68,13 +88,19 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a fsynced temporary file and `os.replace`; mode 0o666 minus the umask (not the
-    0o600 of `mkstemp`). The temporary file is removed on any failure (e.g. ENOSPC), leaving `path` as it was."""
+    """Write `data` to `path` via a fsynced temporary file and `os.replace` (`atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write(path: Path, write: Callable) -> None:
+    """Call `write(fh)` on a temporary file beside `path`, fsync it and `os.replace` it onto `path`; mode 0o666
+    minus the umask (not the 0o600 of `mkstemp`). The temporary file is removed on any failure (e.g. ENOSPC),
+    leaving `path` as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
@@ -136,6 +162,7 @@ def tree_mismatch(folder: Path, expected: dict[str, str]) -> str | None:
     Each version of a file is hashed once per process (`file_digest`)."""
     for rel, digest in expected.items():
         path = folder / rel
+        check_regular(path)
         if not path.is_file():
             return f"{path} is missing"
         if file_digest(path) != digest:
