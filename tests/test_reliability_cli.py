@@ -312,3 +312,27 @@ def test_a_failing_notebook_is_its_own_error_line_and_leaves_no_output(why, env,
     assert main(["reproduce", str(source), "--out-dir", str(out), "--no-claims"]) == 2
     _one_message(capsys, "^esreason: error: " + pattern)
     assert not list(out.iterdir())
+
+
+def test_ray_start_up_is_retried_then_one_line(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from esreason_lib.es.backends import ray_actors
+
+    calls = []
+
+    def slow_node(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "init", slow_node)
+    ray_actors.start_ray(num_cpus=2)
+    assert len(calls) == 3 and calls[-1]["num_cpus"] == 2
+    assert calls[-1]["_system_config"]["worker_register_timeout_seconds"] >= 300
+    calls.clear()
+    monkeypatch.setattr(ray_actors, "RAY_START_ATTEMPTS", 2)
+    with pytest.raises(TimeoutError, match=r"^Ray did not start after 2 attempts \(The current node timed out "
+                                           r"during startup\. .*\); the machine may be overloaded"):
+        ray_actors.start_ray()

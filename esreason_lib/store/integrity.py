@@ -77,6 +77,33 @@ def metric_record(line: bytes):
     return record if isinstance(step, int) and not isinstance(step, bool) else None
 
 
+def read_metric_lines(path: Path) -> tuple[list[dict], int, str]:
+    """The lines of a metrics.jsonl at `path`: (valid records, the consistent step, why it ends there), where the
+    consistent step is the largest s such that the valid lines above the first bad one log every step 1..s.
+    Warns once per bad line, naming the file and its 1-based line; `NotARegularFile` for a FIFO."""
+    check_regular(path)
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return [], 0, "metrics.jsonl is missing"
+    records, trusted = [], None
+    for number, line in enumerate(lines, start=1):
+        record = metric_record(line)
+        if record is None:
+            if line.strip():
+                warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
+                trusted = len(records) if trusted is None else trusted
+            continue
+        records.append(record)
+    steps = {r["step"] for r in records[:trusted]}
+    consistent = 0
+    while consistent + 1 in steps:
+        consistent += 1
+    why = (f"metrics.jsonl has a bad line after step {consistent}" if trusted is not None and
+           consistent == max(steps, default=0) else f"metrics.jsonl lacks step {consistent + 1}")
+    return records, consistent, why
+
+
 class CorruptFileError(ValueError):
     """A sealed file failed its checks; the message says which check."""
 

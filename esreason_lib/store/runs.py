@@ -41,7 +41,7 @@ import torch
 
 from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
 from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, check_regular,
-                                          follow_umask, metric_record, read_json, tree_digest, tree_mismatch,
+                                          follow_umask, read_json, read_metric_lines, tree_digest, tree_mismatch,
                                           warn_store)
 
 from esreason_lib.paths import run_store_root
@@ -229,30 +229,8 @@ class Run:
             os.fsync(fh.fileno())
 
     def _metric_lines(self) -> tuple[list[dict], int, str]:
-        """(valid records, the consistent step, why it ends there): the largest s such that the valid lines above
-        the first bad one log every step 1..s. Warns once per bad line, naming the file and its 1-based line."""
-        path = self.path / "metrics.jsonl"
-        check_regular(path)
-        try:
-            lines = path.read_bytes().splitlines()
-        except FileNotFoundError:
-            return [], 0, "metrics.jsonl is missing"
-        records, trusted = [], None
-        for number, line in enumerate(lines, start=1):
-            record = metric_record(line)
-            if record is None:
-                if line.strip():
-                    warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
-                    trusted = len(records) if trusted is None else trusted
-                continue
-            records.append(record)
-        steps = {r["step"] for r in records[:trusted]}
-        consistent = 0
-        while consistent + 1 in steps:
-            consistent += 1
-        why = (f"metrics.jsonl has a bad line after step {consistent}" if trusted is not None and
-               consistent == max(steps, default=0) else f"metrics.jsonl lacks step {consistent + 1}")
-        return records, consistent, why
+        """`integrity.read_metric_lines` of this run's metrics.jsonl."""
+        return read_metric_lines(self.path / "metrics.jsonl")
 
     def _metric_records(self) -> list[dict]:
         return self._metric_lines()[0]
