@@ -1,6 +1,7 @@
 """Command line: `python -m esreason_lib <command>` (also installed as `esreason`).
 
     train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
+                                       [--keep-checkpoints]
     pretrain NAME                      build a zoo model (reused when already built)
     bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import os
 import sys
 import warnings
 from typing import Sequence
@@ -101,7 +103,9 @@ def _train(args) -> int:
     from esreason_lib.methods import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
-    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers)]
+    keep = ["keep_checkpoints=True"] if args.keep_checkpoints else []
+    keep = [f"{m}.{x}" for m in ("es", "grpo") for x in keep] if args.method == "sequence" else keep
+    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers), *keep]
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
@@ -207,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
+    train.add_argument("--keep-checkpoints", action="store_true", help="keep the last checkpoints once a run is "
+                       "complete (default: only its final weights; the same as --set keep_checkpoints=True)")
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
     train.set_defaults(func=_train)
     pre = sub.add_parser("pretrain", help="build a zoo model")
@@ -238,16 +244,23 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; bad input (ValueError) and file-system failures (OSError: read-only or full disk,
-    a path that is a file) are one `esreason: error:` line on stderr and exit status 2, never a traceback."""
+    """Run the command line. Bad input (ValueError), a missing extra (ImportError), a result that
+    `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a notebook that raised (`NotebookError`, with the
+    notebook's own error line) and file-system or start-up failures (OSError: read-only or full disk, a path that
+    is a file, Ray not starting in time) are one `esreason: error:` line on stderr and exit status 2, never a
+    traceback."""
+    from esreason_lib.notebooks import NotebookError
+    from esreason_lib.store.runs import MissingResult
+
     args = build_parser().parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
             return args.func(args)
-        except ValueError as err:  # bad user input: one clear line, no traceback
+        except (ValueError, ImportError, MissingResult, NotebookError) as err:  # one clear line, no traceback
             print(f"esreason: error: {err}", file=sys.stderr)
         except OSError as err:
             where = f": {err.filename}" if err.filename else ""
-            print(f"esreason: error: {err.strerror or err}{where}", file=sys.stderr)
+            why = err.strerror or (os.strerror(err.errno) if err.errno else str(err))
+            print(f"esreason: error: {why}{where}", file=sys.stderr)
         return 2

@@ -40,15 +40,22 @@ def notebook_parameters(source: str | Path) -> dict:
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
 
 
+class NotebookError(RuntimeError):
+    """A notebook raised; the message is the notebook's name and its own error line (`ename: evalue`)."""
+
+
 def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
                  kernel_name: str = "python3", progress: bool = True, timeout: int | None = None) -> Path:
     """Execute one jupytext notebook with papermill; returns the executed `.ipynb` path.
 
     `parameters` override the cell tagged `parameters` (papermill injects a cell after it). The notebook runs
     with the repository root as working directory, so relative paths resolve the same as in `make reproduce`.
+    A notebook that raises is a `NotebookError` carrying its own error line, and leaves no executed notebook in
+    `out_dir` (nor the staged input).
     """
     import jupytext
     import papermill
+    from papermill.exceptions import PapermillExecutionError
 
     source = Path(source)
     if not source.is_file():
@@ -65,6 +72,10 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
             str(staged), str(output), parameters=parameters or {}, kernel_name=kernel_name,
             progress_bar=progress, cwd=str(REPO_ROOT), execution_timeout=timeout,
         )
+    except PapermillExecutionError as err:
+        output.unlink(missing_ok=True)
+        raise NotebookError(f"notebook {source.name} failed in cell {err.exec_count}: {err.ename}: "
+                            f"{(str(err.evalue).strip().splitlines() or [''])[-1]}") from None
     finally:
         staged.unlink(missing_ok=True)
     return output

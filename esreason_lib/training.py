@@ -6,17 +6,20 @@ is `methods`, the finite-ness guards `guards`."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.store.identity import execution
 from esreason_lib.tasks.base import freeze_task_kwargs
-from esreason_lib.validation import (check_choice, check_finite_float, check_int, check_nonempty_str,
+from esreason_lib.validation import (check_bool, check_choice, check_finite_float, check_int, check_nonempty_str,
                                      check_nonnegative_int, check_optional_positive_int)
-from esreason_lib.models.zoo import DEFAULT_BASE
+from esreason_lib.models.zoo import DEFAULT_BASE, ZOO
 from esreason_lib.guards import check_finite_params
 from esreason_lib.store.identity import ADDED_OPTION
 
@@ -59,6 +62,8 @@ class RunSettings:
     snapshot_every: int = field(default=0, metadata=ADDED_OPTION)
     """Keep the model's weights every this many iterations under `snapshots/step-XXXXXX/` (save_pretrained; never
     deleted, unlike checkpoints), for evaluation along the training path (notebook 01's frontier); 0 = none."""
+    keep_checkpoints: bool = field(default=False, metadata=ADDED_OPTION)
+    """Keep the last checkpoints once the run is complete (default: only the final weights under model/ stay)."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""
     dtype: str = "float32"
@@ -74,6 +79,7 @@ class RunSettings:
         check_finite_float(self, "reward_correct", "reward_formatted", "reward_invalid")
         check_choice(self, "prompt_order", PROMPT_ORDERS)
         check_nonnegative_int(self, "checkpoint_every", "snapshot_every")
+        check_bool(self, "keep_checkpoints")
         check_choice(self, "dtype", DTYPES)
         check_int(self, "seed")
 
@@ -185,13 +191,25 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     The model is `config.model` loaded into `home` unless one is passed (then `tokenizer` is required), and is
     moved to `config.device` / `config.dtype` either way. The task is `get_task(config.task, ...)` with the
     config's `reward_*` shaping unless one is passed; `examples` are its train split (`config.train_size`,
-    seed 0), and must not be empty. `caller` names the trainer in errors.
+    seed 0), and must not be empty. `caller` names the trainer in errors. A model whose files cannot be read (a
+    truncated model.safetensors) or a model directory without tokenizer files is a ValueError naming `model`.
     """
     from esreason_lib.models.load import load_model  # here, so that importing `esreason_lib.es.core` stays light
 
     device, dtype = resolve_device(config.device), DTYPES[config.dtype]
+    cls = type(config).__name__
     if model is None:
-        model, loaded_tok = load_model(config.model, device=device, dtype=dtype, home=home, progress=progress)
+        directory = Path(config.model).expanduser()
+        if config.model not in ZOO and directory.is_dir() and not _tokenizer_files(directory):
+            raise ValueError(f"{cls}.model={config.model!r} has no tokenizer files (tokenizer.json, "
+                             f"tokenizer_config.json beside config.json); save the tokenizer with the model")
+        try:
+            model, loaded_tok = load_model(config.model, device=device, dtype=dtype, home=home, progress=progress)
+        except (OSError, SafetensorError) as err:  # a truncated or torn model file (a full disk stays an OSError)
+            if isinstance(err, OSError) and err.errno is not None:
+                raise
+            raise ValueError(f"{cls}.model={config.model!r} cannot be loaded ({type(err).__name__}: "
+                             f"{(str(err).strip().splitlines() or [repr(err)])[0]})") from None
         tokenizer = tokenizer or loaded_tok
     elif tokenizer is None:
         raise ValueError(f"{caller}: a tokenizer is required when a model is passed")
@@ -201,20 +219,93 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     return model, tokenizer, task, train_examples(config, task)
 
 
+_BYTES_PER_TOKEN = 64
+"""What one token of one rollout costs while a step holds all its rollouts (ids, masks, text, log-probs)."""
+
+
+def _memory_bytes(device: torch.device) -> int:
+    """The memory a run on `device` can use: the GPU's total memory, else this machine's physical memory."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _tokenizer_files(folder: Path) -> list[str]:
+    """The tokenizer files in a model directory (or in the model/ of a run directory)."""
+    folder = folder / "model" if (folder / "model" / "config.json").is_file() else folder
+    return sorted(p.name for p in folder.glob("*") if p.name.startswith(("tokenizer", "vocab", "merges")))
+
+
+def _encodes(tokenizer, ch: str) -> bool:
+    """Whether `tokenizer` encodes the character `ch` to tokens that decode back to it."""
+    from esreason_lib.models.generation import encode_texts
+
+    try:
+        return ch in tokenizer.decode(encode_texts(tokenizer, [ch], "text")[0])
+    except Exception:  # noqa: BLE001 - a tokenizers WordLevel model without [UNK] raises a bare Exception
+        return False
+
+
+def check_inputs(config, model, tokenizer, task, examples) -> None:
+    """Check a run's loaded inputs against each other before its directory exists; ValueError naming the field:
+    the tokenizer encodes every character of the train prompts and of the examples' other text (answers), which
+    it would otherwise drop silently; every prompt encodes to tokens; the longest prompt plus the generation
+    budget (`max_new_tokens`, else the task's default) fits the model's context; and the rollouts one step holds (population_size x prompts_per_step
+    for ES, prompts_per_step x group_size for GRPO, `_BYTES_PER_TOKEN` per token of the context, plus one weight
+    copy per member for the batched ES backend) fit the device's memory (`_memory_bytes`)."""
+    from esreason_lib.models.generation import encode_texts
+
+    cls = type(config).__name__
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
+    texts = prompts + [str(v) for ex in examples for k, v in ex.items() if k != "id" and isinstance(v, (str, int, float))]
+    lost = [ch for ch in sorted(set().union(*map(set, texts))) if not _encodes(tokenizer, ch)]
+    if lost:
+        raise ValueError(f"{cls}.task={config.task!r}: the tokenizer of {cls}.model={config.model!r} cannot encode "
+                         f"{len(lost)} character(s) of its prompts/answers ({''.join(lost[:20])!r}); it would drop "
+                         f"them silently")
+    lengths = [len(ids) for ids in encode_texts(tokenizer, prompts, "prompts")]
+    if min(lengths) == 0:
+        raise ValueError(f"{cls}.model={config.model!r}: its tokenizer encodes train prompt "
+                         f"{lengths.index(0)} of task {config.task!r} to no tokens")
+    context = getattr(model.config, "max_position_embeddings", None)
+    budget = config.max_new_tokens or task.max_new_tokens
+    field_name = "max_new_tokens" if config.max_new_tokens else f"task={config.task!r} (its default max_new_tokens)"
+    if context is not None and max(lengths) + budget > context:
+        raise ValueError(f"{cls}.{field_name}={budget} plus the longest train prompt ({max(lengths)} tokens) exceeds "
+                         f"the context of {cls}.model={config.model!r} ({context} positions); set max_new_tokens "
+                         f"<= {max(0, context - max(lengths))}, shorter prompts (task_kwargs) or a longer-context model")
+    rows = config.prompts_per_step * getattr(config, "population_size", getattr(config, "group_size", 1))
+    need = rows * (context or max(lengths) + budget) * _BYTES_PER_TOKEN
+    if hasattr(config, "population_size") and config.backend in ("auto", "batched") and config.noise != "lowrank":
+        need += config.population_size * sum(p.numel() * p.element_size() for p in model.parameters())
+    have = _memory_bytes(next(model.parameters()).device)
+    if need > have:
+        what = (f"population_size={config.population_size} x prompts_per_step={config.prompts_per_step}"
+                if hasattr(config, "population_size") else
+                f"prompts_per_step={config.prompts_per_step} x group_size={config.group_size}")
+        raise ValueError(f"{cls}.{what} needs about {need / 2**30:.0f} GiB per step, more than the "
+                         f"{have / 2**30:.0f} GiB of memory of this {next(model.parameters()).device.type} device")
+
+
 def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=None, home=None,
                       progress: bool = True):
-    """How every trainer starts: check the inputs before any run directory exists (`check_training_config`), open
-    and lock the `kind` run of `config`, and, unless it is already complete, gather `training_inputs`.
+    """How every trainer starts: a complete run is opened and returned as is; otherwise, before any run directory
+    exists, check the config (`check_training_config`), gather `training_inputs` and check them against each other
+    (`check_inputs`), then open and lock the `kind` run of `config`. An error on the way leaves no run directory.
 
     Returns `(run, None)` for a complete run, else `(run, (model, tokenizer, task, examples))`."""
-    from esreason_lib.store.runs import Run
+    from esreason_lib.store.runs import Run, run_exists
 
+    if run_exists(kind, config, home=home):
+        return Run.open(kind, config, seed=config.seed, home=home, lock=True), None
     check_training_config(kind, config, model=model, tokenizer=tokenizer, task=task, home=home)
+    inputs = training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
+                             caller=f"train_{kind}")
+    check_inputs(config, *inputs)
     run = Run.open(kind, config, seed=config.seed, home=home, lock=True)
-    if run.is_complete():
+    if run.is_complete():  # finished by the process that held the lock
         return run, None
-    return run, training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
-                                caller=f"train_{kind}")
+    return run, inputs
 
 
 SNAPSHOTS = "snapshots"

@@ -69,3 +69,20 @@ def test_every_finding_names_a_notebook_and_its_committed_figures():
         for figure in finding.figure.split(", "):
             assert f'"{figure}"' in source, f"{finding.id} does not save {figure}"
             assert (paths.REPO_ROOT / "figures" / f"{figure}.png").is_file()
+
+
+def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from esreason_lib.cli import main
+
+    home, readme, table = tmp_path / "runs", tmp_path / "README.md", tmp_path / "claims.md"
+    readme.write_text("intro\n<!-- claims:start -->\nold\n<!-- claims:end -->\nrest\n")
+    claims.record_finding("00_base_models", _finding("greedy 0.30"), preset="tiny", home=home)
+    claims.write_claims(home, claims_path=table, readme_path=readme)
+    before = readme.read_text(), table.read_text()
+    monkeypatch.setattr(claims.write_claims, "__defaults__", (tmp_path / "empty", table, readme))
+    assert main(["claims"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("esreason: error: the run store's findings") and "00_base_models" in err[0]
+    assert (readme.read_text(), table.read_text()) == before
+    monkeypatch.setattr(claims.write_claims, "__defaults__", (home, table, readme))  # the store that holds it
+    assert main(["claims"]) == 0 and "greedy 0.30" in readme.read_text()

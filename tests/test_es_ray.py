@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend tests need the `ray` ex
 from esreason_lib.es.core import ES, ESConfig  # noqa: E402
 from esreason_lib.es.loop import train_es
 from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
-from esreason_lib.es.backends.ray_actors import RayBackend, weights_checksum  # noqa: E402
+from esreason_lib.es.backends.ray_actors import RayBackend, start_ray, weights_checksum  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def backend(tmp_path_factory):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import this test module
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)  # retried when a loaded machine times out
     print(f"ray.init: {time.perf_counter() - t0:.1f} s")
     arm = tmp_path_factory.mktemp("ray") / "arm"
     tok = build_char_tokenizer()

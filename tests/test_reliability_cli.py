@@ -117,7 +117,7 @@ def test_esreason_home_read_only(tmp_path, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------------------------- on a trained smoke run
-_ARGV = ["train", "es", "--preset", "smoke", "--set", "iterations=2", "--set", "checkpoint_every=1"]
+_ARGV = ["train", "es", "--preset", "smoke", "--set", "iterations=2", "--set", "checkpoint_every=1", "--keep-checkpoints"]
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +196,143 @@ def test_disk_full_is_one_line_and_loses_nothing(trained, store, monkeypatch, ca
     os.umask(mask)
     for path in (trained / "manifest.json", *(trained / "checkpoints").iterdir()):
         assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # not mkstemp's 0o600
+
+
+# ---------------------------------------------------------------------------------- issue 24: sizes, loads, notebooks
+@pytest.mark.parametrize("argv, pattern", [
+    (["es", "--set", "population_size=10000000"], r"ESConfig\.population_size=10000000 x prompts_per_step=4 needs "
+                                                  r"about \d+ GiB per step, more than the \d+ GiB of memory"),
+    (["es", "--set", "prompts_per_step=100000000"], r"ESConfig\.population_size=4 x prompts_per_step=100000000 needs"),
+    (["grpo", "--set", "group_size=10000000"], r"GRPOConfig\.prompts_per_step=2 x group_size=10000000 needs"),
+    (["es", "--set", "task=gsm8k"], r"ESConfig\.task='gsm8k': the tokenizer of ESConfig\.model='smoke' cannot "
+                                    r"encode \d+ character\(s\) of its prompts/answers"),
+    (["es", "--backend", "vllm"], r"ESConfig\.backend='vllm' needs the `vllm` extra"),
+])
+def test_sizes_and_missing_extras_fail_fast_in_one_line(argv, pattern, home, capsys, monkeypatch):
+    from esreason_lib.models.pretrain import pretrain
+
+    pretrain("smoke", progress=False)  # the base, built quietly (its zoo run is the only directory allowed)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else _find_spec(name, *a))
+    capsys.readouterr()
+    assert main(["train", *argv, "--preset", "smoke"]) == 2
+    _one_error_line(capsys, pattern)
+    assert not [p for p in home.iterdir() if not p.name.startswith("zoo-")]  # no run directory left behind
+
+
+_find_spec = __import__("importlib.util").util.find_spec
+
+
+def _saved_base(folder, *, truncate=False, tokenizer=True):
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+
+    tok = build_char_tokenizer()
+    tiny_random_qwen2(len(tok)).save_pretrained(folder)
+    if tokenizer:
+        tok.save_pretrained(folder)
+    if truncate:
+        (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:1000])
+    return folder
+
+
+@pytest.mark.parametrize("kind, pattern", [
+    ("truncated", r"ESConfig\.model='.*' cannot be loaded \(SafetensorError: .*header"),
+    ("no-tokenizer", r"ESConfig\.model='.*' has no tokenizer files"),
+])
+def test_a_broken_base_is_one_line_and_leaves_no_run_directory(kind, pattern, home, tmp_path, capsys):
+    base = _saved_base(tmp_path / "base", truncate=kind == "truncated", tokenizer=kind != "no-tokenizer")
+    capsys.readouterr()
+    assert main(["train", "es", "--preset", "smoke", "--set", f"model={base}"]) == 2
+    _one_error_line(capsys, pattern)
+    assert not [p for p in home.iterdir() if p.name.startswith("es-")]
+
+
+def test_the_tasks_default_budget_is_checked_against_the_models_context():
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.training import check_inputs
+
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok))
+    task = type("Long", (), {"max_new_tokens": 512, "prompt": lambda self, ex, tok=None: ex["q"]})()
+    context = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"ESConfig\.task='countdown' \(its default max_new_tokens\)=512 plus "
+                                         rf"the longest train prompt \(3 tokens\) exceeds the context .*\({context} "
+                                         rf"positions\); set max_new_tokens <= {context - 3}"):
+        check_inputs(ESConfig(device="cpu"), model, tok, task, [{"id": "0", "q": "1+2"}])
+    check_inputs(ESConfig(device="cpu", max_new_tokens=8), model, tok, task, [{"id": "0", "q": "1+2"}])
+
+
+def test_a_full_disk_during_the_final_save_is_one_line(store, monkeypatch, capsys):
+    from transformers import PreTrainedModel
+
+    from esreason_lib.models.pretrain import pretrain
+
+    pretrain("smoke", progress=False)  # the base is built before the disk fills
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full)
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--set", "seed=5"]) == 2
+    _one_message(capsys, r"^esreason: error: No space left on device$")
+
+
+def _one_message(capsys, pattern: str) -> None:
+    """Exactly one `esreason:` line on stderr (besides progress bars), matching `pattern`; no traceback."""
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("esreason:")]
+    assert len(lines) == 1 and re.search(pattern, lines[0]) and "Traceback" not in err, err
+
+
+_NOTEBOOK = '''# %% tags=["parameters"]
+preset = "tiny"
+mode = "fine"
+
+# %%
+import os
+from esreason_lib.store.runs import Run
+if mode == "bad":
+    raise ValueError(f"mode must be 'fine', got {mode!r}")
+Run.open("es", {"x": 1}, seed=0)
+'''
+
+
+@pytest.mark.parametrize("why, env, pattern", [
+    ("bad-parameter", {}, r"notebook 99_probe\.py failed in cell \d+: ValueError: mode must be 'fine', got 'bad'"),
+    ("stored-only", {"ESREASON_STORED_ONLY": "1"},
+     r"notebook 99_probe\.py failed in cell \d+: MissingResult: ESREASON_STORED_ONLY is set, and the es run .* is "
+     r"not complete"),
+])
+def test_a_failing_notebook_is_its_own_error_line_and_leaves_no_output(why, env, pattern, home, tmp_path, capsys,
+                                                                       monkeypatch):
+    source = tmp_path / "99_probe.py"
+    source.write_text(_NOTEBOOK.replace('mode = "fine"', 'mode = "bad"') if why == "bad-parameter" else _NOTEBOOK)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    assert main(["reproduce", str(source), "--out-dir", str(out), "--no-claims"]) == 2
+    _one_message(capsys, "^esreason: error: " + pattern)
+    assert not list(out.iterdir())
+
+
+def test_ray_start_up_is_retried_then_one_line(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from esreason_lib.es.backends import ray_actors
+
+    calls = []
+
+    def slow_node(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "init", slow_node)
+    ray_actors.start_ray(num_cpus=2)
+    assert len(calls) == 3 and calls[-1]["num_cpus"] == 2
+    assert calls[-1]["_system_config"]["worker_register_timeout_seconds"] >= 300
+    calls.clear()
+    monkeypatch.setattr(ray_actors, "RAY_START_ATTEMPTS", 2)
+    with pytest.raises(TimeoutError, match=r"^Ray did not start after 2 attempts \(The current node timed out "
+                                           r"during startup\. .*\); the machine may be overloaded"):
+        ray_actors.start_ray()

@@ -17,14 +17,22 @@ import torch
 
 from esreason_lib.store import integrity
 from esreason_lib.store import runs as R
+from esreason_lib.store.checkpoints import UnsafeCheckpointError
 from esreason_lib.store.integrity import CorruptFileError, DirectoryLock, RunStoreWarning, seal, unseal
 
 
 def _run_with_checkpoints(tmp_path, config=None, steps=(2, 4)):
     run = R.Run.open("es", config or {"x": 1}, seed=0, home=tmp_path)
-    for step in steps:
+    for step in range(1, max(steps) + 1):
         run.log(step, {"reward/mean": float(step)})
-        run.save_checkpoint(step, {"theta": torch.full((3,), float(step))})
+        if step in steps:
+            run.save_checkpoint(step, {"theta": torch.full((3,), float(step))})
+    return run
+
+
+def _with_model(run):
+    run.model_dir.mkdir(exist_ok=True)
+    (run.model_dir / "model.safetensors").write_bytes(b"w")
     return run
 
 
@@ -66,10 +74,10 @@ def test_another_runs_checkpoint_is_never_used(tmp_path):
     _newest(mine).write_bytes(_newest(other).read_bytes())
     with pytest.warns(RunStoreWarning, match=f"belongs to config_hash='{other.path.name[3:]}'"):
         assert mine.latest_checkpoint()[0] == 2
-    (mine.path / "checkpoints" / "step-000002.pt").rename(mine.path / "checkpoints" / "step-000006.pt")
+    (mine.path / "checkpoints" / "step-000002.pt").rename(mine.path / "checkpoints" / "step-000003.pt")
     with pytest.warns(RunStoreWarning) as record:  # a renamed file claims another step: refused too
         assert mine.latest_checkpoint() is None
-    assert any("step=2, not 6" in str(w.message) for w in record)
+    assert any("step=2, not 3" in str(w.message) for w in record)
 
 
 @pytest.mark.parametrize("line", ["garbage", "[1, 2]", '{"step": "x"}', '{"step": true}', "\xff\xfe"])
@@ -84,7 +92,7 @@ def test_a_bad_metrics_line_warns_with_file_and_line_and_resume_falls_back(tmp_p
     run.save_checkpoint(4, {"theta": torch.ones(1)})
     with pytest.warns(RunStoreWarning, match=r"metrics\.jsonl:3: not a JSON object with an integer 'step'"):
         assert list(run.metrics()["step"]) == [1, 2, 4]
-    with pytest.warns(RunStoreWarning, match=r"step-000004\.pt skipped: .*last intact step 2"):
+    with pytest.warns(RunStoreWarning, match=r"step-000004\.pt skipped: metrics\.jsonl has a bad line after step 2"):
         step, _ = run.latest_checkpoint()
     assert step == 2  # the checkpoint after the bad line is not trusted: step 3 is recomputed, not lost
     run.truncate_metrics(step)
@@ -125,7 +133,7 @@ def test_a_subfolder_replaced_by_a_file_is_a_clear_error(tmp_path, sub):
 def test_saved_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
-        run = _run_with_checkpoints(tmp_path)
+        run = _run_with_checkpoints(tmp_path, config={"x": 1, "keep_checkpoints": True})
         run.write_table("t", __import__("pandas").DataFrame({"a": [1]}))
         run.model_dir.mkdir()
         (run.model_dir / "model.safetensors").write_bytes(b"w")
@@ -153,7 +161,7 @@ def test_an_unwritable_home_names_the_run_directory(tmp_path, monkeypatch, home_
 
 
 def test_a_complete_run_opens_from_a_read_only_store(tmp_path, monkeypatch):
-    run = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    run = _with_model(R.Run.open("es", {"x": 1}, seed=0, home=tmp_path))
     run.finish()
     started = (run.path / "started.json").read_bytes()
 
@@ -217,7 +225,7 @@ def test_a_locked_run_names_the_holder_pid_or_waits_for_it(tmp_path):
 
 
 def test_a_trainer_waits_for_the_holder_then_finds_the_run_complete(tmp_path):
-    first = R.Run.open("es", {"x": 1}, seed=0, home=tmp_path)
+    first = _with_model(R.Run.open("es", {"x": 1}, seed=0, home=tmp_path))
     first.finish()
     manifest = (first.path / "manifest.json").read_text()
     (first.path / "manifest.json").unlink()
@@ -253,3 +261,93 @@ def test_a_run_left_locked_by_an_earlier_failure_in_this_process_is_taken_over(t
     with pytest.raises(ValueError, match="started with seed=0"):  # a failed open releases its lock
         R.Run.open("es", {"x": 1}, seed=1, home=tmp_path, lock=True)
     DirectoryLock(first.path, timeout=0).release()
+
+
+class _Payload:
+    """Unpickling this touches `marker`: the code a tampered checkpoint would run on resume."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mknod, (str(self.marker),))
+
+
+@pytest.mark.parametrize("fmt", ["torch", "pickle"])
+def test_a_resealed_checkpoint_with_a_pickle_payload_is_refused_and_never_run(tmp_path, fmt):
+    run = _run_with_checkpoints(tmp_path)
+    marker = tmp_path / "ran"
+    state = {"theta": torch.zeros(3), "hook": _Payload(marker)}
+    if fmt == "torch":
+        buffer = __import__("io").BytesIO()
+        torch.save(state, buffer)
+        payload = buffer.getvalue()
+    else:
+        payload = __import__("pickle").dumps(state)
+    _newest(run).write_bytes(seal(payload, {"kind": "es", "config_hash": run.path.name[3:], "step": 4}))
+    with pytest.raises(UnsafeCheckpointError, match=r"step-000004\.pt holds more than tensors and plain data "
+                                                       r"and was not loaded \(nothing in it ran\)"):
+        run.latest_checkpoint()
+    assert not marker.exists()
+
+
+def test_checkpoints_hold_tensors_and_plain_data_only():
+    from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
+    import tempfile
+    from pathlib import Path
+
+    state = {"params": {"w": torch.arange(6.0).view(2, 3)}, "iteration": 3, "rng": torch.get_rng_state(),
+             "opt": {"state": {0: {"step": torch.tensor(2.0)}}, "param_groups": [{"betas": (0.9, 0.99), "lr": 1e-3,
+                                                                                    "fused": None}]}}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "step-000003.pt"
+        write_checkpoint(path, state, {"step": 3})
+        back = read_checkpoint(path, {"step": 3})
+        assert sorted(p.name for p in Path(folder).iterdir()) == ["step-000003.pt"]  # no temporary file left
+    assert torch.equal(back["params"]["w"], state["params"]["w"]) and back["iteration"] == 3
+    assert torch.equal(back["rng"], state["rng"]) and back["opt"]["param_groups"][0]["betas"] == (0.9, 0.99)
+
+
+def test_a_resumed_run_with_a_gap_in_its_metrics_rewinds_to_a_consistent_checkpoint(tmp_path):
+    run = _run_with_checkpoints(tmp_path, steps=(2, 4))  # steps 1..4 logged, checkpoints 2 and 4
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    (run.path / "metrics.jsonl").write_text("\n".join(lines[:3]) + "\n")  # step 4 lost after its checkpoint
+    with pytest.warns(RunStoreWarning, match=r"step-000004\.pt skipped: metrics\.jsonl lacks step 4"):
+        assert run.latest_checkpoint()[0] == 2
+    (run.path / "metrics.jsonl").write_text("\n".join(lines[:1] + lines[2:]) + "\n")  # step 2 lost: no checkpoint
+    with pytest.warns(RunStoreWarning, match=r"lacks step 2"):
+        assert run.latest_checkpoint() is None
+
+
+def test_a_manifest_edited_to_record_no_model_files_is_not_trusted(tmp_path):
+    run = _with_model(R.Run.open("es", {"x": 1}, seed=0, home=tmp_path))
+    run.finish()
+    assert run.is_complete()
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    (run.path / "manifest.json").write_text(json.dumps({**manifest, "model_files": {}}))
+    __import__("shutil").rmtree(run.model_dir)
+    with pytest.warns(RunStoreWarning, match="its manifest records no model files"):
+        assert not R.Run(run.path, "es", run.config, 0).is_complete()
+    assert not R.run_exists("es", {"x": 1}, home=tmp_path)
+    empty = R.Run.open("eval", {"x": 1}, seed=0, home=tmp_path)  # a kind that saves no model
+    empty.finish()
+    assert empty.is_complete()
+    with pytest.raises(ValueError, match="a complete grpo run must save its model under model/ first"):
+        R.Run.open("grpo", {"x": 1}, seed=0, home=tmp_path).finish()
+
+
+def test_a_complete_run_keeps_only_its_final_weights_unless_asked(tmp_path):
+    for keep in (False, True):
+        config = {"x": 1, "keep_checkpoints": True} if keep else {"x": 1}
+        run = _with_model(_run_with_checkpoints(tmp_path, config=config))
+        run.finish()
+        assert (run.path / "checkpoints").exists() == keep and run.is_complete()
+
+
+@pytest.mark.parametrize("where", ["checkpoints/step-000006.pt", "metrics.jsonl", "manifest.json"])
+def test_a_fifo_at_a_store_path_is_refused_not_waited_on(tmp_path, where):
+    run = _run_with_checkpoints(tmp_path)
+    (run.path / where).unlink(missing_ok=True)
+    os.mkfifo(run.path / where)
+    with pytest.raises(integrity.NotARegularFile, match=f"{where} is a FIFO, not a regular file; move it away"):
+        R.Run.open("es", {"x": 1}, seed=0, home=tmp_path, lock=True).latest_checkpoint()

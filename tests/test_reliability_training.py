@@ -30,7 +30,7 @@ from esreason_lib.guards import NonFiniteError
 from esreason_lib.models.zoo import ZOO
 
 _ES = ESConfig(model="smoke", population_size=4, sigma=0.05, alpha=1e-2, iterations=4, prompts_per_step=2,
-               antithetic=True, greedy=False, reward_formatted=0.5, train_size=16, checkpoint_every=1, device="cpu")
+               antithetic=True, greedy=False, reward_formatted=0.5, train_size=16, checkpoint_every=1, device="cpu", keep_checkpoints=True)
 _GRPO = GRPOConfig(model="smoke", group_size=2, lr=1e-3, beta=0.0, prompts_per_step=2, iterations=3,
                    train_size=16, checkpoint_every=1, device="cpu", max_new_tokens=8)
 
@@ -56,6 +56,18 @@ def test_a_flipped_checkpoint_is_skipped_and_the_resumed_run_ends_identical(es_r
     with pytest.warns(RunStoreWarning, match=f"{newest.name} skipped: payload does not match its sha256"):
         again = train_es(_ES, home=isolated_store.store, progress=False)
     assert again.is_complete() and steps == [1, 2, 3, 4]
+    assert [json.loads(x)["step"] for x in (run.path / "metrics.jsonl").read_text().splitlines()] == steps
+    assert all(torch.equal(weights[k], v) for k, v in _weights(again).items())
+
+
+def test_metrics_lines_lost_after_the_last_checkpoint_rewind_the_resume_and_lose_no_step(es_run, isolated_store):
+    run, weights, steps = es_run
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    (run.path / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")  # steps 3 and 4 lost; checkpoints 2, 3 kept
+    (run.path / "manifest.json").unlink()  # as if killed after the last checkpoint
+    with pytest.warns(RunStoreWarning, match=r"step-000003\.pt skipped: metrics\.jsonl lacks step 3"):
+        again = train_es(_ES, home=isolated_store.store, progress=False)
+    assert again.is_complete()
     assert [json.loads(x)["step"] for x in (run.path / "metrics.jsonl").read_text().splitlines()] == steps
     assert all(torch.equal(weights[k], v) for k, v in _weights(again).items())
 

@@ -119,6 +119,8 @@ def test_log_metrics_and_truncate(tmp_path):
 def test_checkpoints_keep_last_two(tmp_path):
     run = R.Run.open("es", {"x": 2}, seed=0, home=tmp_path)
     assert run.latest_checkpoint() is None
+    for step in range(1, 11):
+        run.log(step, {"reward/mean": 0.0})
     for step in (1, 2, 10):
         path = run.save_checkpoint(step, {"theta": torch.full((3,), float(step)), "rng": [step]})
         assert path.name == f"step-{step:06d}.pt"
@@ -144,6 +146,8 @@ def test_tables(tmp_path):
 
 def test_finish_manifest(tmp_path):
     run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
+    run.model_dir.mkdir(exist_ok=True)
+    (run.model_dir / "model.safetensors").write_bytes(b"w")
     run.finish(wall_s=1.5)
     manifest = run.manifest()
     assert manifest["status"] == "complete" and manifest["seed"] == 0 and manifest["kind"] == "es"

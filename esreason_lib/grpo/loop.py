@@ -161,7 +161,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
             save_snapshot(run, config, it + 1, model, tokenizer)
             if config.checkpoint_every and (it + 1) % config.checkpoint_every == 0 and it + 1 < config.iterations:
                 run.save_checkpoint(it + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                             "masters": [m.detach().clone() for m in masters],
+                                             "masters": [m.detach() for m in masters],
                                              "iteration": it + 1, "torch_rng": torch.get_rng_state()})
     finally:  # a sampler made here may hold an engine (vLLM): released even when a step fails
         if hasattr(rollout, "close"):

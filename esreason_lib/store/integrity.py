@@ -16,8 +16,10 @@ import json
 import os
 import tempfile
 import time
+import stat
 import warnings
 from pathlib import Path
+from typing import Callable
 
 MAGIC = b"ESREASON-SEALED-1\n"
 """First bytes of every sealed file (checkpoints)."""
@@ -32,8 +34,26 @@ def warn_store(message: str) -> None:
     warnings.warn(message, RunStoreWarning, stacklevel=3)
 
 
+class NotARegularFile(ValueError):
+    """A path of the run store holds something other than a regular file (a FIFO, a socket, a device)."""
+
+
+def check_regular(path: Path) -> None:
+    """Raise `NotARegularFile` naming `path` when it exists and is not a regular file (reading a FIFO would block
+    forever); `os.stat` never blocks. Nothing happens for an absent path or a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise NotARegularFile(f"{path} is {kind}, not a regular file; move it away")
+
+
 def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object."""
+    """The JSON object in `path`; None when it is absent, or (with a warning) unreadable or not an object;
+    `NotARegularFile` when it is a FIFO or another non-regular file."""
+    check_regular(path)
     try:
         data = json.loads(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):  # absent (a parent that is a file: Run.open says so)
@@ -57,6 +77,33 @@ def metric_record(line: bytes):
     return record if isinstance(step, int) and not isinstance(step, bool) else None
 
 
+def read_metric_lines(path: Path) -> tuple[list[dict], int, str]:
+    """The lines of a metrics.jsonl at `path`: (valid records, the consistent step, why it ends there), where the
+    consistent step is the largest s such that the valid lines above the first bad one log every step 1..s.
+    Warns once per bad line, naming the file and its 1-based line; `NotARegularFile` for a FIFO."""
+    check_regular(path)
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return [], 0, "metrics.jsonl is missing"
+    records, trusted = [], None
+    for number, line in enumerate(lines, start=1):
+        record = metric_record(line)
+        if record is None:
+            if line.strip():
+                warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
+                trusted = len(records) if trusted is None else trusted
+            continue
+        records.append(record)
+    steps = {r["step"] for r in records[:trusted]}
+    consistent = 0
+    while consistent + 1 in steps:
+        consistent += 1
+    why = (f"metrics.jsonl has a bad line after step {consistent}" if trusted is not None and
+           consistent == max(steps, default=0) else f"metrics.jsonl lacks step {consistent + 1}")
+    return records, consistent, why
+
+
 class CorruptFileError(ValueError):
     """A sealed file failed its checks; the message says which check."""
 
@@ -68,13 +115,19 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a fsynced temporary file and `os.replace`; mode 0o666 minus the umask (not the
-    0o600 of `mkstemp`). The temporary file is removed on any failure (e.g. ENOSPC), leaving `path` as it was."""
+    """Write `data` to `path` via a fsynced temporary file and `os.replace` (`atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write(path: Path, write: Callable) -> None:
+    """Call `write(fh)` on a temporary file beside `path`, fsync it and `os.replace` it onto `path`; mode 0o666
+    minus the umask (not the 0o600 of `mkstemp`). The temporary file is removed on any failure (e.g. ENOSPC),
+    leaving `path` as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
@@ -136,6 +189,7 @@ def tree_mismatch(folder: Path, expected: dict[str, str]) -> str | None:
     Each version of a file is hashed once per process (`file_digest`)."""
     for rel, digest in expected.items():
         path = folder / rel
+        check_regular(path)
         if not path.is_file():
             return f"{path} is missing"
         if file_digest(path) != digest:

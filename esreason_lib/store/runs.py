@@ -4,8 +4,9 @@ Layout of `<home>/<kind>-<config_hash>/`:
     config.json        canonical config (written at open)
     started.json       kind, hash, seed, first start time (+ resume times)
     metrics.jsonl      one JSON line per `log` call: {"step": ..., "<namespace>/<name>": ...}
-    checkpoints/       step-XXXXXX.pt (torch.save, sealed with its sha256 and the run's kind/config hash/step;
-                       atomic; the last 2 kept)
+    checkpoints/       step-XXXXXX.pt (`store.checkpoints`: tensors and plain data only, sealed with its sha256
+                       and the run's kind/config hash/step; atomic; the last 2 kept, all removed when the run
+                       completes unless its config sets keep_checkpoints)
     results/<name>.csv tidy tables (atomic)
     model/             save_pretrained target (`Run.model_dir`)
     manifest.json      written last and atomically by `finish`; status "complete" marks done, "failed" a run
@@ -17,26 +18,31 @@ recorded sha256 (else a `RunStoreWarning` and it is not complete: the trainer re
 and rewrites model/). A checkpoint is used only when its seal checks (sha256, kind, config hash, step); a bad one
 is skipped with a warning naming it and the reason, and the next older one (or the base) is used. A line of
 metrics.jsonl that is not a JSON object with an integer "step" is skipped with a warning naming the file and its
-1-based line; resume then only trusts checkpoints at or before the last step logged above the first bad line
-(so no logged step is ever lost: the steps after it are recomputed). A complete run is opened without writing
-anything (a read-only store serves it).
+1-based line. A checkpoint at step s is used only when the valid lines above the first bad one log every step
+1..s (the trainers log each iteration before checkpointing it), so a metrics file that lost lines rewinds the
+run to an older checkpoint (or the base) and no logged step is ever missing: the steps after it are recomputed.
+A manifest is checked against the files: a complete es/grpo/zoo run must record its model files. A FIFO or any
+other non-regular file at a store path is refused (`NotARegularFile`, naming it) instead of blocking a reader.
+A complete run is opened without writing anything (a read-only store serves it).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import io
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, follow_umask, metric_record,
-                                    read_json, seal, tree_digest, tree_mismatch, unseal, warn_store)
+from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
+from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, check_regular,
+                                          follow_umask, read_json, read_metric_lines, tree_digest, tree_mismatch,
+                                          warn_store)
 
 from esreason_lib.paths import run_store_root
 from esreason_lib.store.identity import canonical_json, config_hash, git_sha, jsonable, package_versions, with_zoo_versions
@@ -45,6 +51,8 @@ _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
 _KEEP_CHECKPOINTS = 2
+MODEL_KINDS = ("es", "grpo", "zoo")
+"""Run kinds that end by saving a model under model/: their manifest must record at least one model file."""
 _RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status",
              "model_files"}
 
@@ -135,6 +143,8 @@ class Run:
             want_dir = "." not in sub
             if (path / sub).exists() and (path / sub).is_dir() != want_dir:
                 raise ValueError(f"{path / sub} must be a {'directory' if want_dir else 'file'}; move it away")
+        for name in ("metrics.jsonl", "config.json", "started.json"):
+            check_regular(path / name)
         stored = read_json(path / "config.json")
         if stored is not None and stored != cfg:
             raise ValueError(f"{path} holds a different config (hash collision?): {stored!r}")
@@ -185,13 +195,19 @@ class Run:
         return read_json(self.path / "manifest.json")
 
     def is_complete(self) -> bool:
-        """True when manifest.json has status "complete" and every file it records under model/ still has its
-        sha256 (a mismatch warns and counts as not complete)."""
+        """True when manifest.json has status "complete", records model files when the run's kind saves a model
+        (`MODEL_KINDS`), and every file it records under model/ still has its sha256 (anything else warns and
+        counts as not complete)."""
         manifest = self.manifest()
         if manifest is None or manifest.get("status") != "complete":
             return False
         files = manifest.get("model_files", {})
-        why = tree_mismatch(self.model_dir, files) if isinstance(files, dict) else "model_files is not a mapping"
+        if not isinstance(files, dict):
+            why = "model_files is not a mapping"
+        elif not files and self.kind in MODEL_KINDS:
+            why = f"its manifest records no model files (a {self.kind} run saves a model under model/)"
+        else:
+            why = tree_mismatch(self.model_dir, files)
         if why is not None and why not in self._distrusted:
             self._distrusted.add(why)
             warn_store(f"{self.path} is marked complete but {why}; it is not trusted (training resumes from its "
@@ -204,31 +220,16 @@ class Run:
         if "step" in metrics:
             raise ValueError("metrics must not contain the key 'step' (pass it as the step argument)")
         record = {"step": int(step), **{str(k): _scalar(k, v) for k, v in metrics.items()}}
+        check_regular(self.path / "metrics.jsonl")
         with open(self.path / "metrics.jsonl", "a+b") as fh:
             torn = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END), fh.read(1))[1] != b"\n"
             fh.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _metric_lines(self) -> tuple[list[dict], int | None]:
-        """(valid records, the largest step logged above the first bad line or None when every line is valid);
-        warns once per bad line, naming the file and its 1-based line number."""
-        path = self.path / "metrics.jsonl"
-        try:
-            lines = path.read_bytes().splitlines()
-        except FileNotFoundError:
-            return [], None
-        records, intact = [], None
-        for number, line in enumerate(lines, start=1):
-            record = metric_record(line)
-            if record is None:
-                if line.strip():
-                    warn_store(f"{path}:{number}: not a JSON object with an integer 'step' (torn or corrupt); skipped")
-                    if intact is None:
-                        intact = max((r["step"] for r in records), default=-1)
-                continue
-            records.append(record)
-        return records, intact
+    def _metric_lines(self) -> tuple[list[dict], int, str]:
+        """`integrity.read_metric_lines` of this run's metrics.jsonl."""
+        return read_metric_lines(self.path / "metrics.jsonl")
 
     def _metric_records(self) -> list[dict]:
         return self._metric_lines()[0]
@@ -251,37 +252,37 @@ class Run:
         if not folder.is_dir():
             return []
         found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT.match(p.name))]
+        for _, p in found:
+            check_regular(p)
         return sorted(found)
 
     def _identity(self, step: int) -> dict:
         return {"kind": self.kind, "config_hash": self.path.name.rsplit("-", 1)[1], "step": int(step)}
 
     def save_checkpoint(self, step: int, state: dict) -> Path:
-        """torch.save `state`, sealed with its sha256 and this run's identity, atomically to
-        checkpoints/step-XXXXXX.pt, and keep only the last 2 checkpoints."""
+        """Save `state` (tensors, numbers, strings and containers of them), sealed with its sha256 and this run's
+        identity, atomically to checkpoints/step-XXXXXX.pt without copying it in memory
+        (`store.checkpoints.write_checkpoint`), and keep only the last 2 checkpoints."""
         if int(step) < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
         path = self.path / "checkpoints" / f"step-{int(step):06d}.pt"
-        atomic_write_bytes(path, seal(buffer.getvalue(), self._identity(step)))
+        write_checkpoint(path, state, self._identity(step))
         for _, old in self._checkpoints()[:-_KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
         return path
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
-        """(step, state) of the newest checkpoint whose seal checks and whose metrics lines are all intact
-        (see the module docstring), or None. Each checkpoint skipped is named in a `RunStoreWarning`."""
-        intact = self._metric_lines()[1]
+        """(step, state) of the newest checkpoint whose seal checks and whose step s has every step 1..s logged in
+        metrics.jsonl (see the module docstring), or None. Each checkpoint skipped is named in a
+        `RunStoreWarning`; one holding more than tensors and plain data raises `UnsafeCheckpointError`."""
+        _, consistent, why = self._metric_lines()
         for step, path in reversed(self._checkpoints()):
-            if intact is not None and step > intact:
-                warn_store(f"{path} skipped: metrics.jsonl has a bad line before step {step} (last intact step "
-                      f"{intact}); resuming from an earlier point")
+            if step > consistent:
+                warn_store(f"{path} skipped: {why}; resuming from an earlier point")
                 continue
             try:
-                payload = unseal(path.read_bytes(), self._identity(step))
-                return step, torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
-            except (CorruptFileError, OSError, RuntimeError, EOFError, ValueError) as err:
+                return step, read_checkpoint(path, self._identity(step))
+            except (CorruptFileError, OSError, RuntimeError, EOFError) as err:
                 warn_store(f"{path} skipped: {err}")
         return None
 
@@ -306,17 +307,24 @@ class Run:
     def finish(self, status: str = "complete", **extra) -> None:
         """Write manifest.json last and atomically: kind, config, config_hash, seed, versions, git_sha,
         started, ended, status, model_files ({path under model/: sha256}), plus any JSON-serialisable `extra`
-        fields; then release this process's lock."""
+        fields; then, for a complete run whose config does not set `keep_checkpoints`, delete its checkpoints
+        (the final weights are under model/); then release this process's lock. ValueError when a complete
+        run of a `MODEL_KINDS` kind has no model files."""
         clash = _RESERVED & set(extra)
         if clash:
             raise ValueError(f"extra manifest fields clash with reserved keys: {sorted(clash)}")
         started = read_json(self.path / "started.json") or {}
         follow_umask(self.model_dir)
+        files = tree_digest(self.model_dir)
+        if status == "complete" and self.kind in MODEL_KINDS and not files:
+            raise ValueError(f"{self.path}: a complete {self.kind} run must save its model under model/ first")
         manifest = {"kind": self.kind, "config": self.config, "config_hash": self.path.name.rsplit("-", 1)[1],
                     "seed": self.seed, "versions": package_versions(), "git_sha": git_sha(),
                     "started": started.get("started"), "ended": _now(), "status": str(status),
-                    "model_files": tree_digest(self.model_dir), **jsonable(extra, "extra")}
+                    "model_files": files, **jsonable(extra, "extra")}
         _write_json(self.path / "manifest.json", manifest)
+        if status == "complete" and not self.config.get("keep_checkpoints"):
+            shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
         self.release()
 
     def fail(self, error: str) -> None:

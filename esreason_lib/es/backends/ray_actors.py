@@ -41,7 +41,8 @@ every reload with `forget`, so the engine follows the replica and is checked aga
 
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
-`gpus_per_worker` GPUs (default 1). `ray.init` is the caller's (without it Ray starts a local cluster).
+`gpus_per_worker` GPUs (default 1). `RayBackend.from_config` starts a local Ray (`start_ray`) unless the caller
+already did `ray.init`.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ class RayBackend:
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
-        """The backend an `ESConfig` describes, on `workers` actors generating with `engine`."""
+        """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (starting Ray first)."""
+        start_ray()
         return cls(config, task, tokenizer, workers=workers, engine=engine)
 
     @property
@@ -232,6 +234,33 @@ class RayBackend:
                 self._replace(w, model)
                 out.append(ray.get(self._actors[w].checksum.remote()) if method == "checksum" else None)
         return out
+
+
+RAY_START_ATTEMPTS = 3
+"""How many times `start_ray` tries `ray.init` (Ray waits a fixed 30 s per try for its raylet to register)."""
+
+_RAY_SYSTEM_CONFIG = {"worker_register_timeout_seconds": 300}
+"""Ray settings for a local cluster on a loaded machine: actor workers get 5 minutes (not 60 s) to register."""
+
+
+def start_ray(**kwargs) -> None:
+    """`ray.init(**kwargs)` unless Ray is already initialised, retried up to `RAY_START_ATTEMPTS` times when the
+    node times out during start-up (a loaded machine), with `_RAY_SYSTEM_CONFIG` for the local cluster. Raises
+    TimeoutError (one line, naming the attempts and Ray's reason) when every attempt times out; other errors
+    of `ray.init` propagate."""
+    if ray.is_initialized():
+        return
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(_system_config=_RAY_SYSTEM_CONFIG, **kwargs)
+            return
+        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception when its node times out at start-up
+            if "timed out" not in str(err).lower() and not isinstance(err, TimeoutError):
+                raise
+            ray.shutdown()
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    raise TimeoutError(f"Ray did not start after {RAY_START_ATTEMPTS} attempts ({reason}); the machine may be "
+                       f"overloaded: retry, or use --backend batched / sequential")
 
 
 def _device_type(model) -> str:
