@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 
 from esreason_lib.grpo.loss import AGGREGATIONS
+from esreason_lib.es.backends.placement import check_memory_share
 from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.training import RunSettings
 from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
@@ -58,6 +59,8 @@ class GRPOConfig(RunSettings):
     backend: str = field(default="local", metadata=ADDED_OPTION)
     """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
     with the policy before each rollout; its samples differ from "local"'s, see `grpo_vllm`)."""
+    gpu_memory_utilization: float | None = field(default=None, metadata=ADDED_OPTION)
+    """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -74,6 +77,7 @@ class GRPOConfig(RunSettings):
         check_choice(self, "scale", SCALES)
         check_choice(self, "aggregation", AGGREGATIONS)
         check_choice(self, "backend", ROLLOUT_BACKENDS)
+        check_memory_share("GRPOConfig", self.gpu_memory_utilization)
         check_nonnegative_float(self, "weight_decay")
         check(self, "max_grad_norm",
               self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),

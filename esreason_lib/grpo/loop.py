@@ -107,7 +107,9 @@ def rollout_sampler(config: GRPOConfig):
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
 
-        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512)
+        share = config.gpu_memory_utilization
+        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
+                            engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate
 
 

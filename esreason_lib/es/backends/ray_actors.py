@@ -41,7 +41,10 @@ every reload with `forget`, so the engine follows the replica and is checked aga
 
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
-`gpus_per_worker` GPUs (default 1). `ray.init` is the caller's (without it Ray starts a local cluster).
+`gpus_per_worker` GPUs (a fraction shares a GPU; None: the largest share with which every worker fits) and each
+vLLM engine takes `gpu_memory_utilization` of its GPU. Before the first actor starts, the request is compared
+with `ray.cluster_resources()` (`placement.plan_placement`): a shortfall fails in one line instead of leaving an
+actor pending and `ray.get` blocked. `ray.init` is the caller's (without it Ray starts a local cluster).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from esreason_lib.es.core import ES, ESConfig, Population
 from esreason_lib.es.backends.base import Evaluation
+from esreason_lib.es.backends.placement import check_memory_share, plan_placement
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.models.weights import weights_checksum
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
@@ -74,13 +78,15 @@ class Replica:
     """The body of one Ray actor: a replica of the driver's model, scored and updated like the driver's."""
 
     def __init__(self, model_class, model_config, dtype: torch.dtype, device: str, state: dict, tokenizer, task,
-                 config: ESConfig, fitness_shaping: Callable | None, engine: str = "local"):
+                 config: ESConfig, fitness_shaping: Callable | None, engine: str = "local",
+                 memory_share: float | None = None):
         self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
         self.model.load_state_dict(state)
         if engine == "vllm":  # one vLLM engine following this replica (es_vllm, extra `vllm`)
             from esreason_lib.es.backends.vllm_engines import VLLMBackend
 
-            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping)
+            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping, engine_kwargs=None
+                                      if memory_share is None else {"gpu_memory_utilization": memory_share})
         else:
             self.scorer = SequentialBackend.from_config(config, task, tokenizer)
         self.config, self.shaping, self.engine = config, fitness_shaping, engine
@@ -119,11 +125,12 @@ class RayBackend:
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
     when the driver's model is on CUDA, else 0; fractions share a GPU). `engine`: how an actor generates, "local"
     (the library's generation on its replica) or "vllm" (one vLLM engine per actor following its replica,
-    `es_vllm.VLLMBackend`: one engine per GPU)."""
+    `es_vllm.VLLMBackend`); `gpu_memory_utilization`: each engine's share of its GPU (`placement.plan_placement`)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,
-                 gpus_per_worker: float | None = None, max_restarts: int = 3, engine: str = "local"):
+                 gpus_per_worker: float | None = None, max_restarts: int = 3, engine: str = "local",
+                 gpu_memory_utilization: float | None = None):
         self.config, self.task, self.tokenizer, self.shaping = config, task, tokenizer, fitness_shaping
         self.engine = engine
         check(self, "engine", engine in ("local", "vllm"), "must be 'local' or 'vllm'")
@@ -134,6 +141,9 @@ class RayBackend:
         check_nonnegative_float(self, "cpus_per_worker")
         check(self, "gpus_per_worker", gpus_per_worker is None or (is_real(gpus_per_worker) and gpus_per_worker >= 0),
               "must be None or a number >= 0")
+        check_memory_share("RayBackend", gpu_memory_utilization)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._placement: tuple[float, float | None] | None = None  # (GPUs per actor, engine share) once planned
         self.restarts = 0  # actors replaced after dying, over the backend's life
         self._actors: list = []
         self._driver = None  # the model the replicas follow
@@ -143,8 +153,10 @@ class RayBackend:
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
-        """The backend an `ESConfig` describes, on `workers` actors generating with `engine`."""
-        return cls(config, task, tokenizer, workers=workers, engine=engine)
+        """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (its `check_every`,
+        `gpus_per_worker` and `gpu_memory_utilization`)."""
+        return cls(config, task, tokenizer, workers=workers, engine=engine, check_every=config.check_every,
+                   gpus_per_worker=config.gpus_per_worker, gpu_memory_utilization=config.gpu_memory_utilization)
 
     @property
     def actors(self) -> tuple:
@@ -187,10 +199,10 @@ class RayBackend:
 
     # ------------------------------------------------------------------------------------------------ internals
     def _new_actor(self, model, state_ref):
-        gpus = self.gpus_per_worker if self.gpus_per_worker is not None else float(_device_type(model) == "cuda")
+        gpus, share = self._placement
         return _REMOTE_REPLICA.options(num_cpus=self.cpus_per_worker, num_gpus=gpus).remote(
             type(model), model.config, next(model.parameters()).dtype, _device_type(model), state_ref, self.tokenizer,
-            self.task, self.config, self.shaping, self.engine)
+            self.task, self.config, self.shaping, self.engine, share)
 
     def _replace(self, w: int, model) -> None:
         """Kill actor `w` (if still alive) and start a new one from the driver's current weights."""
@@ -201,7 +213,11 @@ class RayBackend:
     def _sync(self, model, iteration: int) -> None:
         """Bring every replica to the driver's weights before scoring `iteration` (module docstring)."""
         if not self._actors:
-            state = ray.put(_driver_state(model))
+            state = ray.put(_driver_state(model))  # starts a local Ray cluster when none is running
+            self._placement = plan_placement(
+                workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
+                cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
+                resources=ray.cluster_resources())
             self._actors = [self._new_actor(model, state) for _ in range(self.workers)]
             self._calls = 0  # a fresh pool is always checked once
         elif model is not self._driver or self._iteration is None or iteration not in (self._iteration,

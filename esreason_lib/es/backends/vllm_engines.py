@@ -85,8 +85,10 @@ class VLLMBackend:
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer) -> "VLLMBackend":
-        """The backend an `ESConfig` describes."""
-        return cls(config, task, tokenizer)
+        """The backend an `ESConfig` describes (its `check_every` and `gpu_memory_utilization`)."""
+        share = config.gpu_memory_utilization
+        return cls(config, task, tokenizer, check_every=config.check_every,
+                   engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
 
     def complete(self, model, prompts: list[str], *, iteration: int) -> list[str]:
         """The engine's completion of each prompt with `model`'s weights (synced first), sampled as a member
