@@ -35,3 +35,21 @@ def causal_mask(*, config, inputs_embeds, attention_mask, cache, position_ids):
     """`create_causal_mask` with the cache passed under this version's keyword."""
     return create_causal_mask(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                               position_ids=position_ids, **{MASK_CACHE_KW: cache})
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """Turn non-reentrant activation checkpointing of `model`'s decoder blocks on or off (`activation_checkpointing_*`
+    from transformers 5.24, `gradient_checkpointing_*` before)."""
+    new = hasattr(model, "activation_checkpointing_enable")
+    if not on:
+        (model.activation_checkpointing_disable if new else model.gradient_checkpointing_disable)()
+    elif new:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_checkpointing(model) -> bool:
+    """Whether activation checkpointing is on for `model`."""
+    return bool(getattr(model, "is_activation_checkpointing", None) if hasattr(model, "activation_checkpointing_enable")
+                else model.is_gradient_checkpointing)
