@@ -88,6 +88,9 @@ class ESConfig(RunSettings):
     gpu_memory_utilization: float | None = field(default=None, metadata=ADDED_OPTION)
     """Share of its GPU's memory one vLLM engine takes ("vllm", "ray-vllm"); None: 0.5 split among the engines on
     one GPU. Placement only: the rewards do not depend on it."""
+    drift_every: int = field(default=1, metadata=ADDED_OPTION)
+    """Log es/drift_rel (||theta - theta_0|| / ||theta_0||, computed on the model's device) every this many
+    iterations and at the last; a diagnostic only, so skipping it changes no weights."""
     check_every: int = field(default=1, metadata=ADDED_OPTION)
     """Compare the replicas' / engines' weight checksums with the driver's every this many iterations ("ray",
     "vllm", "ray-vllm"; a 1.5B model hashes ~3 GB per check); a replica that differs is reloaded."""
@@ -107,7 +110,7 @@ class ESConfig(RunSettings):
         check_positive_int(self, "workers")
         check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
         check_choice(self, "noise", NOISES)
-        check_positive_int(self, "rank", "check_every")
+        check_positive_int(self, "rank", "check_every", "drift_every")
         check_gpus_per_worker("ESConfig", self.gpus_per_worker)
         check_memory_share("ESConfig", self.gpu_memory_utilization)
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),

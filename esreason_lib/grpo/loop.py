@@ -59,6 +59,7 @@ from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loss import group_advantages
 from esreason_lib.grpo.memory import check_grpo_fits
+from esreason_lib.models.device import record_device
 from esreason_lib.models.hf_compat import set_checkpointing
 
 
@@ -147,6 +148,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
     fit_check(config, model, tokenizer, prompts)
+    record_device(run, model)
     if config.gradient_checkpointing:  # after the reference copy, which only runs forward
         set_checkpointing(model, True)
     opt = master_weight_adamw(model, lr=config.lr, weight_decay=config.weight_decay)

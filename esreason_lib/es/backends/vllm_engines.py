@@ -13,7 +13,8 @@ Keeping the engine in step with `ES.tell`: as `es_ray` does, the backend keeps t
 rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
 population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
 weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
-engine's `weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical
+engine's `weights_checksum` is compared with the driver's; a difference reloads the driver's weights with a
+RuntimeWarning (counted in `resyncs`, logged as es/resyncs), and a difference after the reload raises. The replay is bit-identical
 only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
 
 Limits. One engine (tensor parallel size 1); for several GPUs, `es_ray.RayBackend(engine="vllm")`
@@ -25,6 +26,8 @@ iteration's sampling seeds (request i of every member is seeded `derive_seed(sam
 
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -39,6 +42,7 @@ from esreason_lib.es.backends.base import Evaluation, sample_seed
 from esreason_lib.es.core import ES, ESConfig, Population
 from esreason_lib.es.noise import FixUp, perturb, restore
 from esreason_lib.models.vllm_engine import Engine, WorkerExtension
+from esreason_lib.models.weights import weights_checksum
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
@@ -82,6 +86,8 @@ class VLLMBackend:
         self.max_new_tokens = int(config.max_new_tokens or task.max_new_tokens)
         self.engine: Engine | None = None
         self._driver, self._iteration, self._pending, self._syncs = None, None, None, 0
+        self.resyncs = 0  # reloads after a checksum mismatch, over the backend's life
+        self.last_sync_s = 0.0  # seconds the last call spent bringing the engine to the driver's weights
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer) -> "VLLMBackend":
@@ -97,8 +103,9 @@ class VLLMBackend:
         return self._generate(prompts, iteration=int(iteration))
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
-        iteration = int(iteration)
+        iteration, t0 = int(iteration), time.perf_counter()
         self._sync(model, iteration)
+        self.last_sync_s = time.perf_counter() - t0
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
         n, p = len(population), len(examples)
         rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
@@ -156,6 +163,12 @@ class VLLMBackend:
             self.engine.load(model)
         self._driver, self._iteration, self._pending = model, iteration, None
         if self._syncs % self.check_every == 0:
-            self.engine.check(model, f"iteration {iteration} (VLLMBackend: the engine follows ES.tell with the "
-                                     f"rewards this backend returned; was tell given others?)")
+            want, got = weights_checksum(model), self.engine.rpc("es_checksum")
+            if got != want:  # reload from the driver, warn and count; a second mismatch raises
+                warnings.warn(f"VLLMBackend: the engine's weights drifted from the driver's at iteration {iteration} "
+                              f"(checksum {got} != driver {want}; was tell given other rewards?): reloading them",
+                              RuntimeWarning, stacklevel=3)
+                self.engine.load(model)
+                self.resyncs += 1
+                self.engine.check(model, f"iteration {iteration}, after a reload (VLLMBackend)")
         self._syncs += 1
