@@ -11,7 +11,8 @@ Sections (each reports "ok", "failed" or "skipped: <why>"):
 - ray-vllm-kill: two Ray actors with one vLLM engine each on one GPU (gpus_per_worker 0.5); a population is
   scored, one actor is killed, the same population is scored again: the rewards must be equal and the actor
   replaced.
-- evaluate: `evaluate` with the paper's 32 samples at T = 0.6 (`--eval-samples`) on the library's generation.
+- evaluate: `evaluate` with the paper's 32 samples at T = 0.6 (`--eval-samples`), on a vLLM engine when vllm is
+  installed (`backend="vllm"`), else on the library's generation.
 Sections that need vLLM (or Ray) report "skipped: vllm not installed" without it; `--device cpu` runs every other
 section at any shape (the test suite runs the tiny one).
 
@@ -248,10 +249,11 @@ class Checker:
         from esreason_lib.tasks import get_task
 
         task, n = get_task("gsm8k"), self.args.eval_samples
+        backend = "vllm" if installed("vllm") and not self.args.no_vllm else "local"
         res = evaluate(self.fresh(), self.tokenizer, task, task.examples("test", n=self.args.prompts), n=n,
                        temperature=0.6, ks=(1, n), greedy=False, max_new_tokens=self.args.max_new_tokens,
-                       progress=False)
-        return {"samples": n, "pass_at_1": float(res.curve["pass_at_k"].iloc[0])}
+                       progress=False, backend=backend)
+        return {"backend": backend, "samples": n, "pass_at_1": float(res.curve["pass_at_k"].iloc[0])}
 
     def _device_bytes(self) -> int | None:
         import torch
