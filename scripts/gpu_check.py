@@ -8,6 +8,7 @@ Sections (each reports "ok", "failed" or "skipped: <why>"):
   compared with the driver's bit for bit (`weights_checksum`).
 - grpo: one GRPO iteration at the preset's micro-batch (minibatches of `--prompts` / 2 prompts x 8 samples = 16
   rows), with `grpo.memory`'s estimate beside the measured peak.
+- grpo-vllm: the same with its rollouts sampled on a vLLM engine that gets the policy's weights.
 - ray-vllm-kill: two Ray actors with one vLLM engine each on one GPU (gpus_per_worker 0.5); a population is
   scored, one actor is killed, the same population is scored again: the rewards must be equal and the actor
   replaced.
@@ -47,7 +48,7 @@ SHAPES = {
 """Random model shapes (Qwen2 keyword arguments of `zoo.qwen2_config`)."""
 VOCAB = {"tiny": None, "qwen2.5-1.5b": 151_936}
 """Vocabulary size per shape (None: the character tokenizer's own)."""
-SECTIONS = ("versions", "es", "es-vllm", "grpo", "ray-vllm-kill", "evaluate")
+SECTIONS = ("versions", "es", "es-vllm", "grpo", "grpo-vllm", "ray-vllm-kill", "evaluate")
 
 
 def write_gsm8k(root: Path, n: int = 64) -> None:
@@ -214,6 +215,11 @@ class Checker:
                           device_bytes=self._device_bytes())
         return {**out, "micro_batch_size": config.micro_batch_size, "estimate_gib": est["total"]}
 
+    def s_grpo_vllm(self) -> dict:
+        out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2), backend="vllm")
+        out.pop("config")
+        return out
+
     def s_ray_vllm_kill(self) -> dict:
         import numpy as np
         import ray
@@ -284,7 +290,7 @@ def main(argv=None) -> int:
     checker = Checker(args)
     print(f"gpu_check: device {args.device}, shape {args.shape}, paper-easy: {args.population} members, "
           f"{args.prompts} prompts, {args.max_new_tokens} new tokens")
-    needs = {"es-vllm": ("vllm",), "ray-vllm-kill": ("vllm", "ray")}
+    needs = {"es-vllm": ("vllm",), "grpo-vllm": ("vllm",), "ray-vllm-kill": ("vllm", "ray")}
     try:
         for name in SECTIONS:
             if name in args.only.split(","):

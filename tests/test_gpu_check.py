@@ -41,7 +41,8 @@ def test_cpu_run_of_the_checks(tmp_path):
     by = {r["check"]: r for r in result["results"]}
     assert list(by) == list(gpu_check.SECTIONS) and result["failed"] == []
     vllm = "skipped: vllm not installed" if gpu_check.installed("vllm") is None else "skipped: vllm disabled"
-    assert by["es-vllm"]["status"] in (vllm, "ok") and by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
+    assert by["es-vllm"]["status"] in (vllm, "ok") and by["grpo-vllm"]["status"] in (vllm, "ok")
+    assert by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
     for name in ("versions", "es", "grpo", "evaluate"):
         assert by[name]["status"] == "ok" and by[name]["wall_s"] > 0 and by[name]["peak_gpu_mib"] is None, name
     assert by["versions"]["transformers"] and by["versions"]["tokens"] > 0

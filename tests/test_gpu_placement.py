@@ -29,6 +29,7 @@ def test_default_shares_one_gpu_among_all_workers():
     assert plan(workers=2, resources={"CPU": 4, "GPU": 2}) == (1.0, placement.ENGINE_SHARE)
     assert plan(workers=3, resources={"CPU": 4, "GPU": 2})[0] == 0.5  # two per GPU
     assert plan(cuda=False, engine="local", workers=2) == (0.0, None)
+    assert plan(cuda=False, workers=2) == (0.0, None)  # a CPU vLLM engine gets no GPU memory share
 
 
 def test_shortfalls_fail_in_one_line_naming_the_knob():

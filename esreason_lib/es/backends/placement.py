@@ -45,7 +45,7 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
 
     `gpus_per_worker` None: 0 without CUDA; with CUDA 1 when the cluster has a GPU per worker, else the largest
     share 1 / k with which every worker fits (k = ceil(workers / GPUs)). `memory_share` None (engine "vllm"):
-    `ENGINE_SHARE` split among the engines on one GPU."""
+    `ENGINE_SHARE` split among the engines on one GPU (None without GPUs: the engine's own default)."""
     gpus_total, cpus_total = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
     if workers * cpus_per_worker > cpus_total + 1e-9:
         raise ValueError(f"RayBackend: workers={workers} x cpus_per_worker={cpus_per_worker:g} needs "
@@ -68,7 +68,7 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
                              f"{workers * gpus:g} GPUs, the Ray cluster has {gpus_total:g} ({fits} such actors "
                              f"fit): lower workers or gpus_per_worker (e.g. --gpus-per-worker "
                              f"{1 / math.ceil(workers / max(math.floor(gpus_total), 1)):g})")
-    if engine != "vllm":
+    if engine != "vllm" or (gpus == 0 and memory_share is None):  # a CPU engine takes no GPU share
         return gpus, None
     sharing = min(workers, actors_per_gpu(gpus)) if 0 < gpus < 1 else 1  # engines on one GPU
     share = ENGINE_SHARE / sharing if memory_share is None else float(memory_share)
