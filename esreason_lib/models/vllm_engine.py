@@ -98,16 +98,22 @@ def _plain_linears(model: torch.nn.Module) -> None:
 class WorkerExtension:
     """Mixed into the vLLM worker (`worker_extension_cls`); `Engine.rpc` calls these through `collective_rpc`.
     Every method name starts with `es_` (esreason's) so that none shadows an attribute of vLLM's own worker. A
-    trainer that changes the weights in place subclasses it (`es.backends.vllm_engines.ESWorkerExtension`) and
-    passes the subclass to `Engine(extension=...)`."""
+    trainer that changes the weights in place sends module-level functions `es_*(worker, ...)` instead of
+    subclassing (`es.backends.vllm_engines.es_perturb`): vLLM mixes the extension class into its worker class for
+    the whole process, and refuses a second, different extension class whose attributes overlap the first's (an
+    ES engine and a GRPO engine in one process)."""
 
     def es_call(self, payload: bytes) -> bytes:
-        """Run the method `payload` names: (name, args) in, its result out, both cloudpickled. With the engine in a
-        process of its own, vLLM sends RPC arguments through msgpack, which would deliver tensors, arrays and
-        dataclasses as plain lists and dicts; one pickled payload arrives as sent (in-process too)."""
-        name, args = cloudpickle.loads(payload)
-        if not name.startswith("es_") or name == "es_call":
-            raise ValueError(f"es_call: {name!r} is not a WorkerExtension method")
+        """Run what `payload` names, (method name or function, args) in, its result out, both cloudpickled: a
+        method of this class, or a module-level function `es_*(worker, *args)` (pickled by reference). With the
+        engine in a process of its own, vLLM sends RPC arguments through msgpack, which would deliver tensors,
+        arrays and dataclasses as plain lists and dicts; one pickled payload arrives as sent (in-process too)."""
+        target, args = cloudpickle.loads(payload)
+        if callable(target) and getattr(target, "__name__", "").startswith("es_"):
+            return cloudpickle.dumps(target(self, *args))
+        name = target
+        if not isinstance(name, str) or not name.startswith("es_") or name == "es_call":
+            raise ValueError(f"es_call: {name!r} is not a WorkerExtension method or an es_* function")
         return cloudpickle.dumps(getattr(self, name)(*args))
 
     def es_bind(self, shapes: dict[str, tuple[int, ...]]) -> str:
@@ -154,11 +160,11 @@ class Engine:
     """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine. `prefix_caching`
     reuses a prompt's KV blocks across requests (a GRPO group's samples share their prompt); only for callers
     that change the weights through `load` alone, which then empties the cache (ES's in-place perturbations keep
-    it off). `extension` is the `WorkerExtension` (sub)class mixed into the worker. `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
+    it off). `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
     eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, model, tokenizer, *, seed: int, prefix_caching: bool = False,
-                 engine_kwargs: dict[str, Any] | None = None, extension: type = WorkerExtension):
+                 engine_kwargs: dict[str, Any] | None = None):
         params = named_params(model)
         dtype = next(iter(params.values())).dtype
         device = next(iter(params.values())).device.type
@@ -169,7 +175,7 @@ class Engine:
         tokenizer.save_pretrained(root / "tokenizer")  # apart from config.json, so it loads as saved
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
                   "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
-                  "worker_extension_cls": f"{extension.__module__}.{extension.__qualname__}"}
+                  "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}"}
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else
@@ -183,8 +189,9 @@ class Engine:
                              f"the model on {engine_device} (ES noise depends on the device type)")
         self.load(model)
 
-    def rpc(self, method: str, *args):
-        """`WorkerExtension.method(*args)` in the engine's worker (through `es_call`); its result."""
+    def rpc(self, method, *args):
+        """`WorkerExtension.method(*args)` (`method` a name) or `method(worker, *args)` (a module-level `es_*`
+        function) in the engine's worker, through `es_call`; its result."""
         return cloudpickle.loads(self.llm.collective_rpc("es_call", args=(cloudpickle.dumps((method, args)),))[0])
 
     def load(self, model) -> None:

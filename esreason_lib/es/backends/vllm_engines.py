@@ -41,32 +41,32 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from esreason_lib.es.backends.base import Evaluation, sample_seed
 from esreason_lib.es.core import ES, ESConfig, Population
 from esreason_lib.es.noise import FixUp, perturb, restore
-from esreason_lib.models.vllm_engine import Engine, WorkerExtension
+from esreason_lib.models.vllm_engine import Engine
 from esreason_lib.models.weights import weights_checksum
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
 
-class ESWorkerExtension(WorkerExtension):
-    """The engine worker's ES calls: perturb and restore a member in place, replay the driver's `ES.tell`."""
+def es_perturb(worker, seed: int, sign: int, sigma: float) -> float:
+    """In the engine's worker: theta + sign * sigma * eps(seed) in place (`es.noise.perturb`); returns the fix-up
+    fraction."""
+    fixup = getattr(worker, "es_fixup", None)
+    if fixup is not None:
+        raise RuntimeError(f"es_perturb: member seed {fixup.seed} is still applied; restore it first")
+    worker.es_fixup = perturb(worker.es_views, seed, sign, sigma)
+    return worker.es_fixup.fraction
 
-    def es_perturb(self, seed: int, sign: int, sigma: float) -> float:
-        """theta + sign * sigma * eps(seed) in place (`es.noise.perturb`); returns the fix-up fraction."""
-        fixup = getattr(self, "es_fixup", None)
-        if fixup is not None:
-            raise RuntimeError(f"es_perturb: member seed {fixup.seed} is still applied; restore it first")
-        self.es_fixup = perturb(self.es_views, seed, sign, sigma)
-        return self.es_fixup.fraction
 
-    def es_restore(self) -> None:
-        """Undo `es_perturb` bit-exactly."""
-        fixup: FixUp = self.es_fixup
-        self.es_fixup = None
-        restore(self.es_views, fixup)
+def es_restore(worker) -> None:
+    """In the engine's worker: undo `es_perturb` bit-exactly."""
+    fixup: FixUp = worker.es_fixup
+    worker.es_fixup = None
+    restore(worker.es_views, fixup)
 
-    def es_tell(self, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
-        """Apply the update the driver's `ES.tell(population, rewards)` applied."""
-        ES(config, self.es_views, fitness_shaping=shaping).tell(population, rewards)
+
+def es_tell(worker, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
+    """In the engine's worker: apply the update the driver's `ES.tell(population, rewards)` applied."""
+    ES(config, worker.es_views, fitness_shaping=shaping).tell(population, rewards)
 
 
 class VLLMBackend:
@@ -110,11 +110,11 @@ class VLLMBackend:
         n, p = len(population), len(examples)
         rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
         for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
-            fix[i] = self.engine.rpc("es_perturb", int(seed), int(sign), float(self.config.sigma))
+            fix[i] = self.engine.rpc(es_perturb, int(seed), int(sign), float(self.config.sigma))
             try:
                 texts = self._generate(prompts, iteration=iteration)  # [P]
             finally:
-                self.engine.rpc("es_restore")
+                self.engine.rpc(es_restore)
             r = [self.task.reward(c, ex) for c, ex in zip(texts, examples)]
             correct[i] = [self.task.is_correct(c, ex) for c, ex in zip(texts, examples)]
             rewards[i] = float(np.mean(np.asarray(r, dtype=np.float64)))
@@ -152,13 +152,12 @@ class VLLMBackend:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         fresh = self.engine is None
         if fresh:
-            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs,
-                                 extension=ESWorkerExtension)
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
         same = self._driver is not None and model is self._driver
         if same and iteration == self._iteration:  # members of one iteration scored in several calls
             return
         if same and iteration == self._iteration + 1 and self._pending is not None:
-            self.engine.rpc("es_tell", self.config, *self._pending, self.shaping)
+            self.engine.rpc(es_tell, self.config, *self._pending, self.shaping)
         elif not fresh:  # a fresh engine already holds the driver's weights
             self.engine.load(model)
         self._driver, self._iteration, self._pending = model, iteration, None
