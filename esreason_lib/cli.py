@@ -99,13 +99,27 @@ def backend_settings(method: str, backend: str | None, workers: int | None) -> l
     return [f"es.{x}" for x in items] + (["grpo.backend=vllm"] if backend and "vllm" in backend else [])
 
 
+def gpu_settings(method: str, gpus_per_worker: float | None, memory_share: float | None) -> list[str]:
+    """The `--set` items of `--gpus-per-worker` (the ES stage's Ray actors) and `--gpu-memory-utilization` (every
+    stage's vLLM engine) when training `method`."""
+    if gpus_per_worker is not None and method == "grpo":
+        raise ValueError(f"--gpus-per-worker sets the Ray actors that score an ES population; grpo has none, got "
+                         f"--gpus-per-worker {gpus_per_worker}")
+    share = [] if memory_share is None else [f"gpu_memory_utilization={memory_share}"]
+    es = ([] if gpus_per_worker is None else [f"gpus_per_worker={gpus_per_worker}"]) + share
+    if method != "sequence":
+        return es if method == "es" else share
+    return [f"es.{x}" for x in es] + [f"grpo.{x}" for x in share]
+
+
 def _train(args) -> int:
     from esreason_lib.methods import sequence_stages, train_sequence
 
     preset = get_preset(args.preset)
     keep = ["keep_checkpoints=True"] if args.keep_checkpoints else []
     keep = [f"{m}.{x}" for m in ("es", "grpo") for x in keep] if args.method == "sequence" else keep
-    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers), *keep]
+    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers),
+                *gpu_settings(args.method, args.gpus_per_worker, args.gpu_memory_utilization), *keep]
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
@@ -210,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set backend=...; "
                        "in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
+    train.add_argument("--gpus-per-worker", type=float, default=None,
+                       help="Ray GPUs per ES actor; a fraction shares a GPU (default: every worker fits)")
+    train.add_argument("--gpu-memory-utilization", type=float, default=None,
+                       help="share of its GPU's memory one vLLM engine takes (default 0.5 split among the engines)")
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--keep-checkpoints", action="store_true", help="keep the last checkpoints once a run is "
                        "complete (default: only its final weights; the same as --set keep_checkpoints=True)")

@@ -173,7 +173,7 @@ def _decode_samples(stored: pd.DataFrame, ids: list[str], n: int) -> pd.DataFram
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True) -> EvalResult:
+             progress=True, backend="local") -> EvalResult:
     """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
@@ -183,7 +183,14 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     `<name>_problems` / `<name>_curve` / `<name>_samples` and reloaded (not recomputed) when present for the
     same problem ids, `n` and `ks` (other settings are not checked: put them in the run's config); a cache
     without `<name>_samples` (written before samples were stored) reloads with `samples` None.
+
+    `backend` "vllm" (extra `vllm`) samples with one vLLM engine holding `model`'s weights
+    (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
+    sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
+    seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
     """
+    if backend not in ("local", "vllm"):
+        raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
     examples = list(examples)
     if not examples:
         raise ValueError("examples must not be empty")
@@ -200,6 +207,23 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
+    sampler = generate
+    if backend == "vllm":
+        from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
+
+        sampler = VLLMRollouts(engine_seed=seed, batch_size=batch_size)
+    try:
+        return _evaluate(sampler, model, tokenizer, task, examples, ids, n=n, temperature=temperature, top_p=top_p,
+                         ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                         run=run, name=name, progress=progress)
+    finally:
+        if sampler is not generate:
+            sampler.close()
+
+
+def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature, top_p, ks, greedy, max_new_tokens,
+              seed, batch_size, run, name, progress) -> EvalResult:
+    """`evaluate`'s body with `sampler` (`generate` or a callable taking its arguments) drawing the samples."""
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     P = len(prompts)
     per_chunk = max(1, batch_size // n)  # prompts per sampling call, so one call is one forward batch
@@ -210,7 +234,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     reward_sum, entropy_sum, token_count = np.zeros(P), np.zeros(P), np.zeros(P)
     starts = range(0, P, per_chunk)
     for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts), leave=True)):
-        ro = generate(model, tokenizer, prompts[s: s + per_chunk], n=n, temperature=temperature, top_p=top_p,
+        ro = sampler(model, tokenizer, prompts[s: s + per_chunk], n=n, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, stop=task.stop, seed=derive_seed(seed, "eval", i),
                       batch_size=batch_size)
         lengths = ro.completion_mask.sum(1).cpu().numpy()  # [b]
@@ -232,7 +256,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if greedy:
         gstarts = range(0, P, batch_size)
         for s in _progress(gstarts, progress, f"{name}: greedy", len(gstarts), leave=False):
-            ro = generate(model, tokenizer, prompts[s: s + batch_size], greedy=True, max_new_tokens=max_new_tokens,
+            ro = sampler(model, tokenizer, prompts[s: s + batch_size], greedy=True, max_new_tokens=max_new_tokens,
                           stop=task.stop, batch_size=batch_size)
             for j, text in enumerate(ro.completions):
                 greedy_correct[s + j] = bool(task.is_correct(text, examples[s + j]))

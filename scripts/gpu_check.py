@@ -1,24 +1,34 @@
-"""GPU readiness check: one ES step, one GRPO step, (with the `ray` extra) one single-worker Ray ES step and (with
-the `vllm` extra) one ES step scored on a vLLM engine and one GRPO step with vLLM rollouts, of the `paper-easy`
-preset on a random Qwen2 in bfloat16, with step times and peak GPU memory.
+"""GPU readiness check of the paper-easy preset on a random Qwen2 in bfloat16, one section at a time, with wall
+seconds and peak GPU memory per section, as text and (`--json`) JSON.
 
-Everything is the preset's own (GSM8K task and reward, bfloat16, greedy ES, GRPO's beta, micro-batching and two
-minibatches per rollout) except the sizes: one iteration of `--population` members (ES) or groups of 2 (GRPO) on
-`--prompts` prompts of at most `--max-new-tokens` tokens. The model is random, with the character tokenizer:
-`--shape tiny` is a tiny Qwen2 (87k parameters, head size 32: plumbing), `--shape qwen2.5-1.5b` has
-Qwen2.5-1.5B's architecture (1.3B parameters without the vocabulary: realistic time and memory). The GSM8K rows
-are synthetic ("What is a + b?", "#### a+b") and written with the run store to a temporary folder (the machine
-needs no data and no network); everything is removed afterwards. `scripts/gpu_check.sh` runs this on a CUDA
-machine; `--device cpu` runs the same code anywhere (the test suite does, with the tiny shape).
+Sections (each reports "ok", "failed" or "skipped: <why>"):
+- versions: torch / transformers / vllm / ray versions, the device record (name, SM count), one `generate`.
+- es: one ES iteration of the preset on the library's own backend.
+- es-vllm: two ES iterations scored on one vLLM engine (the second replays `tell`), then the engine's weights
+  compared with the driver's bit for bit (`weights_checksum`).
+- grpo: one GRPO iteration at the preset's micro-batch (minibatches of `--prompts` / 2 prompts x 8 samples = 16
+  rows), with `grpo.memory`'s estimate beside the measured peak.
+- grpo-vllm: the same with its rollouts sampled on a vLLM engine that gets the policy's weights.
+- ray-vllm-kill: two Ray actors with one vLLM engine each on one GPU (gpus_per_worker 0.5); a population is
+  scored, one actor is killed, the same population is scored again: the rewards must be equal and the actor
+  replaced.
+- evaluate: `evaluate` with the paper's 32 samples at T = 0.6 (`--eval-samples`), on a vLLM engine when vllm is
+  installed (`backend="vllm"`), else on the library's generation.
+Sections that need vLLM (or Ray) report "skipped: vllm not installed" without it; `--device cpu` runs every other
+section at any shape (the test suite runs the tiny one).
 
-Prints one line per check (seconds of the step as the trainer logs it, wall seconds including model build and
-set-up, peak GPU memory allocated by this process's torch in MiB (a vLLM engine's own memory is not in it), the
-step's mean reward) and exits 1 when a check fails.
+Sizes are small except the model: `--shape tiny` (87k parameters, head size 32: plumbing) or `--shape
+qwen2.5-1.5b` (Qwen2.5-1.5B's architecture with its 151,936-token vocabulary, built from the config: nothing is
+downloaded). The tokenizer is the character tokenizer, padded with never-encoded filler tokens up to the model's
+vocabulary so that any sampled id decodes. GSM8K rows are synthetic ("What is a + b?") and written with the run
+store to a temporary folder that is removed afterwards. Peak memory is torch's allocated peak in this process
+(a vLLM engine in its own process is not in it). Exit status 1 when a section fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -36,6 +46,9 @@ SHAPES = {
                          tie_word_embeddings=True),
 }
 """Random model shapes (Qwen2 keyword arguments of `zoo.qwen2_config`)."""
+VOCAB = {"tiny": None, "qwen2.5-1.5b": 151_936}
+"""Vocabulary size per shape (None: the character tokenizer's own)."""
+SECTIONS = ("versions", "es", "es-vllm", "grpo", "grpo-vllm", "ray-vllm-kill", "evaluate")
 
 
 def write_gsm8k(root: Path, n: int = 64) -> None:
@@ -47,8 +60,26 @@ def write_gsm8k(root: Path, n: int = 64) -> None:
         (root / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def build_tokenizer(vocab_size: int | None):
+    """The character tokenizer, padded with filler tokens `<x{id}>` to `vocab_size` entries (None: as is)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from esreason_lib.models.zoo import build_char_tokenizer
+
+    base = build_char_tokenizer()
+    if vocab_size is None:
+        return base
+    vocab = dict(base.get_vocab())
+    vocab.update({f"<x{i}>": i for i in range(len(vocab), vocab_size)})
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    backend.pre_tokenizer, backend.decoder = base.backend_tokenizer.pre_tokenizer, base.backend_tokenizer.decoder
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=base.pad_token, eos_token=base.eos_token,
+                                   padding_side="left", clean_up_tokenization_spaces=False, model_max_length=1_000_000)
+
+
 def build_model(shape: str, device: str, tokenizer):
-    """A random Qwen2 of `shape` in bfloat16 on `device` (seed 0)."""
+    """A random Qwen2 of `shape` in bfloat16 on `device` (seed 0) with `tokenizer`'s vocabulary."""
     import torch
     from transformers import Qwen2ForCausalLM
 
@@ -63,26 +94,177 @@ def build_model(shape: str, device: str, tokenizer):
     return model.eval()
 
 
-def run_check(name: str, args, make_config, trainer) -> dict:
-    """Build a fresh model, run one training iteration of `make_config()` with `trainer`, and measure it."""
-    import torch
+def installed(name: str) -> str | None:
+    """The installed version of distribution `name` (None when absent)."""
+    if importlib.util.find_spec(name) is None:
+        return None
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
-    from esreason_lib.models.zoo import build_char_tokenizer
 
-    cuda = args.device.startswith("cuda")
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    tokenizer = build_char_tokenizer()
-    model = build_model(args.shape, args.device, tokenizer)
-    run = trainer(make_config(), model=model, tokenizer=tokenizer, progress=False)
-    if cuda:
-        torch.cuda.synchronize()
-    row = run.metrics().iloc[-1]
-    return {"check": name, "step_s": float(row["time/step_s"]), "wall_s": time.perf_counter() - t0,
-            "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-            "reward_mean": float(row["reward/mean"])}
+class Checker:
+    """Runs the sections for `args`, one fresh model each, and collects their results."""
+
+    def __init__(self, args):
+        from esreason_lib.studies.presets import get_preset
+
+        self.args, self.cuda = args, args.device.startswith("cuda")
+        self.preset = get_preset("paper-easy")
+        self.small = dict(iterations=1, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens,
+                          train_size=64, device=args.device, checkpoint_every=0)
+        self.tokenizer = build_tokenizer(VOCAB[args.shape])
+        self.results: list[dict] = []
+
+    def fresh(self):
+        return build_model(self.args.shape, self.args.device, self.tokenizer)
+
+    def run(self, name: str, needs: tuple[str, ...] = ()) -> None:
+        """Run section `name` (method `s_<name>`), or skip it when a package in `needs` is missing or disabled."""
+        import torch
+
+        missing = [n for n in needs if installed(n) is None or getattr(self.args, f"no_{n}")]
+        if missing:
+            why = "disabled" if installed(missing[0]) else "not installed"
+            self.results.append({"check": name, "status": f"skipped: {missing[0]} {why}"})
+            print(f"  {name:14s} skipped: {missing[0]} {why}")
+            return
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        try:
+            out = getattr(self, "s_" + name.replace("-", "_"))()
+            status = "ok"
+        except Exception:  # noqa: BLE001 (report every section, then fail)
+            out, status = {"error": traceback.format_exc()[-2000:]}, "failed"
+            print(f"  {name:14s} FAILED\n{out['error']}", file=sys.stderr)
+        if self.cuda:
+            torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / 2**20 if self.cuda else None
+        r = {"check": name, "status": status, "wall_s": time.perf_counter() - t0, "peak_gpu_mib": peak, **out}
+        self.results.append(r)
+        if status == "ok":
+            memory = "n/a (cpu)" if peak is None else f"{peak:.0f} MiB"
+            print(f"  {name:14s} wall {r['wall_s']:8.2f} s   peak GPU memory {memory}   "
+                  + "   ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()))
+
+    # ---------------------------------------------------------------------------------------------- sections
+    def s_versions(self) -> dict:
+        import torch
+
+        from esreason_lib.models.device import device_record
+        from esreason_lib.models.generation import generate
+
+        model = self.fresh()
+        t0 = time.perf_counter()
+        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2, greedy=True, max_new_tokens=self.args.max_new_tokens)
+        if self.cuda:
+            torch.cuda.synchronize()
+        rec = device_record(next(model.parameters()).device)
+        return {"generate_s": time.perf_counter() - t0, "tokens": int(ro.completion_mask.sum()),
+                "params": sum(p.numel() for p in model.parameters()), "device_name": rec["name"],
+                "sm_count": rec["sm_count"], **{k: installed(k) for k in ("torch", "transformers", "vllm", "ray")}}
+
+    def _train(self, method: str, **kw) -> dict:
+        from esreason_lib.methods import trainer
+
+        config = self.preset.config(method, **{**self.small, **kw})
+        run = trainer(method)(config, model=self.fresh(), tokenizer=self.tokenizer, progress=False)
+        row = run.metrics().iloc[-1]
+        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"])}
+
+    def s_es(self) -> dict:
+        out = self._train("es", population_size=self.args.population)
+        out.pop("config")
+        return out
+
+    def s_es_vllm(self) -> dict:
+        from esreason_lib.es.backends.vllm_engines import VLLMBackend
+        from esreason_lib.es.core import ES
+        from esreason_lib.es.loop import es_step
+        from esreason_lib.models.weights import weights_checksum
+        from esreason_lib.tasks import get_task
+
+        config = self.preset.config("es", population_size=self.args.population, backend="vllm", **self.small)
+        model, task = self.fresh(), get_task("gsm8k")
+        examples = task.examples("train", n=64)
+        es, backend = ES(config, model), VLLMBackend.from_config(config, task, self.tokenizer)
+        theta0 = {k: v.detach().clone() for k, v in es.params.items()}
+        try:
+            steps = [es_step(es, model, self.tokenizer, task, examples, backend, theta0=theta0)[0] for _ in range(2)]
+            bitwise = backend.engine.rpc("es_checksum") == weights_checksum(model)
+        finally:
+            backend.close()
+        if not bitwise:
+            raise RuntimeError("es-vllm: the engine's weights differ from the driver's after two iterations")
+        return {"step_s": sum(m["time/population_s"] for m in steps) / 2, "sync_s": steps[1]["time/sync_s"],
+                "bitwise": bitwise, "resyncs": steps[1]["es/resyncs"]}
+
+    def s_grpo(self) -> dict:
+        from esreason_lib.grpo.memory import grpo_memory
+
+        from esreason_lib.tasks import get_task
+
+        out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2))
+        config, task = out.pop("config"), get_task("gsm8k")
+        prompts = [task.prompt(ex, self.tokenizer) for ex in task.examples("train", n=64)]
+        longest = max(len(x) for x in self.tokenizer(prompts, add_special_tokens=False)["input_ids"])
+        est = grpo_memory(config, build_model(self.args.shape, "meta", self.tokenizer), prompt_tokens=longest,
+                          device_bytes=self._device_bytes())
+        return {**out, "micro_batch_size": config.micro_batch_size, "estimate_gib": est["total"]}
+
+    def s_grpo_vllm(self) -> dict:
+        out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2), backend="vllm")
+        out.pop("config")
+        return out
+
+    def s_ray_vllm_kill(self) -> dict:
+        import numpy as np
+        import ray
+
+        from esreason_lib.es.backends.ray_actors import RayBackend
+        from esreason_lib.es.core import ES
+        from esreason_lib.tasks import get_task
+
+        config = self.preset.config("es", population_size=self.args.population, backend="ray-vllm", workers=2,
+                                    gpus_per_worker=0.5 if self.cuda else None, **self.small)
+        ray.init(num_cpus=2, num_gpus=1 if self.cuda else 0, include_dashboard=False, ignore_reinit_error=True)
+        model, task = self.fresh(), get_task("gsm8k")
+        backend = RayBackend.from_config(config, task, self.tokenizer, workers=2, engine="vllm")
+        try:
+            pop, batch = ES(config, model).ask(), task.examples("train", n=self.args.prompts)
+            t0 = time.perf_counter()
+            first = backend(model, pop, batch, iteration=0)
+            start_s = time.perf_counter() - t0
+            ray.kill(backend.actors[0], no_restart=True)  # dies before it scores its next member
+            t0 = time.perf_counter()
+            again = backend(model, pop, batch, iteration=0)
+            kill_s = time.perf_counter() - t0
+        finally:
+            backend.close()
+            ray.shutdown()
+        if not np.array_equal(first.rewards, again.rewards) or backend.restarts != 1:
+            raise RuntimeError(f"ray-vllm-kill: rewards {first.rewards} -> {again.rewards}, restarts "
+                               f"{backend.restarts} (want equal rewards and 1 restart)")
+        return {"start_s": start_s, "step_after_kill_s": kill_s, "restarts": backend.restarts}
+
+    def s_evaluate(self) -> dict:
+        from esreason_lib.evaluate import evaluate
+        from esreason_lib.tasks import get_task
+
+        task, n = get_task("gsm8k"), self.args.eval_samples
+        backend = "vllm" if installed("vllm") and not self.args.no_vllm else "local"
+        res = evaluate(self.fresh(), self.tokenizer, task, task.examples("test", n=self.args.prompts), n=n,
+                       temperature=0.6, ks=(1, n), greedy=False, max_new_tokens=self.args.max_new_tokens,
+                       progress=False, backend=backend)
+        return {"backend": backend, "samples": n, "pass_at_1": float(res.curve["pass_at_k"].iloc[0])}
+
+    def _device_bytes(self) -> int | None:
+        import torch
+
+        return torch.cuda.get_device_properties(self.args.device).total_memory if self.cuda else None
 
 
 def main(argv=None) -> int:
@@ -92,66 +274,33 @@ def main(argv=None) -> int:
     parser.add_argument("--population", type=int, default=4, help="ES members (even: antithetic pairs)")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step (even: two GRPO minibatches)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--no-ray", action="store_true", help="skip the Ray check even when ray is installed")
-    parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM checks even when vllm is installed")
+    parser.add_argument("--eval-samples", type=int, default=32, help="samples per problem in `evaluate` (paper: 32)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray section even when ray is installed")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM sections even when vllm is installed")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.only.split(",")) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown section {unknown[0]!r} (sections: {', '.join(SECTIONS)})")
 
     work = Path(tempfile.mkdtemp(prefix="esreason-gpu-check-"))
     os.environ["ESREASON_HOME"], os.environ["ESREASON_DATA"] = str(work / "runs"), str(work / "data")
     write_gsm8k(work / "data")
-    import torch
-
-    from esreason_lib.es.loop import train_es
-    from esreason_lib.grpo.loop import train_grpo
-    from esreason_lib.studies.presets import get_preset
-
-    preset = get_preset("paper-easy")
-    small = dict(iterations=1, prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens, train_size=64,
-                 device=args.device, checkpoint_every=0)
-    checks = [("es", lambda: preset.config("es", population_size=args.population, **small), train_es),
-              ("grpo", lambda: preset.config("grpo", group_size=2, minibatch_size=max(1, args.prompts // 2),
-                                             **small), train_grpo)]
+    checker = Checker(args)
+    print(f"gpu_check: device {args.device}, shape {args.shape}, paper-easy: {args.population} members, "
+          f"{args.prompts} prompts, {args.max_new_tokens} new tokens")
+    needs = {"es-vllm": ("vllm",), "grpo-vllm": ("vllm",), "ray-vllm-kill": ("vllm", "ray")}
     try:
-        import ray
-    except ImportError:
-        ray = None
-        print("gpu_check: ray is not installed: the Ray check is skipped (pip install -e '.[ray]')")
-    if ray is not None and not args.no_ray:
-        checks.append(("es-ray-1-worker", lambda: preset.config("es", population_size=args.population,
-                                                                backend="ray", workers=1, **small), train_es))
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
-        print("gpu_check: vllm is not installed: the vLLM checks are skipped (pip install -e '.[vllm]')")
-    elif not args.no_vllm:
-        checks += [("es-vllm", lambda: preset.config("es", population_size=args.population, backend="vllm",
-                                                     **small), train_es),
-                   ("grpo-vllm", lambda: preset.config("grpo", group_size=2, minibatch_size=max(1, args.prompts // 2),
-                                                       backend="vllm", **small), train_grpo)]
-    print(f"gpu_check: torch {torch.__version__}, device {args.device}"
-          + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else "")
-          + f", shape {args.shape}, paper-easy: {args.population} members / groups of 2 x {args.prompts} prompts")
-    results, failed = [], []
-    for name, make_config, trainer in checks:
-        try:
-            if name.startswith("es-ray"):
-                ray.init(num_cpus=2, num_gpus=torch.cuda.device_count() if args.device.startswith("cuda") else 0,
-                         include_dashboard=False, ignore_reinit_error=True)
-            results.append(run_check(name, args, make_config, trainer))
-            r = results[-1]
-            memory = "n/a (cpu)" if r["peak_gpu_mib"] is None else f"{r['peak_gpu_mib']:.0f} MiB"
-            print(f"  {name:16s} step {r['step_s']:8.2f} s   wall {r['wall_s']:8.2f} s   peak GPU memory {memory}"
-                  f"   reward/mean {r['reward_mean']:.3f}")
-        except Exception:  # noqa: BLE001 (report every check, then fail)
-            failed.append(name)
-            print(f"  {name:16s} FAILED\n{traceback.format_exc()}", file=sys.stderr)
-        finally:
-            if name.startswith("es-ray"):
-                ray.shutdown()
+        for name in SECTIONS:
+            if name in args.only.split(","):
+                checker.run(name, needs.get(name, ()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    failed = [r["check"] for r in checker.results if r["status"] == "failed"]
     if args.json is not None:
-        args.json.write_text(json.dumps({"device": args.device, "shape": args.shape, "results": results,
-                                         "failed": failed}, indent=1))
-    shutil.rmtree(work, ignore_errors=True)
+        args.json.write_text(json.dumps({"device": args.device, "shape": args.shape, "results": checker.results,
+                                         "failed": failed}, indent=1, default=str))
     print("gpu_check: " + ("ok" if not failed else f"FAILED: {', '.join(failed)}"))
     return 1 if failed else 0
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU readiness check (minutes): on a CUDA machine, one ES step, one GRPO step and a one-worker Ray ES step of
-# the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then Qwen2.5-1.5B's
-# architecture (realistic step time and memory); prints step times and peak GPU memory (scripts/gpu_check.py).
+# GPU readiness check (minutes): on a CUDA machine, the sections of scripts/gpu_check.py (versions + generate, ES,
+# ES on one vLLM engine, GRPO at the preset's micro-batch, two Ray + vLLM actors on one GPU with one killed,
+# evaluation) of the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then
+# Qwen2.5-1.5B's architecture and vocabulary (realistic time and memory); prints times and peak GPU memory.
 # Usage: scripts/gpu_check.sh [extra gpu_check.py arguments, e.g. --no-ray or --max-new-tokens 64]
 # PYTHON picks the interpreter (default .venv/bin/python when present, else python3); RESULTS a folder for the
 # JSON results (default: none written).
@@ -24,6 +25,7 @@ status=0
 for shape in tiny qwen2.5-1.5b; do
     json=()
     if [[ -n "${RESULTS:-}" ]]; then mkdir -p "$RESULTS"; json=(--json "$RESULTS/gpu_check_$shape.json"); fi
-    "$PYTHON" scripts/gpu_check.py --device cuda --shape "$shape" "${json[@]}" "$@" || status=1
+    tokens=(); [[ $shape == qwen2.5-1.5b ]] && tokens=(--max-new-tokens 512)  # the preset's budget at full shape
+    "$PYTHON" scripts/gpu_check.py --device cuda --shape "$shape" "${tokens[@]}" "${json[@]}" "$@" || status=1
 done
 exit $status

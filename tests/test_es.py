@@ -379,7 +379,7 @@ def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     assert seen == [(4, (4,), True)] and es.iteration == 2
     df = run.metrics()
     for key, value in logged[1].items():
-        assert df[key].iloc[1] == pytest.approx(value), key
+        assert key.startswith("time/") or df[key].iloc[1] == pytest.approx(value), key  # timings differ
     trained = __import__("transformers").AutoModelForCausalLM.from_pretrained(run.model_dir)
     assert all(torch.equal(v, trained.state_dict()[k]) for k, v in model.state_dict().items())
 

@@ -1,6 +1,7 @@
-"""scripts/gpu_check: the CPU-runnable part (the Python entry on device cpu, tiny shape, without Ray: the Ray
-backend has its own tests), its synthetic GSM8K rows, and the shell wrapper's refusal on a machine without CUDA.
-The CUDA path itself (bfloat16 on a GPU, peak memory, the Qwen2.5-1.5B shape, Ray with a GPU) cannot run here."""
+"""scripts/gpu_check: the CPU-runnable sections (versions, es, grpo, evaluate on device cpu, tiny shape, without
+Ray: the Ray backend has its own tests), the vLLM sections' skip lines, its synthetic GSM8K rows, the padded
+tokenizer, and the shell wrapper's refusal on a machine without CUDA. The CUDA path itself (bfloat16 on a GPU, peak
+memory, the Qwen2.5-1.5B shape, vLLM, Ray with a GPU) cannot run here."""
 
 from __future__ import annotations
 
@@ -32,14 +33,27 @@ def test_cpu_run_of_the_checks(tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
-                           "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--json", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+                           "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--eval-samples", "2",
+                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "gpu_check: ok" in proc.stdout and "peak GPU memory n/a (cpu)" in proc.stdout
     result = json.loads(out.read_text())
-    assert [r["check"] for r in result["results"]] == ["es", "grpo"] and result["failed"] == []
-    for r in result["results"]:
-        assert 0 < r["step_s"] <= r["wall_s"] and 0.0 <= r["reward_mean"] <= 1.0 and r["peak_gpu_mib"] is None
+    by = {r["check"]: r for r in result["results"]}
+    assert list(by) == list(gpu_check.SECTIONS) and result["failed"] == []
+    vllm = "skipped: vllm not installed" if gpu_check.installed("vllm") is None else "skipped: vllm disabled"
+    assert by["es-vllm"]["status"] in (vllm, "ok") and by["grpo-vllm"]["status"] in (vllm, "ok")
+    assert by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
+    for name in ("versions", "es", "grpo", "evaluate"):
+        assert by[name]["status"] == "ok" and by[name]["wall_s"] > 0 and by[name]["peak_gpu_mib"] is None, name
+    assert by["versions"]["transformers"] and by["versions"]["tokens"] > 0
+    assert 0 < by["es"]["step_s"] <= by["es"]["wall_s"] and 0.0 <= by["grpo"]["reward_mean"] <= 1.0
+    assert by["grpo"]["micro_batch_size"] == 16 and by["grpo"]["estimate_gib"] > 0
+    assert by["evaluate"]["backend"] in ("local", "vllm") and by["evaluate"]["samples"] == 2 and 0.0 <= by["evaluate"]["pass_at_1"] <= 1.0
+
+
+def test_unknown_section_is_refused():
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "es,nope"])
 
 
 def test_model_shapes_build_in_bfloat16():
@@ -49,14 +63,19 @@ def test_model_shapes_build_in_bfloat16():
 
     tok = build_char_tokenizer()
     tiny = gpu_check.build_model("tiny", "cpu", tok)
+    assert gpu_check.build_tokenizer(None).get_vocab() == tok.get_vocab()
+    big_tok = gpu_check.build_tokenizer(gpu_check.VOCAB["qwen2.5-1.5b"])
+    assert len(big_tok) == 151_936 and big_tok.decode([1000, 5]) == "<x1000>" + tok.decode([5])
+    assert big_tok("What is 3 + 5?")["input_ids"] == tok("What is 3 + 5?")["input_ids"]
     assert {p.dtype for p in tiny.parameters()} == {torch.bfloat16}
-    big = gpu_check.build_model("qwen2.5-1.5b", "meta", tok)  # shapes only, no memory
+    big = gpu_check.build_model("qwen2.5-1.5b", "meta", big_tok)  # shapes only, no memory
     body = sum(p.numel() for name, p in big.named_parameters() if "embed_tokens" not in name)
     # per layer: q 1536^2 + 1536 bias, k and v 1536 * 256 + 256 each (2 of 12 heads), o 1536^2, MLP 3 * 1536 * 8960,
     # 2 norms; 28 layers and the final norm: Qwen2.5-1.5B's published 1.31B non-embedding parameters
     layer = (1536**2 + 1536) + 2 * (1536 * 256 + 256) + 1536**2 + 3 * 1536 * 8960 + 2 * 1536
     assert body == 28 * layer + 1536 == 1_310_340_608
     assert big.config.tie_word_embeddings and {p.dtype for p in big.parameters()} == {torch.bfloat16}
+    assert big.config.vocab_size == 151_936 and sum(p.numel() for p in big.parameters()) == body + 151_936 * 1536
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")

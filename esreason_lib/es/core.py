@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from esreason_lib.es.backends.base import BACKENDS, EXACT_BACKENDS
+from esreason_lib.es.backends.placement import check_gpus_per_worker, check_memory_share
 from esreason_lib.es.lowrank import NOISES, apply_lowrank_update
 from esreason_lib.es.noise import apply_update
 from esreason_lib.models.weights import named_params
@@ -80,6 +81,19 @@ class ESConfig(RunSettings):
     so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
     rank: int = field(default=1, metadata=ADDED_OPTION)
     """r of the "lowrank" noise (ignored by "full")."""
+    gpus_per_worker: float | None = field(default=None, metadata=execution())
+    """Ray GPUs per actor ("ray", "ray-vllm" with the model on CUDA): a fraction shares a GPU (0.125: eight actors
+    and their engines on one), a whole number > 1 gives an actor several; None picks the largest share with which
+    every worker fits (`es.backends.placement`). Placement only: the rewards do not depend on it."""
+    gpu_memory_utilization: float | None = field(default=None, metadata=execution())
+    """Share of its GPU's memory one vLLM engine takes ("vllm", "ray-vllm"); None: 0.5 split among the engines on
+    one GPU. Placement only: the rewards do not depend on it."""
+    drift_every: int = field(default=1, metadata=execution())
+    """Log es/drift_rel (||theta - theta_0|| / ||theta_0||, computed on the model's device) every this many
+    iterations and at the last; a diagnostic only, so skipping it changes no weights."""
+    check_every: int = field(default=1, metadata=execution())
+    """Compare the replicas' / engines' weight checksums with the driver's every this many iterations ("ray",
+    "vllm", "ray-vllm"; a 1.5B model hashes ~3 GB per check); a replica that differs is reloaded."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -96,7 +110,9 @@ class ESConfig(RunSettings):
         check_positive_int(self, "workers")
         check(self, "backend", self.greedy or self.backend != "batched", "'batched' needs greedy=True")
         check_choice(self, "noise", NOISES)
-        check_positive_int(self, "rank")
+        check_positive_int(self, "rank", "check_every", "drift_every")
+        check_gpus_per_worker("ESConfig", self.gpus_per_worker)
+        check_memory_share("ESConfig", self.gpu_memory_utilization)
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
               "must be 'auto' or 'batched' with noise='lowrank' (scored by es.lowrank.LowRankBackend only)")
         check(self, "greedy", self.noise != "lowrank" or self.greedy,

@@ -13,14 +13,19 @@ import torch
 from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, sample_seed, score_examples
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.guards import NonFiniteError, check_finite_step
+from esreason_lib.models.device import record_device
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.es.core import ES, ESConfig
 
 
 def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
-    """||theta - theta_0|| / ||theta_0|| over all parameters (float64 accumulation)."""
-    num = sum(float((p.detach().cpu().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
-    den = sum(float(t.double().pow(2).sum()) for t in theta0.values())
+    """||theta - theta_0|| / ||theta_0|| over all parameters, in float64 on the parameters' device (theta_0 is
+    moved there one tensor at a time when it is elsewhere): no host copy of theta."""
+    num = den = 0.0
+    for k, p in params.items():
+        base = theta0[k].to(p.device, non_blocking=True).double()
+        num += float((p.detach().double() - base).pow(2).sum())
+        den += float(base.pow(2).sum())
     return math.sqrt(num / den) if den > 0 else math.nan
 
 
@@ -34,24 +39,36 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is called with
     the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
     Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
-    (the centre's mean token entropy), es/js_succ, es/drift_rel (against `theta0`) and es/fixup_frac."""
+    (the centre's mean token entropy), es/js_succ, es/fixup_frac, es/drift_rel (against `theta0`, every
+    `drift_every` iterations and at the last), es/resyncs (the backend's replica / engine reloads so far, 0 for
+    in-process backends) and the time breakdown: time/centre_s (scoring the centre), time/sync_s (the backend
+    bringing replicas or engines to the driver's weights), time/population_s (scoring the members, sync
+    excluded), time/update_s (tell and drift; `before_tell` is not counted)."""
     from esreason_lib.metrics import js_success
 
     config, it, p = es.config, es.iteration, es.config.prompts_per_step
     idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
     batch = [examples[i] for i in idx]  # [P]
+    t0 = time.perf_counter()
     center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
                                                temperature=config.temperature,
                                                max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                                                seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
+    t1 = time.perf_counter()
     pop = es.ask()
     ev = backend(model, pop, batch, iteration=it)
+    t2 = time.perf_counter()
     if before_tell is not None:
         before_tell(pop, ev)
+    t3 = time.perf_counter()
     m = es.tell(pop, ev.rewards)
     m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
-              "es/js_succ": float(np.mean(js_success(ev.correct.T))),
-              "es/drift_rel": _drift(es.params, theta0), "es/fixup_frac": ev.fixup_frac})
+              "es/js_succ": float(np.mean(js_success(ev.correct.T))), "es/fixup_frac": ev.fixup_frac})
+    if (it + 1) % config.drift_every == 0 or it + 1 == config.iterations:
+        m["es/drift_rel"] = _drift(es.params, theta0)
+    sync = float(getattr(backend, "last_sync_s", 0.0))
+    m.update({"es/resyncs": int(getattr(backend, "resyncs", 0)), "time/centre_s": t1 - t0,
+              "time/sync_s": sync, "time/population_s": t2 - t1 - sync, "time/update_s": time.perf_counter() - t3})
     return m, ev
 
 
@@ -68,7 +85,10 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     model on the same prompts, same sampling seed; a diagnostic, not counted in es/generations), policy/entropy (the
     center model's mean full-distribution token entropy at its own generated positions), es/js_succ
     (`metrics.js_success` over members, per prompt, averaged over prompts), es/drift_rel (||theta - theta_0|| /
-    ||theta_0||), es/update_norm, es/fixup_frac, es/generations (cumulative population completions), time/step_s.
+    ||theta_0||; every `drift_every` iterations), es/update_norm, es/fixup_frac, es/resyncs, es/generations (cumulative
+    population completions), time/centre_s, time/sync_s, time/population_s, time/update_s (`es_step`), time/step_s.
+    The device (`models.device.record_device`) is recorded in the run's device.json; a resume on another GPU model
+    warns.
     """
     from esreason_lib.progress import progress_bar
     from esreason_lib.models.zoo import quiet_transformers
@@ -82,7 +102,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     owned = backend is None
     backend = backend or make_backend(config, task, tokenizer)
     es = ES(config, model)
-    theta0 = {k: p.detach().to("cpu", copy=True) for k, p in es.params.items()}  # the base, kept off the device
+    theta0 = {k: p.detach().clone() for k, p in es.params.items()}  # the base, on the device: drift stays there
+    record_device(run, model)
 
     generations = 0
     ckpt = run.latest_checkpoint() if resume else None

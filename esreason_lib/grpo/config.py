@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 
 from esreason_lib.grpo.loss import AGGREGATIONS
-from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.es.backends.placement import check_memory_share
+from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
-from esreason_lib.validation import (check, check_choice, check_nonnegative_float,
+from esreason_lib.validation import (check, check_bool, check_choice, check_nonnegative_float,
                                      check_optional_positive_int, check_positive_float,
                                      check_positive_int, check_step_size, is_real)
 from esreason_lib.grpo.loss import SCALES
@@ -58,6 +59,14 @@ class GRPOConfig(RunSettings):
     backend: str = field(default="local", metadata=ADDED_OPTION)
     """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
     with the policy before each rollout; its samples differ from "local"'s, see `grpo.rollouts_vllm`)."""
+    gradient_checkpointing: bool = field(default=False, metadata=execution())
+    """Recompute each decoder block in backward instead of keeping its activations (transformers' non-reentrant
+    checkpointing): activation memory per micro-batch drops from ~layers x a block's to ~one block's."""
+    logit_chunk: int | None = field(default=None, metadata=ADDED_OPTION)
+    """Completion positions per output-head / log-softmax chunk in the update (`grpo.logprobs`): the logits never
+    exceed rows x logit_chunk x V; None computes them for the whole completion at once."""
+    gpu_memory_utilization: float | None = field(default=None, metadata=execution())
+    """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -74,6 +83,9 @@ class GRPOConfig(RunSettings):
         check_choice(self, "scale", SCALES)
         check_choice(self, "aggregation", AGGREGATIONS)
         check_choice(self, "backend", ROLLOUT_BACKENDS)
+        check_memory_share("GRPOConfig", self.gpu_memory_utilization)
+        check_bool(self, "gradient_checkpointing")
+        check_optional_positive_int(self, "logit_chunk")
         check_nonnegative_float(self, "weight_decay")
         check(self, "max_grad_norm",
               self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),

@@ -58,6 +58,9 @@ from esreason_lib.training import open_training_run, prompt_indices, save_snapsh
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loss import group_advantages
+from esreason_lib.grpo.memory import check_grpo_fits
+from esreason_lib.models.device import record_device
+from esreason_lib.models.hf_compat import set_checkpointing
 
 
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
@@ -107,8 +110,21 @@ def rollout_sampler(config: GRPOConfig):
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
 
-        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512)
+        share = config.gpu_memory_utilization
+        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
+                            engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate
+
+
+def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:
+    """On a CUDA model, `memory.check_grpo_fits` for the longest of `prompts` (ValueError naming the knob when the
+    estimate exceeds the device); None elsewhere (host memory is not estimated)."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return None
+    longest = max(len(x) for x in tokenizer(list(prompts), add_special_tokens=False)["input_ids"])
+    return check_grpo_fits(config, model, prompt_tokens=longest,
+                           device_bytes=torch.cuda.get_device_properties(device).total_memory)
 
 
 def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, home=None, resume: bool = True,
@@ -131,6 +147,10 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     model, tokenizer, task, examples = inputs
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ref = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+    fit_check(config, model, tokenizer, prompts)
+    record_device(run, model)
+    if config.gradient_checkpointing:  # after the reference copy, which only runs forward
+        set_checkpointing(model, True)
     opt = master_weight_adamw(model, lr=config.lr, weight_decay=config.weight_decay)
     masters = [m for group in opt.param_groups for m in group["params"]]
 
@@ -166,6 +186,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     finally:  # a sampler made here may hold an engine (vLLM): released even when a step fails
         if hasattr(rollout, "close"):
             rollout.close()
+        if config.gradient_checkpointing:  # the caller's model is handed back as it came
+            set_checkpointing(model, False)
     with quiet_transformers():
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)

@@ -26,8 +26,9 @@ Deviations from the in-process path:
 - Prefix caching is on (a group's G requests share their prompt's KV blocks), and every weight copy empties
   the cache, so no block computed under old weights is reused (tested with 32-token blocks; the CPU default of
   128 is longer than the tiny tasks' prompts, so on this machine it never engages and saves nothing).
-- Each sync sends the whole state through one collective RPC (pickled, so a round trip through host memory on
-  a GPU); 0.01 s for qwen2-m on this CPU, not yet measured for a 1.5B model on a GPU.
+- Each sync sends the state in chunks of at most 1 GiB (`models.weight_sync`), by CUDA IPC handle when the engine
+  runs in its own process on the GPU (no host copy; untested here); 0.01 s for qwen2-m on this CPU (pickled), not
+  yet measured for a 1.5B model on a GPU.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ class VLLMRollouts:
 
     def __call__(self, model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, max_new_tokens: int = 32, stop: str | None = None,
-                 seed: int = 0) -> Rollouts:
+                 seed: int = 0, batch_size: int | None = None) -> Rollouts:
+        """`generate`'s arguments and result; `batch_size` (default the constructor's) only sizes the no-grad
+        log-prob / entropy forward (the engine batches its requests itself)."""
         from vllm import SamplingParams
 
         from esreason_lib.models.vllm_engine import Engine
@@ -110,7 +113,7 @@ class VLLMRollouts:
                   for r in range(len(rows))]
         tokens = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows, params)]  # [B]
         return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=1.0 if greedy else temperature,
-                                    stop=stop, batch_size=self.batch_size)
+                                    stop=stop, batch_size=batch_size or self.batch_size)
 
     def close(self) -> None:
         """Shut the engine down (a later call starts a new one)."""

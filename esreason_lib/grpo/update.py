@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from esreason_lib.grpo.logprobs import chunked_completion_logprobs
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.models.optim import optimizer_step
 
@@ -81,9 +82,12 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
 
     def logprobs_of(net, grad: bool, index: torch.Tensor) -> torch.Tensor:  # [u, lc] cut to the rows' padding
         lp_width, lc = int(p_mask[index].sum(1).max()), max(int(lens[index].max()), 1)
+        args = (net, p_ids[index, -lp_width:], p_mask[index, -lp_width:], c_ids[index, :lc], c_mask[index, :lc])
         with torch.set_grad_enabled(grad):
-            lp, _ = completion_logprobs(net, p_ids[index, -lp_width:], p_mask[index, -lp_width:],
-                                        c_ids[index, :lc], c_mask[index, :lc], temperature=c.temperature)
+            if c.logit_chunk is not None:
+                lp = chunked_completion_logprobs(*args, temperature=c.temperature, chunk=c.logit_chunk)
+            else:
+                lp, _ = completion_logprobs(*args, temperature=c.temperature)
         return lp.float()  # [u, lc]
 
     def frozen_logprobs(net, index: torch.Tensor, out: torch.Tensor) -> None:  # fills out[index] [u, Lc]

@@ -16,6 +16,7 @@ import torch
 import transformers
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
+from esreason_lib.models.hf_compat import output_cache, with_cache
 from esreason_lib.seeding import torch_generator
 
 COMPACT_FRACTION = 0.25
@@ -169,15 +170,15 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
     for t in range(max_new_tokens):
         if use_cache and t == 0:  # prefill the distinct prompts, then give each row its prompt's cache
-            out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), cache=cache,
+            out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), **with_cache(cache),
                         use_cache=True, logits_to_keep=1)
-            cache = out.cache
+            cache = output_cache(out)
             cache.batch_select_indices(expand)
             last = out.logits[expand, -1]  # [r, V]
         else:
-            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, **with_cache(cache),
                         use_cache=use_cache, logits_to_keep=1)
-            cache = out.cache if use_cache else None
+            cache = output_cache(out) if use_cache else None
             last = out.logits[:, -1]  # [r, V]
         logits = last.float() / temp  # [r, V]
         # a diverged model (e.g. a wild ES member) gives non-finite logits: that row samples uniformly

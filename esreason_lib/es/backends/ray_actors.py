@@ -21,10 +21,11 @@ whose model is not the one the replicas follow, or whose iteration is neither th
 resumed run, a new model), reloads every replica from the driver's weights instead (the only time weights travel
 after the start).
 
-Guarding it. Every `check_every` calls (1 by default), after the replay, the driver's `weights_checksum`
-(blake2b over every parameter's name, dtype, shape and bytes) is compared with each replica's, and any difference
-raises a RuntimeError naming the replica and the iteration: a tell with other rewards or over another set of
-tensors, a lost update or a corrupted replica fails loudly instead of drifting. Measured here (loaded 2-core CPU):
+Guarding it. Every `check_every` calls (1 by default; `ESConfig.check_every`), after the replay, the driver's
+`weights_checksum` (blake2b over every parameter's name, dtype, shape and bytes) is compared with each replica's.
+A replica that differs (a tell with other rewards or over another set of tensors, a lost update, a corrupted
+replica) is reloaded from the driver's weights with a RuntimeWarning naming it and the iteration, and counted in
+`resyncs` (the trainer logs it as es/resyncs); one that still differs after the reload raises a RuntimeError. Measured here (loaded 2-core CPU):
 1.4 ms for the tiny random Qwen2, 18 ms per million float32 weights; a 1.5B bfloat16 model hashes ~3 GB on the
 host, so raise `check_every` at paper scale.
 
@@ -41,12 +42,17 @@ every reload with `forget`, so the engine follows the replica and is checked aga
 
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
-`gpus_per_worker` GPUs (default 1). `RayBackend.from_config` starts a local Ray (`start_ray`) unless the caller
-already did `ray.init`.
+`gpus_per_worker` GPUs (a fraction shares a GPU; None: the largest share with which every worker fits) and each
+vLLM engine takes `gpu_memory_utilization` of its GPU. Before the first actor starts, the request is compared
+with `ray.cluster_resources()` (`placement.plan_placement`): a shortfall fails in one line instead of leaving an
+actor pending and `ray.get` blocked. `RayBackend.from_config` starts a local Ray (`start_ray`)
+unless the caller already did `ray.init`.
 """
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections import deque
 from typing import Callable
 
@@ -61,6 +67,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from esreason_lib.es.core import ES, ESConfig, Population
 from esreason_lib.es.backends.base import Evaluation
+from esreason_lib.es.backends.placement import check_memory_share, plan_placement
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.models.weights import weights_checksum
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
@@ -75,13 +82,15 @@ class Replica:
     """The body of one Ray actor: a replica of the driver's model, scored and updated like the driver's."""
 
     def __init__(self, model_class, model_config, dtype: torch.dtype, device: str, state: dict, tokenizer, task,
-                 config: ESConfig, fitness_shaping: Callable | None, engine: str = "local"):
+                 config: ESConfig, fitness_shaping: Callable | None, engine: str = "local",
+                 memory_share: float | None = None):
         self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
         self.model.load_state_dict(state)
         if engine == "vllm":  # one vLLM engine following this replica (es.backends.vllm_engines, extra `vllm`)
             from esreason_lib.es.backends.vllm_engines import VLLMBackend
 
-            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping)
+            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping, engine_kwargs=None
+                                      if memory_share is None else {"gpu_memory_utilization": memory_share})
         else:
             self.scorer = SequentialBackend.from_config(config, task, tokenizer)
         self.config, self.shaping, self.engine = config, fitness_shaping, engine
@@ -120,11 +129,12 @@ class RayBackend:
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
     when the driver's model is on CUDA, else 0; fractions share a GPU). `engine`: how an actor generates, "local"
     (the library's generation on its replica) or "vllm" (one vLLM engine per actor following its replica,
-    `es.backends.vllm_engines.VLLMBackend`: one engine per GPU)."""
+    `es.backends.vllm_engines.VLLMBackend`); `gpu_memory_utilization`: each engine's share of its GPU (`placement.plan_placement`)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,
-                 gpus_per_worker: float | None = None, max_restarts: int = 3, engine: str = "local"):
+                 gpus_per_worker: float | None = None, max_restarts: int = 3, engine: str = "local",
+                 gpu_memory_utilization: float | None = None):
         self.config, self.task, self.tokenizer, self.shaping = config, task, tokenizer, fitness_shaping
         self.engine = engine
         check(self, "engine", engine in ("local", "vllm"), "must be 'local' or 'vllm'")
@@ -135,7 +145,12 @@ class RayBackend:
         check_nonnegative_float(self, "cpus_per_worker")
         check(self, "gpus_per_worker", gpus_per_worker is None or (is_real(gpus_per_worker) and gpus_per_worker >= 0),
               "must be None or a number >= 0")
+        check_memory_share("RayBackend", gpu_memory_utilization)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._placement: tuple[float, float | None] | None = None  # (GPUs per actor, engine share) once planned
         self.restarts = 0  # actors replaced after dying, over the backend's life
+        self.resyncs = 0  # replicas reloaded after a checksum mismatch, over the backend's life
+        self.last_sync_s = 0.0  # seconds the last call spent bringing the replicas to the driver's weights
         self._actors: list = []
         self._driver = None  # the model the replicas follow
         self._iteration: int | None = None  # the iteration of the last call
@@ -144,9 +159,11 @@ class RayBackend:
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
-        """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (starting Ray first)."""
+        """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (its `check_every`,
+        `gpus_per_worker` and `gpu_memory_utilization`)."""
         start_ray()
-        return cls(config, task, tokenizer, workers=workers, engine=engine)
+        return cls(config, task, tokenizer, workers=workers, engine=engine, check_every=config.check_every,
+                   gpus_per_worker=config.gpus_per_worker, gpu_memory_utilization=config.gpu_memory_utilization)
 
     @property
     def actors(self) -> tuple:
@@ -189,10 +206,10 @@ class RayBackend:
 
     # ------------------------------------------------------------------------------------------------ internals
     def _new_actor(self, model, state_ref):
-        gpus = self.gpus_per_worker if self.gpus_per_worker is not None else float(_device_type(model) == "cuda")
+        gpus, share = self._placement
         return _REMOTE_REPLICA.options(num_cpus=self.cpus_per_worker, num_gpus=gpus).remote(
             type(model), model.config, next(model.parameters()).dtype, _device_type(model), state_ref, self.tokenizer,
-            self.task, self.config, self.shaping, self.engine)
+            self.task, self.config, self.shaping, self.engine, share)
 
     def _replace(self, w: int, model) -> None:
         """Kill actor `w` (if still alive) and start a new one from the driver's current weights."""
@@ -202,8 +219,13 @@ class RayBackend:
 
     def _sync(self, model, iteration: int) -> None:
         """Bring every replica to the driver's weights before scoring `iteration` (module docstring)."""
+        t0 = time.perf_counter()
         if not self._actors:
-            state = ray.put(_driver_state(model))
+            state = ray.put(_driver_state(model))  # starts a local Ray cluster when none is running
+            self._placement = plan_placement(
+                workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
+                cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
+                resources=ray.cluster_resources())
             self._actors = [self._new_actor(model, state) for _ in range(self.workers)]
             self._calls = 0  # a fresh pool is always checked once
         elif model is not self._driver or self._iteration is None or iteration not in (self._iteration,
@@ -216,10 +238,22 @@ class RayBackend:
             want = weights_checksum(model)
             for w, c in enumerate(self._on_all("checksum", model=model)):
                 if c != want:
-                    raise RuntimeError(f"RayBackend: replica {w} drifted from the driver's weights at iteration "
-                                       f"{iteration} (checksum {c} != driver {want}); the replicas follow ES.tell "
-                                       f"with the rewards this backend returned, was tell given others?")
+                    self._resync(w, model, iteration, c, want)
         self._calls += 1
+        self.last_sync_s = time.perf_counter() - t0
+
+    def _resync(self, w: int, model, iteration: int, got: str, want: str) -> None:
+        """Reload replica `w`, whose checksum `got` differs from the driver's `want`, from the driver's weights
+        (a warning, counted in `resyncs`); RuntimeError when it still differs after the reload."""
+        warnings.warn(f"RayBackend: replica {w} drifted from the driver's weights at iteration {iteration} "
+                      f"(checksum {got} != driver {want}; was tell given other rewards?): reloading it from the "
+                      f"driver", RuntimeWarning, stacklevel=3)
+        ray.get(self._actors[w].load.remote(ray.put(_driver_state(model))))
+        self.resyncs += 1
+        again = ray.get(self._actors[w].checksum.remote())
+        if again != want:
+            raise RuntimeError(f"RayBackend: replica {w} still differs from the driver after a reload at iteration "
+                               f"{iteration} (checksum {again} != driver {want})")
 
     def _on_all(self, method: str, *args, model) -> list:
         """Run `method(*args)` on every actor and return the results. An actor found dead is replaced from the

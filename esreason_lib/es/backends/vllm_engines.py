@@ -13,7 +13,8 @@ Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the
 rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
 population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
 weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
-engine's `weights_checksum` is compared with the driver's and a difference raises. The replay is bit-identical
+engine's `weights_checksum` is compared with the driver's; a difference reloads the driver's weights with a
+RuntimeWarning (counted in `resyncs`, logged as es/resyncs), and a difference after the reload raises. The replay is bit-identical
 only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
 
 Limits. One engine (tensor parallel size 1); for several GPUs, `es.backends.ray_actors.RayBackend(engine="vllm")`
@@ -25,6 +26,8 @@ iteration's sampling seeds (request i of every member is seeded `derive_seed(sam
 
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -38,31 +41,32 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from esreason_lib.es.backends.base import Evaluation, sample_seed
 from esreason_lib.es.core import ES, ESConfig, Population
 from esreason_lib.es.noise import FixUp, perturb, restore
-from esreason_lib.models.vllm_engine import Engine, WorkerExtension
+from esreason_lib.models.vllm_engine import Engine
+from esreason_lib.models.weights import weights_checksum
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
 
-class ESWorkerExtension(WorkerExtension):
-    """The engine worker's ES calls: perturb and restore a member in place, replay the driver's `ES.tell`."""
+def es_perturb(worker, seed: int, sign: int, sigma: float) -> float:
+    """In the engine's worker: theta + sign * sigma * eps(seed) in place (`es.noise.perturb`); returns the fix-up
+    fraction."""
+    fixup = getattr(worker, "es_fixup", None)
+    if fixup is not None:
+        raise RuntimeError(f"es_perturb: member seed {fixup.seed} is still applied; restore it first")
+    worker.es_fixup = perturb(worker.es_views, seed, sign, sigma)
+    return worker.es_fixup.fraction
 
-    def es_perturb(self, seed: int, sign: int, sigma: float) -> float:
-        """theta + sign * sigma * eps(seed) in place (`es.noise.perturb`); returns the fix-up fraction."""
-        fixup = getattr(self, "es_fixup", None)
-        if fixup is not None:
-            raise RuntimeError(f"es_perturb: member seed {fixup.seed} is still applied; restore it first")
-        self.es_fixup = perturb(self.es_views, seed, sign, sigma)
-        return self.es_fixup.fraction
 
-    def es_restore(self) -> None:
-        """Undo `es_perturb` bit-exactly."""
-        fixup: FixUp = self.es_fixup
-        self.es_fixup = None
-        restore(self.es_views, fixup)
+def es_restore(worker) -> None:
+    """In the engine's worker: undo `es_perturb` bit-exactly."""
+    fixup: FixUp = worker.es_fixup
+    worker.es_fixup = None
+    restore(worker.es_views, fixup)
 
-    def es_tell(self, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
-        """Apply the update the driver's `ES.tell(population, rewards)` applied."""
-        ES(config, self.es_views, fitness_shaping=shaping).tell(population, rewards)
+
+def es_tell(worker, config: ESConfig, population: Population, rewards: np.ndarray, shaping) -> None:
+    """In the engine's worker: apply the update the driver's `ES.tell(population, rewards)` applied."""
+    ES(config, worker.es_views, fitness_shaping=shaping).tell(population, rewards)
 
 
 class VLLMBackend:
@@ -82,11 +86,15 @@ class VLLMBackend:
         self.max_new_tokens = int(config.max_new_tokens or task.max_new_tokens)
         self.engine: Engine | None = None
         self._driver, self._iteration, self._pending, self._syncs = None, None, None, 0
+        self.resyncs = 0  # reloads after a checksum mismatch, over the backend's life
+        self.last_sync_s = 0.0  # seconds the last call spent bringing the engine to the driver's weights
 
     @classmethod
     def from_config(cls, config: ESConfig, task, tokenizer) -> "VLLMBackend":
-        """The backend an `ESConfig` describes."""
-        return cls(config, task, tokenizer)
+        """The backend an `ESConfig` describes (its `check_every` and `gpu_memory_utilization`)."""
+        share = config.gpu_memory_utilization
+        return cls(config, task, tokenizer, check_every=config.check_every,
+                   engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
 
     def complete(self, model, prompts: list[str], *, iteration: int) -> list[str]:
         """The engine's completion of each prompt with `model`'s weights (synced first), sampled as a member
@@ -95,17 +103,18 @@ class VLLMBackend:
         return self._generate(prompts, iteration=int(iteration))
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
-        iteration = int(iteration)
+        iteration, t0 = int(iteration), time.perf_counter()
         self._sync(model, iteration)
+        self.last_sync_s = time.perf_counter() - t0
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
         n, p = len(population), len(examples)
         rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
         for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
-            fix[i] = self.engine.rpc("es_perturb", int(seed), int(sign), float(self.config.sigma))
+            fix[i] = self.engine.rpc(es_perturb, int(seed), int(sign), float(self.config.sigma))
             try:
                 texts = self._generate(prompts, iteration=iteration)  # [P]
             finally:
-                self.engine.rpc("es_restore")
+                self.engine.rpc(es_restore)
             r = [self.task.reward(c, ex) for c, ex in zip(texts, examples)]
             correct[i] = [self.task.is_correct(c, ex) for c, ex in zip(texts, examples)]
             rewards[i] = float(np.mean(np.asarray(r, dtype=np.float64)))
@@ -143,17 +152,22 @@ class VLLMBackend:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         fresh = self.engine is None
         if fresh:
-            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs,
-                                 extension=ESWorkerExtension)
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
         same = self._driver is not None and model is self._driver
         if same and iteration == self._iteration:  # members of one iteration scored in several calls
             return
         if same and iteration == self._iteration + 1 and self._pending is not None:
-            self.engine.rpc("es_tell", self.config, *self._pending, self.shaping)
+            self.engine.rpc(es_tell, self.config, *self._pending, self.shaping)
         elif not fresh:  # a fresh engine already holds the driver's weights
             self.engine.load(model)
         self._driver, self._iteration, self._pending = model, iteration, None
         if self._syncs % self.check_every == 0:
-            self.engine.check(model, f"iteration {iteration} (VLLMBackend: the engine follows ES.tell with the "
-                                     f"rewards this backend returned; was tell given others?)")
+            want, got = weights_checksum(model), self.engine.rpc("es_checksum")
+            if got != want:  # reload from the driver, warn and count; a second mismatch raises
+                warnings.warn(f"VLLMBackend: the engine's weights drifted from the driver's at iteration {iteration} "
+                              f"(checksum {got} != driver {want}; was tell given other rewards?): reloading them",
+                              RuntimeWarning, stacklevel=3)
+                self.engine.load(model)
+                self.resyncs += 1
+                self.engine.check(model, f"iteration {iteration}, after a reload (VLLMBackend)")
         self._syncs += 1

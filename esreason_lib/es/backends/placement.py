@@ -1,0 +1,79 @@
+"""Where Ray actors and vLLM engines go: GPUs per actor, each engine's memory share, and the shortfall check.
+
+An actor that asks Ray for more than the cluster has never starts, and `ray.get` on it waits forever without an
+error (the `--backend ray-vllm --workers 8` hang on one GPU). `plan_placement` therefore compares the request
+with `ray.cluster_resources()` before any actor starts and fails in one line naming the knob. Several actors
+(and their vLLM engines) share a GPU through a fractional `gpus_per_worker`; Ray packs floor(1 / g) of them on
+a GPU, and vLLM's `gpu_memory_utilization` (the share of the GPU's memory one engine may take) must then leave
+room for the others: the shares of the engines on one GPU must sum below 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from esreason_lib.validation import is_real
+
+ENGINE_SHARE = 0.5
+"""Memory share of the vLLM engines on one GPU, together, when none is given (the rest holds the models and their
+training state: ES replicas, the driver, GRPO's optimiser)."""
+
+
+def check_gpus_per_worker(owner: str, value) -> None:
+    """ValueError unless `value` is None, a fraction in (0, 1], or a whole number (Ray's rule for num_gpus)."""
+    if value is None:
+        return
+    if not (is_real(value) and value > 0 and (value <= 1 or float(value).is_integer())):
+        raise ValueError(f"{owner}.gpus_per_worker must be None, in (0, 1] or a whole number, got {value!r}")
+
+
+def check_memory_share(owner: str, value) -> None:
+    """ValueError unless `value` is None or in (0, 1)."""
+    if value is not None and not (is_real(value) and 0 < value < 1):
+        raise ValueError(f"{owner}.gpu_memory_utilization must be None or in (0, 1), got {value!r}")
+
+
+def actors_per_gpu(gpus_per_worker: float) -> int:
+    """How many actors of `gpus_per_worker` (<= 1) Ray packs on one GPU."""
+    return int(math.floor(1.0 / gpus_per_worker + 1e-9))
+
+
+def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: float | None, cuda: bool,
+                   engine: str, memory_share: float | None, resources: dict) -> tuple[float, float | None]:
+    """(GPUs per actor, memory share per vLLM engine or None) for `workers` actors on a cluster with `resources`
+    (`ray.cluster_resources()`); ValueError naming the knob when the cluster cannot hold them all at once.
+
+    `gpus_per_worker` None: 0 without CUDA; with CUDA 1 when the cluster has a GPU per worker, else the largest
+    share 1 / k with which every worker fits (k = ceil(workers / GPUs)). `memory_share` None (engine "vllm"):
+    `ENGINE_SHARE` split among the engines on one GPU (None without GPUs: the engine's own default)."""
+    gpus_total, cpus_total = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
+    if workers * cpus_per_worker > cpus_total + 1e-9:
+        raise ValueError(f"RayBackend: workers={workers} x cpus_per_worker={cpus_per_worker:g} needs "
+                         f"{workers * cpus_per_worker:g} CPUs, the Ray cluster has {cpus_total:g}: lower workers "
+                         f"or cpus_per_worker")
+    if gpus_per_worker is None:
+        if not cuda:
+            gpus = 0.0
+        elif gpus_total < 1:
+            raise ValueError(f"RayBackend: the model is on CUDA but the Ray cluster has {gpus_total:g} GPUs "
+                             f"(ray.cluster_resources()); start Ray with the GPUs visible")
+        else:
+            gpus = 1.0 if gpus_total >= workers else 1.0 / math.ceil(workers / math.floor(gpus_total))
+    else:
+        gpus = float(gpus_per_worker)
+    if gpus > 0:
+        fits = actors_per_gpu(gpus) * math.floor(gpus_total) if gpus <= 1 else math.floor(gpus_total / gpus)
+        if workers > fits:
+            raise ValueError(f"RayBackend: workers={workers} with gpus_per_worker={gpus:g} needs "
+                             f"{workers * gpus:g} GPUs, the Ray cluster has {gpus_total:g} ({fits} such actors "
+                             f"fit): lower workers or gpus_per_worker (e.g. --gpus-per-worker "
+                             f"{1 / math.ceil(workers / max(math.floor(gpus_total), 1)):g})")
+    if engine != "vllm" or (gpus == 0 and memory_share is None):  # a CPU engine takes no GPU share
+        return gpus, None
+    sharing = min(workers, actors_per_gpu(gpus)) if 0 < gpus < 1 else 1  # engines on one GPU
+    share = ENGINE_SHARE / sharing if memory_share is None else float(memory_share)
+    if sharing * share >= 1:
+        raise ValueError(f"RayBackend: {sharing} vLLM engines share a GPU at gpu_memory_utilization={share:g} "
+                         f"each ({sharing * share:g} of its memory): lower gpu_memory_utilization below "
+                         f"{1 / sharing:.3g}")
+    return gpus, share

@@ -1,0 +1,84 @@
+"""A GRPO run's peak device memory, estimated before it starts, and the refusal of one that cannot fit.
+
+The estimate (bytes; `grpo_memory` returns GiB per term) adds what is resident at the peak of an optimiser step:
+- weights: the policy in its dtype, plus the frozen reference copy when beta > 0;
+- gradients: one per parameter in the model's dtype;
+- optimiser: AdamW's two float32 moments, plus float32 master weights for a bfloat16 model
+  (`optim.master_weight_adamw`);
+- activations of one micro-batch (`micro_batch_size` rows of prompt + completion tokens) kept for backward, per
+  token and layer 2 bytes x (6 d + q + 2 kv + 4 ffn) (the block's inputs, norms, projections and the SwiGLU
+  intermediates; SDPA keeps no L x L scores) without `gradient_checkpointing`, or 2 bytes x d per layer (each
+  block's input) plus one block's worth with it;
+- logits: ~10 bytes per token per vocabulary entry (bfloat16 logits, their float32 copy and its gradient) for
+  the whole micro-batch, or for `logit_chunk` positions of it (`grpo.logprobs`);
+- rollouts: the vLLM engine's share (`gpu_memory_utilization` x the device) with backend "vllm", else the
+  local sampler's KV cache (up to 512 rows x the sequence x layers x 2 x kv width x 2 bytes).
+Deviations: the activation formula is a per-layer count for Qwen2-style blocks, not a measurement; allocator
+fragmentation and CUDA context (~0.5-1 GiB) are covered only by `HEADROOM`. Not yet compared with a measured
+peak on a GPU (none was available when this was written): `scripts/gpu_check.py` prints both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+GIB = 2**30
+HEADROOM = 0.9
+"""A configuration is refused when its estimate exceeds this share of the device's memory."""
+ROLLOUT_ROWS = 512
+"""Rows per batch of the local sampler (`generation.generate`'s default batch_size)."""
+
+
+def _shape(model) -> dict:
+    c = model.config
+    head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return dict(d=c.hidden_size, q=c.num_attention_heads * head, kv=c.num_key_value_heads * head,
+                ffn=c.intermediate_size, layers=c.num_hidden_layers, vocab=c.vocab_size)
+
+
+def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None = None) -> dict[str, float]:
+    """{term: GiB} of the estimate (module docstring) and "total", for `config` (a `GRPOConfig`) on `model`
+    (parameters may be on the meta device), prompts of `prompt_tokens` tokens; `device_bytes` (the device's memory) sizes the vLLM engine's share."""
+    s = _shape(model)
+    n = sum(p.numel() for p in model.parameters())
+    width = next(model.parameters()).element_size()
+    rows_all = (config.minibatch_size or config.prompts_per_step) * config.group_size
+    rows = config.micro_batch_size or rows_all
+    seq = prompt_tokens + (config.max_new_tokens or 512)
+    tokens = rows * seq
+    block = 2 * (6 * s["d"] + s["q"] + 2 * s["kv"] + 4 * s["ffn"])  # bytes per token of one layer
+    acts = tokens * (s["layers"] * 2 * s["d"] + block) if config.gradient_checkpointing else \
+        tokens * s["layers"] * block
+    logit_tokens = rows * min(config.logit_chunk or seq, seq)
+    if config.backend == "vllm":
+        rollout = (config.gpu_memory_utilization or 0.5) * (device_bytes or 0)
+    else:
+        rollout = min(config.prompts_per_step * config.group_size, ROLLOUT_ROWS) * seq * s["layers"] * 2 * s["kv"] * 2
+    out = {"weights": n * width * (2 if config.beta > 0 else 1), "gradients": n * width,
+           "optimizer": n * (8 + (4 if width < 4 else 0)), "activations": acts,
+           "logits": logit_tokens * s["vocab"] * 10, "rollouts": rollout}
+    out = {k: v / GIB for k, v in out.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
+def check_grpo_fits(config, model, *, prompt_tokens: int, device_bytes: int) -> dict[str, float]:
+    """`grpo_memory`, or ValueError (one line naming the first single change that fits: a smaller
+    micro_batch_size, gradient_checkpointing, logit_chunk, a smaller engine share) when its total exceeds
+    `HEADROOM` of `device_bytes`."""
+    est = grpo_memory(config, model, prompt_tokens=prompt_tokens, device_bytes=device_bytes)
+    limit = HEADROOM * device_bytes / GIB
+    if est["total"] <= limit:
+        return est
+    terms = ", ".join(f"{k} {v:.1f}" for k, v in est.items() if k != "total")
+    current = config.micro_batch_size or (config.minibatch_size or config.prompts_per_step) * config.group_size
+    knobs = [("micro_batch_size", m) for m in (64, 32, 16, 8, 4, 2, 1) if m < current]
+    knobs += [("gradient_checkpointing", True)] if not config.gradient_checkpointing else []
+    knobs += [("logit_chunk", 256)] if config.logit_chunk is None else []
+    knobs += [("gpu_memory_utilization", 0.3)] if config.backend == "vllm" else []
+    fix = next((f"set {k}={v} (now {getattr(config, k)})" for k, v in knobs
+                if grpo_memory(dataclasses.replace(config, **{k: v}), model, prompt_tokens=prompt_tokens,
+                               device_bytes=device_bytes)["total"] <= limit),
+               "no single knob fits it: use a device with more memory (or a smaller model)")
+    raise ValueError(f"GRPOConfig: estimated peak {est['total']:.1f} GiB ({terms}) exceeds {HEADROOM:.0%} of the "
+                     f"device's {device_bytes / GIB:.1f} GiB: {fix}")

@@ -1,0 +1,54 @@
+"""`evaluate(backend="vllm")`: the sampler wiring, checked with a stand-in for `VLLMRollouts` that samples with the
+library's `generate` (the engine itself needs the `vllm` extra: tests/vllm_parity, `make test-vllm`)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+import pytest
+
+from esreason_lib.evaluate import evaluate
+from esreason_lib.grpo import rollouts_vllm
+from esreason_lib.models.generation import generate
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from test_evaluate import FirstCharTask
+
+
+class Standin:
+    """`VLLMRollouts`' interface over `generate`; records its construction, calls and close."""
+
+    made: list = []
+
+    def __init__(self, *, engine_seed, batch_size):
+        self.calls, self.closed = 0, False
+        Standin.made.append(self)
+
+    def __call__(self, model, tokenizer, prompts, **kw):
+        self.calls += 1
+        return generate(model, tokenizer, prompts, **kw)
+
+    def close(self):
+        self.closed = True
+
+
+def test_vllm_backend_samples_with_the_engine_sampler_and_closes_it(monkeypatch):
+    monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)
+    tok, task = build_char_tokenizer(), FirstCharTask()
+    model = tiny_random_qwen2(len(tok), seed=1)
+    kw = dict(n=4, temperature=0.6, ks=(1, 4), seed=3, progress=False)
+    got = evaluate(model, tok, task, task.examples(), backend="vllm", **kw)
+    want = evaluate(model, tok, task, task.examples(), **kw)  # the stand-in draws what `generate` draws
+    (made,) = Standin.made
+    assert made.calls == 2 and made.closed  # one sampling call, one greedy call
+    pd.testing.assert_frame_equal(got.table, want.table)
+
+
+def test_unknown_backend_and_missing_extra():
+    tok, task = build_char_tokenizer(), FirstCharTask()
+    model = tiny_random_qwen2(len(tok), seed=1)
+    with pytest.raises(ValueError, match="backend must be 'local' or 'vllm', got 'tpu'"):
+        evaluate(model, tok, task, task.examples(), backend="tpu", progress=False)
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ImportError, match="vllm"):
+            evaluate(model, tok, task, task.examples(), n=2, ks=(1,), backend="vllm", progress=False)

@@ -1,0 +1,134 @@
+"""GRPO that fits a GPU: chunked log-probs (grpo.logprobs), gradient checkpointing, the memory estimate and its
+refusal (grpo.memory). The estimate is compared with no measured GPU peak here (no GPU): scripts/gpu_check.py
+prints both on a GPU machine."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.logprobs import chunked_completion_logprobs
+from esreason_lib.grpo.loop import fit_check
+from esreason_lib.grpo.memory import GIB, HEADROOM, check_grpo_fits, grpo_memory
+from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.hf_compat import is_checkpointing, set_checkpointing
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.studies.presets import get_preset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import gpu_check  # noqa: E402
+
+H200 = 141 * 10**9  # bytes (NVIDIA's 141 GB); torch reports ~139.8 GiB
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    ro = generate(model, tok, ["12+3=", "A longer prompt>"], n=3, max_new_tokens=9, seed=1)
+    return model, ro
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 1000])
+def test_chunked_logprobs_equal_the_full_ones_with_gradients(rollout, chunk):
+    model, ro = rollout
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    full, _ = completion_logprobs(model, *args, temperature=0.7)
+    full.sum().backward()
+    want = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    got = chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk)
+    got.sum().backward()
+    torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-5)
+    assert (got[~ro.completion_mask] == 0).all()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[k], rtol=1e-4, atol=1e-6, msg=k)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk), got.detach())
+    with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):
+        chunked_completion_logprobs(model, *args, chunk=0)
+
+
+def test_checkpointing_and_chunks_give_the_same_update(tmp_path):
+    from test_grpo import _step_once  # noqa: PLC0415 - the tiny GRPO step of the GRPO tests
+
+    plain, m_plain = _step_once(sgd=True)
+    lean, m_lean = _step_once(sgd=True, logit_chunk=2)
+    for (name, a), b in zip(plain.named_parameters(), lean.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    assert m_lean["loss/policy"] == pytest.approx(m_plain["loss/policy"], abs=1e-6)
+    for bad in ({"logit_chunk": 0}, {"gradient_checkpointing": 1}):
+        with pytest.raises(ValueError, match=f"GRPOConfig.{next(iter(bad))}"):
+            GRPOConfig(**bad)
+
+
+def test_train_grpo_with_gradient_checkpointing_matches_without(tmp_path):
+    from test_grpo import ParenTask, paren_config  # noqa: PLC0415
+
+    tok = build_char_tokenizer()
+    runs = []
+    for ckpt in (False, True):
+        model = tiny_random_qwen2(len(tok), seed=0)
+        cfg = paren_config(iterations=2, gradient_checkpointing=ckpt)
+        runs.append(train_grpo_params(cfg, model, tok, ParenTask(), tmp_path / str(ckpt)))
+        assert not is_checkpointing(model)  # handed back as it came
+    for k in runs[0]:
+        torch.testing.assert_close(runs[0][k], runs[1][k], rtol=0, atol=0, msg=k)  # recomputation is exact on CPU
+
+
+def test_checkpointing_switch(rollout):
+    model, _ = rollout
+    set_checkpointing(model, True)
+    assert is_checkpointing(model)
+    set_checkpointing(model, False)
+    assert not is_checkpointing(model)
+
+
+def train_grpo_params(cfg, model, tok, task, home):
+    from esreason_lib.grpo.loop import train_grpo
+
+    train_grpo(cfg, model=model, tokenizer=tok, task=task, home=home, progress=False)
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def _paper_model():
+    """Qwen2.5-1.5B's shape with its 151,936-token vocabulary on the meta device (no memory)."""
+    from transformers import Qwen2ForCausalLM
+
+    from esreason_lib.models.zoo import qwen2_config
+
+    config = qwen2_config(151_936, max_position_embeddings=4096, **gpu_check.SHAPES["qwen2.5-1.5b"])
+    with torch.device("meta"):
+        return Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
+
+
+def test_paper_easy_estimate_fits_one_h200():
+    cfg = get_preset("paper-easy").grpo
+    est = check_grpo_fits(cfg, _paper_model(), prompt_tokens=256, device_bytes=H200)
+    print("paper-easy GRPO estimate (GiB):", {k: round(v, 1) for k, v in est.items()})
+    assert est["total"] <= HEADROOM * H200 / GIB
+    assert cfg.gradient_checkpointing and cfg.logit_chunk
+    hard = get_preset("paper-hard").grpo
+    print("paper-hard GRPO estimate (GiB):", {k: round(v, 1) for k, v in grpo_memory(
+        hard, _paper_model(), prompt_tokens=512, device_bytes=H200).items()})
+
+
+def test_a_too_large_micro_batch_is_refused_naming_the_knob():
+    cfg = dataclasses.replace(get_preset("paper-easy").grpo, micro_batch_size=512)
+    with pytest.raises(ValueError, match=r"set micro_batch_size=\d+ \(now 512\)") as err:
+        check_grpo_fits(cfg, _paper_model(), prompt_tokens=256, device_bytes=H200)
+    assert "\n" not in str(err.value)
+    small = dataclasses.replace(cfg, micro_batch_size=1, gradient_checkpointing=False, logit_chunk=None)
+    with pytest.raises(ValueError, match="no single knob fits it"):
+        check_grpo_fits(small, _paper_model(), prompt_tokens=256, device_bytes=8 * GIB)
+
+
+def test_fit_check_runs_on_cuda_models_only(rollout):
+    model, _ = rollout
+    assert fit_check(GRPOConfig(), model, build_char_tokenizer(), ["12+3="]) is None
