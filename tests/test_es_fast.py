@@ -72,6 +72,6 @@ def test_fast_is_registered_and_greedy_only(setup):
 
 
 def test_agreement_figures():
-    assert agreement([["a", "b"], ["c", "d"]], [["a", "b"], ["c", "x"]], [1, 2], [1, 2]) == (0.75, 1.0)
+    assert agreement([["a", "b"], ["c", "d"]], [["a", "b"], ["c", "x"]], [1, 2], [1, 2]) == pytest.approx((0.75, 1.0))
     assert agreement([["a"]], [["a"]], [0.5, 0.5], [0.5, 0.5])[1] == 1.0
     assert agreement([["a"]], [["a"]], [3, 2, 1], [1, 2, 3])[1] == pytest.approx(-1.0)
