@@ -57,6 +57,39 @@ def test_fast_agrees_with_sequential_over_es_steps(setup):
     assert min(rhos) >= 0.99, rhos
 
 
+class _Ragged:
+    """A Countdown task whose prompts drop 0-5 leading characters, so that prompts are left-padded (the masked
+    prefill and decode kernels)."""
+
+    def __init__(self, task):
+        self.task, self.stop, self.max_new_tokens = task, task.stop, task.max_new_tokens
+
+    def prompt(self, example, tokenizer=None):
+        return self.task.prompt(example, tokenizer)[int(example["id"].encode().hex(), 16) % 6:]
+
+    def reward(self, completion, example):
+        return float(len(completion))
+
+    def is_correct(self, completion, example):
+        return self.task.is_correct(completion, example)
+
+
+def test_fast_agrees_with_sequential_on_padded_prompts(setup):
+    model, tok, task, examples = setup
+    ragged, sigma = _Ragged(task), 1e-2
+    assert len({len(ragged.prompt(e)) for e in examples}) > 1
+    pop = ES(ESConfig(population_size=8, antithetic=True, sigma=sigma), model).ask()
+    reference = []
+    for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
+        with perturbed(named_params(model), s, sign, sigma):
+            reference.append(_greedy(model, tok, ragged, examples))
+    fast = FastBackend(ragged, tok, sigma=sigma)
+    same, rho = agreement(fast.completions(model, pop, examples), reference,
+                          fast(model, pop, examples, iteration=0).rewards,
+                          SequentialBackend(ragged, tok, sigma=sigma)(model, pop, examples, iteration=0).rewards)
+    assert same >= 0.995 and rho >= 0.99, (same, rho)
+
+
 def _greedy(model, tok, task, examples) -> list[str]:
     """The sequential path's completions (`base.score_examples`'s generate call)."""
     ro = generate(model, tok, [task.prompt(e, tok) for e in examples], greedy=True,
