@@ -6,7 +6,7 @@ compaction) with its own forward, `_FastPopulation`, which trades bit-identity f
 - every linear layer is one `bmm` over the whole [N, R] row grid, padded rows included (`batched` groups members
   by running row count so that each member's gemm has the sequential path's shape);
 - each RMSNorm weight is folded into the next linear layer's weight (W_i diag(g_i)), and the final one into the
-  output head; the norm itself is `F.rms_norm`;
+  output head; the norm itself is `F.rms_norm`; the attention's 1 / sqrt(D) is folded into the q weights;
 - rotary embeddings are folded into the q|k projection: the fused weight also outputs rotate_half(q) and
   rotate_half(k) (rows permuted and negated), so rotary is q * cos + q_rot * sin on one [rows, (heads + kv) D] slab;
 - the residual adds are fused into the o_proj and down_proj gemms (`baddbmm(x, ...)`);
@@ -52,7 +52,8 @@ def fast_weights(model, weights: dict[str, torch.Tensor]) -> list:
     """From `member_weights` stacks ([N, *shape] per name): [embedding [N, V, d], head [N, d, V] (final norm
     folded in), then per layer (qkv weight [N, d, 2 (H + KV) D + KV D] (input norm folded in), its bias
     [N, 1, 2 (H + KV) D + KV D], o_proj [N, H D, d], gate and up [N, d, I] (post-attention norm folded in),
-    down_proj [N, I, d])]: each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v."""
+    down_proj [N, I, d])]: each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v;
+    the q columns carry the attention's 1 / sqrt(D) scale."""
     name = {id(p): n for n, p in model.named_parameters()}
     w = lambda t: weights[name[id(t)]]  # noqa: E731
     net = model.model
@@ -61,8 +62,8 @@ def fast_weights(model, weights: dict[str, torch.Tensor]) -> list:
     for layer in net.layers:
         att, mlp = layer.self_attn, layer.mlp
         d = att.head_dim
-        q, k, v = (w(att.q_proj.weight), w(att.k_proj.weight), w(att.v_proj.weight))
-        bq, bk, bv = (w(att.q_proj.bias), w(att.k_proj.bias), w(att.v_proj.bias))
+        q, k, v = (w(att.q_proj.weight) * att.scaling, w(att.k_proj.weight), w(att.v_proj.weight))
+        bq, bk, bv = (w(att.q_proj.bias) * att.scaling, w(att.k_proj.bias), w(att.v_proj.bias))
         g1, g2 = (w(layer.input_layernorm.weight)[:, None, :], w(layer.post_attention_layernorm.weight)[:, None, :])
         out.append((t(torch.cat([q, k, _rotated(q, d), _rotated(k, d), v], 1) * g1),
                     torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :],
@@ -75,20 +76,20 @@ def _qkv(x, cos, sin, qkv_w, qkv_b, *, rows: int, heads: int, kv_heads: int, hea
     """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R)."""
     length, qk_width = x.shape[0] * x.shape[1] // rows, (heads + kv_heads) * head_dim
     y = torch.baddbmm(qkv_b, F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w)  # [n, R*L, 2QK + V]
-    qk = y[..., :qk_width] * cos + y[..., qk_width: 2 * qk_width] * sin  # [n, R*L, (H + KV) D]
+    qk = torch.addcmul(y[..., :qk_width] * cos, y[..., qk_width: 2 * qk_width], sin)  # [n, R*L, (H + KV) D]
     q = qk[..., : heads * head_dim].reshape(rows, length, kv_heads, heads // kv_heads, head_dim)
     k = qk[..., heads * head_dim:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
     return q, k, y[..., 2 * qk_width:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
 
 
-def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float, scale: float):
-    """The rest of a decoder layer: attention of queries q [rows, L, KV, g, D] over keys, values [rows, KV, T, D]
-    (bias: None or additive [rows, 1, L, T]), o_proj, MLP and both residuals on x [n, R*L, d]."""
+def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float):
+    """The rest of a decoder layer: attention of (pre-scaled) queries q [rows, L, KV, g, D] over keys, values
+    [rows, KV, T, D] (bias: None or additive [rows, 1, L, T]), o_proj, MLP and both residuals on x [n, R*L, d]."""
     rows, length, kv_heads, group, head_dim = q.shape
     q = q.permute(0, 2, 3, 1, 4).reshape(rows, kv_heads, group * length, head_dim)  # [rows, KV, g*L, D]
-    s = torch.matmul(q, keys.transpose(-1, -2)) * scale  # [rows, KV, g*L, T]
+    s = torch.matmul(q, keys.transpose(-1, -2))  # [rows, KV, g*L, T]
     if bias is not None:
-        s = s + bias.view(rows, 1, 1, length, -1).expand(-1, kv_heads, group, -1, -1).reshape(s.shape)
+        s.view(rows, kv_heads, group, length, -1).add_(bias.view(rows, 1, 1, length, -1))
     o = torch.matmul(_softmax(s), values)  # [rows, KV, g*L, D]
     o = o.view(rows, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4).reshape(x.shape[0], x.shape[1], -1)
     x = torch.baddbmm(x, o, o_w)  # residual fused into the gemm
@@ -116,7 +117,7 @@ class _FastPopulation:
         """Token positions per member chunk of a forward."""
         self.model, self.capacity, self.fused = model, capacity, fused
         att = model.model.layers[0].self_attn
-        self.eps, self.scale = model.model.layers[0].input_layernorm.variance_epsilon, att.scaling
+        self.eps = model.model.layers[0].input_layernorm.variance_epsilon
         self.shape = dict(heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=att.head_dim)
         self.cache: list[list[torch.Tensor]] = []
         """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
@@ -169,7 +170,7 @@ class _FastPopulation:
                 q, bias = q[:, -1:], None if bias is None else bias[:, :, -1:]
                 length = 1
             x = _mix(x, q, keys[:, :, :end], values[:, :, :end], bias, o_w[members], gate_w[members],
-                         up_w[members], down_w[members], eps=self.eps, scale=self.scale)
+                         up_w[members], down_w[members], eps=self.eps)
         last = x.view(n, width, length, -1)[:, :, -1]  # [n, R, d]
         h = F.rms_norm(last, (last.shape[-1],), eps=net.norm.variance_epsilon)
         return torch.bmm(h, head)  # [n, R, V]
