@@ -171,6 +171,13 @@ def _decode_samples(stored: pd.DataFrame, ids: list[str], n: int) -> pd.DataFram
                          "answer": answers, "correct": stored["correct"].astype(bool).to_numpy()})
 
 
+def _verdict(task, text: str, example: dict) -> tuple:
+    """(reward, correct, extracted answer, canonical answer when correct else None) of one completion."""
+    ok = bool(task.is_correct(text, example))
+    canonical = task.canonical_answer(text, example) if ok else None
+    return task.reward(text, example), ok, task.extract_answer(text), canonical
+
+
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
              progress=True, backend="local") -> EvalResult:
@@ -239,18 +246,20 @@ def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature,
                       batch_size=batch_size)
         lengths = ro.completion_mask.sum(1).cpu().numpy()  # [b]
         ent_rows = ro.entropies.double().sum(1).cpu().numpy()  # [b]
+        verdicts: dict[tuple[int, str], tuple] = {}  # (problem, completion) -> its scores: samples often repeat
         for j, (text, p) in enumerate(zip(ro.completions, ro.prompt_index())):
             q = s + int(p)
-            ex = examples[q]
             token_count[q] += lengths[j]
             entropy_sum[q] += ent_rows[j]
-            reward_sum[q] += task.reward(text, ex)
-            ok = bool(task.is_correct(text, ex))
-            sample_answers[q].append(task.extract_answer(text))
+            if (q, text) not in verdicts:
+                verdicts[q, text] = _verdict(task, text, examples[q])
+            reward, ok, answer, canonical = verdicts[q, text]
+            reward_sum[q] += reward
+            sample_answers[q].append(answer)
             sample_correct[q].append(ok)
             if ok:
                 c[q] += 1
-                answers[q].add(task.canonical_answer(text, ex))
+                answers[q].add(canonical)
     distinct = np.array([len(a - {None}) for a in answers], dtype=np.int64)
     greedy_correct = np.full(P, np.nan, dtype=object)
     if greedy:

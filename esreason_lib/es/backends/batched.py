@@ -187,11 +187,12 @@ class _Qwen2Population:
 
 
 @torch.no_grad()
-def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_tokens: int, stop: str | None, pad: int,
-                       eos: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding of one chunk of prompts (`ids`, `mask` [b, Lp], one row per prompt) by every member,
-    mirroring `generation._decode_chunk` member by member. Returns (tokens, valid), each [N, b, T]."""
-    n, (b, lp), device = fused[0][0].shape[0], ids.shape, ids.device
+def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_tokens: int, stop: str | None,
+                       pad: int, eos: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding of one chunk of prompts (`ids`, `mask` [b, Lp], one row per prompt) by the `n` members,
+    mirroring `generation._decode_chunk` member by member; `forward` is a fresh `_Qwen2Population` (or one with
+    its interface) of capacity Lp + max_new_tokens. Returns (tokens, valid), each [N, b, T]."""
+    (b, lp), device = ids.shape, ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
     stop_window = len(stop) if stop else 0
     tokens = torch.full((n, b, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, b, T]
@@ -202,7 +203,6 @@ def _decode_population(model, tokenizer, weights, fused, ids, mask, *, max_new_t
     attn = torch.zeros((n, b, lp + max_new_tokens), dtype=torch.bool, device=device)  # [N, R, Lmax]
     attn[:, :, :lp] = mask
     pos = mask_positions(mask)  # [b, Lp]
-    forward = _Qwen2Population(model, weights, fused, lp + max_new_tokens)
     shape_only = torch.empty((b, lp, model.config.hidden_size), dtype=model.dtype, device=device)  # [b, Lp, d]
     prefill_mask = causal_mask(config=model.config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
                                position_ids=pos)  # None or [b, 1, Lp, Lp], as the sequential prefill gets
@@ -287,17 +287,29 @@ class BatchedBackend:
         """name -> every member's version of the tensor for the batched forward: `member_weights` stacks."""
         return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
 
-    def completions(self, model, population, examples: list[dict]) -> list[list[str]]:
-        """[N][P] each member's greedy completion of each example's prompt (cut after the task's stop)."""
+    def check_model(self, model) -> None:
+        """Raise unless `model` is one this backend's forward implements."""
         if not isinstance(model, Qwen2ForCausalLM):
             raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
                             "(use ESConfig.backend='sequential')")
+
+    def prepare(self, model, weights: dict) -> list:
+        """The per-layer weights the forward takes, from the `stacked_weights` stacks: `fuse_weights`."""
+        return fuse_weights(model, weights)
+
+    def population(self, model, weights, fused, capacity: int) -> _Qwen2Population:
+        """A fresh forward over the population (with an empty KV cache of `capacity` positions)."""
+        return _Qwen2Population(model, weights, fused, capacity)
+
+    def completions(self, model, population, examples: list[dict]) -> list[list[str]]:
+        """[N][P] each member's greedy completion of each example's prompt (cut after the task's stop)."""
+        self.check_model(model)
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
         encoded = encode_texts(self.tokenizer, prompts, "prompts")  # once for the whole population
         pad, eos = special_ids(model, self.tokenizer)
         params = named_params(model)
         weights = self.stacked_weights(params, population)
-        fused = fuse_weights(model, weights)
+        fused = self.prepare(model, weights)
         n, p = len(population), len(examples)
         texts: list[list[str]] = [[] for _ in range(n)]
         was_training = model.training
@@ -305,7 +317,8 @@ class BatchedBackend:
         try:
             for start in range(0, p, self.batch_size):
                 ids, mask = left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
-                tokens, valid = _decode_population(model, self.tokenizer, weights, fused, ids, mask,
+                forward = self.population(model, weights, fused, ids.shape[1] + self.max_new_tokens)
+                tokens, valid = _decode_population(model, self.tokenizer, forward, n, ids, mask,
                                                    max_new_tokens=self.max_new_tokens, stop=self.task.stop,
                                                    pad=pad, eos=eos)  # [N, b, T]
                 width = max(int(valid.sum(2).max()), 1)

@@ -1,0 +1,161 @@
+"""The fast population path, threads and training cost, side by side in one run (a script, not a test):
+
+    .venv/bin/python benchmarks/bench_fast.py fast      # sequential / fast population (N = 8, 16, 32) + agreement
+    .venv/bin/python benchmarks/bench_fast.py flops     # model FLOP/s of a fast step / 1-thread fp32 matmul peak
+    .venv/bin/python benchmarks/bench_fast.py threads   # 1 vs 2 torch threads: ES step, GRPO sampling and backward
+    .venv/bin/python benchmarks/bench_fast.py training  # a tiny-preset ES (batched, fast) and GRPO iteration
+
+Same inputs as `bench_es.py` (qwen2-s-habit, 128 Countdown train prompts, antithetic populations, greedy, one
+thread unless stated). The `threads` rows compare wall time (process CPU time counts both threads), so they need
+an otherwise idle machine; `training` times `--iterations` iterations of each run and scales them to the preset's
+150 (checkpoints and the final save excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from bench_es import _best, _inputs, _peak_matmul_flops, _population
+
+GOALS = {"fast": ">= 4 at N=32; rows >= 0.995, Spearman >= 0.99", "flops": ">= 0.40",
+         "threads": "adopt 2 threads if > 1", "training": "none (a cost)"}
+
+
+def fast(args) -> list[str]:
+    """Sequential vs fast population evaluation at each N, with the fast path's agreement with sequential."""
+    from esreason_lib.es.backends.fast import FastBackend, agreement
+    from esreason_lib.es.backends.sequential import SequentialBackend
+    from esreason_lib.es.noise import perturbed
+    from esreason_lib.models.generation import generate
+    from esreason_lib.models.weights import named_params
+
+    model, tok, task, ex = _inputs(args.model, args.prompts)
+    seq, fst = SequentialBackend(task, tok, sigma=args.sigma), FastBackend(task, tok, sigma=args.sigma)
+    rows = []
+    for n in args.populations:
+        _, pop = _population(n, args.sigma, model)
+        out = {}
+        t = _best({"sequential": lambda: out.__setitem__("s", seq(model, pop, ex, iteration=0)),
+                   "fast": lambda: out.__setitem__("f", fst(model, pop, ex, iteration=0))}, args.repeats)
+        reference = []
+        for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):  # the sequential path's completions
+            with perturbed(named_params(model), s, sign, args.sigma):
+                reference.append(generate(model, tok, [task.prompt(e, tok) for e in ex], greedy=True,
+                                          max_new_tokens=task.max_new_tokens, stop=task.stop).completions)
+        same, rho = agreement(fst.completions(model, pop, ex), reference, out["f"].rewards, out["s"].rewards)
+        rows.append(f"| fast | sequential / fast population (N={n}, P={len(ex)}); completions equal on {same:.4f} "
+                    f"of rows, member rewards Spearman {rho:.4f} | {t['sequential']:.3f} s / {t['fast']:.3f} s | "
+                    f"**{t['sequential'] / t['fast']:.2f}x** | {GOALS['fast']} |")
+    return rows
+
+
+def flops(args) -> list[str]:
+    """Model FLOPs of a fast population step per second of its CPU time, against the fp32 matmul peak."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from esreason_lib.es.backends.fast import FastBackend
+
+    model, tok, task, ex = _inputs(args.model, args.prompts)
+    fst = FastBackend(task, tok, sigma=args.sigma)
+    _, pop = _population(max(args.populations), args.sigma, model)
+    with FlopCounterMode(display=False) as counter:
+        fst(model, pop, ex, iteration=0)
+    total, peak = counter.get_total_flops(), _peak_matmul_flops()
+    step = _best({"step": lambda: fst(model, pop, ex, iteration=0)}, args.repeats)["step"]
+    return [f"| flops | fast step (N={len(pop)}, P={len(ex)}): {total / 1e9:.2f} GFLOP in {step:.3f} s vs fp32 "
+            f"2048^2 matmul | {total / step / 1e9:.1f} / {peak / 1e9:.1f} GFLOP/s | **{total / step / peak:.3f}** | "
+            f"{GOALS['flops']} |"]
+
+
+def threads(args) -> list[str]:
+    """Wall time at 1 and 2 torch threads (alternated, best of the repeats) of a batched and a fast ES population
+    step (N=16, the tiny preset's), GRPO sampling of 128 x 8 completions, and their logprob forward + backward."""
+    from esreason_lib.es.backends.batched import BatchedBackend
+    from esreason_lib.es.backends.fast import FastBackend
+    from esreason_lib.models.generation import completion_logprobs, generate
+
+    model, tok, task, ex = _inputs(args.model, args.prompts)
+    _, pop = _population(16, args.sigma, model)
+    bat, fst = BatchedBackend(task, tok, sigma=args.sigma), FastBackend(task, tok, sigma=args.sigma)
+    prompts = [task.prompt(e, tok) for e in ex]
+    sample = lambda: generate(model, tok, prompts, n=8, max_new_tokens=task.max_new_tokens, stop=task.stop)  # noqa: E731
+    ro = sample()
+
+    def backward():
+        logp, _ = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+        logp.sum().backward()
+        model.zero_grad()
+
+    fns = {"batched ES step (N=16)": lambda: bat(model, pop, ex, iteration=0),
+           "fast ES step (N=16)": lambda: fst(model, pop, ex, iteration=0),
+           "GRPO sampling (128 x 8)": sample, "GRPO logprobs + backward (128 x 8)": backward}
+    best = {(k, n): float("inf") for k in fns for n in (1, 2)}
+    for _ in range(args.repeats):
+        for k, fn in fns.items():
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                t0 = time.perf_counter()
+                fn()
+                best[k, n] = min(best[k, n], time.perf_counter() - t0)
+    torch.set_num_threads(1)
+    return [f"| threads | {k}: wall time at 1 / 2 threads | {best[k, 1]:.3f} s / {best[k, 2]:.3f} s | "
+            f"**{best[k, 1] / best[k, 2]:.2f}x** | {GOALS['threads']} |" for k in fns]
+
+
+def training(args) -> list[str]:
+    """Seconds per iteration (median of `--iterations`, from the runs' time/step_s) of the tiny
+    preset's ES run (batched and fast backends) and GRPO run, and that scaled to the preset's iterations."""
+    from esreason_lib.es.loop import train_es
+    from esreason_lib.grpo.loop import train_grpo
+    from esreason_lib.studies.presets import get_preset
+
+    preset, rows = get_preset("tiny"), []
+    runs = {"ES (backend=batched)": (train_es, dataclasses.replace(preset.es, backend="batched")),
+            "ES (backend=fast)": (train_es, dataclasses.replace(preset.es, backend="fast")),
+            "GRPO": (train_grpo, preset.grpo)}
+    for label, (train, config) in runs.items():
+        with tempfile.TemporaryDirectory() as home:
+            short = dataclasses.replace(config, iterations=args.iterations, checkpoint_every=0)
+            t0 = time.perf_counter()
+            run = train(short, home=home, progress=False)
+            wall = (time.perf_counter() - t0) / args.iterations
+            per = float(np.median(run.metrics()["time/step_s"].dropna()))
+        rows.append(f"| training | tiny {label}: s / iteration (median of {args.iterations}; with loading and "
+                    f"saving {wall:.2f}) x {config.iterations} iterations | {per:.2f} s x {config.iterations} | "
+                    f"**{per * config.iterations / 60:.1f} min** | {GOALS['training']} |")
+    return rows
+
+
+BENCHMARKS = {"fast": fast, "flops": flops, "threads": threads, "training": training}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("which", choices=sorted(BENCHMARKS))
+    ap.add_argument("--model", default="qwen2-s-habit")
+    ap.add_argument("--prompts", type=int, default=128, help="P: prompts per ES step")
+    ap.add_argument("--populations", type=int, nargs="+", default=[8, 16, 32], help="N values of fast")
+    ap.add_argument("--sigma", type=float, default=1e-2, help="the tiny preset's sigma")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=4, help="iterations timed by training")
+    return ap
+
+
+def main(argv=None) -> None:
+    from bench_es import HEADER
+
+    args = parser().parse_args(argv)
+    torch.set_num_threads(1)
+    print(HEADER)
+    for line in BENCHMARKS[args.which](args):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
