@@ -62,7 +62,7 @@ class RunSettings:
     snapshot_every: int = field(default=0, metadata=ADDED_OPTION)
     """Keep the model's weights every this many iterations under `snapshots/step-XXXXXX/` (save_pretrained; never
     deleted, unlike checkpoints), for evaluation along the training path (notebook 01's frontier); 0 = none."""
-    keep_checkpoints: bool = field(default=False, metadata=execution())
+    keep_checkpoints: bool = field(default=False, metadata=ADDED_OPTION)
     """Keep the last checkpoints once the run is complete (default: only the final weights under model/ stay)."""
     device: str = "auto"
     """Torch device ("cpu", "cuda", "cuda:1", ...); "auto" picks cuda when available."""

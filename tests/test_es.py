@@ -399,7 +399,7 @@ def test_train_es_named_task_bf16_uses_config_shaping(tiny, tmp_path, monkeypatc
     monkeypatch.setattr(backends, "score_examples", spy)
     cfg = ESConfig(model="tiny-random", task="countdown", population_size=4, sigma=0.02, alpha=0.01, iterations=2,
                    prompts_per_step=2, max_new_tokens=3, reward_formatted=0.25, dtype="bfloat16",
-                   checkpoint_every=1, device="cpu")
+                   checkpoint_every=1, device="cpu", keep_checkpoints=True)
     run = train_es(cfg, model=make(), tokenizer=tok, home=tmp_path, progress=False)
     assert run.is_complete() and len(run.metrics()) == 2
     assert seen and all(t.name == "countdown" and t.shaping.formatted == 0.25 and d == torch.bfloat16 for t, d in seen)

@@ -239,7 +239,9 @@ def _tiny_model():
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
-    return tiny_random_qwen2(len(tok), seed=0), tok
+    model = tiny_random_qwen2(len(tok), seed=0)
+    model.config.max_position_embeddings = 1024  # rotary positions: the paper's prompts are longer than 64 chars
+    return model, tok
 
 
 @pytest.mark.parametrize("name", ["paper-easy", "paper-hard"])

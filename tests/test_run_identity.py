@@ -41,7 +41,8 @@ def test_es_and_grpo_identities_ignore_how_they_are_computed():
 
 
 def _complete(run: Run) -> None:
-    (run.path / "model").mkdir(exist_ok=True)
+    run.model_dir.mkdir(exist_ok=True)
+    (run.model_dir / "model.safetensors").write_bytes(b"weights")
     run.finish()
 
 

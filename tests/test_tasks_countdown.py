@@ -245,3 +245,13 @@ def test_four_numbers():
     for e in exs:
         assert len(e["numbers"]) == 4 and task.reward(task.demonstration(e, rng), e) == 1.0
     assert task.prompt(exs[0]).count(" ") == 3
+
+
+def test_num_count_beyond_four_fails_fast_naming_the_field():
+    import pytest as _pytest
+
+    from esreason_lib.tasks import get_task
+
+    for bad in (1, 5, 6):
+        with _pytest.raises(ValueError, match=f"num_count must be 2, 3 or 4.*got {bad}"):
+            get_task("countdown", num_count=bad)

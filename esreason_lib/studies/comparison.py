@@ -52,8 +52,6 @@ from esreason_lib.studies.frontier import choose_matched_arm, matched
 from esreason_lib.studies.controls import final_drift, noise_control
 from esreason_lib.training import snapshot_refs
 
-METHODS = ("grpo", "es")
-"""The trained methods, in display order (after the base)."""
 BASE_SEED = -1
 """The `seed` value of the base model's rows (it has no training seed)."""
 STEP_FIELDS = {"es": "alpha", "grpo": "lr"}

@@ -69,8 +69,9 @@ class Countdown(Task):
         if protocol not in ("strict", "tinyzero"):
             raise ValueError(f"protocol must be 'strict' or 'tinyzero', got {protocol!r}")
         self.protocol = protocol
-        if num_count not in (2, 3, 4, 5):
-            raise ValueError(f"num_count must be 2..5 (the paper uses 3 or 4), got {num_count!r}")
+        if num_count not in (2, 3, 4):
+            raise ValueError(f"num_count must be 2, 3 or 4 (the paper uses 3 or 4; generating problems with 5 numbers "
+                             f"takes minutes), got {num_count!r}")
         if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
             raise ValueError(f"need integers 1 <= low <= high, got low={low!r}, high={high!r}")
         if not (isinstance(max_target, int) and max_target >= 1):
