@@ -1,1 +1,1 @@
-"""GRPO, the gradient baseline: config, the pure loss functions, the update, vLLM rollouts and the training loop."""
+"""GRPO, the gradient baseline: config, the pure loss functions, vLLM rollouts, and the loop (update, step, run)."""
