@@ -265,8 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line. Bad input (ValueError), a missing extra (ImportError), a result that
     `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a notebook that raised (`NotebookError`, with the
     notebook's own error line) and file-system or start-up failures (OSError: read-only or full disk, a path that
-    is a file, Ray not starting in time) are one `esreason: error:` line on stderr and exit status 2, never a
+    is a file, Ray not starting in time; safetensors' own write errors) are one `esreason: error:` line on stderr and exit status 2, never a
     traceback."""
+    from safetensors import SafetensorError
+
     from esreason_lib.notebooks import NotebookError
     from esreason_lib.store.runs import MissingResult
 
@@ -277,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return args.func(args)
         except (ValueError, ImportError, MissingResult, NotebookError) as err:  # one clear line, no traceback
             print(f"esreason: error: {err}", file=sys.stderr)
+        except SafetensorError as err:  # e.g. a full disk while safetensors writes the final model
+            print(f"esreason: error: saving a model failed: {str(err).splitlines()[0]}", file=sys.stderr)
         except OSError as err:
             where = f": {err.filename}" if err.filename else ""
             why = err.strerror or (os.strerror(err.errno) if err.errno else str(err))

@@ -336,3 +336,21 @@ def test_ray_start_up_is_retried_then_one_line(monkeypatch):
     with pytest.raises(TimeoutError, match=r"^Ray did not start after 2 attempts \(The current node timed out "
                                            r"during startup\. .*\); the machine may be overloaded"):
         ray_actors.start_ray()
+
+
+def test_a_full_disk_inside_safetensors_is_one_line(trained, store, monkeypatch, capsys):
+    """safetensors reports its own I/O errors (a full disk during the final save) as SafetensorError, no OSError."""
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    def full(self, *args, **kwargs):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full)  # the base is built: only the final save fails
+    capsys.readouterr()
+    assert main(["train", "es", "--preset", "smoke", "--set", "iterations=1", "--set", "seed=11"]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("esreason:")]  # the rest is the progress bar
+    assert len(errors) == 1 and "Traceback" not in err
+    assert re.match(r"esreason: error: saving a model failed: Error while serializing: IoError.*StorageFull", errors[0])
