@@ -208,9 +208,11 @@ def test_disk_full_is_one_line_and_loses_nothing(trained, store, monkeypatch, ca
                                     r"encode \d+ character\(s\) of its prompts/answers"),
     (["es", "--backend", "vllm"], r"ESConfig\.backend='vllm' needs the `vllm` extra"),
 ])
-def test_sizes_and_missing_extras_fail_fast_in_one_line(argv, pattern, home, capsys, monkeypatch):
+def test_sizes_and_missing_extras_fail_fast_in_one_line(argv, pattern, home, capsys, monkeypatch, request):
     from esreason_lib.models.pretrain import pretrain
 
+    if "task=gsm8k" in argv:
+        request.getfixturevalue("shared_data")  # GSM8K's rows come from ../shared/data (skips where it is absent)
     pretrain("smoke", progress=False)  # the base, built quietly (its zoo run is the only directory allowed)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else _find_spec(name, *a))
     capsys.readouterr()
