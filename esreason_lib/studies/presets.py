@@ -4,7 +4,8 @@
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
 - `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
 - `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (<= ~2 h in two shards; not run yet).
-- `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters (GPUs).
+- `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
+  (`GSM8K(protocol="artifact")`) (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs).
 Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.6 (Pass@K and Maj@K for
@@ -214,7 +215,7 @@ PRESETS: dict[str, Preset] = {
                             shaping_alphas=_TINY_SHAPING_ALPHAS, **_SCALING_DELTAS),
         splits=COUNTDOWN),
     "paper-easy": _make(
-        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={},
+        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={"protocol": "artifact"},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
         es=dict(iterations=234, greedy=True, max_new_tokens=512, **_PAPER_ES),
         grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
