@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from esreason_lib.store.integrity import MAGIC, CorruptFileError, atomic_write, check_regular
+from esreason_lib.store.integrity import MAGIC, CorruptFileError, atomic_write, check_header, check_regular
 
 _BLOCK = 1 << 20
 
@@ -99,15 +99,9 @@ def read_checkpoint(path: Path, identity: dict) -> dict:
             header = json.loads(fh.readline(1 << 16))
         except (json.JSONDecodeError, UnicodeDecodeError):
             header = None
-        if not isinstance(header, dict):
-            raise CorruptFileError("unreadable header")
-        for key, value in identity.items():
-            if header.get(key) != value:
-                raise CorruptFileError(f"it belongs to {key}={header.get(key)!r}, not {value!r}")
         offset = fh.tell()
         size = os.fstat(fh.fileno()).st_size - offset
-        if header.get("size") != size:
-            raise CorruptFileError(f"payload is {size} bytes, the header says {header.get('size')!r} (truncated?)")
+        check_header(header, identity, size)
         if _digest(fh, size) != header.get("sha256"):
             raise CorruptFileError("payload does not match its sha256 (modified or corrupted)")
         try:

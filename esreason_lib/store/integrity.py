@@ -203,6 +203,17 @@ def seal(payload: bytes, identity: dict) -> bytes:
     return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
 
 
+def check_header(header, identity: dict, size: int) -> None:
+    """CorruptFileError unless `header` is a dict that matches `identity` and records a payload of `size` bytes."""
+    if not isinstance(header, dict):
+        raise CorruptFileError("unreadable header")
+    for key, value in identity.items():
+        if header.get(key) != value:
+            raise CorruptFileError(f"it belongs to {key}={header.get(key)!r}, not {value!r}")
+    if header.get("size") != size:
+        raise CorruptFileError(f"payload is {size} bytes, the header says {header.get('size')!r} (truncated?)")
+
+
 def unseal(data: bytes, identity: dict) -> bytes:
     """The payload of sealed `data`, checked against its header and against `identity`; else CorruptFileError."""
     if not data.startswith(MAGIC):
@@ -212,14 +223,7 @@ def unseal(data: bytes, identity: dict) -> bytes:
         header = json.loads(header_line) if sep else None
     except (json.JSONDecodeError, UnicodeDecodeError):
         header = None
-    if not isinstance(header, dict):
-        raise CorruptFileError("unreadable header")
-    for key, value in identity.items():
-        if header.get(key) != value:
-            raise CorruptFileError(f"it belongs to {key}={header.get(key)!r}, not {value!r}")
-    if header.get("size") != len(payload):
-        raise CorruptFileError(f"payload is {len(payload)} bytes, the header says {header.get('size')!r} "
-                               f"(truncated?)")
+    check_header(header, identity, len(payload))
     if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise CorruptFileError("payload does not match its sha256 (modified or corrupted)")
     return payload

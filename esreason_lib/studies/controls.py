@@ -89,30 +89,7 @@ def noise_control(es_run: Run, *, home=None, progress: bool = True) -> Run:
             model.save_pretrained(run.model_dir)
             tokenizer.save_pretrained(run.model_dir)
 
-    run = stored_run(CONTROL_KIND, cfg, build, seed=cfg["seed"], home=home)
-    return run
-    try:
-        norms = update_norms(es_run)
-        model, tokenizer = load_model(cfg["model"], device="cpu", dtype=DTYPES[cfg["dtype"]], home=home,
-                                      progress=progress)
-        params = named_params(model)
-        theta0_sq = sum(float(p.detach().double().pow(2).sum()) for p in params.values())
-        theta0 = {k: p.detach().clone() for k, p in params.items()}
-        snap = SimpleNamespace(snapshot_every=cfg["snapshot_every"], iterations=cfg["iterations"])
-        run.truncate_metrics(0)
-        for t, norm in enumerate(norms, start=1):
-            applied = random_step_(params, norm, cfg["seed"], t)
-            drift = math.sqrt(sum(float((p.detach().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
-                              / theta0_sq) if theta0_sq > 0 else math.nan
-            run.log(t, {"control/update_norm": applied, "control/drift_rel": drift})
-            save_snapshot(run, snap, t, model, tokenizer)
-        with quiet_transformers():
-            model.save_pretrained(run.model_dir)
-            tokenizer.save_pretrained(run.model_dir)
-        run.finish()
-    finally:
-        run.release()
-    return run
+    return stored_run(CONTROL_KIND, cfg, build, seed=cfg["seed"], home=home)
 
 
 def final_drift(run: Run, key: str) -> float:
