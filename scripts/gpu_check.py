@@ -173,7 +173,8 @@ class Checker:
         config = self.preset.config(method, **{**self.small, **kw})
         run = trainer(method)(config, model=self.fresh(), tokenizer=self.tokenizer, progress=False)
         row = run.metrics().iloc[-1]
-        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"])}
+        times = {k.removeprefix("time/"): float(row[k]) for k in row.index if k.startswith("time/") and k != "time/step_s"}
+        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"]), **times}
 
     def s_es(self) -> dict:
         out = self._train("es", population_size=self.args.population)

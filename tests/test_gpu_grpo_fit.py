@@ -132,3 +132,11 @@ def test_a_too_large_micro_batch_is_refused_naming_the_knob():
 def test_fit_check_runs_on_cuda_models_only(rollout):
     model, _ = rollout
     assert fit_check(GRPOConfig(), model, build_char_tokenizer(), ["12+3="]) is None
+
+
+def test_total_is_the_resident_memory_plus_the_largest_phase():
+    est = grpo_memory(get_preset("paper-easy").grpo, _paper_model(), prompt_tokens=256, device_bytes=H200)
+    n = 1_543_714_304  # Qwen2.5-1.5B's parameters (tied embeddings)
+    assert est["step"] == pytest.approx(4 * n / GIB) and est["gradients"] == pytest.approx(2 * n / GIB)
+    backward = est["gradients"] + est["activations"] + est["logits"]
+    assert est["total"] == pytest.approx(est["weights"] + est["optimizer"] + max(est["rollouts"], backward, est["step"]))

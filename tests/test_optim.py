@@ -64,3 +64,13 @@ def test_optimizer_step_rejects_a_mismatched_parameter_list():
     opt = master_weight_adamw(layer, lr=1e-6)
     with pytest.raises(ValueError, match="optimizer holds 1 tensors but the model has 0 trainable ones"):
         optimizer_step([], opt, None)
+
+
+def test_a_bf16_step_leaves_no_gradient_copy_behind():
+    """The bf16 gradient is released as its fp32 copy is made, and the fp32 one after the step (memory)."""
+    layer = _linear(torch.bfloat16)
+    opt = master_weight_adamw(layer, lr=1e-3)
+    (master,) = opt.param_groups[0]["params"]
+    _steps(layer, opt, 1)
+    assert layer.weight.grad is None and master.grad is None
+    assert torch.equal(layer.weight, master.to(torch.bfloat16))

@@ -1,21 +1,25 @@
 """A GRPO run's peak device memory, estimated before it starts, and the refusal of one that cannot fit.
 
-The estimate (bytes; `grpo_memory` returns GiB per term) adds what is resident at the peak of an optimiser step:
-- weights: the policy in its dtype, plus the frozen reference copy when beta > 0;
-- gradients: one per parameter in the model's dtype;
-- optimiser: AdamW's two float32 moments, plus float32 master weights for a bfloat16 model
-  (`optim.master_weight_adamw`);
-- activations of one micro-batch (`micro_batch_size` rows of prompt + completion tokens) kept for backward, per
-  token and layer 2 bytes x (6 d + q + 2 kv + 4 ffn) (the block's inputs, norms, projections and the SwiGLU
-  intermediates; SDPA keeps no L x L scores) without `gradient_checkpointing`, or 2 bytes x d per layer (each
-  block's input) plus one block's worth with it;
-- logits: ~10 bytes per token per vocabulary entry (bfloat16 logits, their float32 copy and its gradient) for
-  the whole micro-batch, or for `logit_chunk` positions of it (`grpo.logprobs`);
-- rollouts: the vLLM engine's share (`gpu_memory_utilization` x the device) with backend "vllm", else the
-  local sampler's KV cache (up to 512 rows x the sequence x layers x 2 x kv width x 2 bytes).
+The estimate (bytes; `grpo_memory` returns GiB per term) is what stays resident plus the largest of three phases:
+- resident: the policy's weights in its dtype, plus the frozen reference copy when beta > 0 ("weights"); AdamW's
+  two float32 moments, plus float32 master weights for a bfloat16 model ("optimizer", `optim.master_weight_adamw`);
+  the vLLM engine's share (`gpu_memory_utilization` x the device) with backend "vllm" ("rollouts");
+- sampling, with the local sampler: its KV cache (up to 512 rows x the sequence x layers x 2 x kv width x 2 bytes,
+  "rollouts");
+- backward: one gradient per parameter in the model's dtype ("gradients"); activations of one micro-batch
+  (`micro_batch_size` rows of prompt + completion tokens) kept for backward, per token and layer
+  2 bytes x (6 d + q + 2 kv + 4 ffn) (the block's inputs, norms, projections and the SwiGLU intermediates; SDPA keeps
+  no L x L scores) without `gradient_checkpointing`, or 2 bytes x d per layer (each block's input) plus one block's
+  worth with it ("activations"); ~10 bytes per token per vocabulary entry (bfloat16 logits, their float32 copy and
+  its gradient) for the whole micro-batch, or for `logit_chunk` positions of it ("logits", `grpo.logprobs`);
+- step: a bfloat16 model's float32 gradients, 4 bytes per parameter ("step"; `optim.optimizer_step` frees each
+  bfloat16 gradient as its copy is made, and CUDA's fused AdamW makes no all-parameter temporaries).
+"total" is resident + max(sampling, backward, step).
 Deviations: the activation formula is a per-layer count for Qwen2-style blocks, not a measurement; allocator
-fragmentation and CUDA context (~0.5-1 GiB) are covered only by `HEADROOM`. Not yet compared with a measured
-peak on a GPU (none was available when this was written): `scripts/gpu_check.py` prints both.
+fragmentation and CUDA context (~0.5-1 GiB) are covered only by `HEADROOM`. Measured on an H200 (docs/gpus.md):
+the first GPU check found a peak 5.7 GiB (one float32 copy of the weights) above the estimate, from float32
+gradients the optimiser step kept alive into the next backward pass; the step now frees them and this estimate
+counts the step as its own phase.
 """
 
 from __future__ import annotations
@@ -54,11 +58,14 @@ def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None =
         rollout = (config.gpu_memory_utilization or 0.5) * (device_bytes or 0)
     else:
         rollout = min(config.prompts_per_step * config.group_size, ROLLOUT_ROWS) * seq * s["layers"] * 2 * s["kv"] * 2
-    out = {"weights": n * width * (2 if config.beta > 0 else 1), "gradients": n * width,
-           "optimizer": n * (8 + (4 if width < 4 else 0)), "activations": acts,
-           "logits": logit_tokens * s["vocab"] * 10, "rollouts": rollout}
+    out = {"weights": n * width * (2 if config.beta > 0 else 1), "optimizer": n * (8 + (4 if width < 4 else 0)),
+           "rollouts": rollout, "gradients": n * width, "activations": acts,
+           "logits": logit_tokens * s["vocab"] * 10, "step": n * 4 if width < 4 else 0}
     out = {k: v / GIB for k, v in out.items()}
-    out["total"] = sum(out.values())
+    resident = out["weights"] + out["optimizer"] + (out["rollouts"] if config.backend == "vllm" else 0.0)
+    phases = (0.0 if config.backend == "vllm" else out["rollouts"],
+              out["gradients"] + out["activations"] + out["logits"], out["step"])
+    out["total"] = resident + max(phases)
     return out
 
 
