@@ -68,12 +68,6 @@ def drift_table(base: StateDict, tuned: StateDict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def relative_drift(base: StateDict, tuned: StateDict) -> float:
-    """Overall ||theta - theta_0|| / ||theta_0|| over all floating-point tensors."""
-    table = drift_table(base, tuned)
-    return float(np.sqrt((table["delta_l2"] ** 2).sum()) / np.sqrt((table["base_l2"] ** 2).sum()))
-
-
 def module_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per module type: rel_l2 (module-level relative L2), share of the total squared update, fraction changed."""
     g = table.assign(d2=table["delta_l2"] ** 2, b2=table["base_l2"] ** 2).groupby("module")

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from esreason_lib.es.core import ES, ESConfig
-from esreason_lib.es.loop import _drift, es_step
+from esreason_lib.es.loop import es_step
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.models.device import device_record, record_device
+from esreason_lib.models.weights import relative_drift
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.tasks import get_task
 
@@ -21,8 +22,8 @@ from esreason_lib.tasks import get_task
 def test_drift_is_the_float64_relative_norm():
     theta0 = {"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([[0.0]], dtype=torch.bfloat16)}
     params = {"a": torch.tensor([3.0, 7.0]), "b": torch.tensor([[4.0]], dtype=torch.bfloat16)}
-    assert _drift(params, theta0) == pytest.approx(math.sqrt(9 + 16) / 5.0)
-    assert math.isnan(_drift({"z": torch.ones(2)}, {"z": torch.zeros(2)}))
+    assert relative_drift(params, theta0) == pytest.approx(math.sqrt(9 + 16) / 5.0)
+    assert math.isnan(relative_drift({"z": torch.ones(2)}, {"z": torch.zeros(2)}))
 
 
 def test_es_step_logs_the_breakdown_and_drift_only_when_due():

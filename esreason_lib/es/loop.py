@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable
 
@@ -14,19 +13,9 @@ from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, sampl
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
+from esreason_lib.models.weights import relative_drift
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.es.core import ES, ESConfig
-
-
-def _drift(params: dict[str, torch.Tensor], theta0: dict[str, torch.Tensor]) -> float:
-    """||theta - theta_0|| / ||theta_0|| over all parameters, in float64 on the parameters' device (theta_0 is
-    moved there one tensor at a time when it is elsewhere): no host copy of theta."""
-    num = den = 0.0
-    for k, p in params.items():
-        base = theta0[k].to(p.device, non_blocking=True).double()
-        num += float((p.detach().double() - base).pow(2).sum())
-        den += float(base.pow(2).sum())
-    return math.sqrt(num / den) if den > 0 else math.nan
 
 
 def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
@@ -65,7 +54,7 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
               "es/js_succ": float(np.mean(js_success(ev.correct.T))), "es/fixup_frac": ev.fixup_frac})
     if (it + 1) % config.drift_every == 0 or it + 1 == config.iterations:
-        m["es/drift_rel"] = _drift(es.params, theta0)
+        m["es/drift_rel"] = relative_drift(es.params, theta0)
     sync = float(getattr(backend, "last_sync_s", 0.0))
     m.update({"es/resyncs": int(getattr(backend, "resyncs", 0)), "time/centre_s": t1 - t0,
               "time/sync_s": sync, "time/population_s": t2 - t1 - sync, "time/update_s": time.perf_counter() - t3})

@@ -1,13 +1,14 @@
-"""A model's weights by name: the tensors a trainer or an engine changes (`named_params`) and their bitwise
-checksum (`weights_checksum`), shared by the ES backends, the vLLM engine and the run store's guards."""
+"""A model's weights by name: the tensors a trainer or an engine changes (`named_params`), their bitwise
+checksum (`weights_checksum`) and their drift from a start (`relative_drift`), shared by the ES backends and loop,
+the vLLM engine, the noise control and the run store's guards."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Mapping
 
 import torch
-
 
 
 def named_params(model_or_params) -> dict[str, torch.Tensor]:
@@ -45,3 +46,15 @@ def weights_checksum(model_or_params) -> str:
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())  # [numel * itemsize] bytes
     return h.hexdigest()
+
+
+def relative_drift(params: Mapping[str, torch.Tensor], theta0: Mapping[str, torch.Tensor]) -> float:
+    """||theta - theta_0|| / ||theta_0|| over all of `params` (theta_0 by the same names), in float64 on the
+    parameters' device (theta_0 is moved there one tensor at a time when it is elsewhere): no host copy of theta.
+    nan when theta_0 is all zeros."""
+    num = den = 0.0
+    for k, p in params.items():
+        base = theta0[k].to(p.device, non_blocking=True).double()
+        num += float((p.detach().double() - base).pow(2).sum())
+        den += float(base.pow(2).sum())
+    return math.sqrt(num / den) if den > 0 else math.nan

@@ -19,7 +19,7 @@ import torch
 
 from esreason_lib.es.noise import noise
 from esreason_lib.models.load import load_model
-from esreason_lib.models.weights import named_params
+from esreason_lib.models.weights import named_params, relative_drift
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.cache import stored_run
@@ -75,15 +75,12 @@ def noise_control(es_run: Run, *, home=None, progress: bool = True) -> Run:
         model, tokenizer = load_model(cfg["model"], device="cpu", dtype=DTYPES[cfg["dtype"]], home=home,
                                       progress=progress)
         params = named_params(model)
-        theta0_sq = sum(float(p.detach().double().pow(2).sum()) for p in params.values())
         theta0 = {k: p.detach().clone() for k, p in params.items()}
         snap = SimpleNamespace(snapshot_every=cfg["snapshot_every"], iterations=cfg["iterations"])
         run.truncate_metrics(0)
         for t, norm in enumerate(norms, start=1):
             applied = random_step_(params, norm, cfg["seed"], t)
-            drift = math.sqrt(sum(float((p.detach().double() - theta0[k].double()).pow(2).sum()) for k, p in params.items())
-                              / theta0_sq) if theta0_sq > 0 else math.nan
-            run.log(t, {"control/update_norm": applied, "control/drift_rel": drift})
+            run.log(t, {"control/update_norm": applied, "control/drift_rel": relative_drift(params, theta0)})
             save_snapshot(run, snap, t, model, tokenizer)
         with quiet_transformers():
             model.save_pretrained(run.model_dir)
