@@ -5,7 +5,7 @@
 
 For weight sets of `--sizes` million bfloat16 parameters (1024 x 1024 tensors) it times, best of `--repeats`:
 - drift before: `_drift` as it was (a float64 host copy of every parameter per iteration), on this machine;
-- drift now: `es.loop._drift` (float64 on the parameters' device; here the device is the CPU, so the same work
+- drift now: `models.weights.relative_drift` (float64 on the parameters' device; here the device is the CPU, so the same work
   without the device-to-host copy, which a CPU run does not have) divided by `--drift-every`;
 - checksum: `weights_checksum` (blake2b of the bytes, on the host) divided by `--check-every`.
 It fits seconds per parameter at the largest size, extrapolates to Qwen2.5-1.5B's 1.54e9 parameters, and, given
@@ -22,8 +22,7 @@ import time
 
 import torch
 
-from esreason_lib.es.loop import _drift
-from esreason_lib.models.weights import weights_checksum
+from esreason_lib.models.weights import relative_drift, weights_checksum
 
 QWEN_1P5B = 1.54e9
 """Qwen2.5-1.5B's parameters with its tied 151,936 x 1,536 embedding."""
@@ -60,7 +59,7 @@ def main(argv=None) -> None:
         theta0 = {f"w{i}": torch.randn(1024, 1024).to(torch.bfloat16) for i in range(m)}
         params = {k: v + 1e-3 for k, v in theta0.items()}
         before = best(lambda: drift_before(params, theta0), args.repeats)
-        now = best(lambda: _drift(params, theta0), args.repeats) / args.drift_every
+        now = best(lambda: relative_drift(params, theta0), args.repeats) / args.drift_every
         check = best(lambda: weights_checksum(params), args.repeats) / args.check_every
         n = m * 1024 * 1024
         print(f"{n / 1e6:7.1f}M {before:13.4f} {now:10.4f} {check:9.4f}")

@@ -210,6 +210,15 @@ def _power(args) -> int:
     return 0
 
 
+def _relocate(args) -> int:
+    from esreason_lib.store.relocate import relocate
+
+    renamed = relocate(args.home)
+    print(f"{len(renamed)} run directories renamed to their portable identity"
+          + "".join(f"\n  {old} -> {new}" for old, new in renamed.items()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -254,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
     pw.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     pw.set_defaults(func=_power)
+    rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "
+                        "identity, so that the runs that read other runs are found there")
+    rl.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
+    rl.set_defaults(func=_relocate)
     return parser
 
 

@@ -177,7 +177,7 @@ def test_main_train_es_end_to_end_then_eval(home, capsys):
     evals = sorted(p.name for p in home.iterdir() if p.name.startswith("eval-"))
     assert len(evals) == 2  # base and trained model, cached in the run store
     refs = {json.loads((home / e / "config.json").read_text())["model"] for e in evals}
-    assert refs == {"smoke", str(path / "model")}
+    assert refs == {"smoke", f"run:{path.name}/model"}  # portable: found wherever the store lies
     # a third time: every evaluation comes from the cache and the table is identical
     assert main(argv + ["--eval"]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == out[1:]
@@ -204,7 +204,7 @@ def test_main_train_sequence_prints_each_stage_and_the_table(home, capsys):
     c1 = json.loads((first / "config.json").read_text())
     c2 = json.loads((second / "config.json").read_text())
     assert (c1["model"], c1["iterations"]) == ("smoke", 1)
-    assert (c2["model"], c2["iterations"], c2["sigma"]) == (str(first / "model"), 1, 0.01)
+    assert (c2["model"], c2["iterations"], c2["sigma"]) == (f"run:{first.name}/model", 1, 0.01)
     rows = _table(out[2:])
     assert list(rows) == ["base smoke", first.name, second.name]  # one row per stage run
 
@@ -216,7 +216,7 @@ def test_main_train_sequence_budget_and_order(home, capsys):
     c1 = json.loads((first / "config.json").read_text())
     c2 = json.loads((second / "config.json").read_text())
     assert (c1["iterations"], c2["iterations"]) == (1, 2)  # 3 split 50/50: the last stage takes the remainder
-    assert c2["model"] == str(first / "model")
+    assert c2["model"] == f"run:{first.name}/model"
 
 
 def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):

@@ -159,7 +159,7 @@ def test_train_arms_spends_each_methods_budget_share_and_chains_stages(tables, s
         assert [int(r.metrics()["step"].max()) for r in runs] == [r.config["iterations"] for r in runs]
         assert all(r.is_complete() and r.seed == 0 and r.path.parent == store for r in runs)
         assert runs[0].config["model"] == preset.base_model
-        assert [r.config["model"] for r in runs[1:]] == [str(r.model_dir) for r in runs[:-1]]
+        assert [r.config["model"] for r in runs[1:]] == [f"run:{r.path.name}/model" for r in runs[:-1]]  # portable
     per_method = {arm: {m: sum(r.config["iterations"] for r in runs if r.kind == m) for m in budgets}
                   for arm, runs in arms.items()}
     assert per_method["grpo->es"] == per_method["es->grpo"] == {"es": 1, "grpo": 2}  # half of each budget
@@ -205,7 +205,7 @@ def test_compute_on_the_smoke_preset(tables, smoke_store):
     assert points["pass@K"].to_numpy() == pytest.approx([at[(a, max(ks))] for a in S.ARMS])
 
     # what was evaluated: the base and each arm's final stage per seed (and first stages, GRPO's snapshots)
-    finals = {str(runs[-1].model_dir) for s in seeds for runs in S.train_arms(preset, s, home=store,
+    finals = {f"run:{runs[-1].path.name}/model" for s in seeds for runs in S.train_arms(preset, s, home=store,
                                                                                 progress=False).values()}
     evaluated = {json.loads((p / "config.json").read_text())["model"] for p in store.glob("eval-*")}
     assert evaluated >= {preset.base_model} | finals and len(finals) == 4 * len(seeds)

@@ -126,7 +126,7 @@ def test_train_sequence_chains_stages_and_reuses_finished_runs(home, monkeypatch
     assert [r.kind for r in runs] == ["grpo", "es"] and all(r.path.parent == home for r in runs)
     first, second = runs
     assert first.config["model"] == "smoke" and first.config["iterations"] == 1
-    assert second.config["model"] == str(first.model_dir)  # stage 2 starts from stage 1's saved model
+    assert second.config["model"] == f"run:{first.path.name}/model"  # stage 2 starts from stage 1's saved model
     assert second.config["iterations"] == 1 and second.config["sigma"] == 0.01
     assert first.config["lr"] == smoke.grpo.lr and second.config["alpha"] == smoke.es.alpha
     for run in runs:
@@ -162,6 +162,6 @@ def test_train_sequence_other_order_and_home(home, tmp_path):
     other = tmp_path / "elsewhere"
     runs = train_sequence([("es", 1), ("grpo", 2)], es=smoke.es, grpo=smoke.grpo, home=other, progress=False)
     assert [r.kind for r in runs] == ["es", "grpo"] and all(r.path.parent == other for r in runs)
-    assert runs[0].config["model"] == "smoke" and runs[1].config["model"] == str(runs[0].model_dir)
+    assert runs[0].config["model"] == "smoke" and runs[1].config["model"] == f"run:{runs[0].path.name}/model"
     assert runs[1].config["iterations"] == 2 and runs[1].metrics()["step"].tolist() == [1, 2]
     assert not [p for p in home.iterdir() if p.name.startswith(("es-", "grpo-"))]  # no run in the default store

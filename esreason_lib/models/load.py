@@ -25,6 +25,7 @@ import torch
 
 from esreason_lib.models.pretrain import pretrain
 from esreason_lib.models.zoo import ZOO, ZooSpec, get_spec, quiet_transformers
+from esreason_lib.store.identity import resolve_run_ref
 
 
 def _looks_like_path(name: str) -> bool:
@@ -143,13 +144,15 @@ def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = 
 
     `name_or_path`: a `ZOO` name or `ZooSpec` (the shipped weights when their spec matches, else pretrained on
     first use into `home`, default the run store),
-    an existing local directory (`save_pretrained` output, or a run directory containing `model/`), or a hub
+    an existing local directory (`save_pretrained` output, or a run directory containing `model/`), a run store
+    reference `run:<kind>-<hash>/model` (as stored configs hold them; resolved under `home`), or a hub
     id (from the local cache first; an offline or unreachable hub fails at once). Unknown names raise
     ValueError naming the zoo choices.
     """
     if isinstance(name_or_path, ZooSpec) or (isinstance(name_or_path, str) and name_or_path in ZOO):
         directory = pretrain(name_or_path, home=home, progress=progress)
         return _from_pretrained(directory, device, dtype, local_files_only=True)
+    name_or_path = resolve_run_ref(name_or_path, home)
     directory = _model_directory(name_or_path, "model")
     if directory is not None:
         return _from_pretrained(directory, device, dtype, local_files_only=True)

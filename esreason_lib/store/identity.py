@@ -11,7 +11,7 @@ import json
 import platform
 import re
 import subprocess
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -85,6 +85,38 @@ def canonical_json(config, *, legacy: bool = False) -> str:
     the execution settings, as run identities did before they left it."""
     return json.dumps(canonical_config(config, legacy=legacy), sort_keys=True, separators=(",", ":"),
                       allow_nan=True)
+
+
+RUN_DIR = re.compile(r"^[a-z0-9][a-z0-9_-]*-[0-9a-f]{10}$")
+"""A run directory's name: `<kind>-<10 hex of its config hash>`."""
+RUN_REF = "run:"
+"""Prefix of a portable reference into the run store: `run:<kind>-<hash>/<path inside the run>`."""
+
+
+def portable_paths(cfg):
+    """`cfg` (plain JSON data) with every absolute path into a run directory (`/.../<kind>-<hash>/<rest>`, e.g. a
+    trained run's `model/` or a snapshot) written as `run:<kind>-<hash>/<rest>`: a run that reads another run's
+    output is then named the same wherever the store lies (a moved or imported store keeps its identities)."""
+    if isinstance(cfg, dict):
+        return {k: portable_paths(v) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [portable_paths(v) for v in cfg]
+    if isinstance(cfg, str) and cfg.startswith("/"):
+        parts = PurePath(cfg).parts
+        for i in range(len(parts) - 1, 0, -1):
+            if RUN_DIR.match(parts[i]):
+                return RUN_REF + "/".join(parts[i:])
+    return cfg
+
+
+def resolve_run_ref(ref, home=None):
+    """A `run:<kind>-<hash>/<rest>` reference as the path under the run store `home` (default
+    `$ESREASON_HOME` / `<repo>/runs`); anything else unchanged."""
+    if isinstance(ref, str) and ref.startswith(RUN_REF):
+        from esreason_lib.paths import run_store_root
+
+        return str(Path(home if home is not None else run_store_root()) / ref[len(RUN_REF):])
+    return ref
 
 
 def config_hash(config) -> str:

@@ -45,7 +45,8 @@ from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomi
                                           warn_store)
 
 from esreason_lib.paths import run_store_root
-from esreason_lib.store.identity import canonical_json, config_hash, git_sha, jsonable, package_versions, with_zoo_versions
+from esreason_lib.store.identity import (canonical_json, config_hash, git_sha, jsonable, package_versions,
+                                        portable_paths, with_zoo_versions)
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -332,23 +333,28 @@ class Run:
         self.finish(status="failed", error=str(error))
 
 
-def _stored_config(kind: str, config, legacy: bool = False) -> dict:
-    """The config as `Run.open` stores (and hashes) it: canonical JSON, plus `zoo_versions` unless kind is "zoo"."""
+def _stored_config(kind: str, config, legacy: bool = False, portable: bool = True) -> dict:
+    """The config as `Run.open` stores (and hashes) it: canonical JSON with paths into run directories made
+    portable (`identity.portable_paths`; not for `portable=False`, the identity of runs stored before), plus
+    `zoo_versions` unless kind is "zoo"."""
     cfg = json.loads(canonical_json(config, legacy=legacy))
+    cfg = portable_paths(cfg) if portable else cfg
     return cfg if kind == "zoo" else with_zoo_versions(cfg)
 
 
 def _locate(kind: str, config, home: Path | None) -> tuple[Path, dict]:
-    """The directory and stored config of (kind, config): `<home>/<kind>-<config hash>`, or the directory a run
-    stored before execution settings left the identity (`store.identity.execution`) when only that one exists."""
+    """The directory and stored config of (kind, config): `<home>/<kind>-<config hash>`, or, when only that one
+    exists, the directory of a run stored under an earlier identity: with absolute paths into run directories
+    (before `identity.portable_paths`), then also with the execution settings (before `identity.execution`)."""
     root = Path(home if home is not None else run_store_root())
     cfg = _stored_config(kind, config)
     path = root / f"{kind}-{config_hash(cfg)}"
     if not path.exists():
-        old = _stored_config(kind, config, legacy=True)
-        old_path = root / f"{kind}-{config_hash(old)}"
-        if old != cfg and old_path.is_dir():
-            return old_path, old
+        for legacy in (False, True):
+            old = _stored_config(kind, config, legacy=legacy, portable=False)
+            old_path = root / f"{kind}-{config_hash(old)}"
+            if old != cfg and old_path.is_dir():
+                return old_path, old
     return path, cfg
 
 
