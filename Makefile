@@ -5,7 +5,10 @@
 # writes papers/claims.md. Heavy work inside a notebook is cached in the run store, so a re-run redraws.
 # `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
 # is trained or evaluated, and a missing result fails naming the run it needed.
-# PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny).
+# PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
+# tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights) into
+# papers/results/<preset>/runs.tar.gz; `make figures` unpacks such a bundle into the store first (never over a run
+# that is there), so a fresh clone redraws a committed preset's figures and claims without training.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,10 +16,14 @@ PRESET ?= tiny
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB := build/notebooks
 EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
+RESULTS := papers/results/$(PRESET)
+ifneq ($(PRESET),tiny)
+export ESREASON_FIGURES ?= figures/$(PRESET)
+endif
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test test-vllm test-lowest reproduce figures executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup test test-vllm test-lowest reproduce figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -97,10 +104,14 @@ reproduce: bases
 	$(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims
 
-figures: setup  ## redraw figures and claims from stored results; fails naming a missing run
+figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
+	if [ -f $(RESULTS)/runs.tar.gz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims
+
+results: setup  ## bundle the run store's tables (no weights) into papers/results/$(PRESET)/runs.tar.gz
+	$(PY) -m esreason_lib export-results $(RESULTS)
 
 notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"

@@ -219,6 +219,21 @@ def _relocate(args) -> int:
     return 0
 
 
+def _export_results(args) -> int:
+    from esreason_lib.store.bundle import export_results
+
+    path = export_results(args.out, args.home)
+    print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def _import_results(args) -> int:
+    from esreason_lib.store.bundle import import_results
+
+    print(f"{import_results(args.out, args.home)} run directories imported from {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -267,6 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "identity, so that the runs that read other runs are found there")
     rl.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
     rl.set_defaults(func=_relocate)
+    ex = sub.add_parser("export-results", help="write the run store's tables (no weights) to OUT/runs.tar.gz, "
+                        "for `make figures` on a fresh clone")
+    ex.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
+    ex.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
+    ex.set_defaults(func=_export_results)
+    im = sub.add_parser("import-results", help="unpack OUT/runs.tar.gz into the run store (never overwrites a run)")
+    im.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
+    im.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
+    im.set_defaults(func=_import_results)
     return parser
 
 

@@ -198,10 +198,13 @@ class Run:
     def is_complete(self) -> bool:
         """True when manifest.json has status "complete", records model files when the run's kind saves a model
         (`MODEL_KINDS`), and every file it records under model/ still has its sha256 (anything else warns and
-        counts as not complete)."""
+        counts as not complete). A run imported from a result bundle (`store.bundle`, no weights) is complete
+        only for reading its results under `$ESREASON_STORED_ONLY` (`make figures`)."""
         manifest = self.manifest()
         if manifest is None or manifest.get("status") != "complete":
             return False
+        if manifest.get("results_only"):  # imported from a result bundle (`store.bundle`): tables, no weights
+            return bool(os.environ.get(STORED_ONLY))
         files = manifest.get("model_files", {})
         if not isinstance(files, dict):
             why = "model_files is not a mapping"
