@@ -298,3 +298,15 @@ def test_presets_compare_field_by_field():
     assert {k for k in tiny["lemma"] if tiny["lemma"][k] != smoke["lemma"][k]} == {
         "sigmas", "prompts", "samples", "population", "repeats", "fisher_samples"}
     assert {k: tiny["sequential"][k] for k in ("es_budget", "grpo_budget")} == {"es_budget": 150, "grpo_budget": 150}
+
+
+@pytest.mark.parametrize("name", ["smoke", "tiny", "full", "powered"])
+def test_held_out_evaluations_fit_their_task_pools(name):
+    """A preset asks no held-out task for more test problems than it has (powered once asked addition for 1000
+    of its 960, and notebook 05 failed after two hours of other work)."""
+    from esreason_lib.tasks import get_task
+
+    preset = get_preset(name)
+    n = preset.forgetting.eval.n_problems
+    for task in preset.heldout_tasks:
+        assert len(get_task(task).examples("test", n=n)) == n
