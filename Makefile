@@ -7,7 +7,7 @@
 # is trained or evaluated, and a missing result fails naming the run it needed.
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
 # tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights) into
-# papers/results/<preset>/runs.tar.gz; `make figures` unpacks such a bundle into the store first (never over a run
+# papers/results/<preset>/runs.tar.xz; `make figures` unpacks such a bundle into the store first (never over a run
 # that is there), so a fresh clone redraws a committed preset's figures and claims without training.
 PYTHON ?= python3
 VENV := .venv
@@ -105,12 +105,12 @@ reproduce: bases
 	$(PY) -m esreason_lib claims
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
-	if [ -f $(RESULTS)/runs.tar.gz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi
+	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims
 
-results: setup  ## bundle the run store's tables (no weights) into papers/results/$(PRESET)/runs.tar.gz
+results: setup  ## bundle the run store's tables (no weights) into papers/results/$(PRESET)/runs.tar.xz
 	$(PY) -m esreason_lib export-results $(RESULTS)
 
 notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)

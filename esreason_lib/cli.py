@@ -282,12 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "identity, so that the runs that read other runs are found there")
     rl.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
     rl.set_defaults(func=_relocate)
-    ex = sub.add_parser("export-results", help="write the run store's tables (no weights) to OUT/runs.tar.gz, "
+    ex = sub.add_parser("export-results", help="write the run store's tables (no weights) to OUT/runs.tar.xz, "
                         "for `make figures` on a fresh clone")
     ex.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
     ex.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
     ex.set_defaults(func=_export_results)
-    im = sub.add_parser("import-results", help="unpack OUT/runs.tar.gz into the run store (never overwrites a run)")
+    im = sub.add_parser("import-results", help="unpack OUT/runs.tar.xz into the run store (never overwrites a run)")
     im.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
     im.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
     im.set_defaults(func=_import_results)

@@ -66,7 +66,7 @@ def test_import_never_overwrites_a_run_and_cli_round_trip(tmp_path, capsys):
 
 def _archive(tmp_path, name):
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
         info = tarfile.TarInfo(name)
         info.size = 2
         tar.addfile(info, io.BytesIO(b"{}"))
