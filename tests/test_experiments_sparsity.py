@@ -72,6 +72,19 @@ def _base_and_tuned(tmp_path) -> tuple[str, str]:
     return _save(base, tok, tmp_path / "base"), _save(tuned, tok, tmp_path / "tuned")
 
 
+def test_model_drift_is_drift_by_module_and_served_from_the_store_without_weights(tmp_path, monkeypatch):
+    import shutil
+
+    base_ref, tuned_ref = _base_and_tuned(tmp_path)
+    home = tmp_path / "runs"
+    first = sp.model_drift(base_ref, tuned_ref, ("es", 1), home=home)
+    direct = sp.drift_by_module(sp.load_state(base_ref), {("es", 1): sp.load_state(tuned_ref)})
+    pd.testing.assert_frame_equal(first, direct, check_dtype=False)
+    shutil.rmtree(tuned_ref)  # `make figures` on a result bundle: tables, no weights
+    monkeypatch.setenv("ESREASON_STORED_ONLY", "1")
+    pd.testing.assert_frame_equal(sp.model_drift(base_ref, tuned_ref, ("es", 1), home=home), first)
+
+
 def test_reset_models_saves_cached_runs(tmp_path):
     base_ref, tuned_ref = _base_and_tuned(tmp_path)
     table = sp.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")

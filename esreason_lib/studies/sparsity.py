@@ -37,7 +37,7 @@ from esreason_lib.analysis import (StateDict, delta_quantiles, drift_table, modu
 from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
 from esreason_lib.models.load import load_model
 from esreason_lib.studies.presets import Preset
-from esreason_lib.store.cache import stored_run
+from esreason_lib.store.cache import cached, stored_run
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.methods import METHODS, trainer
@@ -103,6 +103,16 @@ def drift_by_module(base: StateDict, tuned: dict[tuple[str, int], StateDict], to
         frames.append(pd.concat([mods, total], ignore_index=True).assign(method=method, seed=seed))
     cols = ["method", "seed", "module", "numel", "changed", "frac_changed", "rel_l2", "update_share", "top_share"]
     return pd.concat(frames, ignore_index=True)[cols]
+
+
+def model_drift(base_ref: str, tuned_ref: str, key: tuple[str, int], *, home=None) -> pd.DataFrame:
+    """`drift_by_module` of model `tuned_ref` against `base_ref`, labelled `key` = (method, seed); cached as a
+    `drift` run, so that `make figures` draws it from stored tables without the weights."""
+    def compute() -> dict[str, pd.DataFrame]:
+        return {"drift": drift_by_module(load_state(base_ref, home=home), {key: load_state(tuned_ref, home=home)})}
+
+    config = {"base": base_ref, "tuned": tuned_ref, "method": key[0], "seed": int(key[1])}
+    return cached("drift", config, ("drift",), compute, seed=int(key[1]), home=home)["drift"]
 
 
 def _save_reset(run: Run, state: StateDict, template, tokenizer, **extra) -> dict:
@@ -230,13 +240,12 @@ def _problem_scores(ref: str, preset: Preset, home, progress: bool, **labels) ->
 def compute(preset: Preset, *, home=None, progress: bool = True) -> SparsityTables:
     """Drift of every seed's ES and GRPO model of notebook 01 (trained here when missing, cached) and the reset
     sweep of every seed of each method in `preset.sparsity.methods`, scored per problem under
-    `preset.sparsity.eval`. Drift is cheap (state dicts only) and not cached; resets and evaluations are."""
+    `preset.sparsity.eval`. Drift, resets and evaluations are cached in the run store."""
     spec = preset.sparsity
     runs = {(m, s): trainer(m)(preset.config(m, seed=s), home=home, progress=progress)
             for m in METHODS for s in preset.seeds}
-    base = load_state(preset.base_model, home=home)
-    drift = pd.concat([drift_by_module(base, {key: load_state(model_ref(run), home=home)})  # one tuned model
-                       for key, run in runs.items()], ignore_index=True)  # in memory at a time
+    drift = pd.concat([model_drift(preset.base_model, model_ref(run), key, home=home) for key, run in runs.items()],
+                      ignore_index=True)
     frames = [_problem_scores(preset.base_model, preset, home, progress, method="base", seed=-1, mode="base",
                               threshold="", quantile=1.0, tau=np.nan, sparsity=1.0)]
     for method in spec.methods:
