@@ -6,9 +6,9 @@
 # `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
 # is trained or evaluated, and a missing result fails naming the run it needed.
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
-# tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights) into
-# papers/results/<preset>/runs.tar.xz; `make figures` unpacks such a bundle into the store first (never over a run
-# that is there), so a fresh clone redraws a committed preset's figures and claims without training.
+# tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights, every preset
+# it holds) into papers/results/runs.tar.xz; `make figures` unpacks that bundle into the store first (never over a
+# run that is there), so a fresh clone redraws the committed presets' figures and claims without training.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,7 +16,7 @@ PRESET ?= tiny
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB := build/notebooks
 EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(NOTEBOOKS))
-RESULTS := papers/results/$(PRESET)
+RESULTS := papers/results
 ifneq ($(PRESET),tiny)
 export ESREASON_FIGURES ?= figures/$(PRESET)
 endif
@@ -110,7 +110,7 @@ figures: setup  ## redraw figures and claims from stored results (and a committe
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims
 
-results: setup  ## bundle the run store's tables (no weights) into papers/results/$(PRESET)/runs.tar.xz
+results: setup  ## bundle the run store's tables (no weights) into papers/results/runs.tar.xz
 	$(PY) -m esreason_lib export-results $(RESULTS)
 
 notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)

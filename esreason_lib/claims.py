@@ -107,7 +107,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
 
 
 def render_claims(home: str | Path | None = None) -> str:
-    """The findings table as Markdown; rows without a record say so."""
+    """The findings table as Markdown (rows without a record say so), then, when the `powered` preset has
+    records, its findings with their results."""
     lines = ["| finding | paper | notebook | figure | status | powered | this project's result |",
              "|---|---|---|---|---|---|---|"]
     for c in CLAIMS:
@@ -121,6 +122,14 @@ def render_claims(home: str | Path | None = None) -> str:
         pstatus = powered.get("status", "not run") if powered else "not run"
         lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | {pstatus} | "
                      f"{result.replace('|', '/')} |")
+    powered_rows = [(c, read_record(c.id, "powered", home)) for c in CLAIMS]
+    if any(rec is not None for _, rec in powered_rows):
+        lines += ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
+                  "| finding | notebook | status | this project's result |", "|---|---|---|---|"]
+        lines += [f"| {c.claim} | `notebooks/{c.id}.py` | **{'setup: ' if c.kind == 'setup' else ''}"
+                  f"{rec.get('status', 'not run')}** | "
+                  f"{rec.get('sentence', rec.get('result', '')).replace('|', '/')} ({rec['time'][:10]}) |"
+                  for c, rec in powered_rows if rec is not None]
     return "\n".join(lines) + "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
 
 

@@ -47,7 +47,11 @@ def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
     assert "setup check, not a claim of the paper" in table and "| **setup: reproduced** | not run |" in table
     claims.record_finding("05_forgetting", _finding("powered kept"), preset="powered", home=home)
     assert (home / "findings" / "powered" / "05_forgetting.json").is_file()
-    assert "1 reproduced" in claims.tally(home, "powered") and "powered kept" not in claims.render_claims(home)
+    assert "1 reproduced" in claims.tally(home, "powered")
+    main, powered = claims.render_claims(home).split("under the `powered` design")
+    assert "kept" in main and "powered kept" not in main  # the main table shows the last run's result
+    assert "| `notebooks/05_forgetting.py` | **reproduced** | powered kept" in powered
+    assert "00_base_models" not in powered  # only findings the powered preset recorded
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
