@@ -327,7 +327,10 @@ def save_snapshot(run, config, step: int, model, tokenizer) -> None:
 
 
 def snapshot_refs(run) -> dict[int, str]:
-    """{step: model reference} of a run's snapshots, in training order, then {iterations: run.model_dir}."""
+    """{step: model reference} of a run's snapshots, in training order, then {iterations: run.model_dir}. The
+    steps follow from its config (`save_snapshot` saves every `snapshot_every`-th step before the last), not from
+    the folder, so a run imported without weights (`store.bundle`) names the same snapshots as the one trained."""
+    iterations, every = int(run.config["iterations"]), int(run.config.get("snapshot_every") or 0)
     folder = run.path / SNAPSHOTS
-    steps = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir()) if folder.is_dir() else []
-    return {**{s: str(folder / f"step-{s:06d}") for s in steps}, int(run.config["iterations"]): str(run.model_dir)}
+    steps = range(every, iterations, every) if every > 0 else []
+    return {**{s: str(folder / f"step-{s:06d}") for s in steps}, iterations: str(run.model_dir)}

@@ -424,3 +424,20 @@ def test_train_es_epoch_order_scores_every_train_prompt_once_per_epoch(tiny, tmp
     ids = [i for b in batches for i in b]  # 4 iterations x 3 prompts = 2 epochs of the 6 train examples
     train = [ex["id"] for ex in Paren().examples("train", 6)]
     assert sorted(ids[:6]) == sorted(train) and sorted(ids[6:]) == sorted(train)
+
+
+def test_snapshot_refs_name_exactly_the_saved_snapshots(tiny, tmp_path):
+    """The steps come from the config, and they are the folders `save_snapshot` wrote (so an imported run
+    without weights names the same snapshots)."""
+    from esreason_lib.es.loop import train_es
+    from esreason_lib.training import SNAPSHOTS, snapshot_refs
+
+    tok, make = tiny
+    cfg = ESConfig(model="tiny-random", task="paren", population_size=2, iterations=5, prompts_per_step=2,
+                   snapshot_every=2, checkpoint_every=0, device="cpu", seed=0)
+    run = train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path, progress=False)
+    refs = snapshot_refs(run)
+    assert list(refs) == [2, 4, 5] and refs[5] == str(run.model_dir)
+    saved = sorted(p.name for p in (run.path / SNAPSHOTS).iterdir())
+    assert saved == ["step-000002", "step-000004"] and [refs[2], refs[4]] == [
+        str(run.path / SNAPSHOTS / s) for s in saved]
