@@ -27,14 +27,15 @@ def color_for(label: str, index: int = 0):
 
 
 def save_figure(fig, name: str, directory: str | Path | None = None) -> list[Path]:
-    """Write `fig` as `<directory>/<name>.png` (150 dpi) and `.pdf`; returns both paths."""
+    """Write `fig` as `<directory>/<name>.png` (150 dpi) and `.pdf` (no creation date: a redraw of the same
+    figure gives the same bytes); returns both paths."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"figure name must be a plain file stem, got {name!r}")
     directory = Path(directory) if directory is not None else figures_dir()
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"{name}.png", directory / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})  # same figure, same bytes
     return paths
 
 

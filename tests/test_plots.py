@@ -19,6 +19,8 @@ def test_save_figure_writes_png_and_pdf(tmp_path):
     paths = plots.save_figure(fig, "demo", directory=tmp_path)
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 0 for p in paths)
+    again = plots.save_figure(fig, "demo2", directory=tmp_path)
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]  # no dates: same bytes
     with pytest.raises(ValueError, match="figure name"):
         plots.save_figure(fig, "../escape", directory=tmp_path)
 
