@@ -4,9 +4,10 @@
 
 Each cell is a training run (cached in the run store, so re-running the script only evaluates what is new) that
 starts from the preset's base model with the grid's fixed fields and the cell's changes. Each trained model is
-scored on the same held-out Countdown problems as its base: greedy accuracy (the quantity ES optimises with
-greedy decoding) and, from n samples at temperature 1, Pass@1 and Pass@n. Runs use one thread per worker (two
-workers fill the two cores); `seconds` is the summed training step time under that load.
+scored on the preset's tuning split of the held-out Countdown pool (`preset.splits`, [300, 500) at `tiny`: no
+test or selection problem), as its base: greedy accuracy (the quantity ES optimises with greedy decoding) and,
+from n samples at temperature 1, Pass@1 and Pass@n. Runs use one thread per worker (two workers fill the two
+cores); `seconds` is the summed training step time under that load.
 """
 
 from __future__ import annotations
@@ -48,15 +49,25 @@ GRIDS: dict[str, tuple[str, dict, list[dict]]] = {
 come from the preset."""
 
 
-def _spec(n: int):
+def _spec(preset, n: int):
+    """The evaluation that holds the preset's whole tuning split (its first `splits.end("tuning")` problems)."""
     from esreason_lib.evaluate import EvalSpec
 
-    return EvalSpec(n_problems=EVAL_PROBLEMS, n_samples=n, ks=(1, n), n_boot=100)
+    return EvalSpec(n_problems=preset.splits.end("tuning"), n_samples=n, ks=(1, n), n_boot=100)
 
 
-EVAL_PROBLEMS = 1000
-"""Held-out problems per evaluation: greedy accuracy on 200 problems has a standard error of ~3 points, about
-the size of the effects being compared; 1000 brings it to ~1.3."""
+def tuning_scores(result, preset, n: int) -> dict[str, float]:
+    """Greedy accuracy, Pass@1 and Pass@n over the tuning-split rows of `result` (an `EvalResult` of `_spec`)."""
+    import numpy as np
+
+    from esreason_lib.metrics import pass_at_k
+    from esreason_lib.splits import split_rows
+
+    rows = result.table[split_rows(np.arange(len(result.table)), preset.splits, "tuning")]
+    nn, c = rows["n"].to_numpy(), rows["c"].to_numpy()
+    return {"greedy": float(rows["greedy_correct"].astype(float).mean()),
+            "pass@1": float(np.mean(pass_at_k(nn, c, 1))), f"pass@{n}": float(np.mean(pass_at_k(nn, c, n))),
+            "problems": len(rows)}
 
 
 def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
@@ -69,14 +80,13 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     from esreason_lib.methods import trainer
 
     preset = get_preset(preset_name)
-    spec = _spec(int(eval_n))
+    n = int(eval_n)
     run = trainer(method)(preset.config(method, seed=0, **{**fixed, **changes}), progress=False)
     seconds = run.metrics()["time/step_s"].sum()
-    res = evaluate_ref(model_ref(run), preset.task, preset.task_kwargs, spec, progress=False)
-    summary = res.summary()
+    res = evaluate_ref(model_ref(run), preset.task, preset.task_kwargs, _spec(preset, n), progress=False)
+    scores = tuning_scores(res, preset, n)
     return {**fixed, **changes, "seconds": round(float(seconds)),
-            "greedy": summary["eval/greedy"], "pass@1": summary["eval/pass@1"],
-            f"pass@{eval_n}": summary[f"eval/pass@{eval_n}"],
+            "greedy": scores["greedy"], "pass@1": scores["pass@1"], f"pass@{n}": scores[f"pass@{n}"],
             "train_reward_last20": float(run.metrics()["reward/center" if method == "es" else "reward/mean"]
                                          .tail(20).mean())}
 
@@ -107,8 +117,8 @@ def main() -> None:
     torch.set_num_threads(1)
     preset = get_preset(args.preset)
     n = args.eval_samples
-    spec = _spec(n)
-    base = evaluate_ref(preset.base_model, preset.task, preset.task_kwargs, spec, progress=False).summary()
+    base = tuning_scores(evaluate_ref(preset.base_model, preset.task, preset.task_kwargs, _spec(preset, n),
+                                      progress=False), preset, n)
     method, fixed, grid = GRIDS[args.grid]
     cells = [(args.preset, method, fixed, changes, str(n)) for changes in grid]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -117,10 +127,11 @@ def main() -> None:
             print(row, flush=True)
             rows.append(row)
     df = pd.DataFrame(rows)
-    df["d_greedy"] = df["greedy"] - base["eval/greedy"]
+    df["d_greedy"] = df["greedy"] - base["greedy"]
     table = _markdown(df)
-    header = (f"base {preset.base_model}: greedy {base['eval/greedy']:.3f}, pass@1 {base['eval/pass@1']:.3f}, "
-              f"pass@{n} {base[f'eval/pass@{n}']:.3f} on {EVAL_PROBLEMS} held-out problems")
+    header = (f"base {preset.base_model}: greedy {base['greedy']:.3f}, pass@1 {base['pass@1']:.3f}, "
+              f"pass@{n} {base[f'pass@{n}']:.3f} on the {base['problems']} problems of the tuning split "
+              f"{preset.splits.tuning} of the held-out pool")
     print(header)
     print(table)
     if args.out:
