@@ -1,0 +1,34 @@
+"""Per-token decode time on the GPU: esreason's generate vs transformers' generate vs a bare cached forward loop."""
+import sys, time
+sys.path.insert(0, "scripts"); sys.path.insert(0, ".")
+import torch
+from gpu_check import build_tokenizer, build_model
+from esreason_lib.models.generation import generate
+
+tok = build_tokenizer(151_936)
+model = build_model("qwen2.5-1.5b", "cuda", tok)
+prompts = ["What is 3 + 5?"] * 2
+T = 128
+def timed(fn):
+    torch.cuda.synchronize(); t = time.perf_counter(); fn(); torch.cuda.synchronize(); return (time.perf_counter() - t) / T * 1e3
+generate(model, tok, prompts, greedy=True, max_new_tokens=8)
+first = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
+ours = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
+ours_s = timed(lambda: generate(model, tok, prompts, greedy=False, temperature=0.6, max_new_tokens=T))
+enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
+model.generate(**enc, max_new_tokens=8, do_sample=False)
+hf = timed(lambda: model.generate(**enc, max_new_tokens=T, min_new_tokens=T, do_sample=False))
+from transformers import DynamicCache
+def bare():
+    cache = DynamicCache(config=model.config)
+    out = model(**enc, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    mask = enc["attention_mask"]
+    for _ in range(T - 1):
+        mask = torch.cat([mask, torch.ones_like(nxt)], 1)
+        out = model(input_ids=nxt, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+with torch.no_grad():
+    bare(); b = timed(bare)
+print(f"ms per decoding step, batch 2, Qwen2.5-1.5B shape bf16: esreason greedy first call {first:.1f}, again {ours:.1f}, esreason sampled {ours_s:.1f}, "
+      f"transformers generate {hf:.1f}, bare cached forward loop {b:.1f}")
