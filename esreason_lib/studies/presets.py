@@ -3,7 +3,8 @@
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`.
 - `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
-- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (<= ~2 h in two shards; not run yet).
+- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (15 min after `tiny`'s runs, 46 min
+  from an empty store on this machine).
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
   (`GSM8K(protocol="artifact")`) (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
@@ -316,6 +317,6 @@ _POWERED_OVERRIDES: dict[str, Any] = {
     # notebook 02: Proposition 1 followed along 30 iterations on 64 probes
     "prop1.iterations": 30, "prop1.probe_prompts": 64,
 }
-"""`powered` = `tiny` with these overrides: the design the power analysis asks for within ~2 h in two shards (not
-run yet)."""
+"""`powered` = `tiny` with these overrides: the design the power analysis asks for within this task's problem pools
+(run: `make reproduce PRESET=powered`, results in papers/claims.md)."""
 PRESETS["powered"] = replace(get_preset("tiny", **_POWERED_OVERRIDES), name="powered")
