@@ -10,12 +10,12 @@ identities wherever they lie and need no relocation; relocating one changes noth
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from esreason_lib.paths import run_store_root
 from esreason_lib.store.identity import RUN_DIR, RUN_REF, config_hash, portable_paths
-from esreason_lib.store.integrity import atomic_write_bytes, read_json
+from esreason_lib.store.integrity import read_json
+from esreason_lib.store.runs import _write_json
 
 
 def _follow(cfg, renamed: dict[str, str]):
@@ -28,10 +28,6 @@ def _follow(cfg, renamed: dict[str, str]):
         head, sep, rest = cfg[len(RUN_REF):].partition("/")
         return RUN_REF + renamed.get(head, head) + sep + rest
     return cfg
-
-
-def _write(path: Path, data: dict) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 def relocate(home: str | Path | None = None) -> dict[str, str]:
@@ -53,10 +49,10 @@ def relocate(home: str | Path | None = None) -> dict[str, str]:
             name = f"{path.name[:-11]}-{config_hash(new)}"
             if (root / name).exists():
                 continue
-            _write(path / "config.json", new)
+            _write_json(path / "config.json", new)
             manifest = read_json(path / "manifest.json")
             if isinstance(manifest, dict):
-                _write(path / "manifest.json", {**manifest, "config": new, "config_hash": name[-10:]})
+                _write_json(path / "manifest.json", {**manifest, "config": new, "config_hash": name[-10:]})
             path.rename(root / name)
             renamed[path.name] = name
             changed = True
