@@ -19,11 +19,10 @@ from pathlib import Path, PurePosixPath
 from esreason_lib.paths import run_store_root
 from esreason_lib.store.identity import RUN_DIR
 from esreason_lib.store.integrity import atomic_write_bytes, read_json
+from esreason_lib.store.runs import RESULTS_ONLY, Run
 
 ARCHIVE = "runs.tar.xz"
 """The bundle's file name inside its folder (e.g. papers/results/powered/runs.tar.xz)."""
-RESULTS_ONLY = "results_only"
-"""Manifest key of a run imported from a bundle: its tables are there, its weights are not."""
 _FILES = ("config.json", "metrics.jsonl")
 
 
@@ -36,8 +35,6 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def export_results(out: str | Path, home: str | Path | None = None) -> Path:
     """Write the bundle of the store `home` (default `$ESREASON_HOME` / `<repo>/runs`) to `<out>/runs.tar.xz`
     (module docstring); returns its path. ValueError when the store holds no complete run."""
-    from esreason_lib.store.runs import Run
-
     root = Path(home if home is not None else run_store_root())
     runs = []
     for path in sorted(p for p in root.iterdir() if p.is_dir() and RUN_DIR.match(p.name)) if root.is_dir() else []:

@@ -15,7 +15,7 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
-from esreason_lib.paths import REPO_ROOT
+from esreason_lib.paths import REPO_ROOT, run_store_root
 
 
 ADDED_OPTION = {"identity": "omit_default"}
@@ -113,8 +113,6 @@ def resolve_run_ref(ref, home=None):
     """A `run:<kind>-<hash>/<rest>` reference as the path under the run store `home` (default
     `$ESREASON_HOME` / `<repo>/runs`); anything else unchanged."""
     if isinstance(ref, str) and ref.startswith(RUN_REF):
-        from esreason_lib.paths import run_store_root
-
         return str(Path(home if home is not None else run_store_root()) / ref[len(RUN_REF):])
     return ref
 

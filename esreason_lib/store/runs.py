@@ -58,6 +58,8 @@ _RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "st
              "model_files"}
 
 
+RESULTS_ONLY = "results_only"
+"""Manifest key of a run imported from a result bundle (`store.bundle`): its tables are there, its weights not."""
 STORED_ONLY = "ESREASON_STORED_ONLY"
 """Environment variable: when set (non-empty), `Run.open` only reopens complete runs (`make figures`)."""
 
@@ -203,7 +205,7 @@ class Run:
         manifest = self.manifest()
         if manifest is None or manifest.get("status") != "complete":
             return False
-        if manifest.get("results_only"):  # imported from a result bundle (`store.bundle`): tables, no weights
+        if manifest.get(RESULTS_ONLY):
             return bool(os.environ.get(STORED_ONLY))
         files = manifest.get("model_files", {})
         if not isinstance(files, dict):
