@@ -312,11 +312,16 @@ SNAPSHOTS = "snapshots"
 """The folder of a run that holds its `snapshot_every` model snapshots (`snapshots/step-XXXXXX/`)."""
 
 
+def snapshot_steps(every: int, iterations: int) -> range:
+    """The steps whose weights a run keeps as snapshots: every `every`-th before the last (the final model is
+    `model/`); none when `every` is 0."""
+    return range(every, iterations, every) if every > 0 else range(0)
+
+
 def save_snapshot(run, config, step: int, model, tokenizer) -> None:
-    """Keep the weights after iteration `step` under `run.path / snapshots / step-XXXXXX` when
-    `config.snapshot_every` divides `step` and `step` is not the last iteration (the final model is `model/`)."""
-    every = getattr(config, "snapshot_every", 0)
-    if not every or step % every or step >= config.iterations:
+    """Keep the weights after iteration `step` under `run.path / snapshots / step-XXXXXX` when `step` is one of
+    `snapshot_steps(config.snapshot_every, config.iterations)`."""
+    if int(step) not in snapshot_steps(getattr(config, "snapshot_every", 0) or 0, config.iterations):
         return
     from esreason_lib.models.zoo import quiet_transformers
 
@@ -328,9 +333,9 @@ def save_snapshot(run, config, step: int, model, tokenizer) -> None:
 
 def snapshot_refs(run) -> dict[int, str]:
     """{step: model reference} of a run's snapshots, in training order, then {iterations: run.model_dir}. The
-    steps follow from its config (`save_snapshot` saves every `snapshot_every`-th step before the last), not from
-    the folder, so a run imported without weights (`store.bundle`) names the same snapshots as the one trained."""
-    iterations, every = int(run.config["iterations"]), int(run.config.get("snapshot_every") or 0)
+    steps follow from its config (`snapshot_steps`), not from the folder, so a run imported without weights
+    (`store.bundle`) names the same snapshots as the one trained."""
+    iterations = int(run.config["iterations"])
     folder = run.path / SNAPSHOTS
-    steps = range(every, iterations, every) if every > 0 else []
+    steps = snapshot_steps(int(run.config.get("snapshot_every") or 0), iterations)
     return {**{s: str(folder / f"step-{s:06d}") for s in steps}, iterations: str(run.model_dir)}
