@@ -111,25 +111,26 @@ def render_claims(home: str | Path | None = None) -> str:
     records, its findings with their results."""
     lines = ["| finding | paper | notebook | figure | status | powered | this project's result |",
              "|---|---|---|---|---|---|---|"]
+    powered_rows = []
     for c in CLAIMS:
         rec, powered = read_record(c.id, None, home), read_record(c.id, "powered", home)
+        setup = "setup: " if c.kind == "setup" else ""
         status, result = "not run", "not run yet (`make reproduce`)"
         if rec is not None:
             status = rec.get("status", "not run")
             result = f"{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
-        if c.kind == "setup":
-            status, result = f"setup: {status}", "setup check, not a claim of the paper (not counted): " + result
+        if setup:
+            status, result = setup + status, "setup check, not a claim of the paper (not counted): " + result
         pstatus = powered.get("status", "not run") if powered else "not run"
         lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | {pstatus} | "
                      f"{result.replace('|', '/')} |")
-    powered_rows = [(c, read_record(c.id, "powered", home)) for c in CLAIMS]
-    if any(rec is not None for _, rec in powered_rows):
+        if powered is not None:
+            powered_rows.append(f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
+                                f"{powered.get('sentence', powered.get('result', '')).replace('|', '/')} "
+                                f"({powered['time'][:10]}) |")
+    if powered_rows:
         lines += ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
-                  "| finding | notebook | status | this project's result |", "|---|---|---|---|"]
-        lines += [f"| {c.claim} | `notebooks/{c.id}.py` | **{'setup: ' if c.kind == 'setup' else ''}"
-                  f"{rec.get('status', 'not run')}** | "
-                  f"{rec.get('sentence', rec.get('result', '')).replace('|', '/')} ({rec['time'][:10]}) |"
-                  for c, rec in powered_rows if rec is not None]
+                  "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
     return "\n".join(lines) + "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
 
 
