@@ -30,16 +30,19 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
     cache key is still `ref`, so give such a model a distinct `ref`.
     """
     config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": asdict(spec)}
-    run = Run.open("eval", config, seed=spec.seed, home=home)
-    task_obj = get_task(task, **dict(task_kwargs))
-    examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
-    if model is None and not run.is_complete():
-        model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
-    result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
-                      top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
-                      seed=spec.seed, run=run, name="eval", progress=progress)
-    if not run.is_complete():
-        run.finish(**{k: float(v) for k, v in result.summary().items()})
+    run = Run.open("eval", config, seed=spec.seed, home=home, lock=True)  # two notebooks never evaluate one model
+    try:  # at once (`make reproduce` runs two side by side): the second waits, then reads the first's tables
+        task_obj = get_task(task, **dict(task_kwargs))
+        examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
+        if model is None and not run.is_complete():
+            model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
+        result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
+                          top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
+                          seed=spec.seed, run=run, name="eval", progress=progress)
+        if not run.is_complete():
+            run.finish(**{k: float(v) for k, v in result.summary().items()})
+    finally:
+        run.release()
     return result
 
 
