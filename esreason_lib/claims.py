@@ -58,15 +58,20 @@ CLAIMS: tuple[Claim, ...] = (
           "Table 6, normalization ablation", "06_scaling, 06_normalization"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
-SEPARATE_PRESETS = ("powered",)
-"""Presets whose records live in `findings/<preset>/` and get their own column."""
+SEPARATE_PRESETS = ("powered", "tiny-fast")
+"""Presets whose records live in `findings/<preset>/` (powered's get their own column and table; tiny-fast's are
+read by `esreason compare-findings`), never over the last run's."""
+
+
+def records_dir(preset: str | None = None, home: str | Path | None = None) -> Path:
+    """Where the finding records of `preset` live: `findings/<preset>/` for `SEPARATE_PRESETS`, else `findings/`
+    (the last run of any other preset)."""
+    return findings_dir(home) / (preset if preset in SEPARATE_PRESETS else "")
 
 
 def record_path(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> Path:
-    """Where the record of `finding_id` under `preset` lives: `findings/<preset>/` for `SEPARATE_PRESETS`, else
-    `findings/` (the last run of any other preset)."""
-    sub = preset if preset in SEPARATE_PRESETS else ""
-    return findings_dir(home) / sub / f"{finding_id}.json"
+    """Where the record of `finding_id` under `preset` lives (in `records_dir(preset, home)`)."""
+    return records_dir(preset, home) / f"{finding_id}.json"
 
 
 def read_record(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> dict | None:

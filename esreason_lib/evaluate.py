@@ -10,16 +10,18 @@ protocol (problems, samples, K values, temperature) a preset gives each study.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from esreason_lib import metrics
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import FORWARDS, generate
 from esreason_lib.seeding import derive_seed
+from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.validation import check
 
 PROBLEM_COLUMNS = ("problem_id", "n", "c", "greedy_correct", "distinct_correct", "mean_reward", "mean_entropy",
@@ -56,6 +58,10 @@ class EvalSpec:
     """Bootstrap resamples (over problems) for the Pass@K confidence bands."""
     seed: int = 0
     """Seed of the test-problem draw and the sampling."""
+    forward: str = field(default="hf", metadata=ADDED_OPTION)
+    """How the samples' logits are computed (`generation.FORWARDS`): "hf" (the model's modules) or "fused"
+    (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding). Part of the
+    evaluation's identity, since the samples differ."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -63,6 +69,7 @@ class EvalSpec:
         check(self, "ks", bool(self.ks) and all(1 <= k <= self.n_samples for k in self.ks),
               f"must be non-empty values in [1, n_samples={self.n_samples}]")
         check(self, "temperature", self.temperature > 0, "must be > 0")
+        check(self, "forward", self.forward in FORWARDS, f"must be one of {FORWARDS}")
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,7 @@ def _verdict(task, text: str, example: dict) -> tuple:
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True, backend="local") -> EvalResult:
+             progress=True, backend="local", forward="hf") -> EvalResult:
     """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
@@ -195,9 +202,12 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
+    `forward` is "local"'s `generate(..., forward=...)` ("hf" or "fused", `EvalSpec.forward`).
     """
     if backend not in ("local", "vllm"):
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
+    if forward not in FORWARDS or (backend == "vllm" and forward != "hf"):
+        raise ValueError(f"forward must be one of {FORWARDS} ('hf' with backend='vllm'), got {forward!r}")
     examples = list(examples)
     if not examples:
         raise ValueError("examples must not be empty")
@@ -214,7 +224,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
-    sampler = generate
+    sampler = functools.partial(generate, forward=forward)
     if backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 
@@ -224,7 +234,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
                          ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                          run=run, name=name, progress=progress)
     finally:
-        if sampler is not generate:
+        if backend == "vllm":
             sampler.close()
 
 

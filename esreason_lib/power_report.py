@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from esreason_lib.findings import Z_95
+from esreason_lib.claims import records_dir
 from esreason_lib.paths import findings_dir
 from esreason_lib.power import Components, Cost, cheapest_design, power_table
 
@@ -31,7 +32,7 @@ PROBLEMS = (200, 500, 770, 1000, 2000, 5400)
 
 def stored_checks(preset: str, home=None) -> dict[str, tuple[Components, float]]:
     """{"<finding>: <check>": (components, delta)} for every stored check with a delta."""
-    folder = findings_dir(home) / ("powered" if preset == "powered" else "")
+    folder = records_dir(preset, home)
     out = {}
     for path in sorted(Path(folder).glob("*.json")):
         rec = json.loads(path.read_text())

@@ -5,7 +5,6 @@ EvalSpec; ESREASON_HOME points to a second, separate folder so that anything wri
 shows up.
 """
 
-from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -65,7 +64,7 @@ def test_evaluate_ref_is_one_complete_eval_run_in_the_given_store_only(evaluated
     store, default, result = evaluated
     evals = sorted(store.glob("eval-*"))
     assert len(evals) == 1
-    run = Run.open("eval", {"model": "smoke", "task": "countdown", "task_kwargs": {}, "eval": asdict(SPEC)},
+    run = Run.open("eval", {"model": "smoke", "task": "countdown", "task_kwargs": {}, "eval": SPEC},
                    seed=SPEC.seed, home=store)
     assert run.path == evals[0] and run.is_complete()
     assert run.manifest()["eval/pass@1"] == pytest.approx(float(result.curve["pass_at_k"].iloc[0]))

@@ -42,7 +42,8 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
                                                temperature=config.temperature,
                                                max_new_tokens=config.max_new_tokens or task.max_new_tokens,
-                                               seed=sample_seed(config.seed, it), with_entropy=True)  # [P]
+                                               seed=sample_seed(config.seed, it), with_entropy=True,
+                                               forward="fused" if config.backend == "fast" else "hf")  # [P]
     t1 = time.perf_counter()
     pop = es.ask()
     ev = backend(model, pop, batch, iteration=it)

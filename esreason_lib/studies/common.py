@@ -7,7 +7,6 @@ is computed once and reloaded by every notebook and by `make figures`.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from esreason_lib.evaluate import EvalResult, EvalSpec, evaluate
@@ -29,7 +28,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
     `model`/`tokenizer` may be passed when already in memory (e.g. a masked model in the sparsity study); the
     cache key is still `ref`, so give such a model a distinct `ref`.
     """
-    config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": asdict(spec)}
+    config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": spec}  # (forward "hf" left out)
     run = Run.open("eval", config, seed=spec.seed, home=home, lock=True)  # two notebooks never evaluate one model
     try:  # at once (`make reproduce` runs two side by side): the second waits, then reads the first's tables
         task_obj = get_task(task, **dict(task_kwargs))
@@ -38,7 +37,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
             model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
         result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
                           top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
-                          seed=spec.seed, run=run, name="eval", progress=progress)
+                          seed=spec.seed, run=run, name="eval", progress=progress, forward=spec.forward)
         if not run.is_complete():
             run.finish(**{k: float(v) for k, v in result.summary().items()})
     finally:

@@ -5,6 +5,7 @@
 - `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
 - `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (15 min after `tiny`'s runs, 46 min
   from an empty store on this machine).
+- `tiny-fast`: `tiny` with `_FAST_OVERRIDES`: the same design computed with the fused (not bit-identical) forward.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
   (`GSM8K(protocol="artifact")`) (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
@@ -320,3 +321,12 @@ _POWERED_OVERRIDES: dict[str, Any] = {
 """`powered` = `tiny` with these overrides: the design the power analysis asks for within this task's problem pools
 (run: `make reproduce PRESET=powered`, results in papers/claims.md)."""
 PRESETS["powered"] = replace(get_preset("tiny", **_POWERED_OVERRIDES), name="powered")
+
+_FAST_OVERRIDES: dict[str, Any] = {
+    "es.backend": "fast",  # every ES population scored by `es.backends.fast` (and its centre by the fused forward)
+    **{f"{spec}.forward": "fused" for spec in ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")},
+}
+"""`tiny-fast` = `tiny` computed with the fused float32 forward (`models.fused_qwen2`) for ES populations and
+evaluations: the same design, other float rounding, so other numbers (issue 23: what the fast paths buy in
+`make reproduce`, and whether the findings survive rounding-level changes)."""
+PRESETS["tiny-fast"] = replace(get_preset("tiny", **_FAST_OVERRIDES), name="tiny-fast")

@@ -37,8 +37,9 @@ from esreason_lib.models.zoo import ZOO, num_parameters
 from esreason_lib.studies.common import evaluate_ref, model_ref
 
 EXTRAS: dict[str, dict] = {"antithetic": {"normalization": "zscore", "antithetic": True},
-                           "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1}}
-"""Reported beside the shaping ablation (not claims): label -> changes on plain z-score at the preset's alpha."""
+                           "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1, "backend": "auto"}}
+"""Reported beside the shaping ablation (not claims): label -> changes on plain z-score at the preset's alpha (low-rank
+noise has its own backend, `es.lowrank.LowRankBackend`, whatever the preset's)."""
 PLAIN = {"antithetic": False, "matched_step": False}
 """Every ablation run: no mirrored pairs, no step matching (alpha is tuned per shaping instead)."""
 

@@ -61,17 +61,18 @@ def sample_seed(seed: int, iteration: int) -> int:
 
 
 def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool, temperature: float,
-                   max_new_tokens: int, seed: int, with_entropy: bool = False):
+                   max_new_tokens: int, seed: int, with_entropy: bool = False, forward: str = "hf"):
     """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64.
 
     With `with_entropy`, also returns the mean full-distribution token entropy (nats) over generated tokens.
+    `forward` is `generate`'s ("fused": `models.fused_qwen2`, what the "fast" backend scores members with).
     """
     from esreason_lib.models.generation import generate
     from esreason_lib.metrics import mean_token_entropy
 
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,
-                  max_new_tokens=max_new_tokens, stop=task.stop, seed=seed)
+                  max_new_tokens=max_new_tokens, stop=task.stop, seed=seed, forward=forward)
     rewards = np.array([task.reward(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)  # [P]
     correct = np.array([task.is_correct(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)
     if with_entropy:

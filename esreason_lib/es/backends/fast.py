@@ -1,22 +1,12 @@
 """A faster, not bit-identical, population evaluator: `backend="fast"` (greedy, Qwen2, float32).
 
 `FastBackend` runs `batched`'s decode loop (the same member weights W_i, prompts, masks, stop rule and row
-compaction) with its own forward, `_FastPopulation`, which trades bit-identity for fewer, larger ops:
+compaction) with the fused forward of `models.fused_qwen2` (`FusedQwen2`), which trades bit-identity for fewer,
+larger ops (that module's docstring lists them). Unlike `batched`, which groups members by running row count so
+that each member's gemm has the sequential path's shape, every linear layer is one `bmm` over the whole [N, R] row
+grid, padded rows included.
 
-- every linear layer is one `bmm` over the whole [N, R] row grid, padded rows included (`batched` groups members
-  by running row count so that each member's gemm has the sequential path's shape);
-- each RMSNorm weight is folded into the next linear layer's weight (W_i diag(g_i)), and the final one into the
-  output head; the norm itself is `F.rms_norm`; the attention's 1 / sqrt(D) is folded into the q weights;
-- rotary embeddings are folded into the q|k projection: the fused weight also outputs rotate_half(q) and
-  rotate_half(k) (rows permuted and negated), so rotary is q * cos + q_rot * sin on one [rows, (heads + kv) D] slab;
-- the residual adds are fused into the o_proj and down_proj gemms (`baddbmm(x, ...)`);
-- attention is two matmuls and a softmax per (row, kv head) with an additive mask (grouped-query, no repeat of
-  keys), the same masked kernel for every row (`batched` switches kernels as Hugging Face does); below 16 keys
-  the softmax is computed from its definition (`_softmax`);
-- the prefill's last layer runs o_proj and the MLP on the last position only (the only one whose output is read);
-- the forward runs members in chunks of about `_FastPopulation.rows` token positions.
-
-Each of these changes float rounding (by ~1e-6 relative), so a member's greedy tokens can differ from the
+Each change rounds floats differently (by ~1e-6 relative), so a member's greedy tokens can differ from the
 sequential path's where two logits nearly tie. tests/test_es_fast.py measures the agreement over several ES
 steps and both antithetic signs (completions equal on >= 99.5% of rows, member rewards ranked the same,
 Spearman >= 0.99); `benchmarks/bench_fast.py fast` prints both figures on the Countdown benchmark (measured:
@@ -28,170 +18,26 @@ on only 99.1-99.4% of rows, Spearman 0.977-0.996).
 from __future__ import annotations
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
 from esreason_lib.es.backends.batched import BatchedBackend
-
-_MASKED = -1e9
-"""The additive bias of a masked position: exp underflows to exactly 0, and a fully masked row (a pad query of a
-left-padded prefill, never read) stays finite, where -inf would make it NaN and the NaN reach the cache."""
-
-
-def _rotated(w: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """The rows of a member-stacked projection w [N, heads * D, ...] that compute rotate_half of its output."""
-    n, out = w.shape[:2]
-    h = w.reshape(n, out // head_dim, head_dim, *w.shape[2:])
-    half = head_dim // 2
-    return torch.cat([-h[:, :, half:], h[:, :, :half]], dim=2).reshape(w.shape)
-
-
-@torch.no_grad()
-def fast_weights(model, weights: dict[str, torch.Tensor]) -> list:
-    """From `member_weights` stacks ([N, *shape] per name): [embedding [N, V, d], head [N, d, V] (final norm
-    folded in), then per layer (qkv weight [N, d, 2 (H + KV) D + KV D] (input norm folded in), its bias
-    [N, 1, 2 (H + KV) D + KV D], o_proj [N, H D, d], gate and up [N, d, I] (post-attention norm folded in),
-    down_proj [N, I, d])]: each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v;
-    the q columns carry the attention's 1 / sqrt(D) scale."""
-    name = {id(p): n for n, p in model.named_parameters()}
-    w = lambda t: weights[name[id(t)]]  # noqa: E731
-    net = model.model
-    t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  [N, O, K] -> [N, K, O]: bmm's fastest layout here
-    out = [w(net.embed_tokens.weight), t(w(model.lm_head.weight) * w(net.norm.weight)[:, None, :])]
-    for layer in net.layers:
-        att, mlp = layer.self_attn, layer.mlp
-        d = att.head_dim
-        q, k, v = (w(att.q_proj.weight) * att.scaling, w(att.k_proj.weight), w(att.v_proj.weight))
-        bq, bk, bv = (w(att.q_proj.bias) * att.scaling, w(att.k_proj.bias), w(att.v_proj.bias))
-        g1, g2 = (w(layer.input_layernorm.weight)[:, None, :], w(layer.post_attention_layernorm.weight)[:, None, :])
-        out.append((t(torch.cat([q, k, _rotated(q, d), _rotated(k, d), v], 1) * g1),
-                    torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :],
-                    t(w(att.o_proj.weight)), t(w(mlp.gate_proj.weight) * g2), t(w(mlp.up_proj.weight) * g2),
-                    t(w(mlp.down_proj.weight))))
-    return out
-
-
-def _qkv(x, cos, sin, qkv_w, qkv_b, *, rows: int, heads: int, kv_heads: int, head_dim: int, eps: float):
-    """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R)."""
-    length, qk_width = x.shape[0] * x.shape[1] // rows, (heads + kv_heads) * head_dim
-    y = torch.baddbmm(qkv_b, F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w)  # [n, R*L, 2QK + V]
-    qk = torch.addcmul(y[..., :qk_width] * cos, y[..., qk_width: 2 * qk_width], sin)  # [n, R*L, (H + KV) D]
-    q = qk[..., : heads * head_dim].reshape(rows, length, kv_heads, heads // kv_heads, head_dim)
-    k = qk[..., heads * head_dim:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
-    return q, k, y[..., 2 * qk_width:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
-
-
-def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float):
-    """The rest of a decoder layer: attention of (pre-scaled) queries q [rows, L, KV, g, D] over keys, values
-    [rows, KV, T, D] (bias: None or additive [rows, 1, L, T]), o_proj, MLP and both residuals on x [n, R*L, d]."""
-    rows, length, kv_heads, group, head_dim = q.shape
-    q = q.permute(0, 2, 3, 1, 4).reshape(rows, kv_heads, group * length, head_dim)  # [rows, KV, g*L, D]
-    s = torch.matmul(q, keys.transpose(-1, -2))  # [rows, KV, g*L, T]
-    if bias is not None:
-        s.view(rows, kv_heads, group, length, -1).add_(bias.view(rows, 1, 1, length, -1))
-    o = torch.matmul(_softmax(s), values)  # [rows, KV, g*L, D]
-    o = o.view(rows, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4).reshape(x.shape[0], x.shape[1], -1)
-    x = torch.baddbmm(x, o, o_w)  # residual fused into the gemm
-    h = F.rms_norm(x, (x.shape[-1],), eps=eps)
-    act = F.silu(torch.bmm(h, gate_w), inplace=True).mul_(torch.bmm(h, up_w))  # [n, R*L, I]
-    return torch.baddbmm(x, act, down_w)
-
-
-def _softmax(s: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension. torch's CPU kernel is ~10x slower per element below 16 columns (measured
-    at 13: 59 vs 600-990 Melem/s at 16-37, one thread), which prefill (T = prompt length) and the first decode
-    steps hit: there it is computed from its definition (450 Melem/s)."""
-    if s.shape[-1] >= 16:
-        return torch.softmax(s, dim=-1)
-    e = (s - s.amax(-1, keepdim=True)).exp_()
-    return e.div_(e.sum(-1, keepdim=True))
-
-
-class _FastPopulation:
-    """`batched._Qwen2Population`'s interface (called by `batched._decode_population`) with the fast forward."""
-
-    def __init__(self, model, weights, fused: list, capacity: int, rows: int = 1024):
-        cfg = model.config
-        self.rows = rows
-        """Token positions per member chunk of a forward."""
-        self.model, self.capacity, self.fused = model, capacity, fused
-        att = model.model.layers[0].self_attn
-        self.eps = model.model.layers[0].input_layernorm.variance_epsilon
-        self.shape = dict(heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=att.head_dim)
-        self.cache: list[list[torch.Tensor]] = []
-        """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
-        self.length = 0
-
-    def select(self, keep: torch.Tensor) -> None:
-        """Keep rows `keep` [N, R'] of every member's slot in the cache."""
-        n, width = keep.shape[0], self.cache[0][0].shape[1] if self.cache else 0
-        flat = (keep + width * torch.arange(n, device=keep.device)[:, None]).reshape(-1)  # [N * R'] rows of [N*R]
-        pick = lambda t: t.view(n * width, -1).index_select(0, flat).view(n, keep.shape[1], *t.shape[2:])  # noqa: E731
-        self.cache = [[pick(t) for t in kv] for kv in self.cache]  # whole rows: memcpy, not an element gather
-
-    def __call__(self, ids, pos, mask, groups, members: slice = slice(None)) -> torch.Tensor:
-        """Last-position logits [n, R, V], as `_Qwen2Population.__call__` (`groups` is not needed: every gemm
-        covers the whole grid); a (mask, rows) pair means the mask for every row. Runs members in chunks of
-        about `rows` token positions, so that each chunk's activations stay in the core's cache."""
-        n, width, length = ids.shape
-        mask = mask[0] if isinstance(mask, tuple) else mask
-        first, step = members.start or 0, max(1, self.rows // (width * length))
-        out = []
-        for a in range(0, n, step):
-            b = min(a + step, n)
-            out.append(self._forward(ids[a:b], pos[a:b], None if mask is None else mask[a * width: b * width],
-                                     slice(first + a, first + b)))
-        return torch.cat(out) if len(out) > 1 else out[0]
-
-    def _forward(self, ids, pos, mask, members: slice) -> torch.Tensor:
-        """`__call__` on one chunk of members."""
-        n, width, length = ids.shape
-        net, sh = self.model.model, self.shape
-        emb, head = self.fused[0][members], self.fused[1][members]
-        x = emb[torch.arange(n, device=ids.device)[:, None, None], ids].view(n, width * length, -1)  # [n, R*L, d]
-        cos, sin = net.rotary_emb(x, pos.reshape(n * width, length))  # [n*R, L, D]
-        tile = lambda t: t.repeat(1, 1, sh["heads"] + sh["kv_heads"]).view(n, width * length, -1)  # noqa: E731
-        cos, sin = tile(cos), tile(sin)
-        if mask is None and length > 1:  # an unpadded prefill is causal only
-            mask = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()[None, None]
-            mask = mask.expand(n * width, 1, length, length)
-        bias = None if mask is None else torch.zeros(mask.shape, device=ids.device).masked_fill_(~mask, _MASKED)
-        start, end, layers = self.length, self.length + length, self.fused[2:]
-        for li, (qkv_w, qkv_b, o_w, gate_w, up_w, down_w) in enumerate(layers):
-            if li == len(self.cache):
-                shape = (len(qkv_w), width, sh["kv_heads"], self.capacity, sh["head_dim"])
-                self.cache.append([x.new_empty(shape), x.new_empty(shape)])
-            keys, values = (t[members].view(n * width, *t.shape[2:]) for t in self.cache[li])
-            q, keys[:, :, start:end], values[:, :, start:end] = _qkv(x, cos, sin, qkv_w[members], qkv_b[members],
-                                                                         rows=n * width, eps=self.eps, **sh)
-            if li == len(layers) - 1 and length > 1:  # only the last position's output is read
-                x = x.view(n, width, length, -1)[:, :, -1]  # [n, R, d]
-                q, bias = q[:, -1:], None if bias is None else bias[:, :, -1:]
-                length = 1
-            x = _mix(x, q, keys[:, :, :end], values[:, :, :end], bias, o_w[members], gate_w[members],
-                         up_w[members], down_w[members], eps=self.eps)
-        last = x.view(n, width, length, -1)[:, :, -1]  # [n, R, d]
-        h = F.rms_norm(last, (last.shape[-1],), eps=net.norm.variance_epsilon)
-        return torch.bmm(h, head)  # [n, R, V]
+from esreason_lib.models.fused_qwen2 import FusedQwen2, check_fusable, fused_weights
 
 
 class FastBackend(BatchedBackend):
-    """`BatchedBackend`'s decode with `_FastPopulation`'s forward (see the module docstring): faster, and equal to
-    the sequential path's completions only up to float rounding."""
+    """`BatchedBackend`'s decode with `models.fused_qwen2.FusedQwen2`'s forward (see the module docstring):
+    faster, and equal to the sequential path's completions only up to float rounding."""
 
     def check_model(self, model) -> None:
-        """Raise unless `model` is a Qwen2ForCausalLM (the architecture `fast_weights` folds)."""
-        if not isinstance(model, Qwen2ForCausalLM):
-            raise TypeError(f"FastBackend: needs a Qwen2ForCausalLM, got {type(model).__name__}")
+        """Raise unless `model` is a float32 Qwen2ForCausalLM (what `fused_weights` folds)."""
+        check_fusable(model, "FastBackend")
 
     def prepare(self, model, weights: dict) -> list:
-        """`fast_weights`: the folded, fused, transposed member weights."""
-        return fast_weights(model, weights)
+        """`fused_weights`: the folded, fused, transposed member weights."""
+        return fused_weights(model, weights)
 
-    def population(self, model, weights, fused, capacity: int) -> _FastPopulation:
-        """A fresh `_FastPopulation` (empty KV cache of `capacity` positions)."""
-        return _FastPopulation(model, weights, fused, capacity)
+    def population(self, model, weights, fused, capacity: int) -> FusedQwen2:
+        """A fresh `FusedQwen2` (empty KV cache of `capacity` positions)."""
+        return FusedQwen2(model, fused, capacity)
 
 
 def agreement(completions: list[list[str]], reference: list[list[str]], rewards, reference_rewards) -> tuple[float, float]:

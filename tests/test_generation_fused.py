@@ -1,0 +1,126 @@
+"""`generate(..., forward="fused")` (models.fused_qwen2 with one member) against the model's own modules: equal up to
+float rounding, so held to agreement figures (completions, logprobs) rather than bit-identity; and the evaluation
+and preset plumbing that selects it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from esreason_lib.evaluate import EvalSpec, evaluate
+from esreason_lib.models.fused_qwen2 import check_fusable, model_weights
+from esreason_lib.models.generation import _generate, generate
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.store.identity import config_hash
+from esreason_lib.store.runs import _stored_config
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from esreason_lib.models.load import load_model
+    from esreason_lib.models.zoo import get_spec
+    from esreason_lib.tasks import get_task
+
+    torch.set_num_threads(1)
+    model, tok = load_model("qwen2-s-habit", device="cpu", dtype=torch.float32, progress=False)
+    task = get_task("countdown", **get_spec("qwen2-s-habit").task_kwargs())
+    return model, tok, task, task.examples("test", n=64, seed=0)
+
+
+def _both(model, tok, prompts, **kw):
+    return [generate(model, tok, prompts, forward=f, **kw) for f in ("hf", "fused")]
+
+
+def test_fused_greedy_matches_hf(setup):
+    model, tok, task, examples = setup
+    prompts = [task.prompt(e, tok) for e in examples]
+    hf, fused = _both(model, tok, prompts, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
+    assert same >= 0.995, same
+    equal = torch.tensor([a == b for a, b in zip(hf.completions, fused.completions)])
+    width = min(hf.logprobs.shape[1], fused.logprobs.shape[1])
+    gap = (hf.logprobs[equal, :width] - fused.logprobs[equal, :width]).abs().max()
+    assert float(gap) < 1e-4  # the same tokens, scored within float rounding
+
+
+def test_fused_sampling_matches_hf_draw_for_draw(setup):
+    """One generator stream, the same draws: a sample differs only where rounding moves a cumulative-probability
+    boundary across a uniform draw, so almost every completion is the same string."""
+    model, tok, task, examples = setup
+    prompts = [task.prompt(e, tok) for e in examples[:24]]
+    hf, fused = _both(model, tok, prompts, n=16, temperature=0.6, max_new_tokens=task.max_new_tokens,
+                      stop=task.stop, seed=5)
+    same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
+    assert same >= 0.99, same
+    assert hf.completion_mask.shape[0] == fused.completion_mask.shape[0] == 24 * 16
+
+
+def test_fused_row_compaction_and_padding(setup):
+    """Prompts of different lengths (left padding, a masked prefill) and rows that stop early (compaction of the
+    fused cache) give the same completions as the model's modules."""
+    model, tok, _, _ = setup
+    prompts = ["12 7 3>", "5 9 40 2 1>", "8>", "33 1 9 17>"]
+    hf, fused = _both(model, tok, prompts, n=3, temperature=1.0, max_new_tokens=20, seed=1)
+    assert hf.completions == fused.completions
+
+
+def test_evaluate_with_fused_forward_agrees(setup):
+    model, tok, task, examples = setup
+    kw = dict(n=8, temperature=0.6, ks=(1, 8), seed=0, progress=False)
+    hf = evaluate(model, tok, task, examples[:32], **kw)
+    fused = evaluate(model, tok, task, examples[:32], forward="fused", **kw)
+    assert np.abs(hf.table["c"].to_numpy() - fused.table["c"].to_numpy()).sum() <= 2
+    assert (hf.table["greedy_correct"] == fused.table["greedy_correct"]).mean() >= 0.95
+
+
+def test_fused_refuses_what_it_cannot_fold():
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    with pytest.raises(ValueError, match="forward must be one of"):
+        generate(model, tok, ["1>"], forward="compiled")
+    with pytest.raises(ValueError, match="use_cache"):
+        _generate(model, tok, ["1>"], forward="fused", use_cache=False)
+    with pytest.raises(TypeError, match="float32"):
+        check_fusable(model.to(torch.bfloat16), "here")
+    with pytest.raises(TypeError, match="Qwen2ForCausalLM"):
+        check_fusable(torch.nn.Linear(2, 2), "here")
+    with pytest.raises(ValueError, match="forward"):
+        evaluate(model.float(), tok, _FakeTask(), [{"id": 0}], n=1, ks=(1,), forward="fused", backend="vllm")
+
+
+class _FakeTask:
+    max_new_tokens, stop = 4, None
+
+
+def test_model_weights_fold_one_member():
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    fused = model_weights(model)
+    assert fused[0].shape[0] == 1 and len(fused) == 2 + model.config.num_hidden_layers
+    assert torch.equal(fused[0][0], model.model.embed_tokens.weight)
+
+
+def test_eval_spec_forward_field_keeps_stored_identities():
+    spec = EvalSpec(n_problems=300)
+    old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k != "forward"}}
+    assert config_hash(_stored_config("eval", {"model": "m", "eval": spec})) == config_hash(_stored_config("eval", old))
+    fused = _stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
+    assert fused["eval"]["forward"] == "fused"
+    with pytest.raises(ValueError, match="EvalSpec.forward"):
+        EvalSpec(forward="x")
+
+
+def test_tiny_fast_preset_is_tiny_with_fused_compute():
+    from esreason_lib.plan import training_plan
+    from esreason_lib.studies.presets import get_preset
+
+    tiny, fast = get_preset("tiny"), get_preset("tiny-fast")
+    assert fast.es.backend == "fast" and tiny.es.backend == "auto"
+    assert {fast.eval.forward, fast.sparsity.eval.forward, fast.forgetting.eval.forward,
+            fast.scaling.eval.forward} == {"fused"}
+    assert dataclasses.replace(fast.es, backend="auto") == tiny.es
+    backends = {c.noise: c.backend for c in training_plan(fast) if hasattr(c, "noise")}
+    assert backends == {"full": "fast", "lowrank": "auto"}  # low-rank noise keeps its own (exact) backend
