@@ -139,6 +139,30 @@ def render_claims(home: str | Path | None = None) -> str:
     return "\n".join(lines) + "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
 
 
+def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
+    """Every check stored under both presets `a` and `b` (e.g. "tiny" and "tiny-fast": one design computed two ways)
+    as a Markdown table: finding, check, then each preset's effect [95% CI] and status; a last line counts the
+    checks whose status agrees. ValueError when the two share no check."""
+    rows, same = [], 0
+    for c in CLAIMS:
+        ra, rb = read_record(c.id, a, home), read_record(c.id, b, home)
+        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # findings/ holds the last run's
+            continue
+        by_name = {x["name"]: x for x in rb.get("checks", [])}
+        for x in ra.get("checks", []):
+            y = by_name.get(x["name"])
+            if y is None:
+                continue
+            same += x["status"] == y["status"]
+            cell = lambda r: f"{r['effect']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['status']}"  # noqa: E731
+            rows.append(f"| {c.id[:2]} | {x['name'].replace('|', '/')} | {cell(x)} | {cell(y)} |")
+    if not rows:
+        raise ValueError(f"presets {a!r} and {b!r} share no stored check (run both: `make reproduce PRESET=...`)")
+    return "\n".join([f"| nb | check | {a}: effect [95% CI] | status | {b}: effect [95% CI] | status |",
+                      "|---|---|---|---|---|---|", *rows, "",
+                      f"{same} of {len(rows)} checks have the same status under both."]) + "\n"
+
+
 def _shown(path: Path | None) -> set[str]:
     """The ids of the findings whose row in the table of the file at `path` shows a result (not "not run")."""
     if path is None or not path.is_file():

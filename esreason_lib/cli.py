@@ -203,6 +203,13 @@ def _claims(args) -> int:
     return 0
 
 
+def _compare_findings(args) -> int:
+    from esreason_lib.claims import render_comparison
+
+    print(render_comparison(args.a, args.b))
+    return 0
+
+
 def _power(args) -> int:
     from esreason_lib.power_report import report
 
@@ -275,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf.set_defaults(func=_prefill)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.set_defaults(func=_claims)
+    cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-fast)")
+    cmp.add_argument("a", choices=sorted(PRESETS))
+    cmp.add_argument("b", choices=sorted(PRESETS))
+    cmp.set_defaults(func=_compare_findings)
     pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
     pw.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     pw.set_defaults(func=_power)

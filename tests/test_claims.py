@@ -90,3 +90,30 @@ def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_
     assert (readme.read_text(), table.read_text()) == before
     monkeypatch.setattr(claims.write_claims, "__defaults__", (home, table, readme))  # the store that holds it
     assert main(["claims"]) == 0 and "greedy 0.30" in readme.read_text()
+
+
+def test_compare_findings_puts_two_presets_checks_side_by_side(tmp_path, capsys):
+    home = tmp_path / "runs"
+    with pytest.raises(ValueError, match="share no stored check"):
+        claims.render_comparison("tiny", "tiny-fast", home)
+    claims.record_finding("01_passk_es_vs_grpo", _finding("a", 0.1, 0.2), preset="tiny", home=home)
+    claims.record_finding("01_passk_es_vs_grpo", _finding("b", -0.3, 0.2), preset="tiny-fast", home=home)
+    assert claims.record_path("01_passk_es_vs_grpo", "tiny-fast", home).parent.name == "tiny-fast"
+    table = claims.render_comparison("tiny", "tiny-fast", home)
+    assert "| 01 | effect | +0.150 [+0.100, +0.200] | reproduced | -0.050 [-0.300, +0.200] | not resolved |" in table
+    assert table.endswith("0 of 1 checks have the same status under both.\n")
+    claims.record_finding("01_passk_es_vs_grpo", _finding("c", 0.1, 0.2), preset="smoke", home=home)
+    with pytest.raises(ValueError, match="share no stored check"):  # findings/ now holds smoke's run, not tiny's
+        claims.render_comparison("tiny", "tiny-fast", home)
+
+
+def test_compare_findings_command(tmp_path, monkeypatch, capsys):
+    from esreason_lib.cli import main
+
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "runs"))
+    assert main(["compare-findings", "tiny", "tiny-fast"]) == 2
+    assert "share no stored check" in capsys.readouterr().err
+    for preset in ("tiny", "tiny-fast"):
+        claims.record_finding("02_js_diversity", _finding("x"), preset=preset, home=tmp_path / "runs")
+    assert main(["compare-findings", "tiny", "tiny-fast"]) == 0
+    assert "1 of 1 checks have the same status" in capsys.readouterr().out
