@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/bench_fast.py flops     # model FLOP/s of a fast step / 1-thread fp32 matmul peak
     .venv/bin/python benchmarks/bench_fast.py threads   # 1 vs 2 torch threads: ES step, GRPO sampling and backward
     .venv/bin/python benchmarks/bench_fast.py training  # a tiny-preset ES (batched, fast) and GRPO iteration
+    .venv/bin/python benchmarks/bench_fast.py evaluation  # one tiny evaluation: model modules vs fused forward
+    .venv/bin/python benchmarks/bench_fast.py powered_training  # one run of each kind in the powered plan
 
 Same inputs as `bench_es.py` (qwen2-s-habit, 128 Countdown train prompts, antithetic populations, greedy, one
 thread unless stated). The `threads` rows compare wall time (process CPU time counts both threads), so they need
@@ -17,6 +19,7 @@ import argparse
 import dataclasses
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -132,7 +135,76 @@ def training(args) -> list[str]:
     return rows
 
 
-BENCHMARKS = {"fast": fast, "flops": flops, "threads": threads, "training": training}
+def evaluation(args) -> list[str]:
+    """One evaluation of the tiny preset's base as notebook 01 runs it (its test and selection problems, 64 samples
+    at T = 0.6, and greedy), with the model's modules and with the fused forward, and how far the two agree."""
+    from esreason_lib.evaluate import evaluate
+    from esreason_lib.models.load import load_model
+    from esreason_lib.studies.comparison import evaluation_spec
+    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.tasks import get_task
+
+    preset = get_preset("tiny")
+    spec = evaluation_spec(preset)
+    task = get_task(preset.task, **preset.test_task_kwargs())
+    examples = task.examples("test", n=spec.n_problems, seed=spec.seed)
+    model, tok = load_model(preset.base_model, device="cpu", progress=False)
+    out = {}
+
+    def run(forward):
+        out[forward] = evaluate(model, tok, task, examples, n=spec.n_samples, temperature=spec.temperature,
+                                ks=spec.ks, greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward)
+
+    t = _best({"hf": lambda: run("hf"), "fused": lambda: run("fused")}, args.repeats)
+    hf, fused = out["hf"].table, out["fused"].table
+    moved = int((hf["c"] - fused["c"]).abs().sum())
+    same = float(np.mean([a == b for a, b in zip(out["hf"].samples["answer"], out["fused"].samples["answer"])]))
+    return [f"| evaluation | tiny evaluation (P={len(examples)} problems x {spec.n_samples} samples at "
+            f"T={spec.temperature:g} + greedy), model modules / fused forward; sampled answers equal on {same:.4f}, "
+            f"correct samples moved {moved} of {int(hf['c'].sum())} | {t['hf']:.2f} s / {t['fused']:.2f} s | "
+            f"**{t['hf'] / t['fused']:.2f}x** | none (a cost) |"]
+
+
+def _kind(config) -> str:
+    """A training config's kind in a preset's plan: method, model, population or group, prompts per step."""
+    from esreason_lib.es.core import ESConfig
+
+    if isinstance(config, ESConfig):
+        noise = "" if config.noise == "full" else f", {config.noise} noise"
+        return f"ES {Path(config.model).name} N={config.population_size} P={config.prompts_per_step}{noise}"
+    return f"GRPO {Path(config.model).name} G={config.group_size} P={config.prompts_per_step}"
+
+
+def powered_training(args) -> list[str]:
+    """One training run of each kind in the `powered` preset's plan (`plan.training_plan`: notebooks 01 and 06),
+    timed over `--iterations` iterations and scaled to the run's own iteration count, and how many runs of that
+    kind the plan holds (notebook 02's trajectories and 03's sequence stages are not in the plan)."""
+    from esreason_lib.es.core import ESConfig
+    from esreason_lib.es.loop import train_es
+    from esreason_lib.grpo.loop import train_grpo
+    from esreason_lib.plan import training_plan
+    from esreason_lib.studies.presets import get_preset
+
+    kinds: dict[str, list] = {}
+    for config in training_plan(get_preset("powered")):
+        kinds.setdefault(_kind(config), []).append(config)
+    rows = []
+    for label, configs in kinds.items():
+        config = configs[0]
+        train = train_es if isinstance(config, ESConfig) else train_grpo
+        with tempfile.TemporaryDirectory() as home:
+            run = train(dataclasses.replace(config, iterations=args.iterations, checkpoint_every=0), home=home,
+                        progress=False)
+            per = float(np.median(run.metrics()["time/step_s"].dropna()))
+        rows.append(f"| training | powered {label}: s / iteration (median of {args.iterations}) x "
+                    f"{config.iterations} iterations; {len(configs)} such runs in the plan | "
+                    f"{per:.2f} s x {config.iterations} | **{per * config.iterations / 60:.1f} min** | "
+                    f"{GOALS['training']} |")
+    return rows
+
+
+BENCHMARKS = {"fast": fast, "flops": flops, "threads": threads, "evaluation": evaluation, "training": training,
+              "powered_training": powered_training}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,7 +1,8 @@
 """Run every speed benchmark of `bench_es.py` and `bench_fast.py` in one process and print one table; `--write` also writes
-`benchmarks/RESULTS.md` (machine, versions, date, the table).
+`benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered` first times `make reproduce`
+for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
 
-    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write
+    ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write --reproduce tiny powered
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
+import bench_reproduce  # noqa: E402
 
 
 def _load() -> str:
@@ -36,15 +39,21 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--reproduce", nargs="*", default=[], metavar="PRESET",
+                    help="also time `make reproduce` for these presets, in this order, in one fresh clone")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     header = [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
               f"- machine: {_machine()}",
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
-              f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}` (each row: "
-              "`python benchmarks/bench_es.py <benchmark>` or `bench_fast.py <benchmark>`)", "", ""]
+              f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}"
+              f"{' --reproduce ' + ' '.join(args.reproduce) if args.reproduce else ''}` (each row: "
+              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>` or `bench_reproduce.py`)",
+              "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
-    rows = []
+    rows = bench_reproduce.reproduce(args.reproduce) if args.reproduce else []
+    for line in rows:
+        print(line, flush=True)
     for module in (bench_es, bench_fast):
         for name, fn in module.BENCHMARKS.items():
             for line in fn(module.parser().parse_args([name, "--repeats", str(args.repeats)])):
@@ -57,6 +66,22 @@ def main(argv=None) -> None:
                 "measured side by side in one run (alternating the compared paths, best of the repeats).\n\n"
                 + "\n".join(header) + bench_es.HEADER + "\n" + "\n".join(rows) + "\n" + end + "\n")
         (Path(__file__).resolve().parent / "RESULTS.md").write_text(text)
+        write_readme_block(rows, header[0][len("- date: "):], README)
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
+    """Replace the README's block between the `speed` markers with the rows' benchmark, what, ratio and goal
+    columns (the measured seconds stay in RESULTS.md) and the run's date."""
+    cells = [row.strip("|").split(" | ") for row in rows]
+    table = ["| benchmark | what | ratio | goal |", "|---|---|---:|---|",
+             *(f"| {c[0].strip()} | {c[1]} | {c[3]} | {c[4].strip()} |" for c in cells),
+             "", f"Measured {date} (`benchmarks/RESULTS.md` has the machine, load and seconds)."]
+    text = readme.read_text()
+    pattern = re.compile(r"(<!-- speed:start -->\n).*?(<!-- speed:end -->)", re.S)
+    readme.write_text(pattern.sub(lambda m: m.group(1) + "\n".join(table) + "\n" + m.group(2), text))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from esreason_lib.models.fused_qwen2 import check_fusable, model_weights
 from esreason_lib.models.generation import _generate, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash
-from esreason_lib.store.runs import _stored_config
+from esreason_lib.store.identity import stored_config
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +106,8 @@ def test_model_weights_fold_one_member():
 def test_eval_spec_forward_field_keeps_stored_identities():
     spec = EvalSpec(n_problems=300)
     old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k != "forward"}}
-    assert config_hash(_stored_config("eval", {"model": "m", "eval": spec})) == config_hash(_stored_config("eval", old))
-    fused = _stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
+    assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
+    fused = stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
     assert fused["eval"]["forward"] == "fused"
     with pytest.raises(ValueError, match="EvalSpec.forward"):
         EvalSpec(forward="x")

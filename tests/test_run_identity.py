@@ -62,9 +62,9 @@ def test_runs_stored_under_the_old_identity_are_still_found(tmp_path):
     _complete(run)
     # move it where the identity that still held execution settings put it (its config.json as then written)
     import json
-    from esreason_lib.store.runs import _stored_config
+    from esreason_lib.store.identity import stored_config
 
-    old = _stored_config("es", config, legacy=True)
+    old = stored_config("es", config, legacy=True)
     old_path = tmp_path / f"es-{hashlib.sha256(json.dumps(old, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:10]}"
     assert old_path != run.path
     run.path.rename(old_path)

@@ -13,7 +13,8 @@ from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash, portable_paths, resolve_run_ref
 from esreason_lib.store.relocate import relocate
-from esreason_lib.store.runs import Run, _stored_config, run_exists
+from esreason_lib.store.identity import stored_config
+from esreason_lib.store.runs import Run, run_exists
 
 
 def test_portable_paths_rewrites_paths_into_run_directories_only():
@@ -62,7 +63,7 @@ def test_an_evaluation_is_found_in_a_moved_store(tmp_path):
 
 def _legacy(run, config):
     """Rename `run` to where the identity with absolute paths (before portable_paths) put it."""
-    old = _stored_config(run.kind, config, portable=False)
+    old = stored_config(run.kind, config, portable=False)
     old_path = run.path.parent / f"{run.kind}-{config_hash(old)}"
     run.path.rename(old_path)
     (old_path / "config.json").write_text(json.dumps(old))

@@ -10,7 +10,8 @@ evaluation's sampling). What it changes against the Hugging Face forward:
 - each RMSNorm weight is folded into the next linear layer's weight (W_i diag(g_i)), and the final one into the
   output head; the norm itself is `F.rms_norm`; the attention's 1 / sqrt(D) is folded into the q weights;
 - rotary embeddings are folded into the q|k projection: the fused weight also outputs rotate_half(q) and
-  rotate_half(k) (rows permuted and negated), so rotary is q * cos + q_rot * sin on one [rows, (heads + kv) D] slab;
+  rotate_half(k) (rows permuted and negated), so rotary is q * cos + q_rot * sin on one [rows, (heads + kv) D] slab,
+  with cos and sin looked up in a table of every cache position (built once);
 - the residual adds are fused into the o_proj and down_proj gemms (`baddbmm(x, ...)`);
 - attention is two matmuls and a softmax per (row, kv head) with an additive mask (grouped-query, no repeat of
   keys), the same masked kernel for every row (Hugging Face switches kernels); below 16 keys the softmax is
@@ -85,7 +86,7 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
 def _qkv(x, cos, sin, qkv_w, qkv_b, *, rows: int, heads: int, kv_heads: int, head_dim: int, eps: float):
     """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R)."""
     length, qk_width = x.shape[0] * x.shape[1] // rows, (heads + kv_heads) * head_dim
-    y = torch.baddbmm(qkv_b, F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w)  # [n, R*L, 2QK + V]
+    y = torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w).add_(qkv_b)  # [n, R*L, 2QK + V]
     qk = torch.addcmul(y[..., :qk_width] * cos, y[..., qk_width: 2 * qk_width], sin)  # [n, R*L, (H + KV) D]
     q = qk[..., : heads * head_dim].reshape(rows, length, kv_heads, heads // kv_heads, head_dim)
     k = qk[..., heads * head_dim:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
@@ -114,8 +115,8 @@ def _softmax(s: torch.Tensor) -> torch.Tensor:
     steps hit: there it is computed from its definition (450 Melem/s)."""
     if s.shape[-1] >= 16:
         return torch.softmax(s, dim=-1)
-    e = (s - s.amax(-1, keepdim=True)).exp_()
-    return e.div_(e.sum(-1, keepdim=True))
+    e = (s - s.amax(-1, keepdim=True)).clamp_(min=-80.0).exp_()  # exp below -87 (a masked key) takes a 30x
+    return e.div_(e.sum(-1, keepdim=True))  # slower path; exp(-80) = 2e-35 is as good as 0 beside a sum >= 1
 
 
 class FusedQwen2:
@@ -136,6 +137,12 @@ class FusedQwen2:
         self.cache: list[list[torch.Tensor]] = []
         """Per layer [keys, values], each [N, R, kv_heads, capacity, head_dim]."""
         self.length = 0
+        at = torch.arange(capacity, device=model.device)[None]  # [1, C]: every position the cache can hold
+        cos, sin = model.model.rotary_emb(torch.empty(0, dtype=model.dtype, device=model.device), at)  # [1, C, D]
+        width = self.shape["heads"] + self.shape["kv_heads"]
+        self.rotary = [t[0].repeat(1, width) for t in (cos, sin)]
+        """cos and sin [capacity, (heads + kv_heads) D] of each position, tiled over the q|k heads (the values the
+        rotary module computes: position x inverse frequency is one product, whatever the batch)."""
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep rows `keep` [N, R'] of every member's slot in the cache."""
@@ -164,9 +171,7 @@ class FusedQwen2:
         net, sh = self.model.model, self.shape
         emb, head = self.fused[0][members], self.fused[1][members]
         x = emb[torch.arange(n, device=ids.device)[:, None, None], ids].view(n, width * length, -1)  # [n, R*L, d]
-        cos, sin = net.rotary_emb(x, pos.reshape(n * width, length))  # [n*R, L, D]
-        tile = lambda t: t.repeat(1, 1, sh["heads"] + sh["kv_heads"]).view(n, width * length, -1)  # noqa: E731
-        cos, sin = tile(cos), tile(sin)
+        cos, sin = (t[pos].view(n, width * length, -1) for t in self.rotary)  # [n, R*L, (heads + kv) D]
         if mask is None and length > 1:  # an unpadded prefill is causal only
             mask = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()[None, None]
             mask = mask.expand(n * width, 1, length, length)

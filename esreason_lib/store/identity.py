@@ -1,5 +1,6 @@
-"""A run's identity: its config as canonical JSON and the hash that names its directory, the zoo-spec versions a
-config depends on, and the package versions and git sha a manifest records."""
+"""A run's identity: its config as canonical JSON and the hash that names its directory (`locate`: where a config's
+run lies in a store, earlier identities included), the zoo-spec versions a config depends on, and the package
+versions and git sha a manifest records."""
 
 from __future__ import annotations
 
@@ -142,6 +143,31 @@ def with_zoo_versions(cfg: dict) -> dict:
 
     names = sorted({s for s in _strings(cfg) if s in ZOO})
     return {**cfg, "zoo_versions": {n: config_hash(ZOO[n]) for n in names}} if names else cfg
+
+
+def stored_config(kind: str, config, legacy: bool = False, portable: bool = True) -> dict:
+    """The config as `Run.open` stores (and hashes) it: canonical JSON with paths into run directories made
+    portable (`identity.portable_paths`; not for `portable=False`, the identity of runs stored before), plus
+    `zoo_versions` unless kind is "zoo"."""
+    cfg = json.loads(canonical_json(config, legacy=legacy))
+    cfg = portable_paths(cfg) if portable else cfg
+    return cfg if kind == "zoo" else with_zoo_versions(cfg)
+
+
+def locate(kind: str, config, home: Path | None) -> tuple[Path, dict]:
+    """The directory and stored config of (kind, config): `<home>/<kind>-<config hash>`, or, when only that one
+    exists, the directory of a run stored under an earlier identity: with absolute paths into run directories
+    (before `identity.portable_paths`), then also with the execution settings (before `identity.execution`)."""
+    root = Path(home if home is not None else run_store_root())
+    cfg = stored_config(kind, config)
+    path = root / f"{kind}-{config_hash(cfg)}"
+    if not path.exists():
+        for legacy in (False, True):
+            old = stored_config(kind, config, legacy=legacy, portable=False)
+            old_path = root / f"{kind}-{config_hash(old)}"
+            if old != cfg and old_path.is_dir():
+                return old_path, old
+    return path, cfg
 
 
 def package_versions() -> dict[str, str | None]:

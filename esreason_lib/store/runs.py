@@ -43,10 +43,7 @@ from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
 from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, check_regular,
                                           follow_umask, read_json, read_metric_lines, tree_digest, tree_mismatch,
                                           warn_store)
-
-from esreason_lib.paths import run_store_root
-from esreason_lib.store.identity import (canonical_json, config_hash, git_sha, jsonable, package_versions,
-                                        portable_paths, with_zoo_versions)
+from esreason_lib.store.identity import canonical_json, git_sha, jsonable, locate, package_versions
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -130,7 +127,7 @@ class Run:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         seed = int(seed)
-        path, cfg = _locate(kind, config, home)
+        path, cfg = locate(kind, config, home)
         if "seed" in cfg and cfg["seed"] != seed:
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
@@ -338,34 +335,9 @@ class Run:
         self.finish(status="failed", error=str(error))
 
 
-def _stored_config(kind: str, config, legacy: bool = False, portable: bool = True) -> dict:
-    """The config as `Run.open` stores (and hashes) it: canonical JSON with paths into run directories made
-    portable (`identity.portable_paths`; not for `portable=False`, the identity of runs stored before), plus
-    `zoo_versions` unless kind is "zoo"."""
-    cfg = json.loads(canonical_json(config, legacy=legacy))
-    cfg = portable_paths(cfg) if portable else cfg
-    return cfg if kind == "zoo" else with_zoo_versions(cfg)
-
-
-def _locate(kind: str, config, home: Path | None) -> tuple[Path, dict]:
-    """The directory and stored config of (kind, config): `<home>/<kind>-<config hash>`, or, when only that one
-    exists, the directory of a run stored under an earlier identity: with absolute paths into run directories
-    (before `identity.portable_paths`), then also with the execution settings (before `identity.execution`)."""
-    root = Path(home if home is not None else run_store_root())
-    cfg = _stored_config(kind, config)
-    path = root / f"{kind}-{config_hash(cfg)}"
-    if not path.exists():
-        for legacy in (False, True):
-            old = _stored_config(kind, config, legacy=legacy, portable=False)
-            old_path = root / f"{kind}-{config_hash(old)}"
-            if old != cfg and old_path.is_dir():
-                return old_path, old
-    return path, cfg
-
-
 def run_exists(kind: str, config, *, home: Path | None = None) -> bool:
     """True when the run `Run.open(kind, config, home=home)` opens is complete (`Run.is_complete`: manifest
     status "complete" and model/ matching its recorded hashes); reads only."""
     kind = _check_kind(kind)
-    path, cfg = _locate(kind, config, home)
+    path, cfg = locate(kind, config, home)
     return Run(path, kind, cfg, 0).is_complete()

@@ -1,0 +1,65 @@
+"""`make reproduce` wall time from a fresh clone with an empty run store (a script, not a test):
+
+    .venv/bin/python benchmarks/bench_reproduce.py tiny powered     # tiny, then powered on the store tiny left
+    .venv/bin/python benchmarks/bench_reproduce.py tiny-fast
+
+The presets run one after the other in one clone of this checkout's HEAD (committed files only) and one run store,
+so a later preset reuses what an earlier one computed (`powered` reuses tiny's runs for notebooks 01, 03 and 04;
+measured alone it also pays for them). The clone uses this checkout's virtual environment (`.venv`), so nothing
+is installed; the shipped zoo models come with the clone, as on a user's fresh clone. Each row is one `make
+reproduce PRESET=<preset>` (pretraining of missing bases, the prefill, the notebooks and the claims); the machine
+should be otherwise idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"tiny": "<= 20 min"}
+
+
+def reproduce(presets: list[str]) -> list[str]:
+    """One table row per preset: the wall time of `make reproduce PRESET=<preset>` in a fresh clone."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="esreason-reproduce-") as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        (clone / ".venv").symlink_to(ROOT / ".venv")
+        os.utime(clone / "pyproject.toml", (0, 0))  # older than .venv/.installed: make does not reinstall
+        env = {**os.environ, "PYTHONPATH": str(clone), "ESREASON_HOME": str(Path(tmp) / "store")}
+        log = Path(tmp) / "reproduce.log"
+        for i, preset in enumerate(presets):
+            t0 = time.perf_counter()
+            with log.open("a") as out:
+                done = subprocess.run(["make", "reproduce", f"PRESET={preset}"], cwd=clone, env=env, stdout=out,
+                                      stderr=subprocess.STDOUT)
+            minutes = (time.perf_counter() - t0) / 60
+            if done.returncode:
+                sys.exit(f"make reproduce PRESET={preset} failed ({done.returncode}); its log:\n"
+                         + "\n".join(log.read_text().splitlines()[-30:]))
+            where = "from an empty store" if i == 0 else f"after {', '.join(presets[:i])} in the same store"
+            rows.append(f"| reproduce | `make reproduce PRESET={preset}` in a fresh clone, {where} | "
+                        f"{minutes * 60:.0f} s | **{minutes:.1f} min** | {GOALS.get(preset, 'none (a cost)')} |")
+    return rows
+
+
+def main(argv=None) -> None:
+    from bench_es import HEADER
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("presets", nargs="+", help="presets in the order they run (one store)")
+    args = ap.parse_args(argv)
+    print(HEADER)
+    for line in reproduce(args.presets):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""`benchmarks/run_all.py --write` also writes the README's speed block, from the same rows as RESULTS.md."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import run_all  # noqa: E402
+
+
+def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- speed:start -->\nold\n<!-- speed:end -->\nrest\n")
+    rows = ["| fast | sequential / fast (N=32) | 1.7 s / 0.4 s | **4.10x** | >= 4 at N=32 |",
+            "| reproduce | `make reproduce PRESET=tiny` | 1190 s | **19.8 min** | <= 20 min |"]
+    run_all.write_readme_block(rows, "2026-12-04 20:00 UTC", readme)
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("intro\n") and text.endswith("<!-- speed:end -->\nrest\n")
+    assert "| fast | sequential / fast (N=32) | **4.10x** | >= 4 at N=32 |" in text
+    assert "| reproduce | `make reproduce PRESET=tiny` | **19.8 min** | <= 20 min |" in text
+    assert "Measured 2026-12-04 20:00 UTC" in text
+
+
+def test_the_readme_has_the_speed_block():
+    text = (ROOT / "README.md").read_text()
+    assert text.index("<!-- speed:start -->") < text.index("<!-- speed:end -->")
