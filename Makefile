@@ -109,7 +109,7 @@ reproduce: bases
 	$(MAKE) -j2 prefill-0 prefill-1
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
-	$(PY) -m esreason_lib claims
+	$(PY) -m esreason_lib claims --preset $(PRESET)
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
 	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi

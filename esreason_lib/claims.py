@@ -58,8 +58,8 @@ CLAIMS: tuple[Claim, ...] = (
           "Table 6, normalization ablation", "06_scaling, 06_normalization"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
-SEPARATE_PRESETS = ("powered", "tiny-fast")
-"""Presets whose records live in `findings/<preset>/` (powered's get their own column and table; tiny-fast's are
+SEPARATE_PRESETS = ("powered", "tiny-exact")
+"""Presets whose records live in `findings/<preset>/` (powered's get their own column and table; tiny-exact's are
 read by `esreason compare-findings`), never over the last run's."""
 
 
@@ -140,7 +140,7 @@ def render_claims(home: str | Path | None = None) -> str:
 
 
 def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
-    """Every check stored under both presets `a` and `b` (e.g. "tiny" and "tiny-fast": one design computed two ways)
+    """Every check stored under both presets `a` and `b` (e.g. "tiny" and "tiny-exact": one design computed two ways)
     as a Markdown table: finding, check, then each preset's effect [95% CI] and status; a last line counts the
     checks whose status agrees. ValueError when the two share no check."""
     rows, same = [], 0

@@ -113,14 +113,16 @@ def test_eval_spec_forward_field_keeps_stored_identities():
         EvalSpec(forward="x")
 
 
-def test_tiny_fast_preset_is_tiny_with_fused_compute():
+def test_tiny_runs_the_fused_forward_and_tiny_exact_the_modules():
     from esreason_lib.plan import training_plan
     from esreason_lib.studies.presets import get_preset
 
-    tiny, fast = get_preset("tiny"), get_preset("tiny-fast")
-    assert fast.es.backend == "fast" and tiny.es.backend == "auto"
-    assert {fast.eval.forward, fast.sparsity.eval.forward, fast.forgetting.eval.forward,
-            fast.scaling.eval.forward} == {"fused"}
-    assert dataclasses.replace(fast.es, backend="auto") == tiny.es
-    backends = {c.noise: c.backend for c in training_plan(fast) if hasattr(c, "noise")}
+    tiny, exact = get_preset("tiny"), get_preset("tiny-exact")
+    assert tiny.es.backend == "fast" and exact.es.backend == "auto"
+    for preset, forward in ((tiny, "fused"), (exact, "hf")):
+        assert {preset.eval.forward, preset.sparsity.eval.forward, preset.forgetting.eval.forward,
+                preset.scaling.eval.forward} == {forward}
+    assert dataclasses.replace(tiny.es, backend="auto") == exact.es
+    assert get_preset("powered").es.backend == "fast"  # powered is tiny with a larger design
+    backends = {c.noise: c.backend for c in training_plan(tiny) if hasattr(c, "noise")}
     assert backends == {"full": "fast", "lowrank": "auto"}  # low-rank noise keeps its own (exact) backend

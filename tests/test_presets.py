@@ -33,7 +33,7 @@ STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forget
 
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
-    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-fast"}
+    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-exact"}
 
 
 def test_full_is_tiny_with_the_full_overrides():
@@ -128,7 +128,7 @@ def test_base_model_and_task_overrides_propagate():
 
 def test_unknown_preset_name():
     with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['full', 'paper-easy', 'paper-hard', "
-                                         r"'powered', 'smoke', 'tiny', 'tiny-fast'\]"):
+                                         r"'powered', 'smoke', 'tiny', 'tiny-exact'\]"):
         get_preset("nope")
 
 
