@@ -5,8 +5,8 @@
   populations and evaluations run the fused float32 forward (`models.fused_qwen2`: ES `backend="fast"`,
   `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding.
 - `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
-- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (15 min after `tiny`'s runs, 46 min
-  from an empty store on this machine).
+- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs, about
+  32 min from an empty store on this machine).
 - `tiny-exact`: `tiny` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
