@@ -111,9 +111,9 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     return path
 
 
-def render_claims(home: str | Path | None = None) -> str:
+def render_claims(home: str | Path | None = None, powered_table: bool = True) -> str:
     """The findings table as Markdown (rows without a record say so), then, when the `powered` preset has
-    records, its findings with their results."""
+    records, its findings with their results (with `powered_table`; else one line pointing to papers/claims.md)."""
     lines = ["| finding | paper | notebook | figure | status | powered | this project's result |",
              "|---|---|---|---|---|---|---|"]
     powered_rows = []
@@ -133,9 +133,11 @@ def render_claims(home: str | Path | None = None) -> str:
             powered_rows.append(f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
                                 f"{powered.get('sentence', powered.get('result', '')).replace('|', '/')} "
                                 f"({powered['time'][:10]}) |")
-    if powered_rows:
+    if powered_rows and powered_table:
         lines += ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
                   "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
+    elif powered_rows:
+        lines += ["", "The `powered` design's results (`make reproduce PRESET=powered`): `papers/claims.md`."]
     return "\n".join(lines) + "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
 
 
@@ -192,5 +194,6 @@ def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIM
         text = readme.read_text()
         pattern = re.compile(r"(<!-- claims:start -->\n).*?(<!-- claims:end -->)", re.S)
         if pattern.search(text):
-            readme.write_text(pattern.sub(lambda m: m.group(1) + table + m.group(2), text))
+            short = render_claims(home, powered_table=False)  # the README keeps powered's status column only
+            readme.write_text(pattern.sub(lambda m: m.group(1) + short + m.group(2), text))
     return table

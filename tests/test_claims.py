@@ -52,6 +52,8 @@ def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
     assert "kept" in main and "powered kept" not in main  # the main table shows the last run's result
     assert "| `notebooks/05_forgetting.py` | **reproduced** | powered kept" in powered
     assert "00_base_models" not in powered  # only findings the powered preset recorded
+    short = claims.render_claims(home, powered_table=False)  # the README's version: powered's status column only
+    assert "powered kept" not in short and "`papers/claims.md`" in short and "| **reproduced** | reproduced |" in short
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
