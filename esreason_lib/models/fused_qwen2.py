@@ -39,8 +39,9 @@ def check_fusable(model, who: str) -> None:
 
 
 _MASKED = -1e9
-"""The additive bias of a masked position: exp underflows to exactly 0, and a fully masked row (a pad query of a
-left-padded prefill, never read) stays finite, where -inf would make it NaN and the NaN reach the cache."""
+"""The additive bias of a masked position: its softmax weight is 0 (or exp(-80) = 2e-35 after `_softmax`'s clamp,
+nothing beside a sum >= 1), and a fully masked row (a pad query of a left-padded prefill, never read) stays
+finite, where -inf would make it NaN and the NaN reach the cache."""
 
 
 def _rotated(w: torch.Tensor, head_dim: int) -> torch.Tensor:
