@@ -102,3 +102,18 @@ def tiny():
     torch.set_num_threads(1)
     tok = build_char_tokenizer()
     return tok, lambda: tiny_random_qwen2(len(tok), seed=0)
+
+
+@pytest.fixture(scope="module")
+def habit_countdown():
+    """(qwen2-s-habit in float32, its tokenizer, the Countdown task it was pretrained on); torch on one thread.
+    The model is shared by the module's tests: a test that perturbs it restores it."""
+    import torch
+
+    from esreason_lib.models.load import load_model
+    from esreason_lib.models.zoo import get_spec
+    from esreason_lib.tasks import get_task
+
+    torch.set_num_threads(1)
+    model, tok = load_model("qwen2-s-habit", device="cpu", dtype=torch.float32, progress=False)
+    return model, tok, get_task("countdown", **get_spec("qwen2-s-habit").task_kwargs())

@@ -3,7 +3,6 @@ over several ES steps and both antithetic signs (completions equal on >= 99.5% o
 
 import numpy as np
 import pytest
-import torch
 
 from esreason_lib.es.backends.fast import FastBackend, agreement
 from esreason_lib.es.backends.registry import make_backend
@@ -15,14 +14,8 @@ from esreason_lib.models.weights import named_params, weights_checksum
 
 
 @pytest.fixture(scope="module")
-def setup():
-    from esreason_lib.models.load import load_model
-    from esreason_lib.models.zoo import get_spec
-    from esreason_lib.tasks import get_task
-
-    torch.set_num_threads(1)
-    model, tok = load_model("qwen2-s-habit", device="cpu", dtype=torch.float32, progress=False)
-    task = get_task("countdown", **get_spec("qwen2-s-habit").task_kwargs())
+def setup(habit_countdown):
+    model, tok, task = habit_countdown
     return model, tok, task, task.examples("train", n=48, seed=0)
 
 

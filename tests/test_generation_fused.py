@@ -19,14 +19,8 @@ from esreason_lib.store.identity import stored_config
 
 
 @pytest.fixture(scope="module")
-def setup():
-    from esreason_lib.models.load import load_model
-    from esreason_lib.models.zoo import get_spec
-    from esreason_lib.tasks import get_task
-
-    torch.set_num_threads(1)
-    model, tok = load_model("qwen2-s-habit", device="cpu", dtype=torch.float32, progress=False)
-    task = get_task("countdown", **get_spec("qwen2-s-habit").task_kwargs())
+def setup(habit_countdown):
+    model, tok, task = habit_countdown
     return model, tok, task, task.examples("test", n=64, seed=0)
 
 
