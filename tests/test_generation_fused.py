@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from esreason_lib.evaluate import EvalSpec, evaluate
-from esreason_lib.models.fused_qwen2 import check_fusable, model_weights
-from esreason_lib.models.generation import _generate, generate
+from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, model_weights
+from esreason_lib.models.generation import _generate, finite_rows, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash
 from esreason_lib.store.identity import stored_config
@@ -95,6 +95,46 @@ def test_model_weights_fold_one_member():
     fused = model_weights(model)
     assert fused[0].shape[0] == 1 and len(fused) == 2 + model.config.num_hidden_layers
     assert torch.equal(fused[0][0], model.model.embed_tokens.weight)
+
+
+def test_kv_buffers_reuse_storage_and_grow():
+    buffers = KVBuffers()
+    a = buffers.take((0, 0, 0), (2, 3), "cpu")
+    b = buffers.take((0, 0, 0), (3, 2), "cpu")  # same size: the same storage, reshaped
+    assert a.data_ptr() == b.data_ptr() and b.shape == (3, 2) and b.dtype == torch.float32
+    c = buffers.take((0, 0, 0), (4, 4), "cpu")  # larger: new storage
+    assert c.shape == (4, 4) and c.data_ptr() != a.data_ptr()
+    assert buffers.take((0, 0, 1), (2, 3), "cpu").data_ptr() != c.data_ptr()  # another key, another storage
+
+
+def test_fused_forward_in_reused_buffers_equals_fresh_ones():
+    """A KV cache left in `KVBuffers` by one decode (compacted into the other half, stale values everywhere) does
+    not change the next forward's logits: bit-identical to a fresh cache."""
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    fused = model_weights(model)
+    ids = torch.randint(3, len(tok), (1, 6, 5))  # [N, R, L]
+    pos = torch.arange(5).expand(1, 6, 5)
+
+    def decode(buffers):
+        net = FusedQwen2(model, fused, 9, buffers=buffers)
+        out = [net(ids, pos, None, None)]
+        net.length = 5
+        net.select(torch.tensor([[0, 2, 5]]))  # keep 3 of the 6 rows
+        out.append(net(ids[:, [0, 2, 5], -1:], pos[:, :3, -1:] + 1, None, None))
+        return out
+
+    shared = KVBuffers()
+    decode(shared)
+    for fresh, reused in zip(decode(KVBuffers()), decode(shared), strict=True):
+        assert torch.equal(fresh, reused)
+
+
+def test_finite_rows_zeroes_only_rows_with_a_non_finite_logit():
+    logits = torch.tensor([[1.0, float("inf")], [1.0, 2.0], [float("nan"), 0.0]])
+    assert torch.equal(finite_rows(logits), torch.tensor([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0]]))
+    fine = torch.tensor([[1.0, 2.0]])
+    assert finite_rows(fine) is fine  # all finite: no copy
 
 
 def test_eval_spec_forward_field_keeps_stored_identities():

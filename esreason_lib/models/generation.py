@@ -16,7 +16,7 @@ import torch
 import transformers
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-from esreason_lib.models.fused_qwen2 import FusedQwen2, check_fusable, model_weights
+from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, model_weights
 from esreason_lib.models.hf_compat import output_cache, with_cache
 from esreason_lib.seeding import torch_generator
 
@@ -112,6 +112,15 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_p)  # [b, V] unnormalised
 
 
+def finite_rows(logits: torch.Tensor) -> torch.Tensor:
+    """logits [..., V] with every row that holds a non-finite value set to 0 (a uniform distribution): what a
+    diverged model (e.g. a wild ES member) samples from. Returns `logits` itself when all are finite (the common
+    case: one check instead of a masked copy)."""
+    if bool(torch.isfinite(logits).all()):
+        return logits
+    return torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)
+
+
 def cut_at_stop(text: str, stop: str | None) -> str:
     """`text` up to and including the first occurrence of `stop` (the whole text when absent or stop is None)."""
     if stop:
@@ -155,8 +164,8 @@ class _FusedStep:
     """`generate(..., forward="fused")`'s model call: `models.fused_qwen2.FusedQwen2` with one member, behind the
     interface `_decode_chunk` uses (prefill the distinct prompts, copy rows, decode one token, keep rows)."""
 
-    def __init__(self, model, fused: list, capacity: int):
-        self.net = FusedQwen2(model, fused, capacity)
+    def __init__(self, model, fused: list, capacity: int, buffers: KVBuffers):
+        self.net = FusedQwen2(model, fused, capacity, buffers=buffers)
 
     def prefill(self, ids, mask, expand) -> torch.Tensor:
         """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded."""
@@ -181,11 +190,12 @@ class _FusedStep:
 
 
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
-                  pad, eos, gen, use_cache=True, fused=None):
+                  pad, eos, gen, use_cache=True, fused=None, buffers=None):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
     the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
     its rows. With `fused` (`fused_qwen2.model_weights(model)`), `_FusedStep` computes the logits instead of
-    `model`'s modules. Returns (tokens, valid, logprobs, entropies), each [b, T]."""
+    `model`'s modules, with its KV cache in `buffers` (a `fused_qwen2.KVBuffers` the caller reuses across
+    chunks). Returns (tokens, valid, logprobs, entropies), each [b, T]."""
     b = expand.shape[0]
     device = ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
@@ -199,7 +209,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
     pos = mask_positions(attn)  # [r, L]
     cache = transformers.DynamicCache(config=model.config) if use_cache and fused is None else None
-    runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens)
+    runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers)
     step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
     for t in range(max_new_tokens):
@@ -217,8 +227,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
             cache = output_cache(out) if use_cache else None
             last = out.logits[:, -1]  # [r, V]
         logits = last.float() / temp  # [r, V]
-        # a diverged model (e.g. a wild ES member) gives non-finite logits: that row samples uniformly
-        logits = torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)  # [r, V]
+        logits = finite_rows(logits)  # [r, V]
         logp = torch.log_softmax(logits, dim=-1)  # [r, V]
         probs = logp.exp()  # [r, V]
         entropy = -(probs * logp).nan_to_num().sum(-1)  # [r]
@@ -295,6 +304,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     try:
         with torch.no_grad():
             fused = model_weights(model) if forward == "fused" else None
+            buffers = KVBuffers()  # one KV cache storage for every chunk
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
                 uniq, expand = np.unique(which, return_inverse=True)  # [u], [b]
@@ -303,7 +313,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
                     max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache,
-                    fused=fused))
+                    fused=fused, buffers=buffers))
     finally:
         model.train(was_training)
     lp = max(p[0].shape[1] for p in parts)

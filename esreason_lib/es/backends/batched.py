@@ -32,8 +32,8 @@ from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.noise import noise, shift_
 from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.models.weights import named_params
-from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, left_pad,
-                                     mask_positions, special_ids)
+from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, finite_rows,
+                                            left_pad, mask_positions, special_ids)
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
@@ -219,8 +219,7 @@ def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_
     for t in range(max_new_tokens):
         width = rows.shape[1]
         slot = torch.arange(width, device=device)[None] < counts[:, None]  # [N, R] slots in a member's batch
-        logits = logits.float()
-        logits = torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)  # [N, R, V]
+        logits = finite_rows(logits.float())  # [N, R, V]
         live = slot & ~done  # [N, R]
         tok = torch.where(live, logits.argmax(-1), pad)  # [N, R]
         tokens[member, rows, t] = tok  # slots outside a member's batch hold rows it dropped: pad, not valid

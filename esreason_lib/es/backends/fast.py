@@ -20,12 +20,18 @@ from __future__ import annotations
 import numpy as np
 
 from esreason_lib.es.backends.batched import BatchedBackend
-from esreason_lib.models.fused_qwen2 import FusedQwen2, check_fusable, fused_weights
+from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, fused_weights
 
 
 class FastBackend(BatchedBackend):
     """`BatchedBackend`'s decode with `models.fused_qwen2.FusedQwen2`'s forward (see the module docstring):
-    faster, and equal to the sequential path's completions only up to float rounding."""
+    faster, and equal to the sequential path's completions only up to float rounding. Its KV cache storage
+    (`KVBuffers`) is kept from one population to the next."""
+
+    def __init__(self, task, tokenizer, *, sigma: float, max_new_tokens: int | None = None, batch_size: int = 512):
+        super().__init__(task, tokenizer, sigma=sigma, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        self.buffers = KVBuffers()
+        """The KV cache storage every `population` forward reuses (they run one at a time)."""
 
     def check_model(self, model) -> None:
         """Raise unless `model` is a float32 Qwen2ForCausalLM (what `fused_weights` folds)."""
@@ -36,8 +42,8 @@ class FastBackend(BatchedBackend):
         return fused_weights(model, weights)
 
     def population(self, model, weights, fused, capacity: int) -> FusedQwen2:
-        """A fresh `FusedQwen2` (empty KV cache of `capacity` positions)."""
-        return FusedQwen2(model, fused, capacity)
+        """A fresh `FusedQwen2` (empty KV cache of `capacity` positions, in this backend's `buffers`)."""
+        return FusedQwen2(model, fused, capacity, buffers=self.buffers)
 
 
 def agreement(completions: list[list[str]], reference: list[list[str]], rewards, reference_rewards) -> tuple[float, float]:
