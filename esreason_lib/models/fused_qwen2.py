@@ -90,10 +90,12 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
 
 
 def _qkv(x, cos, sin, qkv_w, qkv_b, *, rows: int, heads: int, kv_heads: int, head_dim: int, eps: float):
-    """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R)."""
+    """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R);
+    cos and sin [n or 1, R or 1, L, (heads + kv_heads) D]."""
     length, qk_width = x.shape[0] * x.shape[1] // rows, (heads + kv_heads) * head_dim
     y = torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w).add_(qkv_b)  # [n, R*L, 2QK + V]
-    qk = torch.addcmul(y[..., :qk_width] * cos, y[..., qk_width: 2 * qk_width], sin)  # [n, R*L, (H + KV) D]
+    y4 = y.view(x.shape[0], -1, length, y.shape[-1])  # [n, R, L, 2QK + V]
+    qk = torch.addcmul(y4[..., :qk_width] * cos, y4[..., qk_width: 2 * qk_width], sin)  # [n, R, L, (H + KV) D]
     q = qk[..., : heads * head_dim].reshape(rows, length, kv_heads, heads // kv_heads, head_dim)
     k = qk[..., heads * head_dim:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
     return q, k, y[..., 2 * qk_width:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
@@ -103,11 +105,12 @@ def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float):
     """The rest of a decoder layer: attention of (pre-scaled) queries q [rows, L, KV, g, D] over keys, values
     [rows, KV, T, D] (bias: None or additive [rows, 1, L, T]), o_proj, MLP and both residuals on x [n, R*L, d]."""
     rows, length, kv_heads, group, head_dim = q.shape
-    q = q.permute(0, 2, 3, 1, 4).reshape(rows, kv_heads, group * length, head_dim)  # [rows, KV, g*L, D]
-    s = torch.matmul(q, keys.transpose(-1, -2))  # [rows, KV, g*L, T]
+    q = q.permute(0, 2, 3, 1, 4).reshape(rows * kv_heads, group * length, head_dim)  # [rows*KV, g*L, D]
+    # keys, values: cache slices, flattened to [rows*KV, T, D] views (bmm reads their strides; 4-D matmul copied)
+    s = torch.bmm(q, keys.flatten(0, 1).transpose(1, 2))  # [rows*KV, g*L, T]
     if bias is not None:
         s.view(rows, kv_heads, group, length, -1).add_(bias.view(rows, 1, 1, length, -1))
-    o = torch.matmul(_softmax(s), values)  # [rows, KV, g*L, D]
+    o = torch.bmm(_softmax(s), values.flatten(0, 1))  # [rows*KV, g*L, D]
     o = o.view(rows, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4).reshape(x.shape[0], x.shape[1], -1)
     x = torch.baddbmm(x, o, o_w)  # residual fused into the gemm
     h = F.rms_norm(x, (x.shape[-1],), eps=eps)
@@ -204,7 +207,10 @@ class FusedQwen2:
         net, sh = self.model.model, self.shape
         emb, head = self.fused[0][members], self.fused[1][members]
         x = emb[torch.arange(n, device=ids.device)[:, None, None], ids].view(n, width * length, -1)  # [n, R*L, d]
-        cos, sin = (t[pos].view(n, width * length, -1) for t in self.rotary)  # [n, R*L, (heads + kv) D]
+        if bool((pos == pos[:1, :1]).all()):  # every row at the same positions (no left padding): one table row
+            cos, sin = (t[pos[0, 0]][None, None] for t in self.rotary)  # [1, 1, L, (heads + kv) D]
+        else:
+            cos, sin = (t[pos] for t in self.rotary)  # [n, R, L, (heads + kv) D]
         if mask is None and length > 1:  # an unpadded prefill is causal only
             mask = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()[None, None]
             mask = mask.expand(n * width, 1, length, length)
