@@ -11,19 +11,21 @@ evaluation's sampling). What it changes against the Hugging Face forward:
   output head; the norm itself is `F.rms_norm`; the attention's 1 / sqrt(D) is folded into the q weights;
 - rotary embeddings are folded into the q|k projection: the fused weight also outputs rotate_half(q) and
   rotate_half(k) (rows permuted and negated), so rotary is q * cos + q_rot * sin on one [rows, (heads + kv) D] slab,
-  with cos and sin looked up in a table of every cache position (built once);
+  with cos and sin looked up in a table of every cache position (built once; one row of it, broadcast, when every
+  row sits at the same positions);
 - the residual adds are fused into the o_proj and down_proj gemms (`baddbmm(x, ...)`);
 - attention is two matmuls and a softmax per (row, kv head) with an additive mask (grouped-query, no repeat of
-  keys), the same masked kernel for every row (Hugging Face switches kernels); below 16 keys the softmax is
-  computed from its definition (`_softmax`);
+  keys; one 3-D `bmm` over all pairs that reads the cache slices in place), the same masked kernel for every row
+  (Hugging Face switches kernels); below 16 keys the softmax is computed from its definition (`_softmax`);
 - the prefill's last layer runs o_proj and the MLP on the last position only (the only one whose output is read);
-- the forward runs members in chunks of about `FusedQwen2.rows` token positions;
-- the KV cache lives in `KVBuffers` that a caller can keep across forwards, and row compaction copies the kept rows
-  into the buffers' other half (the values are those of fresh tensors; a fresh 40 MB cache per population step at
-  N = 32 cost ~6% of the step in page faults).
+- the forward runs members in chunks of about `FusedQwen2.rows` token positions.
 
 Each of these changes float rounding (by ~1e-6 relative), so a greedy token can differ where two logits nearly tie
 and a sampled one where a uniform draw falls within ~1e-6 of a cumulative-probability boundary.
+
+The KV cache lives in `KVBuffers`, which a caller can keep across forwards; row compaction copies the kept rows into
+the buffers' other half. This changes no value (measured: bit-identical completions, logprobs and entropies); a
+fresh 40 MB cache per population step at N = 32 cost ~6% of the step in page faults.
 """
 
 from __future__ import annotations
