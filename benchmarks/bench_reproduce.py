@@ -1,7 +1,7 @@
 """`make reproduce` wall time from a fresh clone with an empty run store (a script, not a test):
 
     .venv/bin/python benchmarks/bench_reproduce.py tiny powered     # tiny, then powered on the store tiny left
-    .venv/bin/python benchmarks/bench_reproduce.py tiny-fast
+    .venv/bin/python benchmarks/bench_reproduce.py tiny-exact
 
 The presets run one after the other in one clone of this checkout's HEAD (committed files only) and one run store,
 so a later preset reuses what an earlier one computed (`powered` reuses tiny's runs for notebooks 01, 03 and 04;

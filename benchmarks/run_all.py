@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
 import bench_reproduce  # noqa: E402
+from sweep_tiny import write_between_markers  # noqa: E402
 
 
 def _load() -> str:
@@ -87,9 +87,7 @@ def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
     table = ["| benchmark | what | ratio | goal |", "|---|---|---:|---|",
              *(f"| {c[0].strip()} | {c[1]} | {c[3]} | {c[4].strip()} |" for c in cells),
              "", f"Measured {date} (`benchmarks/RESULTS.md` has the machine, load and seconds)."]
-    text = readme.read_text()
-    pattern = re.compile(r"(<!-- speed:start -->\n).*?(<!-- speed:end -->)", re.S)
-    readme.write_text(pattern.sub(lambda m: m.group(1) + "\n".join(table) + "\n" + m.group(2), text))
+    write_between_markers(readme, "speed", "\n".join(table))
 
 
 if __name__ == "__main__":

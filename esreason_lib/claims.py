@@ -147,6 +147,11 @@ def _render(home: str | Path | None) -> tuple[str, str]:
     return "\n".join(full) + tallies, "\n".join(short) + tallies
 
 
+def _cell(check: dict) -> str:
+    """A stored check's "effect [95% CI] | status" cells."""
+    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}] | {check['status']}"
+
+
 def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
     """Every check stored under both presets `a` and `b` (e.g. "tiny" and "tiny-exact": one design computed two ways)
     as a Markdown table: finding, check, then each preset's effect [95% CI] and status; a last line counts the
@@ -162,8 +167,7 @@ def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
             if y is None:
                 continue
             same += x["status"] == y["status"]
-            cell = lambda r: f"{r['effect']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['status']}"  # noqa: E731
-            rows.append(f"| {c.id[:2]} | {x['name'].replace('|', '/')} | {cell(x)} | {cell(y)} |")
+            rows.append(f"| {c.id[:2]} | {x['name'].replace('|', '/')} | {_cell(x)} | {_cell(y)} |")
     if not rows:
         raise ValueError(f"presets {a!r} and {b!r} share no stored check (run both: `make reproduce PRESET=...`)")
     return "\n".join([f"| nb | check | {a}: effect [95% CI] | status | {b}: effect [95% CI] | status |",

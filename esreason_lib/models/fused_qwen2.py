@@ -190,9 +190,10 @@ class FusedQwen2:
         self.cache = [[pick(t, (li, j)) for j, t in enumerate(kv)] for li, kv in enumerate(self.cache)]
 
     def __call__(self, ids, pos, mask, groups, members: slice = slice(None)) -> torch.Tensor:
-        """Last-position logits [n, R, V], as `_Qwen2Population.__call__` in `es.backends.batched` (`groups` is not needed: every gemm
-        covers the whole grid); a (mask, rows) pair means the mask for every row. Runs members in chunks of
-        about `rows` token positions, so that each chunk's activations stay in the core's cache."""
+        """Last-position logits [n, R, V], as `_Qwen2Population.__call__` in `es.backends.batched` (`groups` is
+        not needed: every gemm covers the whole grid); a (mask, rows) pair means the mask for every row. Runs
+        members in chunks of about `rows` token positions, so that each chunk's activations stay in the core's
+        cache."""
         n, width, length = ids.shape
         mask = mask[0] if isinstance(mask, tuple) else mask
         first, step = members.start or 0, max(1, self.rows // (width * length))

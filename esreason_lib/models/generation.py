@@ -304,7 +304,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     try:
         with torch.no_grad():
             fused = model_weights(model) if forward == "fused" else None
-            buffers = KVBuffers()  # one KV cache storage for every chunk
+            buffers = None if fused is None else KVBuffers()  # one KV cache storage for every chunk
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
                 uniq, expand = np.unique(which, return_inverse=True)  # [u], [b]

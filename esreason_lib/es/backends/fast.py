@@ -28,8 +28,8 @@ class FastBackend(BatchedBackend):
     faster, and equal to the sequential path's completions only up to float rounding. Its KV cache storage
     (`KVBuffers`) is kept from one population to the next."""
 
-    def __init__(self, task, tokenizer, *, sigma: float, max_new_tokens: int | None = None, batch_size: int = 512):
-        super().__init__(task, tokenizer, sigma=sigma, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    def __init__(self, *args, **kwargs):  # `BatchedBackend`'s arguments
+        super().__init__(*args, **kwargs)
         self.buffers = KVBuffers()
         """The KV cache storage every `population` forward reuses (they run one at a time)."""
 
