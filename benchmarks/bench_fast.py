@@ -31,30 +31,34 @@ GOALS = {"fast": ">= 4 at N=32; rows >= 0.995, Spearman >= 0.99", "flops": ">= 0
 
 
 def fast(args) -> list[str]:
-    """Sequential vs fast population evaluation at each N, with the fast path's agreement with sequential."""
-    from esreason_lib.es.backends.fast import FastBackend, agreement
+    """Sequential vs the fast and native population paths at each N (timed alternately in one round), with each
+    path's agreement with the sequential one."""
+    from esreason_lib.es.backends.fast import FastBackend, NativeBackend, agreement
     from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.noise import perturbed
     from esreason_lib.models.generation import generate
     from esreason_lib.models.weights import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
-    seq, fst = SequentialBackend(task, tok, sigma=args.sigma), FastBackend(task, tok, sigma=args.sigma)
+    seq = SequentialBackend(task, tok, sigma=args.sigma)
+    paths = {"fast": FastBackend(task, tok, sigma=args.sigma), "native": NativeBackend(task, tok, sigma=args.sigma)}
     rows = []
     for n in args.populations:
         _, pop = _population(n, args.sigma, model)
         out = {}
-        t = _best({"sequential": lambda: out.__setitem__("s", seq(model, pop, ex, iteration=0)),
-                   "fast": lambda: out.__setitem__("f", fst(model, pop, ex, iteration=0))}, args.repeats)
+        fns = {"sequential": lambda: out.__setitem__("sequential", seq(model, pop, ex, iteration=0))}
+        fns |= {k: (lambda k=k, b=b: out.__setitem__(k, b(model, pop, ex, iteration=0))) for k, b in paths.items()}
+        t = _best(fns, args.repeats)
         reference = []
         for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):  # the sequential path's completions
             with perturbed(named_params(model), s, sign, args.sigma):
                 reference.append(generate(model, tok, [task.prompt(e, tok) for e in ex], greedy=True,
                                           max_new_tokens=task.max_new_tokens, stop=task.stop).completions)
-        same, rho = agreement(fst.completions(model, pop, ex), reference, out["f"].rewards, out["s"].rewards)
-        rows.append(f"| fast | sequential / fast population (N={n}, P={len(ex)}); completions equal on {same:.4f} "
-                    f"of rows, member rewards Spearman {rho:.4f} | {t['sequential']:.3f} s / {t['fast']:.3f} s | "
-                    f"**{t['sequential'] / t['fast']:.2f}x** | {GOALS['fast']} |")
+        for k, b in paths.items():
+            same, rho = agreement(b.completions(model, pop, ex), reference, out[k].rewards, out["sequential"].rewards)
+            rows.append(f"| fast | sequential / {k} population (N={n}, P={len(ex)}); completions equal on {same:.4f} "
+                        f"of rows, member rewards Spearman {rho:.4f} | {t['sequential']:.3f} s / {t[k]:.3f} s | "
+                        f"**{t['sequential'] / t[k]:.2f}x** | {GOALS['fast']} |")
     return rows
 
 

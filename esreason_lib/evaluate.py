@@ -59,9 +59,10 @@ class EvalSpec:
     seed: int = 0
     """Seed of the test-problem draw and the sampling."""
     forward: str = field(default="hf", metadata=ADDED_OPTION)
-    """How the samples' logits are computed (`generation.FORWARDS`): "hf" (the model's modules) or "fused"
-    (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding). Part of the
-    evaluation's identity, since the samples differ."""
+    """How the samples' logits are computed (`generation.FORWARDS`): "hf" (the model's modules), "fused"
+    (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding) or "native" (that
+    forward with `models.native`'s attention kernel). Part of the evaluation's identity, since the samples
+    differ."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -202,7 +203,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
-    `forward` is "local"'s `generate(..., forward=...)` ("hf" or "fused", `EvalSpec.forward`).
+    `forward` is "local"'s `generate(..., forward=...)` (`EvalSpec.forward`: "hf", "fused" or "native").
     """
     if backend not in ("local", "vllm"):
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")

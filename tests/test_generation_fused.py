@@ -1,6 +1,6 @@
-"""`generate(..., forward="fused")` (models.fused_qwen2 with one member) against the model's own modules: equal up to
-float rounding, so held to agreement figures (completions, logprobs) rather than bit-identity; and the evaluation
-and preset plumbing that selects it."""
+"""`generate(..., forward="fused")` (models.fused_qwen2 with one member) and `forward="native"` (its attention in the
+C kernel of models.native) against the model's own modules: equal up to float rounding, so held to agreement figures
+(completions, logprobs) rather than bit-identity; and the evaluation and preset plumbing that selects them."""
 
 from __future__ import annotations
 
@@ -24,14 +24,18 @@ def setup(habit_countdown):
     return model, tok, task, task.examples("test", n=64, seed=0)
 
 
-def _both(model, tok, prompts, **kw):
-    return [generate(model, tok, prompts, forward=f, **kw) for f in ("hf", "fused")]
+FUSED = ["fused", "native"]
 
 
-def test_fused_greedy_matches_hf(setup):
+def _both(model, tok, prompts, forward, **kw):
+    return [generate(model, tok, prompts, forward=f, **kw) for f in ("hf", forward)]
+
+
+@pytest.mark.parametrize("forward", FUSED)
+def test_fused_greedy_matches_hf(setup, forward):
     model, tok, task, examples = setup
     prompts = [task.prompt(e, tok) for e in examples]
-    hf, fused = _both(model, tok, prompts, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    hf, fused = _both(model, tok, prompts, forward, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
     same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
     assert same >= 0.995, same
     equal = torch.tensor([a == b for a, b in zip(hf.completions, fused.completions)])
@@ -40,32 +44,35 @@ def test_fused_greedy_matches_hf(setup):
     assert float(gap) < 1e-4  # the same tokens, scored within float rounding
 
 
-def test_fused_sampling_matches_hf_draw_for_draw(setup):
+@pytest.mark.parametrize("forward", FUSED)
+def test_fused_sampling_matches_hf_draw_for_draw(setup, forward):
     """One generator stream, the same draws: a sample differs only where rounding moves a cumulative-probability
     boundary across a uniform draw, so almost every completion is the same string."""
     model, tok, task, examples = setup
     prompts = [task.prompt(e, tok) for e in examples[:24]]
-    hf, fused = _both(model, tok, prompts, n=16, temperature=0.6, max_new_tokens=task.max_new_tokens,
+    hf, fused = _both(model, tok, prompts, forward, n=16, temperature=0.6, max_new_tokens=task.max_new_tokens,
                       stop=task.stop, seed=5)
     same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
     assert same >= 0.99, same
     assert hf.completion_mask.shape[0] == fused.completion_mask.shape[0] == 24 * 16
 
 
-def test_fused_row_compaction_and_padding(setup):
+@pytest.mark.parametrize("forward", FUSED)
+def test_fused_row_compaction_and_padding(setup, forward):
     """Prompts of different lengths (left padding, a masked prefill) and rows that stop early (compaction of the
     fused cache) give the same completions as the model's modules."""
     model, tok, _, _ = setup
     prompts = ["12 7 3>", "5 9 40 2 1>", "8>", "33 1 9 17>"]
-    hf, fused = _both(model, tok, prompts, n=3, temperature=1.0, max_new_tokens=20, seed=1)
+    hf, fused = _both(model, tok, prompts, forward, n=3, temperature=1.0, max_new_tokens=20, seed=1)
     assert hf.completions == fused.completions
 
 
-def test_evaluate_with_fused_forward_agrees(setup):
+@pytest.mark.parametrize("forward", FUSED)
+def test_evaluate_with_fused_forward_agrees(setup, forward):
     model, tok, task, examples = setup
     kw = dict(n=8, temperature=0.6, ks=(1, 8), seed=0, progress=False)
     hf = evaluate(model, tok, task, examples[:32], **kw)
-    fused = evaluate(model, tok, task, examples[:32], forward="fused", **kw)
+    fused = evaluate(model, tok, task, examples[:32], forward=forward, **kw)
     assert np.abs(hf.table["c"].to_numpy() - fused.table["c"].to_numpy()).sum() <= 2
     assert (hf.table["greedy_correct"] == fused.table["greedy_correct"]).mean() >= 0.95
 
@@ -135,6 +142,8 @@ def test_finite_rows_zeroes_only_rows_with_a_non_finite_logit():
     assert torch.equal(finite_rows(logits), torch.tensor([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0]]))
     fine = torch.tensor([[1.0, 2.0]])
     assert finite_rows(fine) is fine  # all finite: no copy
+    huge = torch.tensor([[3e38, 3e38], [1.0, -1.0]])  # finite values whose sum overflows: every row kept
+    assert torch.equal(finite_rows(huge), huge)
 
 
 def test_eval_spec_forward_field_keeps_stored_identities():

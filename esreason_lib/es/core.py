@@ -71,7 +71,7 @@ class ESConfig(RunSettings):
     """Sampling temperature when not `greedy`."""
     backend: str = field(default="auto", metadata=execution(exact=EXACT_BACKENDS))
     """Population evaluator (`es.backends.BACKENDS`): "batched", "fast" (batched with fused float ops: not
-    bit-identical, see `es.backends.fast`), "sequential", "ray" (`workers` actors), "vllm"
+    bit-identical, see `es.backends.fast`), "native" ("fast" with a compiled attention kernel), "sequential", "ray" (`workers` actors), "vllm"
     (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
     when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
     workers: int = field(default=2, metadata=execution())
@@ -109,7 +109,8 @@ class ESConfig(RunSettings):
         check_bool(self, "antithetic", "greedy", "matched_step")
         check_choice(self, "backend", BACKENDS)
         check_positive_int(self, "workers")
-        check(self, "backend", self.greedy or self.backend not in ("batched", "fast"), "'batched' and 'fast' need greedy=True")
+        check(self, "backend", self.greedy or self.backend not in ("batched", "fast", "native"),
+              "'batched', 'fast' and 'native' need greedy=True")
         check_choice(self, "noise", NOISES)
         check_positive_int(self, "rank", "check_every", "drift_every")
         check_gpus_per_worker("ESConfig", self.gpus_per_worker)

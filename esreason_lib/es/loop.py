@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from esreason_lib.es.backends.base import Evaluation, PopulationEvaluator, sample_seed, score_examples
+from esreason_lib.es.backends.base import CENTER_FORWARD, Evaluation, PopulationEvaluator, sample_seed, score_examples
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
@@ -43,7 +43,7 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
                                                temperature=config.temperature,
                                                max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                                                seed=sample_seed(config.seed, it), with_entropy=True,
-                                               forward="fused" if config.backend == "fast" else "hf")  # [P]
+                                               forward=CENTER_FORWARD.get(config.backend, "hf"))  # [P]
     t1 = time.perf_counter()
     pop = es.ask()
     ev = backend(model, pop, batch, iteration=it)

@@ -49,7 +49,12 @@ def noise(seed: int, name: str, like: torch.Tensor) -> torch.Tensor:
 
 def shift_(t: torch.Tensor, eps: torch.Tensor, c: float) -> torch.Tensor:
     """t <- fl(t + c * eps) in t's dtype, in place. The one kernel used by perturb, its check, and restore."""
-    return t.add_(eps.to(t.dtype), alpha=c)
+    return shifted(t, eps, c, out=t)
+
+
+def shifted(t: torch.Tensor, eps: torch.Tensor, c: float, *, out: torch.Tensor) -> torch.Tensor:
+    """out <- fl(t + c * eps) in t's dtype: `shift_`'s kernel, written elsewhere (a member's weights in a stack)."""
+    return torch.add(t, eps.to(t.dtype), alpha=c, out=out)
 
 
 @dataclass

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
+from esreason_lib.models.native import RotaryAttention
+
 
 def check_fusable(model, who: str) -> None:
     """TypeError unless `model` is a float32 Qwen2ForCausalLM (the architecture and dtype `fused_weights` folds)."""
@@ -59,6 +61,22 @@ def _rotated(w: torch.Tensor, head_dim: int) -> torch.Tensor:
     return torch.cat([-h[:, :, half:], h[:, :, :half]], dim=2).reshape(w.shape)
 
 
+def _transposed(parts: list, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K, sum O_i]: the member-stacked weights `parts` [N, O_i, K], times `scale` [N, 1, K] when given,
+    transposed and side by side (bmm's fastest layout here), each written once into its columns."""
+    n, _, k = parts[0].shape
+    out = torch.empty(n, k, sum(p.shape[1] for p in parts), dtype=parts[0].dtype, device=parts[0].device)
+    at = 0
+    for p in parts:
+        columns = out[:, :, at: at + p.shape[1]]
+        if scale is None:
+            columns.copy_(p.transpose(1, 2))
+        else:
+            torch.mul(p.transpose(1, 2), scale.transpose(1, 2), out=columns)
+        at += p.shape[1]
+    return out
+
+
 @torch.no_grad()
 def model_weights(model) -> list:
     """`fused_weights` of `model`'s own weights (one member: every tensor [1, ...])."""
@@ -70,42 +88,45 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
     """From per-name weight stacks ([N, *shape]; `es.backends.batched.member_weights`, or `model_weights`' one
     model as N = 1): [embedding [N, V, d], head [N, d, V] (final norm
     folded in), then per layer (qkv weight [N, d, 2 (H + KV) D + KV D] (input norm folded in), its bias
-    [N, 1, 2 (H + KV) D + KV D], o_proj [N, H D, d], gate and up [N, d, I] (post-attention norm folded in),
+    [N, 1, 2 (H + KV) D + KV D], o_proj [N, H D, d], gate|up [N, d, 2 I] (post-attention norm folded in),
     down_proj [N, I, d])]: each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v;
     the q columns carry the attention's 1 / sqrt(D) scale."""
     name = {id(p): n for n, p in model.named_parameters()}
     w = lambda t: weights[name[id(t)]]  # noqa: E731
     net = model.model
-    t = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  [N, O, K] -> [N, K, O]: bmm's fastest layout here
-    out = [w(net.embed_tokens.weight), t(w(model.lm_head.weight) * w(net.norm.weight)[:, None, :])]
+    out = [w(net.embed_tokens.weight), _transposed([w(model.lm_head.weight)], w(net.norm.weight)[:, None, :])]
     for layer in net.layers:
         att, mlp = layer.self_attn, layer.mlp
         d = att.head_dim
         q, k, v = (w(att.q_proj.weight) * att.scaling, w(att.k_proj.weight), w(att.v_proj.weight))
         bq, bk, bv = (w(att.q_proj.bias) * att.scaling, w(att.k_proj.bias), w(att.v_proj.bias))
         g1, g2 = (w(layer.input_layernorm.weight)[:, None, :], w(layer.post_attention_layernorm.weight)[:, None, :])
-        out.append((t(torch.cat([q, k, _rotated(q, d), _rotated(k, d), v], 1) * g1),
+        out.append((_transposed([q, k, _rotated(q, d), _rotated(k, d), v], g1),
                     torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :],
-                    t(w(att.o_proj.weight)), t(w(mlp.gate_proj.weight) * g2), t(w(mlp.up_proj.weight) * g2),
-                    t(w(mlp.down_proj.weight))))
+                    _transposed([w(att.o_proj.weight)]), _transposed([w(mlp.gate_proj.weight), w(mlp.up_proj.weight)], g2),
+                    _transposed([w(mlp.down_proj.weight)])))
     return out
 
 
-def _qkv(x, cos, sin, qkv_w, qkv_b, *, rows: int, heads: int, kv_heads: int, head_dim: int, eps: float):
-    """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of x [n, R*L, d] (rows = n*R);
-    cos and sin [n or 1, R or 1, L, (heads + kv_heads) D]."""
-    length, qk_width = x.shape[0] * x.shape[1] // rows, (heads + kv_heads) * head_dim
-    y = torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w).add_(qkv_b)  # [n, R*L, 2QK + V]
-    y4 = y.view(x.shape[0], -1, length, y.shape[-1])  # [n, R, L, 2QK + V]
+def _project(x, qkv_w, qkv_b, *, eps: float):
+    """The fused qkv projection y [n, R*L, 2 QK + V] of x [n, R*L, d] (input norm folded into qkv_w)."""
+    return torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w).add_(qkv_b)
+
+
+def _split(y, cos, sin, *, rows: int, heads: int, kv_heads: int, head_dim: int):
+    """Rotated queries [rows, L, KV, g, D], keys and values [rows, KV, L, D] of the qkv projection y
+    [n, R*L, 2 QK + V] (rows = n*R); cos and sin [n or 1, R or 1, L, (heads + kv_heads) D]."""
+    length, qk_width = y.shape[0] * y.shape[1] // rows, (heads + kv_heads) * head_dim
+    y4 = y.view(y.shape[0], -1, length, y.shape[-1])  # [n, R, L, 2QK + V]
     qk = torch.addcmul(y4[..., :qk_width] * cos, y4[..., qk_width: 2 * qk_width], sin)  # [n, R, L, (H + KV) D]
     q = qk[..., : heads * head_dim].reshape(rows, length, kv_heads, heads // kv_heads, head_dim)
     k = qk[..., heads * head_dim:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
     return q, k, y[..., 2 * qk_width:].reshape(rows, length, kv_heads, head_dim).transpose(1, 2)
 
 
-def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float):
-    """The rest of a decoder layer: attention of (pre-scaled) queries q [rows, L, KV, g, D] over keys, values
-    [rows, KV, T, D] (bias: None or additive [rows, 1, L, T]), o_proj, MLP and both residuals on x [n, R*L, d]."""
+def _attend(q, keys, values, bias, shape: tuple) -> torch.Tensor:
+    """Attention of (pre-scaled) queries q [rows, L, KV, g, D] over keys, values [rows, KV, T, D] (bias: None or
+    additive [rows, 1, L, T]), as [n, R*L, H D] (`shape` = (n, R*L))."""
     rows, length, kv_heads, group, head_dim = q.shape
     q = q.permute(0, 2, 3, 1, 4).reshape(rows * kv_heads, group * length, head_dim)  # [rows*KV, g*L, D]
     # keys, values: cache slices, flattened to [rows*KV, T, D] views (bmm reads their strides; 4-D matmul copied)
@@ -113,11 +134,15 @@ def _mix(x, q, keys, values, bias, o_w, gate_w, up_w, down_w, *, eps: float):
     if bias is not None:
         s.view(rows, kv_heads, group, length, -1).add_(bias.view(rows, 1, 1, length, -1))
     o = torch.bmm(_softmax(s), values.flatten(0, 1))  # [rows*KV, g*L, D]
-    o = o.view(rows, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4).reshape(x.shape[0], x.shape[1], -1)
+    return o.view(rows, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4).reshape(*shape, -1)
+
+
+def _feed_forward(x, o, o_w, gate_up_w, down_w, *, eps: float):
+    """The rest of a decoder layer on x [n, R*L, d] and its attention o [n, R*L, H D]: o_proj, MLP and both
+    residuals."""
     x = torch.baddbmm(x, o, o_w)  # residual fused into the gemm
-    h = F.rms_norm(x, (x.shape[-1],), eps=eps)
-    act = F.silu(torch.bmm(h, gate_w), inplace=True).mul_(torch.bmm(h, up_w))  # [n, R*L, I]
-    return torch.baddbmm(x, act, down_w)
+    gate, up = torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), gate_up_w).chunk(2, dim=-1)  # [n, R*L, I] each
+    return torch.baddbmm(x, F.silu(gate, inplace=True).mul_(up), down_w)
 
 
 def _softmax(s: torch.Tensor) -> torch.Tensor:
@@ -152,10 +177,14 @@ class FusedQwen2:
     interface of `es.backends.batched._Qwen2Population` (ids, positions and mask in, last-position logits out;
     `select` keeps cache rows; the caller advances `length`). One member (N = 1) is a single model."""
 
-    def __init__(self, model, fused: list, capacity: int, rows: int = 1024, buffers: KVBuffers | None = None):
+    def __init__(self, model, fused: list, capacity: int, rows: int = 1024, buffers: KVBuffers | None = None,
+                 native: bool = False):
         cfg = model.config
         self.rows = rows
         """Token positions per member chunk of a forward."""
+        self.kernel = RotaryAttention(model.model.layers[0].self_attn.head_dim) if native else None
+        """With `native`: rotary, cache write and attention by a C kernel (`models.native.RotaryAttention`) instead
+        of torch ops."""
         self.buffers = KVBuffers() if buffers is None else buffers
         """Where the KV cache lives (a caller's, reused across forwards, or this forward's own)."""
         self._half = 0
@@ -214,24 +243,28 @@ class FusedQwen2:
             cos, sin = (t[pos[0, 0]][None, None] for t in self.rotary)  # [1, 1, L, (heads + kv) D]
         else:
             cos, sin = (t[pos] for t in self.rotary)  # [n, R, L, (heads + kv) D]
-        if mask is None and length > 1:  # an unpadded prefill is causal only
+        if mask is None and length > 1 and self.kernel is None:  # an unpadded prefill is causal only (the kernel is)
             mask = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()[None, None]
             mask = mask.expand(n * width, 1, length, length)
         bias = None if mask is None else torch.zeros(mask.shape, device=ids.device).masked_fill_(~mask, _MASKED)
         start, end, layers = self.length, self.length + length, self.fused[2:]
-        for li, (qkv_w, qkv_b, o_w, gate_w, up_w, down_w) in enumerate(layers):
+        for li, (qkv_w, qkv_b, o_w, gate_up_w, down_w) in enumerate(layers):
             if li == len(self.cache):
                 shape = (len(qkv_w), width, sh["kv_heads"], self.capacity, sh["head_dim"])
                 self.cache.append([self.buffers.take((li, j, self._half), shape, x.device) for j in (0, 1)])
             keys, values = (t[members].view(n * width, *t.shape[2:]) for t in self.cache[li])
-            q, keys[:, :, start:end], values[:, :, start:end] = _qkv(x, cos, sin, qkv_w[members], qkv_b[members],
-                                                                         rows=n * width, eps=self.eps, **sh)
-            if li == len(layers) - 1 and length > 1:  # only the last position's output is read
-                x = x.view(n, width, length, -1)[:, :, -1]  # [n, R, d]
-                q, bias = q[:, -1:], None if bias is None else bias[:, :, -1:]
-                length = 1
-            x = _mix(x, q, keys[:, :, :end], values[:, :, :end], bias, o_w[members], gate_w[members],
-                         up_w[members], down_w[members], eps=self.eps)
+            y = _project(x, qkv_w[members], qkv_b[members], eps=self.eps)  # [n, R*L, 2QK + V]
+            queries = 1 if li == len(layers) - 1 else length  # the prefill's last layer: only the last position is read
+            if self.kernel is not None:
+                o = self.kernel(y, cos, sin, keys, values, start, bias, queries, heads=sh["heads"])
+            else:
+                q, keys[:, :, start:end], values[:, :, start:end] = _split(y, cos, sin, rows=n * width, **sh)
+                if queries < length:
+                    q, bias = q[:, -1:], None if bias is None else bias[:, :, -1:]
+                o = _attend(q, keys[:, :, :end], values[:, :, :end], bias, (n, width * queries))  # [n, R*Lq, HD]
+            if queries < length:
+                x, length = x.view(n, width, length, -1)[:, :, -1], 1  # [n, R, d]
+            x = _feed_forward(x, o, o_w[members], gate_up_w[members], down_w[members], eps=self.eps)
         last = x.view(n, width, length, -1)[:, :, -1]  # [n, R, d]
         h = F.rms_norm(last, (last.shape[-1],), eps=net.norm.variance_epsilon)
         return torch.bmm(h, head)  # [n, R, V]

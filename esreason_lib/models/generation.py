@@ -20,8 +20,9 @@ from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable
 from esreason_lib.models.hf_compat import output_cache, with_cache
 from esreason_lib.seeding import torch_generator
 
-FORWARDS = ("hf", "fused")
-"""How `generate` computes logits: the model's own modules, or `models.fused_qwen2`'s forward (float32 Qwen2)."""
+FORWARDS = ("hf", "fused", "native")
+"""How `generate` computes logits: the model's own modules, `models.fused_qwen2`'s forward (float32 Qwen2), or that
+forward with its attention in the C kernel of `models.native`."""
 COMPACT_FRACTION = 0.25
 """Drop finished rows from the running batch (and its KV cache) once this fraction of it is finished."""
 
@@ -115,8 +116,9 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 def finite_rows(logits: torch.Tensor) -> torch.Tensor:
     """logits [..., V] with every row that holds a non-finite value set to 0 (a uniform distribution): what a
     diverged model (e.g. a wild ES member) samples from. Returns `logits` itself when all are finite (the common
-    case: one check instead of a masked copy)."""
-    if bool(torch.isfinite(logits).all()):
+    case: one sum, finite only if every value is, instead of a masked copy; a sum that overflows takes the per-row
+    path, which finds every row finite)."""
+    if bool(torch.isfinite(logits.sum())):
         return logits
     return torch.where(torch.isfinite(logits).all(-1, keepdim=True), logits, 0.0)
 
@@ -161,11 +163,12 @@ def decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
 
 
 class _FusedStep:
-    """`generate(..., forward="fused")`'s model call: `models.fused_qwen2.FusedQwen2` with one member, behind the
-    interface `_decode_chunk` uses (prefill the distinct prompts, copy rows, decode one token, keep rows)."""
+    """`generate(..., forward="fused" or "native")`'s model call: `models.fused_qwen2.FusedQwen2` with one member,
+    behind the interface `_decode_chunk` uses (prefill the distinct prompts, copy rows, decode one token, keep
+    rows)."""
 
-    def __init__(self, model, fused: list, capacity: int, buffers: KVBuffers):
-        self.net = FusedQwen2(model, fused, capacity, buffers=buffers)
+    def __init__(self, model, fused: list, capacity: int, buffers: KVBuffers, native: bool):
+        self.net = FusedQwen2(model, fused, capacity, buffers=buffers, native=native)
 
     def prefill(self, ids, mask, expand) -> torch.Tensor:
         """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded."""
@@ -190,12 +193,13 @@ class _FusedStep:
 
 
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
-                  pad, eos, gen, use_cache=True, fused=None, buffers=None):
+                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
     the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
     its rows. With `fused` (`fused_qwen2.model_weights(model)`), `_FusedStep` computes the logits instead of
-    `model`'s modules, with its KV cache in `buffers` (a `fused_qwen2.KVBuffers` the caller reuses across
-    chunks). Returns (tokens, valid, logprobs, entropies), each [b, T]."""
+    `model`'s modules (its attention by the native kernel with `native`), with its KV cache in `buffers` (a
+    `fused_qwen2.KVBuffers` the caller reuses across chunks). Returns (tokens, valid, logprobs, entropies), each
+    [b, T]."""
     b = expand.shape[0]
     device = ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
@@ -209,7 +213,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
     pos = mask_positions(attn)  # [r, L]
     cache = transformers.DynamicCache(config=model.config) if use_cache and fused is None else None
-    runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers)
+    runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers, native)
     step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
     for t in range(max_new_tokens):
@@ -272,10 +276,10 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     """`generate` with a switch for the KV cache (`use_cache=False` recomputes the full prefix every step)."""
     if forward not in FORWARDS:
         raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
-    if forward == "fused":
-        check_fusable(model, "generate(forward='fused')")
+    if forward != "hf":
+        check_fusable(model, f"generate(forward={forward!r})")
         if not use_cache:
-            raise ValueError("forward='fused' decodes with its own KV cache: use_cache must be True")
+            raise ValueError(f"forward={forward!r} decodes with its own KV cache: use_cache must be True")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     if not greedy and not temperature > 0:
@@ -303,7 +307,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     parts = []
     try:
         with torch.no_grad():
-            fused = model_weights(model) if forward == "fused" else None
+            fused = None if forward == "hf" else model_weights(model)
             buffers = None if fused is None else KVBuffers()  # one KV cache storage for every chunk
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
@@ -313,7 +317,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
                     max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache,
-                    fused=fused, buffers=buffers))
+                    fused=fused, buffers=buffers, native=forward == "native"))
     finally:
         model.train(was_training)
     lp = max(p[0].shape[1] for p in parts)
@@ -348,7 +352,8 @@ def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gree
     entropies are those of the T=1 distribution. Runs under no_grad in eval mode (the mode is restored);
     deterministic for a given `seed` and `batch_size` (one torch generator, stream "generate"). `forward`
     "fused" (a float32 Qwen2 only) computes the logits with `models.fused_qwen2` instead of the model's modules:
-    faster on small models, equal to "hf" up to float rounding (tests/test_generation_fused.py).
+    faster on small models, equal to "hf" up to float rounding (tests/test_generation_fused.py); "native" is that
+    forward with `models.native`'s attention kernel (equal to "hf" up to float rounding too).
     """
     return _generate(model, tokenizer, prompts, n=n, temperature=temperature, top_p=top_p, greedy=greedy,
                      max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward)

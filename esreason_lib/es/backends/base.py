@@ -44,12 +44,17 @@ class PopulationEvaluator(Protocol):
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
 
 
-BACKENDS = ("auto", "batched", "fast", "sequential", "ray", "vllm", "ray-vllm")
+BACKENDS = ("auto", "batched", "fast", "native", "sequential", "ray", "vllm", "ray-vllm")
 """Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
 and "sequential" otherwise; "fast" is `es.backends.fast.FastBackend` (greedy; batched with fused, reordered float ops:
-faster, its completions equal the sequential path's on >= 99.5% of rows, not all); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`, extra `ray`);
+faster, its completions equal the sequential path's on >= 99.5% of rows, not all); "native" is
+`es.backends.fast.NativeBackend` ("fast" with its attention in a C kernel compiled at first use: the fastest,
+held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`, extra `ray`);
 "vllm" scores them with one vLLM engine, perturbed in place (`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one
 such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
+CENTER_FORWARD = {"fast": "fused", "native": "native"}
+"""`generate`'s forward for the unperturbed model under each backend that scores members with a forward of its own
+(the others: "hf"), so that the center is scored the way its members are."""
 EXACT_BACKENDS = ("auto", "batched", "sequential", "ray")
 """The backends whose rewards are bit-identical to `sequential`'s (tested): which of them scored a run is an execution
 setting, left out of its identity (`store.identity.execution`); vLLM's kernels and sampler give other numbers."""
@@ -65,7 +70,7 @@ def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool
     """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64.
 
     With `with_entropy`, also returns the mean full-distribution token entropy (nats) over generated tokens.
-    `forward` is `generate`'s ("fused": `models.fused_qwen2`, what the "fast" backend scores members with).
+    `forward` is `generate`'s (`CENTER_FORWARD` names the one each backend's members are scored with).
     """
     from esreason_lib.models.generation import generate
     from esreason_lib.metrics import mean_token_entropy

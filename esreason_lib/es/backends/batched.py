@@ -29,7 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rotary_pos_emb
 
 from esreason_lib.es.backends.base import Evaluation
-from esreason_lib.es.noise import noise, shift_
+from esreason_lib.es.noise import noise, shifted
 from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.models.weights import named_params
 from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, finite_rows,
@@ -47,12 +47,12 @@ def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) 
     `es.noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
     out = {}
     for name, p in params.items():
-        w = p.detach().unsqueeze(0).repeat(len(seeds), *([1] * p.dim()))  # [N, *shape]
+        w = p.new_empty(len(seeds), *p.shape)  # [N, *shape]
         eps = {}
         for i, (s, sign) in enumerate(zip(seeds, signs)):
             if s not in eps:
                 eps = {s: noise(s, name, p)}  # antithetic pairs are adjacent: keep one draw alive
-            shift_(w[i], eps[s], float(sign) * float(sigma))
+            shifted(p.detach(), eps[s], float(sign) * float(sigma), out=w[i])
         out[name] = w
     return out
 

@@ -1,18 +1,19 @@
-"""A faster, not bit-identical, population evaluator: `backend="fast"` (greedy, Qwen2, float32).
+"""Faster, not bit-identical, population evaluators: `backend="fast"` and `backend="native"` (greedy, Qwen2,
+float32).
 
 `FastBackend` runs `batched`'s decode loop (the same member weights W_i, prompts, masks, stop rule and row
 compaction) with the fused forward of `models.fused_qwen2` (`FusedQwen2`), which trades bit-identity for fewer,
 larger ops (that module's docstring lists them). Unlike `batched`, which groups members by running row count so
 that each member's gemm has the sequential path's shape, every linear layer is one `bmm` over the whole [N, R] row
-grid, padded rows included.
+grid, padded rows included. `NativeBackend` is the same with the forward's rotary, KV-cache write and attention in
+the C kernel of `models.native` (compiled at first use).
 
-Each change rounds floats differently (by ~1e-6 relative), so a member's greedy tokens can differ from the
-sequential path's where two logits nearly tie. tests/test_es_fast.py measures the agreement over several ES
-steps and both antithetic signs (completions equal on >= 99.5% of rows, member rewards ranked the same,
-Spearman >= 0.99); `benchmarks/bench_fast.py fast` prints both figures on the Countdown benchmark (measured:
-all completions equal at N = 8, 16, 32). Tried and not kept: torch.compile (inductor) of the layers (90-200 s to
-compile on the loaded 2-core machine for 5% per step) and bfloat16 gemms on AMX (8% faster, but completions equal
-on only 99.1-99.4% of rows, Spearman 0.977-0.996).
+Each change rounds floats differently (by ~1e-6 relative), so a member's greedy tokens can differ from the sequential path's where two logits nearly tie. tests/test_es_fast.py
+measures the agreement over several ES steps and both antithetic signs (completions equal on >= 99.5% of rows,
+member rewards ranked the same, Spearman >= 0.99); `benchmarks/bench_fast.py fast` prints both figures on the
+Countdown benchmark for each backend. Tried and not kept: torch.compile (inductor) of the layers (90-200 s to
+compile on the loaded 2-core machine for 5% per step), bfloat16 gemms on AMX (8% faster, but completions equal
+on only 99.1-99.4% of rows, Spearman 0.977-0.996) and a C SiLU-times-up kernel (no faster than torch's two ops).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class FastBackend(BatchedBackend):
     """`BatchedBackend`'s decode with `models.fused_qwen2.FusedQwen2`'s forward (see the module docstring):
     faster, and equal to the sequential path's completions only up to float rounding. Its KV cache storage
     (`KVBuffers`) is kept from one population to the next."""
+
+    native = False
+    """Rotary, cache write and attention by the C kernel of `models.native` (`NativeBackend`) instead of torch
+    ops."""
 
     def __init__(self, *args, **kwargs):  # `BatchedBackend`'s arguments
         super().__init__(*args, **kwargs)
@@ -43,7 +48,15 @@ class FastBackend(BatchedBackend):
 
     def population(self, model, weights, fused, capacity: int) -> FusedQwen2:
         """A fresh `FusedQwen2` (empty KV cache of `capacity` positions, in this backend's `buffers`)."""
-        return FusedQwen2(model, fused, capacity, buffers=self.buffers)
+        return FusedQwen2(model, fused, capacity, buffers=self.buffers, native=self.native)
+
+
+class NativeBackend(FastBackend):
+    """`FastBackend` with the fused forward's rotary, cache write and attention in a C kernel compiled at first
+    use (`models.native`): backend "native", its own float rounding, held to the same agreement with the
+    sequential path."""
+
+    native = True
 
 
 def agreement(completions: list[list[str]], reference: list[list[str]], rewards, reference_rewards) -> tuple[float, float]:

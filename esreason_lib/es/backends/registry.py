@@ -34,8 +34,8 @@ def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
         from esreason_lib.es.backends.vllm_engines import VLLMBackend  # here: es.backends.vllm_engines imports es, which imports this module
 
         return VLLMBackend.from_config(config, task, tokenizer)
-    if name == "fast":
-        from esreason_lib.es.backends.fast import FastBackend
+    if name in ("fast", "native"):
+        from esreason_lib.es.backends.fast import FastBackend, NativeBackend
 
-        return FastBackend.from_config(config, task, tokenizer)
+        return (FastBackend if name == "fast" else NativeBackend).from_config(config, task, tokenizer)
     return (BatchedBackend if name == "batched" else SequentialBackend).from_config(config, task, tokenizer)
