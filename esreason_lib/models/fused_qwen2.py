@@ -206,14 +206,18 @@ class FusedQwen2:
         rotary module computes: position x inverse frequency is one product, whatever the batch)."""
 
     def select(self, keep: torch.Tensor) -> None:
-        """Keep rows `keep` [N, R'] of every member's slot in the cache."""
+        """Keep rows `keep` [N, R'] of every member's slot in the cache (its first `length` positions: the rest
+        holds nothing yet)."""
         n, width = keep.shape[0], self.cache[0][0].shape[1] if self.cache else 0
+        kv = self.shape["kv_heads"]
         flat = (keep + width * torch.arange(n, device=keep.device)[:, None]).reshape(-1)  # [N * R'] rows of [N*R]
+        flat = (flat[:, None] * kv + torch.arange(kv, device=keep.device)).reshape(-1)  # [N * R' * KV] (row, head)
+        used = self.length * self.shape["head_dim"]  # floats of a (row, head) that hold positions
         self._half ^= 1
 
-        def pick(t, key):  # whole rows: memcpy, not an element gather
+        def pick(t, key):  # the used prefix of each (row, head): a memcpy each, not an element gather
             out = self.buffers.take((*key, self._half), (n, keep.shape[1], *t.shape[2:]), t.device)
-            torch.index_select(t.view(n * width, -1), 0, flat, out=out.view(n * keep.shape[1], -1))
+            torch.index_select(t.view(n * width * kv, -1)[:, :used], 0, flat, out=out.view(len(flat), -1)[:, :used])
             return out
 
         self.cache = [[pick(t, (li, j)) for j, t in enumerate(kv)] for li, kv in enumerate(self.cache)]

@@ -176,8 +176,8 @@ class _FusedStep:
         causal = torch.ones(lp, lp, dtype=torch.bool, device=ids.device).tril()  # [Lp, Lp]
         full = None if bool(mask.all()) else causal & mask[:, None, None, :]  # [u, 1, Lp, Lp]
         logits = self.net(ids[None], mask_positions(mask)[None], full, None)[0]  # [u, V]
-        self.net.select(expand[None])
         self.net.length = lp
+        self.net.select(expand[None])
         return logits[expand]
 
     def step(self, tok, pos, attn) -> torch.Tensor:
