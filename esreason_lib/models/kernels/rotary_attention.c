@@ -14,7 +14,9 @@
 #include <stdlib.h>
 
 #define D HEAD_DIM
+#ifndef AHEAD
 #define AHEAD 1 /* rows ahead whose cache is prefetched: the decode reads it cold, and waits on the loads */
+#endif
 
 int rotary_attention(const float *y, long L, long W, const float *cos, const float *sin, long cs_row,
                      float *k, float *v, long cap, long start, const float *bias, long bias_row, long bias_pos,
@@ -42,20 +44,16 @@ int rotary_attention(const float *y, long L, long W, const float *cos, const flo
                 for (long j = 0; j < HD; j++) ql[j] = yl[j] * cl[j] + yl[QK + j] * sl[j];
             }
         }
-        if (r + AHEAD < rows) /* a later row's cache, requested now: its lines arrive while this row computes */
-            for (long h = 0; h < KV; h++)
-                for (long t = 0; t < T_max * D; t += 16) { /* a 64-byte line a step */
-                    __builtin_prefetch(kr + AHEAD * KD * cap + h * cap * D + t);
-                    __builtin_prefetch(vr + AHEAD * KD * cap + h * cap * D + t);
-                }
         for (long i = 0; i < Lq; i++) {
             const long l = L - Lq + i, T = start + l + 1;
             const float *b = bias ? bias + r * bias_row + l * bias_pos : NULL;
             for (long hq = 0; hq < H; hq++) {
                 const float *qh = q + i * HD + hq * D;
                 const float *kh = kr + hq / G * cap * D, *vh = vr + hq / G * cap * D;
+                const int ahead = r + AHEAD < rows && hq % G == 0 && i == Lq - 1; /* a later row's lines, one per key read */
                 float m = -1e30f, sum = 0.f;
                 for (long t = 0; t < T; t++) {
+                    if (ahead) __builtin_prefetch(kh + AHEAD * KD * cap + t * D);
                     float a = 0.f;
                     for (long d = 0; d < D; d++) a += qh[d] * kh[t * D + d];
                     s[t] = b ? a + b[t] : a;
@@ -66,8 +64,10 @@ int rotary_attention(const float *y, long L, long W, const float *cos, const flo
                     sum += s[t];
                 }
                 for (long d = 0; d < D; d++) acc[d] = 0.f;
-                for (long t = 0; t < T; t++)
+                for (long t = 0; t < T; t++) {
+                    if (ahead) __builtin_prefetch(vh + AHEAD * KD * cap + t * D);
                     for (long d = 0; d < D; d++) acc[d] += s[t] * vh[t * D + d];
+                }
                 float *o = out + (r * Lq + i) * HD + hq * D;
                 for (long d = 0; d < D; d++) o[d] = acc[d] / sum;
             }
