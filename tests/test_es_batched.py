@@ -49,16 +49,18 @@ def setup():
     return tok, model
 
 
-def test_member_weights_equal_perturbed_weights_bitwise(setup):
+@pytest.mark.parametrize("seeds, signs", [([11, 11, 12], [1, -1, 1]),  # a pair, then a lone member
+                                          ([5, 5, 6, 6], [1, -1, 1, -1]),  # antithetic: evenly spaced signs
+                                          ([5, 7, 5, 9], [1, 1, -1, 1])])  # uneven: written through an index
+def test_member_weights_equal_perturbed_weights_bitwise(setup, seeds, signs):
     tok, model = setup
     params = named_params(model)
-    seeds, signs = [11, 11, 12], [1, -1, 1]
     stacked = member_weights(params, seeds, signs, 0.05)
     for i, (s, sign) in enumerate(zip(seeds, signs)):
         with perturbed(params, s, sign, 0.05):
             for name, p in params.items():
                 assert torch.equal(stacked[name][i], p), name
-    assert stacked[name].shape == (3, *params[name].shape)
+    assert stacked[name].shape == (len(seeds), *params[name].shape)
 
 
 def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):

@@ -44,15 +44,25 @@ P=128 on the loaded 2-core machine: 1.2-1.5 s CPU per population with chunks of 
 @torch.no_grad()
 def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) -> dict[str, torch.Tensor]:
     """name -> [N, *shape]: member i's tensor fl(W + signs[i] * sigma * eps(seeds[i])), bit-identical to what
-    `es.noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw."""
+    `es.noise.perturb` writes into the model (same noise, same kernel); members sharing a seed share one draw.
+    Members with the same sign are written by one broadcast op per tensor (into a strided view of the stack when
+    they are evenly spaced, as antithetic pairs' are)."""
+    coefs = [float(sign) * float(sigma) for sign in signs]
+    draws = list(dict.fromkeys(seeds))  # each distinct seed once, in first-seen order
     out = {}
     for name, p in params.items():
+        eps = torch.stack([noise(s, name, p) for s in draws])  # [U, *shape]
         w = p.new_empty(len(seeds), *p.shape)  # [N, *shape]
-        eps = {}
-        for i, (s, sign) in enumerate(zip(seeds, signs)):
-            if s not in eps:
-                eps = {s: noise(s, name, p)}  # antithetic pairs are adjacent: keep one draw alive
-            shifted(p.detach(), eps[s], float(sign) * float(sigma), out=w[i])
+        for c in dict.fromkeys(coefs):
+            members = [i for i, ci in enumerate(coefs) if ci == c]  # [G]
+            rows = [draws.index(seeds[i]) for i in members]
+            step = members[1] - members[0] if len(members) > 1 else 1
+            even = members == list(range(members[0], members[0] + step * len(members), step))
+            source = eps if rows == list(range(len(draws))) else eps[rows]  # [G, *shape]
+            if even:
+                shifted(p.detach(), source, c, out=w[members[0]::step][: len(members)])
+            else:
+                w[members] = shifted(p.detach(), source, c, out=torch.empty_like(source))
         out[name] = w
     return out
 
