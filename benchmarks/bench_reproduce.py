@@ -25,10 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"tiny": "<= 20 min"}
 
 
-def reproduce(presets: list[str]) -> list[str]:
-    """One table row per preset: the wall time of `make reproduce PRESET=<preset>` in a fresh clone."""
+def reproduce(presets: list[str], keep: Path | None = None) -> list[str]:
+    """One table row per preset: the wall time of `make reproduce PRESET=<preset>` in a fresh clone (made under
+    `keep`, and left there with its store and log, when given: to compare its results with the committed ones)."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="esreason-reproduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="esreason-reproduce-") as scratch:
+        tmp = scratch if keep is None else str(keep)
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         (clone / ".venv").symlink_to(ROOT / ".venv")
@@ -55,9 +58,10 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("presets", nargs="+", help="presets in the order they run (one store)")
+    ap.add_argument("--keep", type=Path, help="make the clone, store and log here and leave them")
     args = ap.parse_args(argv)
     print(HEADER)
-    for line in reproduce(args.presets):
+    for line in reproduce(args.presets, args.keep):
         print(line, flush=True)
 
 

@@ -41,6 +41,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--reproduce", nargs="*", default=[], metavar="PRESET",
                     help="also time `make reproduce` for these presets, in this order, in one fresh clone")
+    ap.add_argument("--keep-clone", type=Path, help="make that clone (with its store and log) here and leave it")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     header = [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
@@ -51,7 +52,7 @@ def main(argv=None) -> None:
               "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>` or `bench_reproduce.py`)",
               "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
-    rows = bench_reproduce.reproduce(args.reproduce) if args.reproduce else []
+    rows = bench_reproduce.reproduce(args.reproduce, args.keep_clone) if args.reproduce else []
     for line in rows:
         print(line, flush=True)
     for module in (bench_es, bench_fast):
