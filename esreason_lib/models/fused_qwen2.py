@@ -4,9 +4,11 @@ them up to float rounding (not bit for bit).
 `fused_weights` turns per-name weight stacks ([N, *shape]: N members, N = 1 for one model) into per-layer fused
 tensors, and `FusedQwen2` runs the forward with a preallocated KV cache. It serves the population backend
 `backend="fast"` (`es.backends.fast`, N members) and `generation.generate(..., forward="fused")` (one model:
-evaluation's sampling). What it changes against the Hugging Face forward:
+evaluation's sampling); with `native=True` (backend "native", forward "native") each layer's rotary, cache write
+and attention run in the C kernel of `models.native` instead of torch ops. What it changes against the Hugging Face
+forward:
 
-- every linear layer is one `bmm` over the whole [N, R] row grid, padded rows included;
+- every linear layer is one `bmm` over the whole [N, R] row grid, padded rows included; gate and up are one gemm;
 - each RMSNorm weight is folded into the next linear layer's weight (W_i diag(g_i)), and the final one into the
   output head; the norm itself is `F.rms_norm`; the attention's 1 / sqrt(D) is folded into the q weights;
 - rotary embeddings are folded into the q|k projection: the fused weight also outputs rotate_half(q) and
@@ -23,9 +25,9 @@ evaluation's sampling). What it changes against the Hugging Face forward:
 Each of these changes float rounding (by ~1e-6 relative), so a greedy token can differ where two logits nearly tie
 and a sampled one where a uniform draw falls within ~1e-6 of a cumulative-probability boundary.
 
-The KV cache lives in `KVBuffers`, which a caller can keep across forwards; row compaction copies the kept rows into
-the buffers' other half. This changes no value (measured: bit-identical completions, logprobs and entropies); a
-fresh 40 MB cache per population step at N = 32 cost ~6% of the step in page faults.
+The KV cache lives in `KVBuffers`, which a caller can keep across forwards; row compaction copies the positions the
+kept rows hold into the buffers' other half. This changes no value (measured: bit-identical completions, logprobs
+and entropies); a fresh 40 MB cache per population step at N = 32 cost ~6% of the step in page faults.
 """
 
 from __future__ import annotations
