@@ -256,9 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
     train.add_argument("--budget", type=int, default=None,
                        help="every method's full budget in a sequence (default: the preset's)")
-    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, sequential, ray, "
-                       "vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set backend=...; "
-                       "in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
+    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, fast, native, "
+                       "sequential, ray, vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set "
+                       "backend=...; in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
     train.add_argument("--gpus-per-worker", type=float, default=None,
                        help="Ray GPUs per ES actor; a fraction shares a GPU (default: every worker fits)")

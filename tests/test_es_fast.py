@@ -108,3 +108,21 @@ def test_agreement_figures():
     assert agreement([["a", "b"], ["c", "d"]], [["a", "b"], ["c", "x"]], [1, 2], [1, 2]) == pytest.approx((0.75, 1.0))
     assert agreement([["a"]], [["a"]], [0.5, 0.5], [0.5, 0.5])[1] == 1.0
     assert agreement([["a"]], [["a"]], [3, 2, 1], [1, 2, 3])[1] == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("name, forward", [("fast", "fused"), ("native", "native"), ("auto", "hf")])
+def test_es_step_scores_the_center_as_its_backend_scores_members(setup, monkeypatch, name, forward):
+    import esreason_lib.es.loop as loop
+
+    model, tok, task, examples = setup
+    seen, real = [], loop.score_examples
+    monkeypatch.setattr(loop, "score_examples", lambda *a, **k: (seen.append(k["forward"]), real(*a, **k))[1])
+    config = ESConfig(population_size=4, antithetic=True, sigma=1e-2, prompts_per_step=8, backend=name)
+    es = ES(config, model)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        loop.es_step(es, model, tok, task, examples, make_backend(config, task, tok),
+                     theta0={k: p.detach().clone() for k, p in es.params.items()})
+    finally:
+        model.load_state_dict(state)
+    assert seen == [forward]

@@ -105,7 +105,8 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
         g1, g2 = (w(layer.input_layernorm.weight)[:, None, :], w(layer.post_attention_layernorm.weight)[:, None, :])
         out.append((_transposed([q, k, _rotated(q, d), _rotated(k, d), v], g1),
                     torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :],
-                    _transposed([w(att.o_proj.weight)]), _transposed([w(mlp.gate_proj.weight), w(mlp.up_proj.weight)], g2),
+                    _transposed([w(att.o_proj.weight)]),
+                    _transposed([w(mlp.gate_proj.weight), w(mlp.up_proj.weight)], g2),
                     _transposed([w(mlp.down_proj.weight)])))
     return out
 

@@ -49,7 +49,8 @@ BACKENDS = ("auto", "batched", "fast", "native", "sequential", "ray", "vllm", "r
 and "sequential" otherwise; "fast" is `es.backends.fast.FastBackend` (greedy; batched with fused, reordered float ops:
 faster, its completions equal the sequential path's on >= 99.5% of rows, not all); "native" is
 `es.backends.fast.NativeBackend` ("fast" with its attention in a C kernel compiled at first use: the fastest,
-held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`, extra `ray`);
+held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`,
+extra `ray`);
 "vllm" scores them with one vLLM engine, perturbed in place (`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one
 such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
 CENTER_FORWARD = {"fast": "fused", "native": "native"}

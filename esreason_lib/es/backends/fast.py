@@ -8,12 +8,14 @@ that each member's gemm has the sequential path's shape, every linear layer is o
 grid, padded rows included. `NativeBackend` is the same with the forward's rotary, KV-cache write and attention in
 the C kernel of `models.native` (compiled at first use).
 
-Each change rounds floats differently (by ~1e-6 relative), so a member's greedy tokens can differ from the sequential path's where two logits nearly tie. tests/test_es_fast.py
-measures the agreement over several ES steps and both antithetic signs (completions equal on >= 99.5% of rows,
-member rewards ranked the same, Spearman >= 0.99); `benchmarks/bench_fast.py fast` prints both figures on the
-Countdown benchmark for each backend. Tried and not kept: torch.compile (inductor) of the layers (90-200 s to
-compile on the loaded 2-core machine for 5% per step), bfloat16 gemms on AMX (8% faster, but completions equal
-on only 99.1-99.4% of rows, Spearman 0.977-0.996) and a C SiLU-times-up kernel (no faster than torch's two ops).
+Each change rounds floats differently (by ~1e-6 relative), so a member's greedy tokens can differ from the
+sequential path's where two logits nearly tie. tests/test_es_fast.py measures the agreement over several ES steps
+and both antithetic signs (completions equal on >= 99.5% of rows, member rewards ranked the same, Spearman >=
+0.99); `benchmarks/bench_fast.py fast` prints both figures on the Countdown benchmark for each backend. Tried
+and not kept: torch.compile (inductor) of the layers (90-200 s to compile on the loaded 2-core machine for 5% per
+step), bfloat16 gemms on AMX (8% faster, but completions equal on only 99.1-99.4% of rows, Spearman 0.977-0.996),
+a C SiLU-times-up kernel (no faster than torch's two ops) and a float16 KV cache in the native kernel (see
+`models.native`).
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ int rotary_attention(const float *y, long L, long W, const float *cos, const flo
             for (long hq = 0; hq < H; hq++) {
                 const float *qh = q + i * HD + hq * D;
                 const float *kh = kr + hq / G * cap * D, *vh = vr + hq / G * cap * D;
-                const int ahead = r + AHEAD < rows && hq % G == 0 && i == Lq - 1; /* a later row's lines, one per key read */
+                /* a later row's cache lines, one requested per key read (a burst per row stalls on the fill buffers) */
+                const int ahead = r + AHEAD < rows && hq % G == 0 && i == Lq - 1;
                 float m = -1e30f, sum = 0.f;
                 for (long t = 0; t < T; t++) {
                     if (ahead) __builtin_prefetch(kh + AHEAD * KD * cap + t * D);
