@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +30,8 @@ def reproduce(presets: list[str], keep: Path | None = None) -> list[str]:
     """One table row per preset: the wall time of `make reproduce PRESET=<preset>` in a fresh clone (made under
     `keep`, and left there with its store and log, when given: to compare its results with the committed ones)."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="esreason-reproduce-") as scratch:
-        tmp = scratch if keep is None else str(keep)
+    place = tempfile.TemporaryDirectory(prefix="esreason-reproduce-") if keep is None else nullcontext(str(keep))
+    with place as tmp:
         Path(tmp).mkdir(parents=True, exist_ok=True)
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)

@@ -71,9 +71,10 @@ class ESConfig(RunSettings):
     """Sampling temperature when not `greedy`."""
     backend: str = field(default="auto", metadata=execution(exact=EXACT_BACKENDS))
     """Population evaluator (`es.backends.BACKENDS`): "batched", "fast" (batched with fused float ops: not
-    bit-identical, see `es.backends.fast`), "native" ("fast" with a compiled attention kernel), "sequential", "ray" (`workers` actors), "vllm"
-    (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM engine each), or "auto" (batched
-    when greedy in float32, where its rewards equal the sequential path's bit for bit)."""
+    bit-identical, see `es.backends.fast`), "native" ("fast" with a compiled attention kernel), "sequential",
+    "ray" (`workers` actors), "vllm" (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM
+    engine each), or "auto" (batched when greedy in float32, where its rewards equal the sequential path's bit for
+    bit)."""
     workers: int = field(default=2, metadata=execution())
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)

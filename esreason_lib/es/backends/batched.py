@@ -48,14 +48,14 @@ def member_weights(params: dict[str, torch.Tensor], seeds, signs, sigma: float) 
     Members with the same sign are written by one broadcast op per tensor (into a strided view of the stack when
     they are evenly spaced, as antithetic pairs' are)."""
     coefs = [float(sign) * float(sigma) for sign in signs]
-    draws = list(dict.fromkeys(seeds))  # each distinct seed once, in first-seen order
+    draws = {s: k for k, s in enumerate(dict.fromkeys(seeds))}  # each distinct seed -> its row of the draws
     out = {}
     for name, p in params.items():
         eps = torch.stack([noise(s, name, p) for s in draws])  # [U, *shape]
         w = p.new_empty(len(seeds), *p.shape)  # [N, *shape]
         for c in dict.fromkeys(coefs):
             members = [i for i, ci in enumerate(coefs) if ci == c]  # [G]
-            rows = [draws.index(seeds[i]) for i in members]
+            rows = [draws[seeds[i]] for i in members]
             step = members[1] - members[0] if len(members) > 1 else 1
             even = members == list(range(members[0], members[0] + step * len(members), step))
             source = eps if rows == list(range(len(draws))) else eps[rows]  # [G, *shape]

@@ -14,9 +14,7 @@
 #include <stdlib.h>
 
 #define D HEAD_DIM
-#ifndef AHEAD
 #define AHEAD 1 /* rows ahead whose cache is prefetched: the decode reads it cold, and waits on the loads */
-#endif
 
 int rotary_attention(const float *y, long L, long W, const float *cos, const float *sin, long cs_row,
                      float *k, float *v, long cap, long start, const float *bias, long bias_row, long bias_pos,
