@@ -38,7 +38,8 @@ def _inputs(model_name: str, prompts: int):
 
 
 def _population(n: int, sigma: float, model):
-    from esreason_lib.es.core import ES, ESConfig
+    from esreason_lib.es.config import ESConfig
+    from esreason_lib.es.core import ES
 
     es = ES(ESConfig(population_size=n, antithetic=True, sigma=sigma), model)
     return es, es.ask()
@@ -61,7 +62,7 @@ def overhead(args) -> list[str]:
     from esreason_lib.es.backends.base import score_examples
     from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.noise import perturbed
-    from esreason_lib.models.weights import named_params
+    from esreason_lib.params import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     es, pop = _population(args.n, args.sigma, model)
@@ -117,7 +118,8 @@ def speedup(args) -> list[str]:
 def lowrank(args) -> list[str]:
     """A full-rank batched ES step (population evaluation + update) against a low-rank one (`es_lowrank`, rank
     `--rank`) on the same prompts and member seeds, at the largest N of `--populations`."""
-    from esreason_lib.es.core import ES, ESConfig
+    from esreason_lib.es.config import ESConfig
+    from esreason_lib.es.core import ES
     from esreason_lib.es.backends.batched import BatchedBackend
     from esreason_lib.es.backends.lowrank import LowRankBackend
 

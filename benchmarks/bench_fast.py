@@ -37,7 +37,7 @@ def fast(args) -> list[str]:
     from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.noise import perturbed
     from esreason_lib.models.generation import generate
-    from esreason_lib.models.weights import named_params
+    from esreason_lib.params import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     seq = SequentialBackend(task, tok, sigma=args.sigma)
@@ -121,7 +121,7 @@ def training(args) -> list[str]:
     preset's ES run (batched and fast backends) and GRPO run, and that scaled to the preset's iterations."""
     from esreason_lib.es.loop import train_es
     from esreason_lib.grpo.loop import train_grpo
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.presets import get_preset
 
     preset, rows = get_preset("tiny"), []
     runs = {"ES (backend=batched)": (train_es, dataclasses.replace(preset.es, backend="batched")),
@@ -145,8 +145,8 @@ def evaluation(args) -> list[str]:
     at T = 0.6, and greedy), with the model's modules and with the fused forward, and how far the two agree."""
     from esreason_lib.evaluate import evaluate
     from esreason_lib.models.load import load_model
-    from esreason_lib.studies.comparison import evaluation_spec
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.comparison import evaluation_spec
+    from esreason_lib.paper.studies.presets import get_preset
     from esreason_lib.tasks import get_task
 
     preset = get_preset("tiny")
@@ -172,7 +172,7 @@ def evaluation(args) -> list[str]:
 
 def _kind(config) -> str:
     """A training config's kind in a preset's plan: method, model, population or group, prompts per step."""
-    from esreason_lib.es.core import ESConfig
+    from esreason_lib.es.config import ESConfig
 
     if isinstance(config, ESConfig):
         noise = "" if config.noise == "full" else f", {config.noise} noise"
@@ -184,11 +184,11 @@ def powered_training(args) -> list[str]:
     """One training run of each kind in the `powered` preset's plan (`plan.training_plan`: notebooks 01 and 06),
     timed over `--iterations` iterations and scaled to the run's own iteration count, and how many runs of that
     kind the plan holds (notebook 02's trajectories and 03's sequence stages are not in the plan)."""
-    from esreason_lib.es.core import ESConfig
+    from esreason_lib.es.config import ESConfig
     from esreason_lib.es.loop import train_es
     from esreason_lib.grpo.loop import train_grpo
-    from esreason_lib.plan import training_plan
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.plan import training_plan
+    from esreason_lib.paper.studies.presets import get_preset
 
     kinds: dict[str, list] = {}
     for config in training_plan(get_preset("powered")):

@@ -41,7 +41,7 @@ def plot_reward_curves(table: pd.DataFrame, ax=None):
     line, each seed as a thin one. Returns (fig, ax)."""
     import matplotlib.pyplot as plt
 
-    from esreason_lib.plots import color_for
+    from esreason_lib.paper.plots import color_for
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -80,7 +80,7 @@ def run_seed(args, seed: int) -> pd.DataFrame:
     from esreason_lib.grpo.loop import grpo_step
     from esreason_lib.models.load import load_model
     from esreason_lib.models.optim import master_weight_adamw
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.presets import get_preset
     from esreason_lib.training import prompt_indices, training_inputs
 
     config = replace(get_preset("tiny").config("grpo"), model=args.model, group_size=args.group,
@@ -180,7 +180,7 @@ def main(argv=None) -> None:
         table = pd.concat([run_seed(args, seed) for seed in range(args.seeds)], ignore_index=True)
     print("\n".join(summarize(table, args.skip)))
     if args.plot:
-        from esreason_lib.plots import save_figure
+        from esreason_lib.paper.plots import save_figure
 
         fig, _ = plot_reward_curves(table)
         plot = Path(args.plot)

@@ -61,7 +61,7 @@ def tuning_scores(result, preset, n: int) -> dict[str, float]:
     import numpy as np
 
     from esreason_lib.metrics import pass_at_k
-    from esreason_lib.splits import split_rows
+    from esreason_lib.paper.splits import split_rows
 
     rows = result.table[split_rows(np.arange(len(result.table)), preset.splits, "tuning")]
     nn, c = rows["n"].to_numpy(), rows["c"].to_numpy()
@@ -75,8 +75,8 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from esreason_lib.studies.common import evaluate_ref, model_ref
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+    from esreason_lib.paper.studies.presets import get_preset
     from esreason_lib.methods import trainer
 
     preset = get_preset(preset_name)
@@ -111,8 +111,8 @@ def main() -> None:
     import pandas as pd
     import torch
 
-    from esreason_lib.studies.common import evaluate_ref
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.common import evaluate_ref
+    from esreason_lib.paper.studies.presets import get_preset
 
     torch.set_num_threads(1)
     preset = get_preset(args.preset)

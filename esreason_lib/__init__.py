@@ -12,15 +12,44 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 README.md has a 20-line example; docs/ the rest.
 """
 
-from esreason_lib.es.core import ES, ESConfig
-from esreason_lib.es.loop import train_es
-from esreason_lib.evaluate import evaluate
-from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.loop import train_grpo
-from esreason_lib.metrics import pass_at_k
-from esreason_lib.models.load import load_model
-from esreason_lib.tasks import Task, get_task
-from esreason_lib.version import __version__
+import sys
+import types
+from importlib import import_module
 
-__all__ = ["ES", "ESConfig", "GRPOConfig", "Task", "__version__", "evaluate", "get_task", "load_model", "pass_at_k",
-           "train_es", "train_grpo"]
+from esreason_lib.version import __version__  # noqa: F401 (eager: the store records it)
+
+# name -> the module that defines it; imported on first use (PEP 562), so `import esreason_lib.metrics` loads no
+# transformers and no torch beyond what metrics itself needs.
+_API = {
+    "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
+    "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config", "train_grpo": "esreason_lib.grpo.loop",
+    "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
+    "get_task": "esreason_lib.tasks"
+}
+
+__all__ = sorted([*_API, "__version__"])
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'esreason_lib' has no attribute {name!r}")
+    value = getattr(import_module(_API[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
+
+
+class _Package(types.ModuleType):
+    """Keeps an API name bound to its object: importing the submodule `esreason_lib.evaluate` would otherwise
+    rebind `esreason_lib.evaluate` from the function to the module (as the eager imports never let it)."""
+
+    def __setattr__(self, name, value):
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -25,7 +25,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from esreason_lib.studies.presets import PRESETS, get_preset
+from esreason_lib.paper.studies.presets import PRESETS, get_preset
 
 
 def parse_assignments(items: Sequence[str], config) -> dict:
@@ -56,7 +56,7 @@ def before_after(preset, runs) -> str:
     held-out problems of the runs' task (the preset gives the evaluation protocol)."""
     from dataclasses import replace
 
-    from esreason_lib.studies.common import evaluate_ref, model_ref
+    from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 
     n = min(EVAL_SAMPLES, preset.eval.n_samples)
     ks = sorted({1, n})
@@ -159,7 +159,7 @@ def _pretrain(args) -> int:
 
 
 def _reproduce(args) -> int:
-    from esreason_lib.notebooks import list_notebooks, run_notebooks
+    from esreason_lib.paper.notebooks import list_notebooks, run_notebooks
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
@@ -168,7 +168,7 @@ def _reproduce(args) -> int:
     out_dir = args.out_dir or BUILD_DIR
     run_notebooks(sources, parameters=parameters, out_dir=out_dir)
     if not args.no_claims:
-        from esreason_lib.claims import write_claims
+        from esreason_lib.paper.claims import write_claims
 
         write_claims()
     return 0
@@ -188,7 +188,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def _prefill(args) -> int:
-    from esreason_lib.plan import prefill
+    from esreason_lib.paper.plan import prefill
 
     index, count = parse_shard(args.shard)
     runs = prefill(get_preset(args.preset), index, count)
@@ -197,7 +197,7 @@ def _prefill(args) -> int:
 
 
 def _claims(args) -> int:
-    from esreason_lib.claims import SEPARATE_PRESETS, records_dir, write_claims
+    from esreason_lib.paper.claims import SEPARATE_PRESETS, records_dir, write_claims
 
     table = write_claims(missing_ok=args.preset in SEPARATE_PRESETS)
     if table is None:  # e.g. `make reproduce PRESET=powered` on a store without tiny's records
@@ -209,14 +209,14 @@ def _claims(args) -> int:
 
 
 def _compare_findings(args) -> int:
-    from esreason_lib.claims import render_comparison
+    from esreason_lib.paper.claims import render_comparison
 
     print(render_comparison(args.a, args.b))
     return 0
 
 
 def _power(args) -> int:
-    from esreason_lib.power_report import report
+    from esreason_lib.paper.power_report import report
 
     print(report(get_preset(args.preset)))
     return 0
@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     traceback."""
     from safetensors import SafetensorError
 
-    from esreason_lib.notebooks import NotebookError
+    from esreason_lib.paper.notebooks import NotebookError
     from esreason_lib.store.runs import MissingResult
 
     args = build_parser().parse_args(argv)

@@ -35,10 +35,10 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.claims import record_finding
-from esreason_lib.studies.base_models import compute, finding
-from esreason_lib.plots import plot_pass_at_k, save_figure
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.claims import record_finding
+from esreason_lib.paper.studies.base_models import compute, finding
+from esreason_lib.paper.plots import plot_pass_at_k, save_figure
+from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

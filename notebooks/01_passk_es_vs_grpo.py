@@ -49,12 +49,12 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.claims import record_finding
-from esreason_lib.studies.comparison import (compute, entropy_change, finding, format_spread, frontier_points,
+from esreason_lib.paper.claims import record_finding
+from esreason_lib.paper.studies.comparison import (compute, entropy_change, finding, format_spread, frontier_points,
                                              selected_arms)
-from esreason_lib.plots import (plot_bars_spread, plot_frontier_paths, plot_metric_curves, plot_pass_at_k_seeds,
+from esreason_lib.paper.plots import (plot_bars_spread, plot_frontier_paths, plot_metric_curves, plot_pass_at_k_seeds,
                                 plot_pass_plane, save_figure)
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

@@ -19,7 +19,7 @@
 # policies pi_i = pi_{theta + sigma eps_i} that ES evaluates at every iteration:
 # policy diversity (Lemma 1), population coverage (Lemma 2), weighted success (Lemma 3) and the Pass@K of the
 # update (Proposition 1). Their statements are in the docstring of
-# [`esreason_lib/theory.py`](../esreason_lib/theory.py), with the functions this notebook compares against.
+# [`esreason_lib/paper/theory.py`](../esreason_lib/paper/theory.py), with the functions this notebook compares against.
 #
 # Here every quantity is measured on the preset's tiny base model. Lemmas 1-2 use `lemma.repeats` independent
 # populations of `lemma.population` iid members (no mirrored pairs: the (1 - 1/N) factor assumes iid noise) at
@@ -51,7 +51,7 @@
 # bound was computed from.
 #
 # **What counts as evidence.** The finding's status comes only from checks that data could fail, each with a 95%
-# CI and its minimum detectable effect (`esreason_lib/findings.py`), and each band fixed before the run
+# CI and its minimum detectable effect (`esreason_lib/paper/findings.py`), and each band fixed before the run
 # (`diversity.SLOPE_BAND`, `diversity.RATIO_BAND`), checked as two one-sided tests:
 # - Lemma 1: over the small-sigma half of the grid, the log-log slope of JS_pol against sigma lies in [1.8, 2.2] and
 #   measured / predicted JS_pol lies in [0.5, 2] (bootstrap over populations and prompts);
@@ -72,10 +72,10 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.claims import record_finding
-from esreason_lib.studies import diversity
-from esreason_lib.plots import plot_scatter, plot_xy, save_figure
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.claims import record_finding
+from esreason_lib.paper.studies import diversity
+from esreason_lib.paper.plots import plot_scatter, plot_xy, save_figure
+from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = diversity.compute(config)

@@ -50,10 +50,10 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.claims import record_finding
-from esreason_lib.studies.sparsity import compute, drift_summary, finding, reset_checks
-from esreason_lib.plots import plot_grouped_bars, plot_xy, save_figure
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.claims import record_finding
+from esreason_lib.paper.studies.sparsity import compute, drift_summary, finding, reset_checks
+from esreason_lib.paper.plots import plot_grouped_bars, plot_xy, save_figure
+from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

@@ -39,7 +39,7 @@
 # centered-rank and raw ("none") fitness instead of z-scores, each at every alpha of `scaling.shaping_alphas`,
 # without antithetic pairs: with mirrored pairs and a matched step, z-score and raw fitness give bit-identical
 # updates (the comparison would test ES against itself). Each shaping's best alpha is chosen on the tuning split of
-# the Countdown test pool (disjoint from the test problems, `esreason_lib/splits.py`), and the best runs are
+# the Countdown test pool (disjoint from the test problems, `esreason_lib/paper/splits.py`), and the best runs are
 # compared on the test rows. The effect that counts (`scaling.delta_shaping`) was fixed before these runs.
 # All runs and evaluations are cached in the run store, so re-running this notebook only redraws.
 
@@ -49,11 +49,11 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.claims import record_finding
-from esreason_lib.studies.scaling import (best_alphas, compute, finding, population_gaps, seed_mean_curves,
+from esreason_lib.paper.claims import record_finding
+from esreason_lib.paper.studies.scaling import (best_alphas, compute, finding, population_gaps, seed_mean_curves,
                                           shaping_label, smoothing_window, table6)
-from esreason_lib.plots import plot_metric_curves, save_figure
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.plots import plot_metric_curves, save_figure
+from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
 tables = compute(config)

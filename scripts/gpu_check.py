@@ -108,7 +108,7 @@ class Checker:
     """Runs the sections for `args`, one fresh model each, and collects their results."""
 
     def __init__(self, args):
-        from esreason_lib.studies.presets import get_preset
+        from esreason_lib.paper.studies.presets import get_preset
 
         self.args, self.cuda = args, args.device.startswith("cuda")
         self.preset = get_preset("paper-easy")

@@ -85,7 +85,7 @@ def moving_preset():
     forgetting to measure and there are updates to reset). Under the preset's binary reward nothing moves: the smoke
     model never solves countdown, so every reward is equal (and greedy ES members all decode alike); here a
     well-formed wrong answer earns 0.5 and ES samples its members with a larger sigma."""
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.presets import get_preset
 
     return get_preset("smoke", **{"es.sigma": 0.05, "es.greedy": False, "es.reward_formatted": 0.5,
                                   "grpo.reward_formatted": 0.5})

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib import analysis
+from esreason_lib.paper import analysis
 from esreason_lib.models.weights import relative_drift
 
 

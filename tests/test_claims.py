@@ -1,7 +1,8 @@
 import pytest
 
-from esreason_lib import claims, paths
-from esreason_lib.findings import Check, make_finding
+from esreason_lib import paths
+from esreason_lib.paper import claims
+from esreason_lib.paper.findings import Check, make_finding
 
 
 def _finding(sentence, low=0.1, high=0.2):
@@ -66,7 +67,7 @@ def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
 
 def test_every_finding_names_a_notebook_and_its_committed_figures():
     """Each row of the table points at a notebook that exists and at figures that notebook saves."""
-    from esreason_lib.notebooks import list_notebooks
+    from esreason_lib.paper.notebooks import list_notebooks
 
     stems = [p.stem for p in list_notebooks()]
     assert [f.id for f in claims.CLAIMS] == stems

@@ -15,9 +15,9 @@ import torch
 
 from esreason_lib import cli
 from esreason_lib.cli import backend_settings, build_parser, group_by_method, main, parse_assignments
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 
 
 @pytest.fixture
@@ -263,7 +263,7 @@ def test_before_after_evaluates_on_the_presets_test_task(monkeypatch):
     """paper-hard trains on DeepScaleR, which has no test split: `--eval` scores MATH-500 (`eval_task_kwargs`)."""
     import types
 
-    from esreason_lib.studies import common
+    from esreason_lib.paper.studies import common
 
     seen = []
 

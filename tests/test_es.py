@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES, Population
 from esreason_lib.es.shaping import FITNESS_SHAPING, centered_ranks, raw, zscore
 from esreason_lib.es.noise import apply_update, noise, perturb, restore
-from esreason_lib.models.weights import named_params
+from esreason_lib.params import named_params
 from esreason_lib.seeding import derive_seed
 
 

@@ -8,10 +8,12 @@ import pytest
 from esreason_lib.es.backends.fast import FastBackend, NativeBackend, agreement
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES
 from esreason_lib.es.noise import perturbed
 from esreason_lib.models.generation import generate
-from esreason_lib.models.weights import named_params, weights_checksum
+from esreason_lib.models.weights import weights_checksum
+from esreason_lib.params import named_params
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES, Population
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
 from esreason_lib.es.backends.lowrank import LowRankBackend
-from esreason_lib.es.lowrank import (LowRankStack, apply_lowrank_update, lowrank_direction, lowrank_factors, lowrank_weights)
+from esreason_lib.es.backends.lowrank import LowRankStack, lowrank_weights
+from esreason_lib.es.lowrank import apply_lowrank_update, lowrank_direction, lowrank_factors
 from esreason_lib.es.noise import noise
-from esreason_lib.models.weights import named_params
+from esreason_lib.params import named_params
 from esreason_lib.models.generation import generate
 from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
 
@@ -164,7 +166,7 @@ def test_lowrank_es_learns_the_sanity_objective(tiny, tmp_path):
 
 def test_train_es_runs_the_smoke_preset_with_lowrank_noise(tmp_path):
     from esreason_lib.es.loop import train_es
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.studies.presets import get_preset
 
     torch.set_num_threads(1)
     cfg = dataclasses.replace(get_preset("smoke").es, noise="lowrank", rank=2, sigma=0.3, reward_formatted=0.5)

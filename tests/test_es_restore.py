@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from esreason_lib.es.noise import _INT_VIEW, FixUp, noise, perturb, perturbed, restore
-from esreason_lib.models.weights import named_params
+from esreason_lib.params import named_params
 from esreason_lib.models.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
 
 
@@ -116,7 +116,7 @@ _CHILD = '''
 import os, signal, sys
 import numpy as np, torch
 torch.set_num_threads(1)
-from esreason_lib.es.core import ESConfig; from esreason_lib.es.loop import train_es
+from esreason_lib.es.config import ESConfig; from esreason_lib.es.loop import train_es
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.runs import Run
 

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from esreason_lib.studies import comparison as C
-from esreason_lib.studies.presets import get_preset
-from esreason_lib.studies.specs import ComparisonSpec
+from esreason_lib.paper.studies import comparison as C
+from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.studies.specs import ComparisonSpec
 from esreason_lib.store.runs import Run
 
 N = 8  # samples per problem in the hand-built tables
@@ -128,7 +128,7 @@ def test_one_seed_is_not_resolved():
 
 
 def test_bracket_and_matched():
-    from esreason_lib.studies.frontier import bracket
+    from esreason_lib.paper.studies.frontier import bracket
 
     assert bracket([0.1, 0.3, 0.5], 0.4) == (1, 2, pytest.approx(0.5), 0.0)
     assert bracket([0.1, 0.3, 0.2], 0.25) == (0, 1, pytest.approx(0.75), 0.0)  # the first segment in training order
@@ -284,7 +284,7 @@ def test_compute_tables_agree(tables, smoke_store):
 
 def test_compute_again_reuses_every_run(tables, smoke_store, forbid_loading):
     import esreason_lib.models.load
-    from esreason_lib.studies import common
+    from esreason_lib.paper.studies import common
 
     forbid_loading(esreason_lib.models.load, common)
     preset, store, _ = smoke_store

@@ -6,15 +6,15 @@ import pandas as pd
 import pytest
 import torch
 
-from esreason_lib.analysis import seed_by_problem
-from esreason_lib.findings import effect_check
+from esreason_lib.paper.analysis import seed_by_problem
+from esreason_lib.paper.findings import effect_check
 import esreason_lib.models.load
-from esreason_lib.studies import common
-from esreason_lib.studies import forgetting as fg
-from esreason_lib.studies.common import model_ref
+from esreason_lib.paper.studies import common
+from esreason_lib.paper.studies import forgetting as fg
+from esreason_lib.paper.studies.common import model_ref
 from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.models.pretrain import build_batch, completion_loss
 
 

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from esreason_lib.studies import sequential as S
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies import sequential as S
+from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.store.runs import Run
 
 
@@ -143,7 +143,7 @@ def tables(smoke_store):
 
 def test_train_arms_spends_each_methods_budget_share_and_chains_stages(tables, smoke_store, forbid_loading):
     import esreason_lib.models.load
-    from esreason_lib.studies import common
+    from esreason_lib.paper.studies import common
     from esreason_lib.methods import trainer
 
     forbid_loading(esreason_lib.models.load, common)  # every arm was trained by `compute`

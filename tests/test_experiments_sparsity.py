@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import esreason_lib.models.load
-from esreason_lib.studies import common
-from esreason_lib.studies import sparsity as sp
-from esreason_lib.studies.common import model_ref
+from esreason_lib.paper.studies import common
+from esreason_lib.paper.studies import sparsity as sp
+from esreason_lib.paper.studies.common import model_ref
 from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 

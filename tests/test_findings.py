@@ -3,9 +3,9 @@ import pytest
 
 from scipy import stats
 
-from esreason_lib.findings import (MDE_FACTOR, Check, Finding, combine_status, effect_check, make_finding,
+from esreason_lib.paper.findings import (MDE_FACTOR, Check, Finding, combine_status, effect_check, make_finding,
                                    mde_from_ci, power_statement)
-from esreason_lib.intervals import REGIMES, anova_interval, coverage, satterthwaite
+from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
 
 
 def check(low, high, effect=None, **kw):

@@ -157,8 +157,8 @@ def test_eval_spec_forward_field_keeps_stored_identities():
 
 
 def test_tiny_runs_the_fused_forward_and_tiny_exact_the_modules():
-    from esreason_lib.plan import training_plan
-    from esreason_lib.studies.presets import get_preset
+    from esreason_lib.paper.plan import training_plan
+    from esreason_lib.paper.studies.presets import get_preset
 
     tiny, exact = get_preset("tiny"), get_preset("tiny-exact")
     assert tiny.es.backend == "fast" and exact.es.backend == "auto"

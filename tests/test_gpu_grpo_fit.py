@@ -18,7 +18,7 @@ from esreason_lib.grpo.memory import GIB, HEADROOM, check_grpo_fits, grpo_memory
 from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.hf_compat import is_checkpointing, set_checkpointing
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gpu_check  # noqa: E402

@@ -10,7 +10,9 @@ import math
 import pytest
 import torch
 
-from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.config import ESConfig
+
+from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.models.device import device_record, record_device

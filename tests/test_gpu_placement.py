@@ -10,7 +10,7 @@ import pytest
 from esreason_lib.cli import gpu_settings
 from esreason_lib.es.backends import placement
 from esreason_lib.es.backends.placement import actors_per_gpu, check_gpus_per_worker, check_memory_share, plan_placement
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.store.identity import canonical_config
 

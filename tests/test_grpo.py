@@ -22,7 +22,7 @@ from esreason_lib.grpo.loss import group_advantages
 from esreason_lib.grpo.loss import policy_loss
 from esreason_lib.grpo.loop import forward_rows, policy_update
 from esreason_lib.models.optim import master_weight_adamw
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.tasks.base import BINARY, Task
 

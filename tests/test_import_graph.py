@@ -85,3 +85,51 @@ def test_graph_parser_sees_function_level_and_relative_imports(tmp_path):
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others (function-level imports included)."""
+    seen, todo = set(), [start]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+def test_library_never_imports_the_paper_harness():
+    graph = import_graph()
+    library = [m for m in graph if not m.startswith("esreason_lib.paper") and m != "esreason_lib.cli"]
+    offenders = {m: sorted(d for d in graph[m] if d.startswith("esreason_lib.paper")) for m in library}
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_es_core_sits_at_the_bottom_of_es():
+    deps = reachable(import_graph(), "esreason_lib.es.core")
+    upward = sorted(d for d in deps if d.startswith(("esreason_lib.es.backends", "esreason_lib.models",
+                                                      "esreason_lib.store", "esreason_lib.training")))
+    assert upward == []
+
+
+def test_light_modules_load_no_transformers():
+    import subprocess
+    import sys
+
+    for module in ("esreason_lib.metrics", "esreason_lib.es.core"):
+        code = f"import sys, {module}; print('transformers' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             cwd=PACKAGE.parent).stdout.strip()
+        assert out == "False", module
+
+
+def test_package_api_is_lazy_and_keeps_its_names():
+    import subprocess
+    import sys
+
+    code = ("import sys, esreason_lib; assert 'esreason_lib.es.loop' not in sys.modules\n"
+            "import esreason_lib.evaluate\n"
+            "from esreason_lib import evaluate, ESConfig, train_es\n"
+            "print(callable(evaluate) and not isinstance(evaluate, type(sys)), ESConfig.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent).stdout.strip()
+    assert out == "True esreason_lib.es.config"

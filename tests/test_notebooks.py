@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from esreason_lib.notebooks import list_notebooks, run_notebook
+from esreason_lib.paper.notebooks import list_notebooks, run_notebook
 
 NOTEBOOKS = list_notebooks()
 
@@ -86,7 +86,7 @@ def test_makefile_runs_every_notebook_after_the_runs_it_reuses(tmp_path):
 
 
 def test_notebook_parameters_reads_the_tagged_cell(tmp_path):
-    from esreason_lib.notebooks import notebook_parameters
+    from esreason_lib.paper.notebooks import notebook_parameters
 
     assert all(notebook_parameters(p)["preset"] == "tiny" for p in list_notebooks())
     nb = tmp_path / "99_x.py"

@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from esreason_lib import paths, plots  # noqa: E402
+from esreason_lib import paths  # noqa: E402
+from esreason_lib.paper import plots  # noqa: E402
 
 
 def _curve(shift):
@@ -105,7 +106,7 @@ def test_scatter_of_no_points_draws_no_legend_and_warns_nothing(recwarn):
 def test_plot_frontier_paths_returns_fig_ax():
     import pandas as pd
 
-    from esreason_lib.plots import plot_frontier_paths
+    from esreason_lib.paper.plots import plot_frontier_paths
 
     pts = pd.DataFrame({"arm": ["base", "es a", "es a", "grpo b", "noise es a"], "step": [0, 1, 2, 2, 2],
                         "pass@1": [0.1, 0.15, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.55, 0.6, 0.5, 0.5]})

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from esreason_lib.intervals import anova_interval
-from esreason_lib.power import (Components, Cost, cheapest_design, design_mde, design_se, estimate_components,
+from esreason_lib.paper.intervals import anova_interval
+from esreason_lib.paper.power import (Components, Cost, cheapest_design, design_mde, design_se, estimate_components,
                                 power_table)
 
 

@@ -2,10 +2,11 @@
 
 import numpy as np
 
-from esreason_lib import claims, cli
-from esreason_lib.findings import effect_check, make_finding
-from esreason_lib.power_report import report, stored_checks
-from esreason_lib.studies.presets import get_preset
+from esreason_lib import cli
+from esreason_lib.paper import claims
+from esreason_lib.paper.findings import effect_check, make_finding
+from esreason_lib.paper.power_report import report, stored_checks
+from esreason_lib.paper.studies.presets import get_preset
 
 
 def _record(home, delta, preset="tiny"):

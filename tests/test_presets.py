@@ -14,10 +14,10 @@ import json
 import pytest
 import torch
 
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.evaluate import EvalSpec
-from esreason_lib.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
+from esreason_lib.paper.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
 from esreason_lib.store.identity import config_hash
 
 

@@ -18,7 +18,7 @@ import torch
 
 from esreason_lib.es import core as es_module
 from esreason_lib.grpo import loop as grpo_module
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import train_grpo
@@ -164,7 +164,7 @@ def test_two_processes_training_one_config_log_each_step_once(isolated_store):
     config = dataclasses.replace(_ES, iterations=3, seed=30)
     script = textwrap.dedent(f"""
         import sys
-        from esreason_lib.es.core import ESConfig; from esreason_lib.es.loop import train_es
+        from esreason_lib.es.config import ESConfig; from esreason_lib.es.loop import train_es
         train_es(ESConfig(**{dataclasses.asdict(config)!r}), home=sys.argv[1], progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script, str(isolated_store.store)],
@@ -176,7 +176,7 @@ def test_two_processes_training_one_config_log_each_step_once(isolated_store):
 
 def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
     """A task whose reward is nan: `tell` raises NonFiniteError, and the run's manifest says failed (not complete)."""
-    from esreason_lib.es.core import ESConfig
+    from esreason_lib.es.config import ESConfig
     from esreason_lib.es.loop import train_es
     from esreason_lib.store.runs import Run
     from esreason_lib.guards import NonFiniteError

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from esreason_lib.es.backends.base import EXACT_BACKENDS
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.store.identity import canonical_json, config_hash, execution
 from esreason_lib.store.runs import Run, run_exists

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from esreason_lib.splits import COUNTDOWN, SMOKE, Splits
+from esreason_lib.paper.splits import COUNTDOWN, SMOKE, Splits
 from esreason_lib.tasks import get_task
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from esreason_lib.evaluate import EvalResult
-from esreason_lib.studies.presets import get_preset
+from esreason_lib.paper.studies.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import sweep_tiny  # noqa: E402

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from esreason_lib import metrics as M
-from esreason_lib import theory as T
-
+from esreason_lib.paper import theory as T
 
 # ----------------------------------------------------------------------------------------- Lemma 1
 def test_lemma1_prediction_hand_values():

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
                                      check_nonempty_str, check_nonnegative_float, check_nonnegative_int,

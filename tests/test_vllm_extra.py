@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.grpo.config import GRPOConfig

@@ -15,7 +15,8 @@ from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
 from esreason_lib.models.weights import relative_drift
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
-from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES
 
 
 def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from esreason_lib.seeding import derive_seed
-from esreason_lib.models.weights import named_params
+from esreason_lib.params import named_params
 
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,

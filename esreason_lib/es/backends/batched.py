@@ -31,7 +31,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rot
 from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.noise import noise, shifted
 from esreason_lib.models.hf_compat import causal_mask
-from esreason_lib.models.weights import named_params
+from esreason_lib.params import named_params
 from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, finite_rows,
                                             left_pad, mask_positions, special_ids)
 
@@ -82,7 +82,7 @@ class _Groups:
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
     """Per-member x_i W_i^T + b_i. x [N, R, L, K], w [N, O, K], b [N, O] -> [N, R, L, O]; rows >= r_i are 0.
-    A `w` that is not a tensor (`es.lowrank.LowRankStack`) computes this itself."""
+    A `w` that is not a tensor (`es.backends.lowrank.LowRankStack`) computes this itself."""
     if not isinstance(w, torch.Tensor):
         return w.linear(x, b, groups)
     n, width, length, k = x.shape
@@ -122,7 +122,7 @@ def fuse_weights(model, weights: dict[str, torch.Tensor]) -> list[tuple[torch.Te
 
 
 def _cat_out(stacks: list) -> torch.Tensor:
-    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es.lowrank.LowRankStack`s
+    """Member-stacked weights [N, O_j, ...] concatenated along the output dimension (`es.backends.lowrank.LowRankStack`s
     by their own `cat`)."""
     return torch.cat(stacks, dim=1) if isinstance(stacks[0], torch.Tensor) else type(stacks[0]).cat(stacks)
 

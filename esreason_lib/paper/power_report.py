@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from esreason_lib.findings import Z_95
-from esreason_lib.claims import records_dir
+from esreason_lib.paper.findings import Z_95
+from esreason_lib.paper.claims import records_dir
 from esreason_lib.paths import findings_dir
-from esreason_lib.power import Components, Cost, cheapest_design, power_table
+from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
 
 COMPLETIONS_PER_CORE_SECOND = 2048.0
 """ES completions per core-second on the tiny models (`benchmarks/sweep_tiny.py`: 300 iterations x 16 members x
@@ -53,7 +53,7 @@ def stored_checks(preset: str, home=None) -> dict[str, tuple[Components, float]]
 
 def design_cost(preset) -> Cost:
     """Completions of one seed-run (the preset's ES run) and of one problem evaluated by one seed."""
-    from esreason_lib.plan import expected_cost
+    from esreason_lib.paper.plan import expected_cost
 
     return Cost(per_seed_run=expected_cost(preset.es), per_problem=float(preset.eval.n_samples + 1))
 

@@ -26,20 +26,20 @@ import math
 import numpy as np
 import pandas as pd
 
-from esreason_lib.es.core import ESConfig
-from esreason_lib.findings import Finding, effect_check, make_finding
+from esreason_lib.es.config import ESConfig
+from esreason_lib.paper.findings import Finding, effect_check, make_finding
 from esreason_lib.models.load import load_model
-from esreason_lib.studies.presets import Preset
+from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.store.runs import Run
 from esreason_lib.methods import trainer
 from esreason_lib.training import resolve_device
 from esreason_lib.models.zoo import ZOO, num_parameters
-from esreason_lib.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 
 EXTRAS: dict[str, dict] = {"antithetic": {"normalization": "zscore", "antithetic": True},
                            "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1, "backend": "auto"}}
 """Reported beside the shaping ablation (not claims): label -> changes on plain z-score at the preset's alpha (low-rank
-noise has its own backend, `es.lowrank.LowRankBackend`, whatever the preset's)."""
+noise has its own backend, `es.backends.lowrank.LowRankBackend`, whatever the preset's)."""
 PLAIN = {"antithetic": False, "matched_step": False}
 """Every ablation run: no mirrored pairs, no step matching (alpha is tuned per shaping instead)."""
 

@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from esreason_lib.intervals import METHODS, anova_interval, arms, bootstrap_interval
-from esreason_lib.power import estimate_components
+from esreason_lib.paper.intervals import METHODS, anova_interval, arms, bootstrap_interval
+from esreason_lib.paper.power import estimate_components
 from esreason_lib.seeding import numpy_rng
 
 STATUSES = ("reproduced", "not reproduced", "not resolved")
