@@ -319,11 +319,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line. Bad input (ValueError), a missing extra (ImportError), a result that
     `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a notebook that raised (`NotebookError`, with the
-    notebook's own error line) and file-system or start-up failures (OSError: read-only or full disk, a path that
+    notebook's own error line), a native kernel that cannot be built or trusted (`KernelBuildError`) and file-system or start-up failures (OSError: read-only or full disk, a path that
     is a file, Ray not starting in time; safetensors' own write errors) are one `esreason: error:` line on stderr and exit status 2, never a
     traceback."""
     from safetensors import SafetensorError
 
+    from esreason_lib.models.native import KernelBuildError
     from esreason_lib.paper.notebooks import NotebookError
     from esreason_lib.store.runs import MissingResult
 
@@ -332,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = _show_warning
         try:
             return args.func(args)
-        except (ValueError, ImportError, MissingResult, NotebookError) as err:  # one clear line, no traceback
+        except (ValueError, ImportError, MissingResult, NotebookError, KernelBuildError) as err:  # one line
             print(f"esreason: error: {err}", file=sys.stderr)
         except SafetensorError as err:  # e.g. a full disk while safetensors writes the final model
             print(f"esreason: error: saving a model failed: {str(err).splitlines()[0]}", file=sys.stderr)

@@ -48,6 +48,12 @@ def test_kernel_matches_the_torch_path(length, start, queries, padded):
     torch.testing.assert_close(out_k, ref_k, atol=1e-6, rtol=1e-6)  # the cache was written (rotated keys)
     assert torch.equal(out_v, ref_v)  # values are copied as they are; earlier positions untouched
     assert torch.equal(out_k[:, :, :start], keys[:, :, :start])
+    def_k, def_v = keys.clone(), values.clone()  # the self-check's yardstick is the same torch path
+    by_definition = native.reference(y, cos.contiguous(), sin.contiguous(), def_k, def_v, start,
+                                     bias if padded or length > 1 else None, queries, heads=HEADS)
+    torch.testing.assert_close(by_definition, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(def_k, ref_k, atol=1e-6, rtol=1e-6)
+    assert torch.equal(def_v, ref_v)
 
 
 def test_kernel_causal_prefill_needs_no_mask():
@@ -117,7 +123,7 @@ def test_build_failure_is_reported_with_the_compiler_output(tmp_path, monkeypatc
     monkeypatch.setattr(native, "SOURCE", bad)
     native.library.cache_clear()
     try:
-        with pytest.raises(RuntimeError, match="building the native attention kernel with .* failed"):
+        with pytest.raises(native.KernelBuildError, match="building it with .* failed .*backend 'fast'"):
             native.library(D)
         assert not list((tmp_path / "built").glob("*"))  # no partial library left behind
     finally:
