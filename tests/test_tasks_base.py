@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from esreason_lib.tasks.base import check_seconds, hedged, total
+from esreason_lib.tasks._hedge import hedged
+from esreason_lib.tasks.base import check_seconds, total
 
 
 def test_total_returns_the_default_instead_of_raising():

@@ -9,9 +9,10 @@ the task's labels, upper case only; the completion's last 100,000 characters are
      optionally followed by its text: `\\boxed{B}`, `\\boxed{(B)}`, `\\boxed{\\text{B}}`, `\\boxed{B. river}`;
   2. the letter right after the last "answer is" or "answer:" (the word case-insensitive), past spaces, "*", ":"
      and "(": "The answer is (B)", "Answer: B", "**Answer:** C", "the answer is: D".
-A letter followed by another letter or a digit is no answer ("Answer: Bob"). A hedge is no answer (`base.hedged`,
+A letter followed by another letter or a digit is no answer ("Answer: Bob"). A hedge is no answer (`_hedge.hedged`,
 the rule of every task): a letter followed by a separator and another choice letter (`\\boxed{B or C}`, "Answer: B,
-C", "(B) and (C)", "B/C") gives None, whatever other rule might have found. Nothing else counts: never the last
+C", "(B) and (C)", "B/C", `\\boxed{B \\vee C}`, `\\boxed{B~or~C}`, `\\boxed{B (or C)}`) or by a control
+character, NUL or lone surrogate gives None, whatever other rule might have found. Nothing else counts: never the last
 capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was extracted; correct = it is the gold.
 """
 
@@ -21,7 +22,8 @@ import re
 from typing import Any
 
 from ._common import FileTask, after_answer_marker, render_prompt, unwrap_tex_text
-from .base import Example, hedged, total
+from ._hedge import hedged
+from .base import Example, total
 from .math_task import last_boxed
 
 __all__ = ["MultipleChoiceTask", "extract_letter"]

@@ -4,8 +4,9 @@ Every task (synthetic or real) implements the same small interface so that gener
 evaluation never know which task they run. Verifiers are total: any string, however hostile, returns a
 bool or a float and never raises.
 
-One rule for hedges, shared by every task that extracts a single answer (`hedged`): an answer that names several
-candidates ("18 or 19", "B, C", "B and C", "B/C") is wrong, never read as its first candidate.
+One rule for hedges, shared by every task that extracts a single answer (`_hedge.hedged`, driven by its tables): an
+answer that names several candidates ("18 or 19", "B, C", "B \\vee C", "18 ± 1") is wrong, never read as its first
+candidate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import abc
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,17 +37,6 @@ def total(default: Any) -> Callable:
         return never_raises
 
     return wrap
-
-
-_HEDGE = re.compile(r"(?:\s*(?:,|;|/|\||&|\bor\b|\band\b|\bto\b|\\pm|\\lor|\\text\{\s*or\s*\})\s*)+(?:maybe\s+)?[($]*")
-"""A list continuation: separators (",", ";", "/", "or", "and", "to", ...), then the next candidate's opening."""
-
-
-def hedged(text: str, end: int, candidate: re.Pattern) -> bool:
-    """Whether the answer that ends at `text[end]` is followed by another candidate (`candidate` matching right
-    after a separator such as ",", "or", "and", "/"): "18 or 19", "B, C". Linear time; never raises."""
-    sep = _HEDGE.match(text, end)
-    return sep is not None and candidate.match(text, sep.end()) is not None
 
 
 def check_seconds(value: Any, field: str, upper: float) -> float:

@@ -17,8 +17,10 @@ Evaluation (`extract_answer`, `is_correct`), the first rule that finds a number 
   2. the content of the last `\\boxed{...}` when it is a number (`\\$`, `\\text{units}` and `\\%` allowed);
   3. the number right after the last "the answer is" (case-insensitive, optional ":");
   4. only with `lenient=True`: the last number anywhere in the completion.
-A hedge is no answer (`base.hedged`, the rule of every task): "#### 18 or 19" and "the answer is 18 or 20" give
-None, and so does a hedged "####" line whatever follows it.
+A hedge is no answer (`_hedge.hedged`, the rule of every task): "#### 18 or 19", "the answer is 18 or 20",
+"#### 18 ± 1", "#### 18 – 19", "#### 18 19" give None, and so does a hedged "####" line whatever follows it. A
+number split by a space of any Unicode kind ("18 000" with a thin or no-break space) is such a hedge too: never
+read as 18 (a boxed `18\\,000` or `18{,}000` is 18000).
 Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
 `protocol="artifact"` replaces all of this by the paper artifact's own grading (`artifact_grading`).
 """
@@ -31,7 +33,8 @@ from typing import Any
 
 from . import artifact_grading
 from ._common import dataset_rows, render_prompt, shuffled_prefix
-from .base import Example, RewardShaping, Task, hedged, total
+from ._hedge import hedged
+from .base import Example, RewardShaping, Task, total
 from .math_task import last_boxed
 
 __all__ = ["GSM8K", "extract_number", "normalize_number"]
@@ -82,7 +85,7 @@ def _number_at(text: str, start: int) -> str | None:
     raises _Hedge when another number follows it after a separator."""
     start = _LEAD.match(text, start).end()
     number = normalize_number(_TOKEN.match(text, start, start + 2 * _MAX_NUMBER_CHARS).group())
-    if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), _NEXT_NUMBER):
+    if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), _NEXT_NUMBER, spaced=True):
         raise _Hedge
     return number
 
