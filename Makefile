@@ -8,7 +8,8 @@
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
 # tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights, every preset
 # it holds) into papers/results/runs.tar.xz; `make figures` unpacks that bundle into the store first (never over a
-# run that is there), so a fresh clone redraws the committed presets' figures and claims without training.
+# run that is there), so a fresh clone redraws the committed presets' figures and claims without training; it
+# first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and refuses a mismatch.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -112,7 +113,7 @@ reproduce: bases
 	$(PY) -m esreason_lib claims --preset $(PRESET)
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
-	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi
+	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results --require-sha256 $(RESULTS); fi
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims

@@ -242,7 +242,8 @@ def _export_results(args) -> int:
 def _import_results(args) -> int:
     from esreason_lib.store.bundle import import_results
 
-    print(f"{import_results(args.out, args.home)} run directories imported from {args.out}")
+    added = import_results(args.out, args.home, require_digest=args.require_sha256)
+    print(f"{added} run directories imported from {args.out}")
     return 0
 
 
@@ -308,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     im = sub.add_parser("import-results", help="unpack OUT/runs.tar.xz into the run store (never overwrites a run)")
     im.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
     im.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
+    im.add_argument("--require-sha256", action="store_true", help="refuse a bundle that does not match the "
+                    "runs.tar.xz.sha256 beside it (make figures)")
     im.set_defaults(func=_import_results)
     return parser
 

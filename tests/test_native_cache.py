@@ -165,7 +165,7 @@ def test_build_folders_of_killed_builds_are_collected(kernels):
     old = kernels / f".build-{os.getpid()}-z"
     old.mkdir()
     os.utime(old, (0, 0))  # older than STALE_BUILD_S
-    native.collect_stale_builds(kernels)
+    native.collect_stale(kernels, ".build-", native.STALE_BUILD_S)
     assert sorted(p.name for p in kernels.iterdir()) == [live.name]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -46,7 +47,8 @@ def test_imported_runs_serve_stored_reads_only(tmp_path, monkeypatch):
     export_results(tmp_path / "out", tmp_path / "a")
     fresh = tmp_path / "b"
     assert import_results(tmp_path / "out", fresh) == 2
-    assert json.loads((fresh / "findings" / "powered" / "01.json").read_text()) == {"status": "reproduced"}
+    assert json.loads((fresh / "findings" / "powered" / "01.json").read_text()) == {"status": "reproduced",
+                                                                                      "imported": True}
     model = {"model": str(fresh / trained.path.name / "model")}
     assert not run_exists("es", {"name": "m"}, home=fresh)  # outside figures: no weights, so not complete
     monkeypatch.setenv(STORED_ONLY, "1")
@@ -65,18 +67,23 @@ def test_import_never_overwrites_a_run_and_cli_round_trip(tmp_path, capsys):
 
 
 def _archive(tmp_path, name):
+    """A bundle whose manifest lists one member `name` holding "{}"."""
+    index = {"format": 2, "files": {name: {"sha256": hashlib.sha256(b"{}").hexdigest(), "size": 2}}}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = 2
-        tar.addfile(info, io.BytesIO(b"{}"))
+        for member, data in (("bundle.json", json.dumps(index).encode()), (name, b"{}")):
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     (tmp_path / ARCHIVE).write_bytes(buffer.getvalue())
 
 
-@pytest.mark.parametrize("name", ["/etc/x.json", "../x.json", "es-0123456789/../../x.json", "notes/x.json"])
+@pytest.mark.parametrize("name", ["/etc/x.json", "../x.json", "es-0123456789/../../x.json", "notes/x.json",
+                                  "es-0123456789/model/model.safetensors", "es-0123456789/checkpoints/step-1.pt",
+                                  "es-0123456789/notes.txt"])
 def test_import_refuses_entries_outside_run_directories(tmp_path, name):
     _archive(tmp_path, name)
-    with pytest.raises(ValueError, match="not a file of a run directory"):
+    with pytest.raises(ValueError, match="not a plain file of a run's tables or findings/"):
         import_results(tmp_path, tmp_path / "store")
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").iterdir())
 

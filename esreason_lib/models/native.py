@@ -40,12 +40,11 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
-from esreason_lib.store.integrity import atomic_write_bytes, sha256_file
+from esreason_lib.store.integrity import atomic_write_bytes, collect_stale, sha256_file
 
 SOURCE = Path(__file__).with_name("kernels") / "rotary_attention.c"
 """The kernel's C source."""
@@ -125,25 +124,6 @@ def private_dir(folder: Path) -> Path:
     return folder
 
 
-def collect_stale_builds(folder: Path) -> None:
-    """Remove the build folders (`.build-<pid>-*`) of builds whose process is gone or that are older than
-    `STALE_BUILD_S` (a killed build never cleans up after itself)."""
-    for build in folder.glob(".build-*"):
-        pid = build.name.split("-")[1]
-        try:
-            alive = pid.isdigit() and os.kill(int(pid), 0) is None
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:  # a process of another user holds that pid
-            alive = True
-        try:
-            old = time.time() - build.stat().st_mtime > STALE_BUILD_S
-        except FileNotFoundError:
-            continue
-        if not alive or old:
-            shutil.rmtree(build, ignore_errors=True)
-
-
 def record_of(path: Path) -> Path:
     """The file beside the library `path` that holds its sha256 as built."""
     return path.with_suffix(".sha256")
@@ -184,12 +164,12 @@ def build(cc: str, head_dim: int, path: Path) -> None:
 def cache_entry(head_dim: int) -> tuple[str, Path]:
     """(the compiler, the path of the library for heads of `head_dim` in the kernel folder): the path is keyed by
     (source, flags, `$CC --version`, CPU, head dimension); the folder is checked private (`private_dir`) and its
-    stale build folders collected."""
+    stale build folders collected (`integrity.collect_stale`)."""
     cc = _compiler()
     version = _compile([cc, "--version"], f"{cc} --version").splitlines()[:1]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, *version, _cpu(), str(head_dim)]).encode())
     folder = private_dir(kernel_dir())
-    collect_stale_builds(folder)
+    collect_stale(folder, ".build-", STALE_BUILD_S)
     return cc, folder / f"rotary_attention_d{head_dim}_{key.hexdigest()[:16]}.so"
 
 

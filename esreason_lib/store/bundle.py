@@ -1,29 +1,81 @@
 """Result bundles: a run store's tables without its weights, small enough to commit, so that `make figures`
 redraws every figure and the claims on a fresh clone without training.
 
-`export_results(out, home)` writes `<out>/runs.tar.xz`: for every complete run of the store its config.json,
-manifest.json (marked `"results_only": true`), metrics.jsonl and results/*.csv, plus the finding records under
-findings/; never model weights, snapshots or checkpoints. `import_results(out, home)` unpacks it into a store,
-never overwriting a run directory that exists there (a trained run stays as it is). An imported run is complete
-only for reading stored results (`$ESREASON_STORED_ONLY`, `make figures`; `Run.is_complete`): a training or
-evaluation run that needs it recomputes it.
+`export_results(out, home)` writes `<out>/runs.tar.xz` and its sha256 beside it (`<out>/runs.tar.xz.sha256`, for
+`make figures` to check the committed bundle): first a bundle manifest (`bundle.json`: the format and every
+member's sha256 and size), then for every complete run of the store its config.json, manifest.json (marked
+`"results_only": true`), metrics.jsonl and results/*.csv, plus the finding records under findings/; never model
+weights, snapshots or checkpoints. Only plain files inside the store are exported: a symbolic link, a FIFO or a
+device is refused naming it.
+
+`import_results(out, home)` treats a bundle as data from outside. It is refused, in one line and before anything
+reaches the store, when it is empty, truncated or not xz; when it has no bundle manifest or a member differs from
+it; when a member is anything but a plain file of a run's tables or a finding record (links, devices, absolute or
+`..` paths, model/, checkpoints/); when a member is over `MAX_MEMBER_BYTES` or all are over `MAX_TOTAL_BYTES`
+(checked from the headers before a byte is unpacked); or when a run's config does not hash to its directory's
+name. Each run is unpacked into a temporary folder and renamed into place whole (a killed import leaves no half
+run; the next import completes it and collects the leftovers); a run directory or record that exists is never
+overwritten. Imported manifests are written by the importer, marked `"results_only"` and `"imported"` whatever the
+bundle said: such a run is complete only for reading stored results (`$ESREASON_STORED_ONLY`, `make figures`;
+`Run.is_complete`), never a trained model for `train` nor a computed evaluation for `train --eval`. Imported
+finding records are marked `"imported": true`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import lzma
+import os
+import re
+import shutil
+import stat
 import tarfile
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from esreason_lib.paths import run_store_root
-from esreason_lib.store.identity import RUN_DIR
-from esreason_lib.store.integrity import atomic_write_bytes, read_json
+from esreason_lib.store.identity import RUN_DIR, config_hash
+from esreason_lib.store.integrity import atomic_write_bytes, collect_stale, read_json, sha256_file
 from esreason_lib.store.runs import RESULTS_ONLY, Run
 
 ARCHIVE = "runs.tar.xz"
 """The bundle's file name inside its folder (e.g. papers/results/powered/runs.tar.xz)."""
-_FILES = ("config.json", "metrics.jsonl")
+DIGEST = ARCHIVE + ".sha256"
+"""The file beside the bundle that holds its sha256 (`make figures` refuses a bundle that does not match it)."""
+MANIFEST = "bundle.json"
+"""The bundle's first member: {"format": FORMAT, "files": {member: {"sha256", "size"}}}."""
+FORMAT = 2
+"""The bundle format this module writes and reads (1: no bundle manifest, refused)."""
+IMPORTED = "imported"
+"""The key marking an imported run's manifest and an imported finding record."""
+MAX_MEMBER_BYTES = 64 << 20
+"""The largest member an import unpacks (the committed bundle's largest table: ~0.8 MB)."""
+MAX_TOTAL_BYTES = 1 << 30
+"""The most bytes an import unpacks in all (the committed bundle: ~150 MB)."""
+STALE_IMPORT_S = 3600.0
+"""A temporary run folder (`.import-<pid>-*`) whose import process is gone, or older than this, is removed."""
+_RUN_MEMBER = re.compile(r"[^/]+/(?:config\.json|manifest\.json|metrics\.jsonl|results/[^/]+\.csv)")
+_RECORD = re.compile(r"findings/(?:[^/]+/)*[^/]+\.json")
+
+
+def _plain(path: Path) -> Path:
+    """`path` when it is a regular file (not followed through a link); ValueError naming it otherwise."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ValueError(f"export: {path} is {kind}; only plain files inside the store are exported")
+    return path
+
+
+def _tables(path: Path) -> list[Path]:
+    """The plain files of run directory `path` that a bundle carries (config, metrics, results/*.csv)."""
+    results = path / "results"
+    if results.is_symlink():
+        raise ValueError(f"export: {results} is a symbolic link; only plain files inside the store are exported")
+    names = [path / n for n in ("config.json", "metrics.jsonl") if os.path.lexists(path / n)]
+    return [_plain(p) for p in names + sorted(results.glob("*.csv"))]
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -33,64 +85,154 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def export_results(out: str | Path, home: str | Path | None = None) -> Path:
-    """Write the bundle of the store `home` (default `$ESREASON_HOME` / `<repo>/runs`) to `<out>/runs.tar.xz`
-    (module docstring); returns its path. ValueError when the store holds no complete run."""
+    """Write the bundle of the store `home` (default `$ESREASON_HOME` / `<repo>/runs`) to `<out>/runs.tar.xz` and
+    its sha256 to `<out>/runs.tar.xz.sha256` (module docstring); returns the bundle's path. ValueError when the
+    store holds no complete run, or names a link, FIFO or other non-regular file in it."""
     root = Path(home if home is not None else run_store_root())
-    runs = []
-    for path in sorted(p for p in root.iterdir() if p.is_dir() and RUN_DIR.match(p.name)) if root.is_dir() else []:
-        manifest = read_json(path / "manifest.json")
+    members: dict[str, bytes] = {}
+    entries = sorted(p for p in root.iterdir() if RUN_DIR.match(p.name)) if root.is_dir() else []
+    for path in entries:
+        if path.is_symlink():
+            raise ValueError(f"export: {path} is a symbolic link; only plain files inside the store are exported")
+        if not path.is_dir() or not os.path.lexists(path / "manifest.json"):
+            continue
+        manifest = read_json(_plain(path / "manifest.json"))
         if isinstance(manifest, dict) and manifest.get("status") == "complete" and (
                 manifest.get(RESULTS_ONLY) or Run(path, path.name[:-11], manifest.get("config"), 0).is_complete()):
-            runs.append((path, manifest))
-    if not runs:
+            for table in _tables(path):
+                members[table.relative_to(root).as_posix()] = table.read_bytes()
+            members[f"{path.name}/manifest.json"] = (json.dumps({**manifest, RESULTS_ONLY: True}, indent=2,
+                                                                sort_keys=True) + "\n").encode()
+    if not members:
         raise ValueError(f"export: the run store {root} holds no complete run")
+    findings = root / "findings"
+    if findings.is_symlink():
+        raise ValueError(f"export: {findings} is a symbolic link; only plain files inside the store are exported")
+    for record in sorted(findings.rglob("*.json")):
+        members[record.relative_to(root).as_posix()] = _plain(record).read_bytes()
+    index = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} for name, data in members.items()}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as tar:  # xz: ~3.5x smaller than gzip on these tables
-        for path, manifest in runs:
-            for name in _FILES:
-                if (path / name).is_file():
-                    _add(tar, f"{path.name}/{name}", (path / name).read_bytes())
-            for table in sorted((path / "results").glob("*.csv")):
-                _add(tar, f"{path.name}/results/{table.name}", table.read_bytes())
-            _add(tar, f"{path.name}/manifest.json", (json.dumps({**manifest, RESULTS_ONLY: True}, indent=2,
-                                                               sort_keys=True) + "\n").encode())  # last
-        for record in sorted((root / "findings").rglob("*.json")):
-            _add(tar, record.relative_to(root).as_posix(), record.read_bytes())
+        _add(tar, MANIFEST, (json.dumps({"format": FORMAT, "files": index}, indent=0, sort_keys=True) + "\n").encode())
+        for name, data in members.items():  # each run's manifest after its tables
+            _add(tar, name, data)
     target = Path(out) / ARCHIVE
-    target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, buffer.getvalue())
+    atomic_write_bytes(target.parent / DIGEST, f"{sha256_file(target)}  {ARCHIVE}\n".encode())
     return target
 
 
-def _safe(name: str) -> bool:
-    parts = PurePosixPath(name).parts
-    return bool(parts) and not PurePosixPath(name).is_absolute() and ".." not in parts and (
-        RUN_DIR.match(parts[0]) is not None or parts[0] == "findings")
+def check_digest(archive: Path) -> None:
+    """ValueError (one line) unless `archive` matches the sha256 recorded beside it in `runs.tar.xz.sha256`."""
+    digest = archive.parent / DIGEST
+    if not digest.is_file():
+        raise ValueError(f"import: {archive} has no {DIGEST} beside it to check it against")
+    want = digest.read_text().split()[:1]
+    if want != [sha256_file(archive)]:
+        raise ValueError(f"import: {archive} does not match the sha256 in {digest} (modified, truncated or "
+                         "replaced); refused")
 
 
-def import_results(out: str | Path, home: str | Path | None = None) -> int:
-    """Unpack `<out>/runs.tar.xz` into the store `home`: run directories that do not exist there, and finding
-    records that do not; returns the number of run directories added. ValueError naming the member for an
-    archive entry outside a run directory or findings/ (an absolute path, '..', a link)."""
+def _read_members(archive: Path, root: Path, present: set[str], temps: dict[str, Path]) -> dict[str, bytes]:
+    """Check every member of `archive` against the module's rules while streaming it; the files of runs not in
+    `present` go to temporary folders in `root` (`temps`, by run); returns the finding records' bytes."""
+    records: dict[str, bytes] = {}
+    index, total = None, 0
+    with tarfile.open(archive, mode="r:xz") as tar:
+        for m in tar:
+            name, parts = m.name, PurePosixPath(m.name).parts
+            if index is None:
+                if name != MANIFEST or not m.isfile() or m.size > MAX_MEMBER_BYTES:
+                    raise ValueError(f"import: {archive} does not begin with a {MANIFEST} (format {FORMAT}); re-export "
+                                     "it with `esreason export-results`")
+                index = json.loads(tar.extractfile(m).read())
+                if not (isinstance(index, dict) and index.get("format") == FORMAT and isinstance(index.get("files"),
+                                                                                                  dict)):
+                    raise ValueError(f"import: {archive}'s {MANIFEST} is not a format-{FORMAT} bundle manifest")
+                index = index["files"]
+                continue
+            safe = (m.isfile() and not PurePosixPath(name).is_absolute() and ".." not in parts and
+                    (RUN_DIR.match(parts[0]) is not None and _RUN_MEMBER.fullmatch(name) or _RECORD.fullmatch(name)))
+            if not safe:
+                raise ValueError(f"import: {archive} holds {name!r}, not a plain file of a run's tables or findings/")
+            total += m.size
+            if m.size > MAX_MEMBER_BYTES or total > MAX_TOTAL_BYTES:
+                raise ValueError(f"import: {archive} holds {name!r} of {m.size} bytes, over the limit of "
+                                 f"{MAX_MEMBER_BYTES} per member or {MAX_TOTAL_BYTES} in all")
+            expected = index.get(name)
+            data = tar.extractfile(m).read()
+            if not isinstance(expected, dict) or expected.get("sha256") != hashlib.sha256(data).hexdigest():
+                raise ValueError(f"import: {archive} holds {name!r}, which its {MANIFEST} does not list with this "
+                                 "sha256 (modified or added); refused")
+            index[name] = None  # seen (a second member of that name is refused)
+            if parts[0] == "findings":
+                records[name] = data
+            elif parts[0] not in present:
+                if parts[0] not in temps:
+                    temps[parts[0]] = Path(tempfile.mkdtemp(prefix=f".import-{os.getpid()}-", dir=root))
+                (temps[parts[0]] / name).parent.mkdir(parents=True, exist_ok=True)
+                (temps[parts[0]] / name).write_bytes(data)
+    missing = [n for n, v in (index or {}).items() if v is not None]
+    if index is None or missing:
+        raise ValueError(f"import: {archive} lacks {missing[0]!r}, listed in its {MANIFEST} (truncated)" if missing
+                         else f"import: {archive} is empty")
+    return records
+
+
+def _seal_run(temp: Path, name: str) -> None:
+    """Check the unpacked run `name` in `temp` (config hashes to its name) and write its manifest as imported."""
+    folder = temp / name
+    config = read_json(folder / "config.json")
+    manifest = read_json(folder / "manifest.json")
+    if not isinstance(config, dict) or config_hash(config) != name[-10:]:
+        raise ValueError(f"import: the config of {name} does not hash to its name (modified); refused")
+    if not isinstance(manifest, dict) or manifest.get("config", config) != config:
+        raise ValueError(f"import: the manifest of {name} is missing or names another config; refused")
+    manifest = {**manifest, "config_hash": name[-10:], RESULTS_ONLY: True, IMPORTED: True}
+    manifest.pop("model_files", None)
+    atomic_write_bytes(folder / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _marked(record: bytes) -> bytes:
+    """A finding record's bytes with `"imported": true` added (as they are when it is no JSON object: `claims`
+    skips such a record with a warning)."""
+    try:
+        body = json.loads(record)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return record
+    return (json.dumps({**body, IMPORTED: True}, indent=1) + "\n").encode() if isinstance(body, dict) else record
+
+
+def import_results(out: str | Path, home: str | Path | None = None, *, require_digest: bool = False) -> int:
+    """Unpack `<out>/runs.tar.xz` into the store `home` (module docstring): run directories that do not exist
+    there, and finding records that do not; returns the number of run directories added. With `require_digest`
+    (`make figures`) the bundle must first match `<out>/runs.tar.xz.sha256`. ValueError (one line) for any bundle
+    the module's rules refuse; nothing of a refused bundle reaches the store."""
     root = Path(home if home is not None else run_store_root())
     archive = Path(out) / ARCHIVE
     if not archive.is_file():
         raise ValueError(f"import: no result bundle at {archive}")
-    added: set[str] = set()
-    with tarfile.open(archive, mode="r:xz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            if not (m.isfile() and _safe(m.name)):
-                raise ValueError(f"import: {archive} holds {m.name!r}, not a file of a run directory or findings/")
-        present = {m.name.split("/", 1)[0] for m in members if (root / m.name.split("/", 1)[0]).exists()}
-        for m in members:
-            top = m.name.split("/", 1)[0]
-            target = root / m.name
-            if top in present and (top != "findings" or target.exists()):
-                continue
-            data = tar.extractfile(m).read()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(target, data)
-            if top != "findings":
-                added.add(top)
-    return len(added)
+    if require_digest:
+        check_digest(archive)
+    root.mkdir(parents=True, exist_ok=True)
+    collect_stale(root, ".import-", STALE_IMPORT_S)
+    present = {p.name for p in root.iterdir()}
+    temps: dict[str, Path] = {}
+    try:
+        try:
+            records = _read_members(archive, root, present, temps)
+        except (tarfile.TarError, lzma.LZMAError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"import: {archive} is not a readable result bundle (empty, truncated or not xz: "
+                             f"{type(err).__name__}: {' '.join(str(err).split())})") from None
+        for name, temp in temps.items():
+            _seal_run(temp, name)
+        for name, temp in temps.items():
+            os.rename(temp / name, root / name)  # whole runs only
+        for name, data in records.items():
+            target = root / name
+            if not target.exists():
+                atomic_write_bytes(target, _marked(data))
+    finally:
+        for temp in temps.values():
+            shutil.rmtree(temp, ignore_errors=True)
+    return len(temps)

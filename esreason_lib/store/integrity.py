@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import stat
@@ -135,6 +136,25 @@ def atomic_write(path: Path, write: Callable) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def collect_stale(folder: Path, prefix: str, max_age_s: float) -> None:
+    """Remove the temporary folders `<folder>/<prefix><pid>-*` of writers that were killed: those whose process is
+    gone, or older than `max_age_s` (a killed build or import never cleans up after itself)."""
+    for temp in folder.glob(f"{prefix}*"):
+        pid = temp.name[len(prefix):].split("-")[0]
+        try:
+            alive = pid.isdigit() and os.kill(int(pid), 0) is None
+        except ProcessLookupError:
+            alive = False
+        except PermissionError:  # a process of another user holds that pid
+            alive = True
+        try:
+            old = time.time() - temp.stat().st_mtime > max_age_s
+        except FileNotFoundError:
+            continue
+        if not alive or old:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def sha256_file(path: Path) -> str:
