@@ -101,3 +101,42 @@ def test_relocate_skips_directories_without_a_readable_config(tmp_path, junk):
     (tmp_path / "es-0123456789").mkdir()
     (tmp_path / "es-0123456789" / "config.json").write_text(junk)
     assert relocate(tmp_path) == {}
+
+
+def _store_tree(root):
+    """{relative path: bytes} of every file of a store (the journal and locks aside)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name not in (".lock", ".relocate.json")}
+
+
+@pytest.mark.parametrize("kill_at", range(1, 10))  # 3 runs x (journal, manifest, config)
+def test_a_killed_relocate_is_completed_by_the_next(tmp_path, monkeypatch, kill_at):
+    """Killed at any write (journal, manifest, config) of any run: the next relocate ends where one whole
+    relocate ends."""
+    from esreason_lib.store import relocate as module
+
+    a = tmp_path / "a"
+    trained = _model_run(a)
+    stage2 = _model_run(a, name=str(trained.model_dir))
+    old_stage2 = _legacy(stage2, {"name": str(trained.model_dir)})
+    _legacy(_eval_of(a, old_stage2 / "model"), {"model": str(old_stage2 / "model"), "n": 4})
+    _legacy(_eval_of(a, trained.model_dir), {"model": str(trained.model_dir), "n": 4})
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    shutil.copytree(a, clean)
+    shutil.copytree(a, killed)
+    want = relocate(clean)
+    calls, write = [], module._write_json
+
+    def write_then_die(path, data):
+        calls.append(path)
+        if len(calls) == kill_at:
+            raise KeyboardInterrupt
+        write(path, data)
+
+    monkeypatch.setattr(module, "_write_json", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        relocate(killed)
+    monkeypatch.undo()
+    relocate(killed)
+    assert _store_tree(killed) == _store_tree(clean) and len(want) == 3
+    assert not (killed / ".relocate.json").exists() and relocate(killed) == {}

@@ -30,12 +30,24 @@ def _follow(cfg, renamed: dict[str, str]):
     return cfg
 
 
+JOURNAL = ".relocate.json"
+"""{old name: new name} of the renames a `relocate` has begun, in the store's root until it finishes: a killed
+relocate is completed by the next one (renames it began, configs it had not rewritten yet)."""
+
+
 def relocate(home: str | Path | None = None) -> dict[str, str]:
     """Give every run directory of the store `home` (default `$ESREASON_HOME` / `<repo>/runs`) its portable name;
     returns {old name: new name}. A directory whose portable name is already taken is left as it is (the one
-    under the portable name is the run the store serves). Idempotent."""
+    under the portable name is the run the store serves). Idempotent, and resumable: each rename is journaled
+    (`JOURNAL`) before the directory is renamed, then its config.json and manifest are rewritten inside it, so a
+    kill at any point leaves either the old directory or the renamed one, which the next call completes."""
     root = Path(home if home is not None else run_store_root())
+    journal = read_json(root / JOURNAL) or {}
     renamed: dict[str, str] = {}
+    for old, name in journal.items():  # a killed relocate: finish its renames
+        if (root / old).is_dir() and not (root / name).exists():
+            (root / old).rename(root / name)
+        renamed[old] = name
     changed = True
     while changed:  # a rename can change the identity of the runs that read the renamed one
         changed = False
@@ -47,13 +59,17 @@ def relocate(home: str | Path | None = None) -> dict[str, str]:
             if new == cfg:
                 continue
             name = f"{path.name[:-11]}-{config_hash(new)}"
-            if (root / name).exists():
-                continue
-            _write_json(path / "config.json", new)
-            manifest = read_json(path / "manifest.json")
+            if name != path.name:
+                if (root / name).exists():
+                    continue
+                journal[path.name] = name
+                _write_json(root / JOURNAL, journal)
+                path.rename(root / name)
+                renamed[path.name] = name
+            manifest = read_json(root / name / "manifest.json")
             if isinstance(manifest, dict):
-                _write_json(path / "manifest.json", {**manifest, "config": new, "config_hash": name[-10:]})
-            path.rename(root / name)
-            renamed[path.name] = name
+                _write_json(root / name / "manifest.json", {**manifest, "config": new, "config_hash": name[-10:]})
+            _write_json(root / name / "config.json", new)  # last: a config still to rewrite marks unfinished work
             changed = True
+    (root / JOURNAL).unlink(missing_ok=True)
     return renamed
