@@ -14,7 +14,6 @@ never counted in the tally of the paper's claims (`tally`). Records of the `powe
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -118,12 +117,9 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     if not isinstance(finding, Finding):
         raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
     path = record_path(finding_id, preset, home)
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"id": finding_id, **finding.to_json(), "preset": preset,
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
+    atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
     return path
 
 
