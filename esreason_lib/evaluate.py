@@ -22,6 +22,7 @@ from esreason_lib import metrics
 from esreason_lib.models.generation import FORWARDS, generate
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.tasks.contract import held_to_contract
 from esreason_lib.validation import check
 
 PROBLEM_COLUMNS = ("problem_id", "n", "c", "greedy_correct", "distinct_correct", "mean_reward", "mean_entropy",
@@ -204,6 +205,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
     `forward` is "local"'s `generate(..., forward=...)` (`EvalSpec.forward`: "hf", "fused" or "native").
+    The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
     if backend not in ("local", "vllm"):
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
@@ -231,7 +233,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
 
         sampler = VLLMRollouts(engine_seed=seed, batch_size=batch_size)
     try:
-        return _evaluate(sampler, model, tokenizer, task, examples, ids, n=n, temperature=temperature, top_p=top_p,
+        return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature, top_p=top_p,
                          ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                          run=run, name=name, progress=progress)
     finally:

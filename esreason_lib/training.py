@@ -190,7 +190,8 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
 
     The model is `config.model` loaded into `home` unless one is passed (then `tokenizer` is required), and is
     moved to `config.device` / `config.dtype` either way. The task is `get_task(config.task, ...)` with the
-    config's `reward_*` shaping unless one is passed; `examples` are its train split (`config.train_size`,
+    config's `reward_*` shaping unless one is passed, held to its contract (`tasks.contract`: a bool verdict, a
+    reward within its shaping, a bounded call); `examples` are its train split (`config.train_size`,
     seed 0), and must not be empty. `caller` names the trainer in errors. A model whose files cannot be read (a
     truncated model.safetensors) or a model directory without tokenizer files is a ValueError naming `model`.
     """
@@ -215,7 +216,9 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
         raise ValueError(f"{caller}: a tokenizer is required when a model is passed")
     model.to(device=device, dtype=dtype)
     check_finite_params(model, where=f"base model {config.model!r}")
-    task = task if task is not None else config_task(config)
+    from esreason_lib.tasks.contract import held_to_contract
+
+    task = held_to_contract(task if task is not None else config_task(config))
     return model, tokenizer, task, train_examples(config, task)
 
 

@@ -1,0 +1,136 @@
+"""A task's verifier held to its contract (`Task.is_correct` returns a bool, `Task.reward` a finite number within
+the task's reward shaping, both in bounded time), where training and evaluation call it.
+
+`held_to_contract(task)` wraps a task once: ES and GRPO get it through `training.training_inputs`, `evaluate`
+wraps what it is given. A user's task whose `is_correct` returns 0.5 or None, or whose `reward` returns NaN, an
+infinity (`guards.NonFiniteError`) or a value outside [min, max] of its `shaping`'s tiers ([0, 1] without one),
+is a one-line `ValueError` naming the task and the value (a bool reward is one too: it is no number); a trainer
+marks its run failed. A call that runs past `ESREASON_VERIFIER_TIMEOUT_S` seconds
+(default `DEFAULT_TIMEOUT_S`) is stopped, counted wrong (False, the `invalid` tier) and reported with a
+`VerifierTimeout` warning naming the task; `held.timeouts` counts them. The bound is a real-time interval timer
+(SIGALRM), so it holds in the main thread of a Unix process and stops Python code (a verifier blocked inside
+one C call is stopped when that call returns); elsewhere (worker threads) calls run unbounded. Deviation: none of
+the paper's; the built-in tasks already keep the contract (their verifiers are total and bounded), and pass
+through unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import warnings
+from contextlib import contextmanager
+from typing import Any
+
+from ..guards import NonFiniteError
+from .base import Example, Task
+
+TIMEOUT_ENV = "ESREASON_VERIFIER_TIMEOUT_S"
+"""The environment variable that sets the bound (seconds) on one verifier call."""
+DEFAULT_TIMEOUT_S = 60.0
+"""The bound on one verifier call when `TIMEOUT_ENV` is unset (the MATH worker's own bound is 10 s per call)."""
+
+
+class VerifierTimeout(UserWarning):
+    """A verifier call ran past its bound: it was stopped and counted wrong; the message names the task."""
+
+
+class _Stopped(BaseException):
+    """Raised inside a verifier call at its bound (a BaseException: a verifier's `except Exception` cannot keep
+    running past it)."""
+
+
+def timeout_s() -> float:
+    """The bound from `$ESREASON_VERIFIER_TIMEOUT_S` (default `DEFAULT_TIMEOUT_S`); a one-line ValueError naming the
+    variable unless it is a positive finite number of seconds."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"${TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+@contextmanager
+def _bounded(seconds: float):
+    """Raise `_Stopped` in this thread after `seconds` (main thread only; elsewhere no bound)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class ContractTask:
+    """`task` with `is_correct` and `reward` checked and bounded (module docstring); every other attribute is the
+    task's own."""
+
+    def __init__(self, task: Task, seconds: float):
+        self.task = task
+        """The wrapped task."""
+        self.seconds = seconds
+        """The bound on one verifier call."""
+        self.timeouts = 0
+        """Verifier calls stopped at the bound so far."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "task":  # before __init__ ran (unpickling)
+            raise AttributeError(name)
+        return getattr(self.task, name)
+
+    def _call(self, method: str, completion, example: Example, stopped):
+        try:
+            with _bounded(self.seconds):
+                return getattr(self.task, method)(completion, example)
+        except _Stopped:
+            self.timeouts += 1
+            warnings.warn(f"task {self.task.name!r}: {method} ran past {self.seconds:g} s (${TIMEOUT_ENV}) on "
+                          f"example {example.get('id', '?')!r}; stopped and counted wrong", VerifierTimeout,
+                          stacklevel=3)
+            return stopped
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        """The task's verdict; ValueError naming the task unless it is a bool (False when stopped at the bound)."""
+        verdict = self._call("is_correct", completion, example, False)
+        if type(verdict).__name__ not in ("bool", "bool_"):
+            raise ValueError(f"task {self.task.name!r}: is_correct must return a bool, got "
+                             f"{type(verdict).__name__} {verdict!r:.40}")
+        return bool(verdict)
+
+    def reward(self, completion: str, example: Example) -> float:
+        """The task's reward; ValueError naming the task unless it is a finite number within the shaping's tiers
+        (the `invalid` tier when stopped at the bound)."""
+        shaping = getattr(self.task, "shaping", None)
+        tiers = [shaping.invalid, shaping.formatted, shaping.correct] if shaping is not None else [0.0, 1.0]
+        value = self._call("reward", completion, example, min(tiers))
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) or type(value).__name__ in (
+            "float32", "float64", "int64")
+        if ok and not math.isfinite(value):
+            raise NonFiniteError(f"task {self.task.name!r}: rewards must be finite numbers, got {value!r}")
+        if not (ok and min(tiers) <= value <= max(tiers)):
+            raise ValueError(f"task {self.task.name!r}: reward must be a finite number in [{min(tiers):g}, "
+                             f"{max(tiers):g}] (its shaping), got {type(value).__name__} {value!r:.40}")
+        return float(value)
+
+
+def held_to_contract(task: Task, seconds: float | None = None) -> ContractTask:
+    """`task` wrapped in a `ContractTask` bounded by `seconds` (default `timeout_s()`); a task already wrapped is
+    returned as it is."""
+    if isinstance(task, ContractTask):
+        return task
+    return ContractTask(task, timeout_s() if seconds is None else seconds)
