@@ -179,11 +179,16 @@ def _bases(args) -> int:
     return 0
 
 
+MAX_SHARDS = 1024
+"""The most shards `prefill --shard i/n` splits a preset's runs into (more than any preset has runs)."""
+
+
 def parse_shard(text: str) -> tuple[int, int]:
-    """"i/n" -> (i, n); ValueError naming the text otherwise."""
+    """"i/n" -> (i, n) with 0 <= i < n <= `MAX_SHARDS`; ValueError naming the text otherwise (before any work)."""
     head, sep, tail = text.partition("/")
-    if not (sep and head.isdigit() and tail.isdigit()):
-        raise ValueError(f"--shard must be i/n (e.g. 0/2), got {text!r}")
+    if not (sep and head.isascii() and tail.isascii() and head.isdigit() and tail.isdigit() and len(tail) <= 6
+            and int(head) < int(tail) <= MAX_SHARDS):
+        raise ValueError(f"--shard must be i/n with 0 <= i < n <= {MAX_SHARDS} (e.g. 0/2), got {text!r}")
     return int(head), int(tail)
 
 

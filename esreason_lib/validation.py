@@ -40,6 +40,28 @@ def _check_each(obj: Any, names: Iterable[str], predicate, why: str) -> None:
         check(obj, name, predicate(getattr(obj, name)), why)
 
 
+MAX_FIELD = {"iterations": 10**6, "population_size": 10**4, "prompts_per_step": 10**5, "group_size": 10**4}
+"""The largest value of each size field a run may ask for: beyond any run this project can finish (the paper's
+runs: 1,000 iterations, a population of 30, 8 prompts per step; ES at scale uses populations of ~10^3)."""
+MAX_ROLLOUTS = 10**10
+"""The most completions (the product of a run's size fields) a run may ask for: at 10^4 completions per second,
+beyond the fastest path measured here by far, 10^10 takes 11 days; the paper's ES run is 2.4 x 10^5."""
+
+
+def check_run_size(obj: Any, *names: str) -> None:
+    """Each field is at most its `MAX_FIELD` entry, and their product (the run's completions) is at most
+    `MAX_ROLLOUTS`: a one-line ValueError naming the field(s) and value(s) otherwise, before any work (call after
+    the fields are checked to be positive ints)."""
+    for name in names:
+        check(obj, name, getattr(obj, name) <= MAX_FIELD[name], f"must be at most {MAX_FIELD[name]:,} (a run that "
+              "large cannot finish: validation.MAX_FIELD)")
+    total = math.prod(int(getattr(obj, name)) for name in names)
+    if total > MAX_ROLLOUTS:
+        sizes = ", ".join(f"{name}={getattr(obj, name)}" for name in names)
+        raise ValueError(f"{type(obj).__name__}: {' x '.join(names)} = {total:.3g} completions, more than "
+                         f"{MAX_ROLLOUTS:.0e} (validation.MAX_ROLLOUTS: days at any speed measured here), got {sizes}")
+
+
 def check_int(obj: Any, *names: str) -> None:
     """Each field is an int."""
     _check_each(obj, names, is_int, "must be an int")

@@ -13,7 +13,7 @@ from esreason_lib.es.shaping import FITNESS_SHAPING
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
 from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
-                                     check_step_size)
+                                     check_run_size, check_step_size)
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class ESConfig(RunSettings):
     def __post_init__(self):
         super().__post_init__()
         check_positive_int(self, "population_size", "iterations", "prompts_per_step")
+        check_run_size(self, "iterations", "population_size", "prompts_per_step")
         check(self, "population_size", self.population_size >= 2,
               "must be >= 2 (fitness is relative within the population)")
         check(self, "population_size", not (self.antithetic and self.population_size % 2),

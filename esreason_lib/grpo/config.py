@@ -11,7 +11,7 @@ from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
 from esreason_lib.validation import (check, check_bool, check_choice, check_nonnegative_float,
                                      check_optional_positive_int, check_positive_float,
-                                     check_positive_int, check_step_size, is_real)
+                                     check_positive_int, check_run_size, check_step_size, is_real)
 from esreason_lib.grpo.loss import SCALES
 
 
@@ -71,6 +71,7 @@ class GRPOConfig(RunSettings):
     def __post_init__(self):
         super().__post_init__()
         check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
+        check_run_size(self, "iterations", "prompts_per_step", "group_size")
         check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
         check_optional_positive_int(self, "micro_batch_size", "minibatch_size")
         check(self, "minibatch_size", self.minibatch_size is None or self.prompts_per_step % self.minibatch_size == 0,
