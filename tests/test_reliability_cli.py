@@ -200,10 +200,16 @@ def test_disk_full_is_one_line_and_loses_nothing(trained, store, monkeypatch, ca
 
 # ---------------------------------------------------------------------------------- issue 24: sizes, loads, notebooks
 @pytest.mark.parametrize("argv, pattern", [
-    (["es", "--set", "population_size=10000000"], r"ESConfig\.population_size=10000000 x prompts_per_step=4 needs "
-                                                  r"about \d+ GiB per step, more than the \d+ GiB of memory"),
-    (["es", "--set", "prompts_per_step=100000000"], r"ESConfig\.population_size=4 x prompts_per_step=100000000 needs"),
-    (["grpo", "--set", "group_size=10000000"], r"GRPOConfig\.prompts_per_step=2 x group_size=10000000 needs"),
+    (["es", "--set", "population_size=10000", "--set", "prompts_per_step=100000", "--set", "iterations=1"],
+     r"ESConfig\.population_size=10000 x prompts_per_step=100000 needs about \d+ GiB per step, more than the \d+ GiB "
+     r"of memory"),
+    (["grpo", "--set", "group_size=10000", "--set", "prompts_per_step=100000", "--set", "iterations=1"],
+     r"GRPOConfig\.prompts_per_step=100000 x group_size=10000 needs"),
+    # issue 35: beyond what any run can finish, refused while the config is built
+    (["es", "--set", "population_size=10000000"], r"ESConfig\.population_size must be at most 10,000"),
+    (["es", "--set", "prompts_per_step=100000000"], r"ESConfig\.prompts_per_step must be at most 100,000"),
+    (["es", "--set", "iterations=1000000000000"], r"ESConfig\.iterations must be at most 1,000,000"),
+    (["grpo", "--set", "group_size=10000000"], r"GRPOConfig\.group_size must be at most 10,000"),
     (["es", "--set", "task=gsm8k"], r"ESConfig\.task='gsm8k': the tokenizer of ESConfig\.model='smoke' cannot "
                                     r"encode \d+ character\(s\) of its prompts/answers"),
     (["es", "--backend", "vllm"], r"ESConfig\.backend='vllm' needs the `vllm` extra"),
