@@ -185,7 +185,7 @@ class Checker:
         from esreason_lib.es.backends.vllm_engines import VLLMBackend
         from esreason_lib.es.core import ES
         from esreason_lib.es.loop import es_step
-        from esreason_lib.models.weights import weights_checksum
+        from esreason_lib.models.weights import weights_fingerprint
         from esreason_lib.tasks import get_task
 
         config = self.preset.config("es", population_size=self.args.population, backend="vllm", **self.small)
@@ -195,7 +195,7 @@ class Checker:
         theta0 = {k: v.detach().clone() for k, v in es.params.items()}
         try:
             steps = [es_step(es, model, self.tokenizer, task, examples, backend, theta0=theta0)[0] for _ in range(2)]
-            bitwise = backend.engine.rpc("es_checksum") == weights_checksum(model)
+            bitwise = backend.engine.rpc("es_checksum") == weights_fingerprint(model)
         finally:
             backend.close()
         if not bitwise:

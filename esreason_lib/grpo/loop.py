@@ -233,6 +233,7 @@ def rollout_sampler(config: GRPOConfig):
 
         share = config.gpu_memory_utilization
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
+                            check_every=config.check_every,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate
 

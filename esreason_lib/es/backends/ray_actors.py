@@ -22,12 +22,13 @@ resumed run, a new model), reloads every replica from the driver's weights inste
 after the start).
 
 Guarding it. Every `check_every` calls (1 by default; `ESConfig.check_every`), after the replay, the driver's
-`weights_checksum` (blake2b over every parameter's name, dtype, shape and bytes) is compared with each replica's.
+`weights_fingerprint` (computed on the weights' device, 8 bytes per tensor to the host) is compared with each replica's.
 A replica that differs (a tell with other rewards or over another set of tensors, a lost update, a corrupted
 replica) is reloaded from the driver's weights with a RuntimeWarning naming it and the iteration, and counted in
-`resyncs` (the trainer logs it as es/resyncs); one that still differs after the reload raises a RuntimeError. Measured here (loaded 2-core CPU):
-1.4 ms for the tiny random Qwen2, 18 ms per million float32 weights; a 1.5B bfloat16 model hashes ~3 GB on the
-host, so raise `check_every` at paper scale.
+`resyncs` (the trainer logs it as es/resyncs); one that still differs after the reload raises a RuntimeError. On a
+GPU the fingerprint reads each weight once on the device and never copies it to the host (the blake2b of every
+byte, `weights_checksum`, copied ~3 GB per replica per check at 1.5B); on a CPU it costs ~57 ms per million
+float32 weights here (blake2b: ~23 ms), so `check_every` still trades the check against its time.
 
 Failures. An actor that dies (`RayActorError`, e.g. `ray.kill` or a crashed process) is replaced by a new actor
 built from the driver's current weights (the unperturbed theta of this iteration, which the replicas hold
@@ -76,7 +77,7 @@ from esreason_lib.es.backends.placement import check_memory_share, plan_placemen
 from esreason_lib.es.backends.ray_cluster import (actor_bundles, driver_gpu_share, reserve_bundles,
                                                   start_ray)
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.models.weights import weights_checksum
+from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 
 
@@ -127,8 +128,8 @@ class Replica:
             self.scorer.forget()
 
     def checksum(self) -> str:
-        """`weights_checksum` of the replica."""
-        return weights_checksum(self.model)
+        """`weights_fingerprint` of the replica."""
+        return weights_fingerprint(self.model)
 
 
 _REMOTE_REPLICA = ray.remote(Replica)
@@ -250,7 +251,7 @@ class RayBackend:
             self._on_all("tell", *self._pending, model=model)
         self._driver, self._iteration, self._pending = model, iteration, None
         if self._calls % self.check_every == 0:
-            want = weights_checksum(model)
+            want = weights_fingerprint(model)
             for w, c in enumerate(self._on_all("checksum", model=model)):
                 if c != want:
                     self._resync(w, model, iteration, c, want)
