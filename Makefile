@@ -45,7 +45,7 @@ setup: $(VENV)/.installed  ## the package with the dev and notebook extras (Jupy
 
 # Two pytest workers (one per core; the tests run torch on one thread), each test module kept on one worker so
 # that its module-scoped run store is built once.
-resolve-gpu:  ## resolve (not install) the GPU stack: pip --dry-run with constraints/gpu.txt, report in build/gpu-resolve.json
+resolve-gpu: setup  ## resolve (not install) the GPU stack: pip --dry-run with constraints/gpu.txt, report in build/gpu-resolve.json
 	mkdir -p build
 	$(PY) -m pip install --dry-run --ignore-installed --quiet --report build/gpu-resolve.json \
 		-c constraints/gpu.txt -e ".[vllm,ray]"
