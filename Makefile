@@ -29,7 +29,7 @@ endif
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup test test-vllm test-lowest reproduce figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup resolve-gpu test test-vllm test-lowest reproduce figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -46,6 +46,11 @@ setup: $(VENV)/.installed  ## the package with the dev and notebook extras (Jupy
 
 # Two pytest workers (one per core; the tests run torch on one thread), each test module kept on one worker so
 # that its module-scoped run store is built once.
+resolve-gpu: setup  ## resolve (not install) the GPU stack: pip --dry-run with constraints/gpu.txt, report in build/gpu-resolve.json
+	mkdir -p build
+	$(PY) -m pip install --dry-run --ignore-installed --quiet --report build/gpu-resolve.json \
+		-c constraints/gpu.txt -e ".[vllm,ray]"
+
 test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
 	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile

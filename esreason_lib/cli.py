@@ -120,6 +120,11 @@ def _train(args) -> int:
     keep = [f"{m}.{x}" for m in ("es", "grpo") for x in keep] if args.method == "sequence" else keep
     args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers),
                 *gpu_settings(args.method, args.gpus_per_worker, args.gpu_memory_utilization), *keep]
+    if args.ray_address is not None:  # the ES stage's Ray cluster
+        if args.method == "grpo":
+            raise ValueError(f"--ray-address sets the Ray cluster of an ES population; grpo has none, got "
+                             f"--ray-address {args.ray_address}")
+        args.set.append(("es." if args.method == "sequence" else "") + f"ray_address={args.ray_address}")
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
@@ -266,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "sequential, ray, vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set "
                        "backend=...; in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
     train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
+    train.add_argument("--ray-address", default=None, help="the Ray cluster that --backend ray / ray-vllm joins "
+                       "(e.g. 10.0.0.1:6379; default $RAY_ADDRESS, else a new local one); the package is shipped "
+                       "to its nodes")
     train.add_argument("--gpus-per-worker", type=float, default=None,
                        help="Ray GPUs per ES actor; a fraction shares a GPU (default: every worker fits)")
     train.add_argument("--gpu-memory-utilization", type=float, default=None,

@@ -104,6 +104,26 @@ def installed(name: str) -> str | None:
         return "unknown"
 
 
+ALLOW_SKIP_ENV = "GPU_CHECK_ALLOW_SKIP"
+"""Environment variable holding the default of --allow-skip (comma-separated sections)."""
+
+
+def unexpected_skips(results: list[dict], allowed: set[str]) -> list[str]:
+    """The sections of `results` skipped because a package is missing, other than those in `allowed`: a check
+    that passes must have run every section it was not told to skip (--allow-skip, or --no-ray / --no-vllm, whose
+    skips read "disabled")."""
+    return [r["check"] for r in results if r["status"].endswith("not installed") and r["check"] not in allowed]
+
+
+def parse_sections(text: str, flag: str) -> set[str]:
+    """The set of sections named in the comma-separated `text`; SystemExit naming `flag` for an unknown one."""
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"gpu_check: {flag}: unknown section {unknown[0]!r} (sections: {', '.join(SECTIONS)})")
+    return names
+
+
 class Checker:
     """Runs the sections for `args`, one fresh model each, and collects their results."""
 
@@ -185,7 +205,7 @@ class Checker:
         from esreason_lib.es.backends.vllm_engines import VLLMBackend
         from esreason_lib.es.core import ES
         from esreason_lib.es.loop import es_step
-        from esreason_lib.models.weights import weights_checksum
+        from esreason_lib.models.weights import weights_fingerprint
         from esreason_lib.tasks import get_task
 
         config = self.preset.config("es", population_size=self.args.population, backend="vllm", **self.small)
@@ -195,7 +215,7 @@ class Checker:
         theta0 = {k: v.detach().clone() for k, v in es.params.items()}
         try:
             steps = [es_step(es, model, self.tokenizer, task, examples, backend, theta0=theta0)[0] for _ in range(2)]
-            bitwise = backend.engine.rpc("es_checksum") == weights_checksum(model)
+            bitwise = backend.engine.rpc("es_checksum") == weights_fingerprint(model)
         finally:
             backend.close()
         if not bitwise:
@@ -280,10 +300,14 @@ def main(argv=None) -> int:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray section even when ray is installed")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM sections even when vllm is installed")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--allow-skip", default=os.environ.get(ALLOW_SKIP_ENV, ""),
+                        help=f"comma-separated sections that may be skipped for a missing package (default "
+                             f"${ALLOW_SKIP_ENV}); any other skipped section fails the check")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.only.split(",")) - set(SECTIONS))
     if unknown:
         parser.error(f"--only: unknown section {unknown[0]!r} (sections: {', '.join(SECTIONS)})")
+    allowed = parse_sections(args.allow_skip, "--allow-skip")
 
     work = Path(tempfile.mkdtemp(prefix="esreason-gpu-check-"))
     os.environ["ESREASON_HOME"], os.environ["ESREASON_DATA"] = str(work / "runs"), str(work / "data")
@@ -299,6 +323,9 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     failed = [r["check"] for r in checker.results if r["status"] == "failed"]
+    for name in unexpected_skips(checker.results, allowed):
+        print(f"  {name:14s} FAILED: skipped (its package is missing) and not in --allow-skip", file=sys.stderr)
+        failed.append(name)
     if args.json is not None:
         args.json.write_text(json.dumps({"device": args.device, "shape": args.shape, "results": checker.results,
                                          "failed": failed}, indent=1, default=str))

@@ -4,6 +4,8 @@
 # evaluation) of the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then
 # Qwen2.5-1.5B's architecture and vocabulary (realistic time and memory); prints times and peak GPU memory.
 # Usage: scripts/gpu_check.sh [extra gpu_check.py arguments, e.g. --no-ray or --max-new-tokens 64]
+# A section skipped because vllm or ray is missing fails the check unless named in --allow-skip or
+# GPU_CHECK_ALLOW_SKIP (e.g. GPU_CHECK_ALLOW_SKIP=es-vllm,grpo-vllm,ray-vllm-kill on a box without the GPU extras).
 # PYTHON picks the interpreter (default .venv/bin/python when present, else python3); RESULTS a folder for the
 # JSON results (default: none written).
 set -euo pipefail

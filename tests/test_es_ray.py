@@ -18,7 +18,8 @@ from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES
 from esreason_lib.es.loop import train_es
 from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
-from esreason_lib.es.backends.ray_actors import RayBackend, start_ray, weights_checksum  # noqa: E402
+from esreason_lib.es.backends.ray_actors import RayBackend, start_ray  # noqa: E402
+from esreason_lib.models.weights import weights_checksum, weights_fingerprint  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
 
@@ -178,7 +179,7 @@ def test_corrupted_replica_is_reloaded_with_a_warning(backend):
     with pytest.warns(RuntimeWarning, match="replica 1 drifted from the driver's weights at iteration 1"):
         ray_backend(model, es.ask(), examples, iteration=1)
     assert ray_backend.resyncs == before + 1 and ray_backend.last_sync_s > 0
-    assert ray.get(ray_backend.actors[1].checksum.remote()) == weights_checksum(model)
+    assert ray.get(ray_backend.actors[1].checksum.remote()) == weights_fingerprint(model)
 
 
 class _Slowed:
@@ -208,3 +209,37 @@ def test_a_slow_worker_does_not_stall_the_step(backend):
     assert slow_calls < 4  # a static split would give it 4 of the 8 members
     want = SequentialBackend.from_config(CFG, Digits(), tok)(model, pop, examples, iteration=0)
     assert ev.rewards.tolist() == want.rewards.tolist()
+
+
+def test_weights_fingerprint_catches_one_ulp_and_ignores_the_chunking():
+    w = {"a": torch.randn(1000, generator=torch.Generator().manual_seed(0)), "b": torch.ones(3, dtype=torch.bfloat16)}
+    want = weights_fingerprint(w)
+    assert weights_fingerprint(w, chunk=7) == weights_fingerprint(w, chunk=1) == want  # exact modular sums
+    for name, i in (("a", 0), ("a", 999), ("b", 2)):
+        nudged = {k: v.clone() for k, v in w.items()}
+        nudged[name].view(torch.int32 if name == "a" else torch.int16)[i] += 1  # one ulp in one element
+        assert weights_fingerprint(nudged) != want, (name, i)
+    swapped = {"a": w["a"].flip(0), "b": w["b"]}  # the same values at other positions
+    assert weights_fingerprint(swapped) != want
+    assert weights_fingerprint({"a": w["a"], "b": w["b"].float()}) != want  # dtype is part of it
+
+
+def test_check_every_reaches_every_actors_engine(monkeypatch):
+    """A ray-vllm actor builds its engine backend with the config's check_every (it defaulted to 1 before)."""
+    import types
+
+    made = []
+    fake = types.ModuleType("esreason_lib.es.backends.vllm_engines")
+    fake.VLLMBackend = lambda *args, **kwargs: made.append(kwargs)
+    monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", fake)
+    from esreason_lib.es.backends.ray_actors import Replica
+
+    model = _model()
+    cfg = dataclasses.replace(CFG, check_every=7)
+    for share in (None, 0.2):
+        Replica(type(model), model.config, torch.float32, "cpu", _bits(model), None, Digits(), cfg, None,
+                engine="vllm", memory_share=share)
+    assert [kw["check_every"] for kw in made] == [7, 7]
+    assert made[1]["engine_kwargs"] == {"gpu_memory_utilization": 0.2}
+
+    assert RayBackend.from_config(cfg, Digits(), None, workers=2).check_every == 7  # the driver's own checks

@@ -202,3 +202,32 @@ def test_failure_midway_through_perturb_restores_what_was_done(monkeypatch):
     with pytest.raises(TypeError, match="unsupported parameter dtype"):
         perturb({"a": params["a"], "x": torch.zeros(3, dtype=torch.float8_e4m3fn)}, 1, 1, 0.1)
     assert torch.equal(params["a"].view(torch.int32), bits["a"])  # checked before anything was touched
+
+
+def test_cpu_noise_is_todays_draw():
+    """The CPU draw every committed result depends on: torch.randn with a generator seeded derive_seed(seed, name)."""
+    from esreason_lib.es.noise import noise
+    from esreason_lib.seeding import derive_seed
+
+    like = torch.zeros(3, 5)
+    gen = torch.Generator().manual_seed(derive_seed(7, "w"))
+    assert torch.equal(noise(7, "w", like), torch.randn((3, 5), generator=gen))
+
+
+def test_counter_noise_does_not_depend_on_the_chunking():
+    """The GPU draw (`counter_normal`) is a function of (key, index) only: two chunkings, and a stream drawn in two
+    pieces, give the same numbers; they are standard normal and differ between keys."""
+    from esreason_lib.es.noise import counter_normal, standard_normal
+
+    whole = counter_normal(123, 10_000, "cpu", chunk=1 << 22)  # [10000]
+    assert torch.equal(whole, counter_normal(123, 10_000, "cpu", chunk=97))
+    assert torch.equal(whole[:50], counter_normal(123, 50, "cpu", chunk=1))
+    assert torch.equal(whole[4000:], counter_normal(123, 6000, "cpu", start=4000, chunk=333))
+    assert not torch.equal(whole, counter_normal(124, 10_000, "cpu"))
+    assert abs(float(whole.mean())) < 0.05 and abs(float(whole.std()) - 1) < 0.05 and whole.isfinite().all()
+    big = counter_normal(5, 400_000, "cpu")
+    assert abs(float((big > 2).float().mean()) - 0.02275) < 0.002  # the normal's tail P(Z > 2)
+    # the CPU keeps torch.randn, skipping `start` numbers of the same stream (the low-rank B after A)
+    gen = torch.Generator().manual_seed(9)
+    a, b = torch.randn((4, 2), generator=gen), torch.randn((3, 2), generator=gen)
+    assert torch.equal(standard_normal(9, (3, 2), "cpu", start=8), b) and torch.equal(standard_normal(9, (4, 2), "cpu"), a)

@@ -140,3 +140,43 @@ def test_total_is_the_resident_memory_plus_the_largest_phase():
     assert est["step"] == pytest.approx(4 * n / GIB) and est["gradients"] == pytest.approx(2 * n / GIB)
     backward = est["gradients"] + est["activations"] + est["logits"]
     assert est["total"] == pytest.approx(est["weights"] + est["optimizer"] + max(est["rollouts"], backward, est["step"]))
+
+
+def _qwen25(size: str):
+    from transformers import Qwen2ForCausalLM
+
+    from esreason_lib.grpo.memory import QWEN25_SHAPES, QWEN25_TIED
+    from esreason_lib.models.zoo import qwen2_config
+
+    config = qwen2_config(151_936, max_position_embeddings=4096, **QWEN25_SHAPES[size])
+    config.tie_word_embeddings = QWEN25_TIED[size]
+    with torch.device("meta"):
+        return Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
+
+
+def test_per_gpu_estimate_on_eight_80gb_gpus():
+    """paper-easy's GRPO (2048 new tokens) on 8 x 80 GB: data parallel keeps every term whole (7B never fits);
+    FSDP2 / ZeRO-3 divide weights, optimiser, gradients and step by 8, and 7B then fits with vLLM rollouts at
+    micro-batches of 4 rows (the local sampler's KV cache of 512 rows alone takes 63 GiB at 7B)."""
+    from esreason_lib.grpo.memory import per_gpu_memory
+
+    H100, cfg = 80 * GIB, get_preset("paper-easy").grpo
+    rows = {}
+    for size in ("1.5B", "3B", "7B"):
+        model = _qwen25(size)
+        for backend, micro in (("local", 16), ("vllm", 16), ("vllm", 4)):
+            c = dataclasses.replace(cfg, backend=backend, micro_batch_size=micro)
+            kw = dict(prompt_tokens=256, gpus=8, device_bytes=H100)
+            rows[size, backend, micro] = (per_gpu_memory(c, model, sharded=False, **kw)["total"],
+                                          per_gpu_memory(c, model, sharded=True, **kw)["total"])
+            assert rows[size, backend, micro][0] == pytest.approx(grpo_memory(c, model, prompt_tokens=256,
+                                                                              device_bytes=H100)["total"])
+    print("per-GPU GiB on 8 x 80 GB (data parallel, sharded):", {k: tuple(round(x, 1) for x in v)
+                                                                  for k, v in rows.items()})
+    limit = HEADROOM * 80
+    assert rows["1.5B", "local", 16][0] < limit and rows["3B", "local", 16][0] > limit
+    assert all(whole > limit for (size, _, _), (whole, _) in rows.items() if size == "7B")
+    assert rows["7B", "vllm", 4][1] < limit < rows["7B", "local", 16][1]
+    assert all(sharded < whole for whole, sharded in rows.values())
+    n = sum(p.numel() for p in _qwen25("7B").parameters())
+    assert 7.0e9 < n < 7.8e9  # Qwen2.5-7B has 7.62B parameters

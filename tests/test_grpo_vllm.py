@@ -77,3 +77,11 @@ def test_grpo_backend_field_keeps_the_local_runs_identity_and_is_checked():
     assert config_hash(GRPOConfig(backend="vllm")) != config_hash(GRPOConfig())  # other samples, another run
     with pytest.raises(ValueError, match=r"GRPOConfig.backend must be one of \('local', 'vllm'\), got 'ray'"):
         GRPOConfig(backend="ray")
+
+
+def test_check_every_reaches_the_vllm_rollouts_and_leaves_the_identity():
+    sampler = rollout_sampler(GRPOConfig(backend="vllm", check_every=5))  # the engine starts at the first call
+    assert sampler.check_every == 5 and sampler.engine is None
+    assert config_hash(GRPOConfig(check_every=5)) == config_hash(GRPOConfig())  # how often it is checked only
+    with pytest.raises(ValueError, match="GRPOConfig.check_every must be a positive int"):
+        GRPOConfig(check_every=0)

@@ -324,7 +324,7 @@ def test_a_failing_notebook_is_its_own_error_line_and_leaves_no_output(why, env,
 
 def test_ray_start_up_is_retried_then_one_line(monkeypatch):
     ray = pytest.importorskip("ray")
-    from esreason_lib.es.backends import ray_actors
+    from esreason_lib.es.backends import ray_cluster
 
     calls = []
 
@@ -333,17 +333,18 @@ def test_ray_start_up_is_retried_then_one_line(monkeypatch):
         if len(calls) < 3:
             raise Exception("The current node timed out during startup. This could happen because ...")
 
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local start
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.setattr(ray, "init", slow_node)
-    ray_actors.start_ray(num_cpus=2)
+    ray_cluster.start_ray(num_cpus=2)
     assert len(calls) == 3 and calls[-1]["num_cpus"] == 2
     assert calls[-1]["_system_config"]["worker_register_timeout_seconds"] >= 300
     calls.clear()
-    monkeypatch.setattr(ray_actors, "RAY_START_ATTEMPTS", 2)
+    monkeypatch.setattr(ray_cluster, "RAY_START_ATTEMPTS", 2)
     with pytest.raises(TimeoutError, match=r"^Ray did not start after 2 attempts \(The current node timed out "
                                            r"during startup\. .*\); the machine may be overloaded"):
-        ray_actors.start_ray()
+        ray_cluster.start_ray()
 
 
 def test_a_full_disk_inside_safetensors_is_one_line(trained, store, monkeypatch, capsys):

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from esreason_lib.es.noise import apply_update, noise
+from esreason_lib.es.noise import apply_update, noise, standard_normal
 from esreason_lib.seeding import derive_seed
 
 
@@ -43,10 +43,9 @@ def lowrank_factors(seed: int, name: str, like: torch.Tensor, rank: int) -> tupl
         raise ValueError(f"lowrank_factors: {name!r} must be a 2-D weight, got shape {tuple(like.shape)}")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"lowrank_factors: rank must be a positive int, got {rank!r}")
-    gen = torch.Generator(device=like.device)
-    gen.manual_seed(derive_seed(int(seed), name, "lowrank"))
-    a = torch.randn((like.shape[0], rank), generator=gen, device=like.device, dtype=torch.float32)  # [out, r]
-    b = torch.randn((like.shape[1], rank), generator=gen, device=like.device, dtype=torch.float32)  # [in, r]
+    key, out = derive_seed(int(seed), name, "lowrank"), like.shape[0] * rank
+    a = standard_normal(key, (like.shape[0], rank), like.device)  # [out, r]
+    b = standard_normal(key, (like.shape[1], rank), like.device, start=out)  # [in, r]: the stream after A
     return a, b
 
 

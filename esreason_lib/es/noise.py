@@ -1,10 +1,12 @@
 """ES noise from seeds, the in-place update, and exact perturb/restore of model weights.
 
 Noise is never stored: member `seed` and a tensor's `name` give that tensor's Gaussian noise through
-`derive_seed(seed, name)`, drawn in float32 on the tensor's device with its own `torch.Generator`. Each tensor
+`derive_seed(seed, name)`, drawn in float32 on the tensor's device (`standard_normal`: on the CPU its own seeded
+`torch.Generator`; on a GPU the counter-based `counter_normal`, whose numbers do not depend on the GPU model). Each tensor
 therefore gets an independent stream (Qiu et al.'s reference code seeds every tensor with the same member seed,
 which makes same-shaped layers receive *identical* noise; we do not). The numbers are a pure function of
-(seed, name, shape, device type), so any process can regenerate any member's perturbation.
+(seed, name, shape, device type), so any process can regenerate any member's perturbation, and GPUs of different
+models draw the same numbers.
 
 Why adding then subtracting noise is not exact: floating-point addition rounds. y = fl(x + d) keeps only the
 bits of x + d that fit the format, so fl(y - d) differs from x in the last bit(s) whenever the rounding of
@@ -25,6 +27,7 @@ their replicas with the driver's through it.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -41,10 +44,63 @@ _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloa
 
 
 def noise(seed: int, name: str, like: torch.Tensor) -> torch.Tensor:
-    """Standard normal noise for tensor `name` of member `seed`: float32, shaped and placed like `like`."""
-    gen = torch.Generator(device=like.device)
-    gen.manual_seed(derive_seed(int(seed), name))
-    return torch.randn(like.shape, generator=gen, device=like.device, dtype=torch.float32)  # like.shape
+    """Standard normal noise for tensor `name` of member `seed`: float32, shaped and placed like `like`
+    (`standard_normal` of the key `derive_seed(seed, name)`)."""
+    return standard_normal(derive_seed(int(seed), name), like.shape, like.device)  # like.shape
+
+
+COUNTER_CHUNK = 1 << 22
+"""Elements per chunk of `counter_normal` (bounds its temporaries to a few x 32 MiB); the draw does not depend on it."""
+
+_M64 = (1 << 64) - 1
+
+
+def _i64(x: int) -> int:
+    """The unsigned 64-bit constant `x` as the signed int64 torch stores."""
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on int64 tensors (wrapping products; logical right shifts by masking)."""
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = x ^ ((x >> shift) & ((1 << (64 - shift)) - 1))
+        x = x * _i64(mult)
+    return x ^ ((x >> 31) & ((1 << 33) - 1))
+
+
+def counter_normal(key: int, numel: int, device, *, start: int = 0, chunk: int = COUNTER_CHUNK) -> torch.Tensor:
+    """Standard normals number start .. start + numel - 1 of the counter-based stream `key`, float32 [numel].
+
+    Number i is a pure function of (key, i): two SplitMix64 hashes of (key, 2i) and (key, 2i + 1) give two 24-bit
+    uniforms u1, u2 in (0, 1), and Box-Muller sqrt(-2 ln u1) cos(2 pi u2) the normal. No generator state, no launch
+    geometry: the numbers cannot depend on the GPU's SM count (as `torch.randn`'s do on CUDA, whose grid PyTorch caps
+    at SMs x blocks) nor on `chunk` (tested by drawing under two chunkings)."""
+    out = torch.empty(numel, dtype=torch.float32, device=device)  # [numel]
+    base = _i64((int(key) * 0x9E3779B97F4A7C15) & _M64)
+    for s in range(0, numel, chunk):
+        i = torch.arange(start + s, start + min(s + chunk, numel), dtype=torch.int64, device=device)  # [c]
+        u = []
+        for half in (0, 1):
+            bits = _splitmix64(_splitmix64((2 * i + half) ^ base))  # [c]
+            u.append((((bits >> 40) & 0xFFFFFF).to(torch.float32) + 0.5) * 2.0**-24)  # (0, 1), [c]
+        out[s:s + i.numel()] = torch.sqrt(-2.0 * torch.log(u[0])) * torch.cos((2 * math.pi) * u[1])
+    return out
+
+
+def standard_normal(key: int, shape, device, *, start: int = 0) -> torch.Tensor:
+    """Float32 standard normals of shape `shape` for the stream `key` on `device`: on the CPU `torch.randn` with a
+    generator seeded `key` (the draw every committed result used; `start` elements of the stream skipped first), on
+    any other device `counter_normal` (independent of the GPU model; a CUDA replica therefore draws other numbers
+    than a CPU one, as before)."""
+    device = torch.device(device)
+    numel = math.prod(shape)
+    if device.type == "cpu":
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(key))
+        if start:
+            torch.randn(start, generator=gen, device=device, dtype=torch.float32)  # the numbers drawn before
+        return torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32)
+    return counter_normal(key, numel, device, start=start).view(tuple(shape))
 
 
 def shift_(t: torch.Tensor, eps: torch.Tensor, c: float) -> torch.Tensor:

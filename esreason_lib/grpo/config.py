@@ -67,10 +67,13 @@ class GRPOConfig(RunSettings):
     exceed rows x logit_chunk x V; None computes them for the whole completion at once."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
+    check_every: int = field(default=1, metadata=execution())
+    """Compare the vLLM rollout engine's weight fingerprint with the policy's every this many rollouts (backend
+    "vllm"; `models.weights.weights_fingerprint`, on the device); a difference raises."""
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations")
+        check_positive_int(self, "group_size", "prompts_per_step", "ppo_epochs", "iterations", "check_every")
         check_run_size(self, "iterations", "prompts_per_step", "group_size")
         check(self, "group_size", self.group_size >= 2, "must be >= 2 (advantages are relative within a group)")
         check_optional_positive_int(self, "micro_batch_size", "minibatch_size")

@@ -69,6 +69,7 @@ from esreason_lib.seeding import derive_seed
 from esreason_lib.guards import check_finite_step
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.models.zoo import quiet_transformers
+from esreason_lib.grpo.distributed import data_parallel, micro_batch_rows, my_parts, reduce_step
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.logprobs import chunked_completion_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
@@ -115,7 +116,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
     over the minibatch (`policy/ratio_mean` over the forwarded rows' tokens, absent when there are none) and
     `policy/grad_norm`.
     """
-    c = config
+    c, shard = config, data_parallel()  # (rank, world) under torch.distributed: `grpo.distributed`
     B = c_ids.shape[0]
     rows = B if c.minibatch_size is None else c.minibatch_size * c.group_size
     if B % rows:
@@ -137,8 +138,11 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
                 lp, _ = completion_logprobs(*args, temperature=c.temperature)
         return lp.float()  # [u, lc]
 
+    def parts_of(index: torch.Tensor) -> list[slice]:  # the micro-batches of `index` this process forwards
+        return my_parts(_chunks(0, len(index), micro_batch_rows(len(index), c.micro_batch_size, shard)), shard)
+
     def frozen_logprobs(net, index: torch.Tensor, out: torch.Tensor) -> None:  # fills out[index] [u, Lc]
-        for part in _chunks(0, len(index), c.micro_batch_size):
+        for part in parts_of(index):
             lp = logprobs_of(net, False, index[part])  # [u, lc]
             out[index[part], : lp.shape[1]] = lp
 
@@ -159,7 +163,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             n_tok, n_live = lens[mb].sum().clamp(min=1), (lens[mb] > 0).sum().clamp(min=1)  # [], []
             fwd_tok = (lens[index] * count).sum().clamp(min=1)  # [] tokens of the forwarded rows, with multiplicity
             acc = {"policy/clip_frac": 0.0, "policy/kl": 0.0 if ref is not None else math.nan, "loss/policy": 0.0}
-            for part in _chunks(0, len(index), c.micro_batch_size):
+            for part in parts_of(index):
                 sel, w = index[part], count[part]  # [u] rows, [u] multiplicities
                 logp = logprobs_of(model, True, sel)  # [u, lc]
                 lc = logp.shape[1]
@@ -178,6 +182,8 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             if not len(index):  # no row with a gradient: the step still runs, from zero gradients
                 for p in params:
                     p.grad = torch.zeros_like(p)
+            if shard is not None:  # the other processes' micro-batches: gradients and metrics summed
+                acc = reduce_step(params, acc)
             acc["policy/grad_norm"] = optimizer_step(params, opt, c.max_grad_norm)
             steps.append(acc)
     model.eval()
@@ -233,6 +239,7 @@ def rollout_sampler(config: GRPOConfig):
 
         share = config.gpu_memory_utilization
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
+                            check_every=config.check_every,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate
 

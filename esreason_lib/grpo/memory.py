@@ -69,6 +69,41 @@ def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None =
     return out
 
 
+QWEN25_SHAPES = {
+    "1.5B": dict(hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2, intermediate_size=8960),
+    "3B": dict(hidden_size=2048, num_layers=36, num_heads=16, num_kv_heads=2, intermediate_size=11008),
+    "7B": dict(hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4, intermediate_size=18944),
+}
+"""Qwen2.5's published architectures (config.json of Qwen/Qwen2.5-{1.5B,3B,7B}-Instruct; vocabulary 151,936;
+1.5B and 3B tie their embeddings, 7B does not) for `per_gpu_memory` on the meta device."""
+QWEN25_TIED = {"1.5B": True, "3B": True, "7B": False}
+"""Whether each of `QWEN25_SHAPES` ties its input and output embeddings."""
+
+SHARDED_TERMS = ("weights", "optimizer", "gradients", "step")
+"""The terms of `grpo_memory` that FSDP2 / ZeRO-3 divide among the GPUs (the activations, logits and rollouts of a
+GPU's own micro-batches stay whole)."""
+
+
+def per_gpu_memory(config, model, *, prompt_tokens: int, gpus: int, sharded: bool,
+                   device_bytes: int | None = None) -> dict[str, float]:
+    """`grpo_memory` per GPU when `gpus` processes train together: data parallel (`sharded` False, what
+    `grpo.distributed` runs) keeps every term whole on every GPU; FSDP2 / ZeRO-3 (`sharded` True; not built here)
+    divide `SHARDED_TERMS` by `gpus` and add one all-gathered layer of weights and gradients (the largest a
+    layer-wise sharded step holds at once)."""
+    out = grpo_memory(config, model, prompt_tokens=prompt_tokens, device_bytes=device_bytes)
+    if not sharded or gpus == 1:
+        return out
+    layers = model.config.num_hidden_layers
+    gathered = 2 * out["gradients"] / layers  # one layer's weights and gradients, gathered whole
+    out = {k: (v / gpus if k in SHARDED_TERMS else v) for k, v in out.items() if k != "total"}
+    out["gathered"] = gathered
+    resident = out["weights"] + out["optimizer"] + (out["rollouts"] if config.backend == "vllm" else 0.0)
+    phases = (0.0 if config.backend == "vllm" else out["rollouts"],
+              out["gradients"] + out["activations"] + out["logits"] + gathered, out["step"])
+    out["total"] = resident + max(phases)
+    return out
+
+
 def check_grpo_fits(config, model, *, prompt_tokens: int, device_bytes: int) -> dict[str, float]:
     """`grpo_memory`, or ValueError (one line naming the first single change that fits: a smaller
     micro_batch_size, gradient_checkpointing, logit_chunk, a smaller engine share) when its total exceeds

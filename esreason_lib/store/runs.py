@@ -43,6 +43,7 @@ from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
 from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, check_regular,
                                           follow_umask, read_json, read_metric_lines, tree_digest, tree_mismatch,
                                           warn_store)
+from esreason_lib.store.tensorboard import mirror, tensorboard_dir
 from esreason_lib.store.identity import canonical_json, git_sha, jsonable, locate, package_versions
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -219,7 +220,8 @@ class Run:
 
     # ------------------------------------------------------------------------------------ metrics
     def log(self, step: int, metrics: dict) -> None:
-        """Append {"step": step, **metrics} as one JSON line to metrics.jsonl (flushed and fsynced)."""
+        """Append {"step": step, **metrics} as one JSON line to metrics.jsonl (flushed and fsynced); with
+        `ESREASON_TENSORBOARD` set, also as TensorBoard scalars (`store.tensorboard`)."""
         if "step" in metrics:
             raise ValueError("metrics must not contain the key 'step' (pass it as the step argument)")
         record = {"step": int(step), **{str(k): _scalar(k, v) for k, v in metrics.items()}}
@@ -229,6 +231,9 @@ class Run:
             fh.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
+        board = tensorboard_dir()
+        if board is not None:  # the same record as TensorBoard scalars (store.tensorboard)
+            mirror(self.path.name, record["step"], record, board)
 
     def _metric_lines(self) -> tuple[list[dict], int, str]:
         """`integrity.read_metric_lines` of this run's metrics.jsonl."""

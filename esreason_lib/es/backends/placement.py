@@ -5,7 +5,10 @@ error (the `--backend ray-vllm --workers 8` hang on one GPU). `plan_placement` t
 with `ray.cluster_resources()` before any actor starts and fails in one line naming the knob. Several actors
 (and their vLLM engines) share a GPU through a fractional `gpus_per_worker`; Ray packs floor(1 / g) of them on
 a GPU, and vLLM's `gpu_memory_utilization` (the share of the GPU's memory one engine may take) must then leave
-room for the others: the shares of the engines on one GPU must sum below 1.
+room for the others: the shares of the engines on one GPU must sum below 1. A driver whose model sits on a GPU
+takes `driver_share` of one GPU (`ray_cluster.driver_gpu_share`), counted in both: the actors on that GPU get
+the rest, and the engines' shares there sum below 1 - driver_share. `start_one_by_one` says when actors must
+start their engines in turn.
 """
 
 from __future__ import annotations
@@ -38,14 +41,30 @@ def actors_per_gpu(gpus_per_worker: float) -> int:
     return int(math.floor(1.0 / gpus_per_worker + 1e-9))
 
 
+def start_one_by_one(engine: str, gpus_per_worker: float) -> bool:
+    """Whether actors must start one after another: vLLM engines sharing a GPU (vLLM profiles the GPU's free
+    memory when an engine starts, and engines starting at once see each other's allocations as their own)."""
+    return engine == "vllm" and 0 < gpus_per_worker < 1
+
+
+def _floor4(x: float) -> float:
+    """`x` rounded down to 4 decimals (Ray keeps fractional resources to 1e-4)."""
+    return math.floor(x * 1e4 + 1e-6) / 1e4
+
+
 def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: float | None, cuda: bool,
-                   engine: str, memory_share: float | None, resources: dict) -> tuple[float, float | None]:
+                   engine: str, memory_share: float | None, resources: dict,
+                   driver_share: float = 0.0) -> tuple[float, float | None]:
     """(GPUs per actor, memory share per vLLM engine or None) for `workers` actors on a cluster with `resources`
     (`ray.cluster_resources()`); ValueError naming the knob when the cluster cannot hold them all at once.
 
     `gpus_per_worker` None: 0 without CUDA; with CUDA 1 when the cluster has a GPU per worker, else the largest
     share 1 / k with which every worker fits (k = ceil(workers / GPUs)). `memory_share` None (engine "vllm"):
-    `ENGINE_SHARE` split among the engines on one GPU (None without GPUs: the engine's own default)."""
+    `ENGINE_SHARE` split among the engines on one GPU (None without GPUs: the engine's own default).
+    `driver_share`: the share of one GPU the driver holds (0 off CUDA); the default GPUs per actor become
+    (1 - driver_share) / k, so that the actors of the driver's GPU fit beside it."""
+    if not (is_real(driver_share) and 0 <= driver_share < 1):
+        raise ValueError(f"RayBackend: the driver's GPU share must be in [0, 1), got {driver_share!r}")
     gpus_total, cpus_total = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
     if workers * cpus_per_worker > cpus_total + 1e-9:
         raise ValueError(f"RayBackend: workers={workers} x cpus_per_worker={cpus_per_worker:g} needs "
@@ -58,11 +77,14 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
             raise ValueError(f"RayBackend: the model is on CUDA but the Ray cluster has {gpus_total:g} GPUs "
                              f"(ray.cluster_resources()); start Ray with the GPUs visible")
         else:
-            gpus = 1.0 if gpus_total >= workers else 1.0 / math.ceil(workers / math.floor(gpus_total))
+            gpus = _floor4((1.0 - driver_share) / math.ceil(workers / math.floor(gpus_total)))
     else:
         gpus = float(gpus_per_worker)
     if gpus > 0:
-        fits = actors_per_gpu(gpus) * math.floor(gpus_total) if gpus <= 1 else math.floor(gpus_total / gpus)
+        if gpus <= 1:  # the driver's GPU holds floor((1 - driver_share) / gpus) of them
+            fits = actors_per_gpu(gpus) * (math.floor(gpus_total) - 1) + int(math.floor((1 - driver_share) / gpus + 1e-9))
+        else:
+            fits = math.floor((gpus_total - driver_share) / gpus)
         if workers > fits:
             raise ValueError(f"RayBackend: workers={workers} with gpus_per_worker={gpus:g} needs "
                              f"{workers * gpus:g} GPUs, the Ray cluster has {gpus_total:g} ({fits} such actors "
@@ -72,8 +94,9 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
         return gpus, None
     sharing = min(workers, actors_per_gpu(gpus)) if 0 < gpus < 1 else 1  # engines on one GPU
     share = ENGINE_SHARE / sharing if memory_share is None else float(memory_share)
-    if sharing * share >= 1:
+    if sharing * share + driver_share >= 1:
+        beside = f" beside the driver's {driver_share:.3g}" if driver_share else ""
         raise ValueError(f"RayBackend: {sharing} vLLM engines share a GPU at gpu_memory_utilization={share:g} "
-                         f"each ({sharing * share:g} of its memory): lower gpu_memory_utilization below "
-                         f"{1 / sharing:.3g}")
+                         f"each ({sharing * share:g} of its memory{beside}): lower gpu_memory_utilization below "
+                         f"{(1 - driver_share) / sharing:.3g}")
     return gpus, share

@@ -22,12 +22,13 @@ resumed run, a new model), reloads every replica from the driver's weights inste
 after the start).
 
 Guarding it. Every `check_every` calls (1 by default; `ESConfig.check_every`), after the replay, the driver's
-`weights_checksum` (blake2b over every parameter's name, dtype, shape and bytes) is compared with each replica's.
+`weights_fingerprint` (computed on the weights' device, 8 bytes per tensor to the host) is compared with each replica's.
 A replica that differs (a tell with other rewards or over another set of tensors, a lost update, a corrupted
 replica) is reloaded from the driver's weights with a RuntimeWarning naming it and the iteration, and counted in
-`resyncs` (the trainer logs it as es/resyncs); one that still differs after the reload raises a RuntimeError. Measured here (loaded 2-core CPU):
-1.4 ms for the tiny random Qwen2, 18 ms per million float32 weights; a 1.5B bfloat16 model hashes ~3 GB on the
-host, so raise `check_every` at paper scale.
+`resyncs` (the trainer logs it as es/resyncs); one that still differs after the reload raises a RuntimeError. On a
+GPU the fingerprint reads each weight once on the device and never copies it to the host (the blake2b of every
+byte, `weights_checksum`, copied ~3 GB per replica per check at 1.5B); on a CPU it costs ~57 ms per million
+float32 weights here (blake2b: ~23 ms), so `check_every` still trades the check against its time.
 
 Failures. An actor that dies (`RayActorError`, e.g. `ray.kill` or a crashed process) is replaced by a new actor
 built from the driver's current weights (the unperturbed theta of this iteration, which the replicas hold
@@ -44,9 +45,11 @@ Placement. Replicas use the driver model's device type (noise is a function of t
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
 `gpus_per_worker` GPUs (a fraction shares a GPU; None: the largest share with which every worker fits) and each
 vLLM engine takes `gpu_memory_utilization` of its GPU. Before the first actor starts, the request is compared
-with `ray.cluster_resources()` (`placement.plan_placement`): a shortfall fails in one line instead of leaving an
-actor pending and `ray.get` blocked. `RayBackend.from_config` starts a local Ray (`start_ray`)
-unless the caller already did `ray.init`.
+with `ray.cluster_resources()` (`placement.plan_placement`, the driver's own GPU memory counted): a shortfall fails
+in one line instead of leaving an actor pending and `ray.get` blocked. Each actor then runs in its own bundle of one
+placement group (`ray_cluster.reserve_bundles`, a bounded wait), and actors whose vLLM engines share a GPU start
+one after another. `RayBackend.from_config` joins the cluster `ESConfig.ray_address` or $RAY_ADDRESS names, shipping
+this package with the job, or starts a local Ray (`ray_cluster.start_ray`), unless the caller already did `ray.init`.
 """
 
 from __future__ import annotations
@@ -64,13 +67,17 @@ try:
     from ray.exceptions import RayActorError
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("esreason: the Ray backend needs the `ray` extra: pip install 'esreason[ray]'") from err
+from ray.util.placement_group import remove_placement_group  # noqa: E402
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: E402
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
 from esreason_lib.es.backends.base import Evaluation
-from esreason_lib.es.backends.placement import check_memory_share, plan_placement
+from esreason_lib.es.backends.placement import check_memory_share, plan_placement, start_one_by_one
+from esreason_lib.es.backends.ray_cluster import (actor_bundles, driver_gpu_share, reserve_bundles,
+                                                  start_ray)
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.models.weights import weights_checksum
+from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 
 
@@ -85,16 +92,23 @@ class Replica:
     def __init__(self, model_class, model_config, dtype: torch.dtype, device: str, state: dict, tokenizer, task,
                  config: ESConfig, fitness_shaping: Callable | None, engine: str = "local",
                  memory_share: float | None = None):
+        self.created_at = time.time()  # wall clock (comparable across the actors' processes)
         self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
         self.model.load_state_dict(state)
         if engine == "vllm":  # one vLLM engine following this replica (es.backends.vllm_engines, extra `vllm`)
             from esreason_lib.es.backends.vllm_engines import VLLMBackend
 
-            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping, engine_kwargs=None
+            self.scorer = VLLMBackend(config, task, tokenizer, fitness_shaping=fitness_shaping,
+                                      check_every=config.check_every, engine_kwargs=None
                                       if memory_share is None else {"gpu_memory_utilization": memory_share})
         else:
             self.scorer = SequentialBackend.from_config(config, task, tokenizer)
         self.config, self.shaping, self.engine = config, fitness_shaping, engine
+        self.ready_at = time.time()
+
+    def started(self) -> tuple[float, float]:
+        """(wall-clock time the replica began building, time it was ready); a call returns once it is ready."""
+        return self.created_at, self.ready_at
 
     def evaluate(self, seed: int, sign: int, examples: list[dict], iteration: int) -> tuple[float, np.ndarray, float]:
         """Member (seed, sign)'s (mean reward, correct [P], fix-up fraction); the replica is restored exactly."""
@@ -114,8 +128,8 @@ class Replica:
             self.scorer.forget()
 
     def checksum(self) -> str:
-        """`weights_checksum` of the replica."""
-        return weights_checksum(self.model)
+        """`weights_fingerprint` of the replica."""
+        return weights_fingerprint(self.model)
 
 
 _REMOTE_REPLICA = ray.remote(Replica)
@@ -149,6 +163,8 @@ class RayBackend:
         check_memory_share("RayBackend", gpu_memory_utilization)
         self.gpu_memory_utilization = gpu_memory_utilization
         self._placement: tuple[float, float | None] | None = None  # (GPUs per actor, engine share) once planned
+        self._group = None  # the placement group: one bundle per actor (after the driver's, when it has one)
+        self._first_bundle = 0  # the bundle index of actor 0
         self.restarts = 0  # actors replaced after dying, over the backend's life
         self.resyncs = 0  # replicas reloaded after a checksum mismatch, over the backend's life
         self.last_sync_s = 0.0  # seconds the last call spent bringing the replicas to the driver's weights
@@ -162,7 +178,7 @@ class RayBackend:
     def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
         """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (its `check_every`,
         `gpus_per_worker` and `gpu_memory_utilization`)."""
-        start_ray()
+        start_ray(config.ray_address)
         return cls(config, task, tokenizer, workers=workers, engine=engine, check_every=config.check_every,
                    gpus_per_worker=config.gpus_per_worker, gpu_memory_utilization=config.gpu_memory_utilization)
 
@@ -175,7 +191,9 @@ class RayBackend:
         """Kill the actors (a later call starts new ones from the driver's weights)."""
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
-        self._actors, self._driver, self._iteration, self._pending = [], None, None, None
+        if self._group is not None:
+            remove_placement_group(self._group)
+        self._actors, self._driver, self._iteration, self._pending, self._group = [], None, None, None, None
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
         iteration = int(iteration)
@@ -206,29 +224,26 @@ class RayBackend:
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)
 
     # ------------------------------------------------------------------------------------------------ internals
-    def _new_actor(self, model, state_ref):
+    def _new_actor(self, w: int, model, state_ref):
+        """Start actor `w` in its placement-group bundle from the weights `state_ref`."""
         gpus, share = self._placement
-        return _REMOTE_REPLICA.options(num_cpus=self.cpus_per_worker, num_gpus=gpus).remote(
+        where = PlacementGroupSchedulingStrategy(placement_group=self._group,
+                                                 placement_group_bundle_index=self._first_bundle + w)
+        return _REMOTE_REPLICA.options(num_cpus=self.cpus_per_worker, num_gpus=gpus, scheduling_strategy=where).remote(
             type(model), model.config, next(model.parameters()).dtype, _device_type(model), state_ref, self.tokenizer,
             self.task, self.config, self.shaping, self.engine, share)
 
     def _replace(self, w: int, model) -> None:
         """Kill actor `w` (if still alive) and start a new one from the driver's current weights."""
         ray.kill(self._actors[w], no_restart=True)
-        self._actors[w] = self._new_actor(model, ray.put(_driver_state(model)))
+        self._actors[w] = self._new_actor(w, model, ray.put(_driver_state(model)))
         self.restarts += 1
 
     def _sync(self, model, iteration: int) -> None:
         """Bring every replica to the driver's weights before scoring `iteration` (module docstring)."""
         t0 = time.perf_counter()
         if not self._actors:
-            state = ray.put(_driver_state(model))  # starts a local Ray cluster when none is running
-            self._placement = plan_placement(
-                workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
-                cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
-                resources=ray.cluster_resources())
-            self._actors = [self._new_actor(model, state) for _ in range(self.workers)]
-            self._calls = 0  # a fresh pool is always checked once
+            self._start_actors(model)
         elif model is not self._driver or self._iteration is None or iteration not in (self._iteration,
                                                                                        self._iteration + 1):
             self._on_all("load", ray.put(_driver_state(model)), model=model)
@@ -236,12 +251,32 @@ class RayBackend:
             self._on_all("tell", *self._pending, model=model)
         self._driver, self._iteration, self._pending = model, iteration, None
         if self._calls % self.check_every == 0:
-            want = weights_checksum(model)
+            want = weights_fingerprint(model)
             for w, c in enumerate(self._on_all("checksum", model=model)):
                 if c != want:
                     self._resync(w, model, iteration, c, want)
         self._calls += 1
         self.last_sync_s = time.perf_counter() - t0
+
+    def _start_actors(self, model) -> None:
+        """Plan the placement, reserve one bundle per actor (and the driver's GPU share), start the actors from
+        the driver's weights: all at once, or one after another (each ready before the next) when their vLLM
+        engines share a GPU (`placement.start_one_by_one`)."""
+        state = ray.put(_driver_state(model))  # starts a local Ray cluster when none is running
+        driver = driver_gpu_share(model)
+        self._placement = plan_placement(
+            workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
+            cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
+            resources=ray.cluster_resources(), driver_share=driver)
+        bundles = actor_bundles(workers=self.workers, cpus_per_worker=self.cpus_per_worker,
+                                gpus_per_worker=self._placement[0], driver_share=driver)
+        self._group, self._first_bundle = reserve_bundles(bundles), len(bundles) - self.workers
+        self._actors = []
+        for w in range(self.workers):
+            self._actors.append(self._new_actor(w, model, state))
+            if start_one_by_one(self.engine, self._placement[0]):
+                ray.get(self._actors[w].started.remote())
+        self._calls = 0  # a fresh pool is always checked once
 
     def _resync(self, w: int, model, iteration: int, got: str, want: str) -> None:
         """Reload replica `w`, whose checksum `got` differs from the driver's `want`, from the driver's weights
@@ -269,33 +304,6 @@ class RayBackend:
                 self._replace(w, model)
                 out.append(ray.get(self._actors[w].checksum.remote()) if method == "checksum" else None)
         return out
-
-
-RAY_START_ATTEMPTS = 3
-"""How many times `start_ray` tries `ray.init` (Ray waits a fixed 30 s per try for its raylet to register)."""
-
-_RAY_SYSTEM_CONFIG = {"worker_register_timeout_seconds": 300}
-"""Ray settings for a local cluster on a loaded machine: actor workers get 5 minutes (not 60 s) to register."""
-
-
-def start_ray(**kwargs) -> None:
-    """`ray.init(**kwargs)` unless Ray is already initialised, retried up to `RAY_START_ATTEMPTS` times when the
-    node times out during start-up (a loaded machine), with `_RAY_SYSTEM_CONFIG` for the local cluster. Raises
-    TimeoutError (one line, naming the attempts and Ray's reason) when every attempt times out; other errors
-    of `ray.init` propagate."""
-    if ray.is_initialized():
-        return
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
-        try:
-            ray.init(_system_config=_RAY_SYSTEM_CONFIG, **kwargs)
-            return
-        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception when its node times out at start-up
-            if "timed out" not in str(err).lower() and not isinstance(err, TimeoutError):
-                raise
-            ray.shutdown()
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-    raise TimeoutError(f"Ray did not start after {RAY_START_ATTEMPTS} attempts ({reason}); the machine may be "
-                       f"overloaded: retry, or use --backend batched / sequential")
 
 
 def _device_type(model) -> str:

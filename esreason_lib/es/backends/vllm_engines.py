@@ -13,7 +13,7 @@ Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the
 rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
 population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
 weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
-engine's `weights_checksum` is compared with the driver's; a difference reloads the driver's weights with a
+engine's `weights_fingerprint` is compared with the driver's; a difference reloads the driver's weights with a
 RuntimeWarning (counted in `resyncs`, logged as es/resyncs), and a difference after the reload raises. The replay is bit-identical
 only on the driver's device type (noise is a function of it), so the engine must run on the driver's device type.
 
@@ -43,7 +43,7 @@ from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
 from esreason_lib.es.noise import FixUp, perturb, restore
 from esreason_lib.models.vllm_engine import Engine
-from esreason_lib.models.weights import weights_checksum
+from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
@@ -163,7 +163,7 @@ class VLLMBackend:
             self.engine.load(model)
         self._driver, self._iteration, self._pending = model, iteration, None
         if self._syncs % self.check_every == 0:
-            want, got = weights_checksum(model), self.engine.rpc("es_checksum")
+            want, got = weights_fingerprint(model), self.engine.rpc("es_checksum")
             if got != want:  # reload from the driver, warn and count; a second mismatch raises
                 warnings.warn(f"VLLMBackend: the engine's weights drifted from the driver's at iteration {iteration} "
                               f"(checksum {got} != driver {want}; was tell given other rewards?): reloading them",

@@ -10,9 +10,10 @@
 - `tiny-exact`: `tiny` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
-  (`GSM8K(protocol="artifact")`) (GPUs).
+  (`GSM8K(protocol="artifact")`) and generation budget (2048 new tokens in training and evaluation) (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
-  evaluated on MATH-500 (GPUs).
+  evaluated on MATH-500 (GPUs). This preset is this project's own design, not the artifact's: the artifact ships no
+  configuration for it, and its budgets (4096 new tokens, the populations, the evaluation) were chosen here.
 Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.6 (Pass@K and Maj@K for
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
@@ -130,6 +131,9 @@ def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict,
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
+_ARTIFACT_TOKENS = 2048
+"""paper-easy's generation budget, the artifact's (its vLLM engines run with max_model_len 4096: the prompt and 2048
+new tokens fit)."""
 _PAPER_REWARD = dict(reward_correct=1.0, reward_formatted=0.1, reward_invalid=0.0)
 _PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_step=64, checkpoint_every=10,
                  dtype="bfloat16", prompt_order="epoch",
@@ -138,6 +142,7 @@ _PAPER_ES = dict(population_size=32, sigma=1.5e-3, alpha=2.5e-4, prompts_per_ste
 _PAPER_GRPO = dict(group_size=8, lr=1e-6, temperature=1.0, prompts_per_step=64, clip_eps=0.2, beta=0.001,
                    checkpoint_every=10, dtype="bfloat16", minibatch_size=32, prompt_order="epoch",
                    gradient_checkpointing=True, logit_chunk=256,  # memory only (grpo.memory: fits one H200)
+                   check_every=10,  # the vLLM rollout engine's check (execution only)
                    **_PAPER_REWARD)  # the paper's GRPO (both paper presets)
 _SIGMAS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 _QUANTILES = (0.5, 0.7, 0.9, 0.95, 0.99)
@@ -222,19 +227,19 @@ PRESETS: dict[str, Preset] = {
     "paper-easy": _make(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={"protocol": "artifact"},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
-        es=dict(iterations=234, greedy=True, max_new_tokens=512, **_PAPER_ES),
-        grpo=dict(iterations=234, max_new_tokens=512, micro_batch_size=16, **_PAPER_GRPO),
-        eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=512),
+        es=dict(iterations=234, greedy=True, max_new_tokens=_ARTIFACT_TOKENS, **_PAPER_ES),
+        grpo=dict(iterations=234, max_new_tokens=_ARTIFACT_TOKENS, micro_batch_size=16, **_PAPER_GRPO),
+        eval=EvalSpec(n_problems=None, n_samples=32, ks=_KS_1_TO_32, temperature=0.6, max_new_tokens=_ARTIFACT_TOKENS),
         sparsity=SparsitySpec(quantiles=(), taus=_PAPER_TAUS, methods=("es", "grpo"),
                               check_quantiles=(), margin_fraction=0.25,
-                              eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=512)),
+                              eval=EvalSpec(n_problems=200, n_samples=16, ks=_KS_16, max_new_tokens=_ARTIFACT_TOKENS)),
         forgetting=ForgettingSpec(eval=EvalSpec(n_problems=500, n_samples=32, ks=_KS_1_TO_32, temperature=0.6,
-                                                max_new_tokens=512),
+                                                max_new_tokens=_ARTIFACT_TOKENS),
                                   kl_prompts=64, kl_samples=8, lm_sequences=512, **_FORGETTING_MARGINS),
         scaling=ScalingSpec(models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
                                     "Qwen/Qwen2.5-3B-Instruct"), populations=_PAPER_POPULATIONS, iterations=100,
                             ablation_iterations=100, prompts_per_step=64,
-                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=512),
+                            eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=_ARTIFACT_TOKENS),
                             shaping_alphas=_PAPER_SHAPING_ALPHAS, **_SCALING_DELTAS),
         **_GPU_STUDIES),
     "paper-hard": _make(
