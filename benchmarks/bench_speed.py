@@ -23,8 +23,9 @@ GOALS = {"ratio": ">= 0.9 (EGGROLL: 91%)", "grpo": ">= 1.5", "snapshots": ">= 2"
 
 
 def ratio(args) -> list[str]:
-    """(plain greedy inference of the N x P rows by the unperturbed model, one `generate` batch with the path's
-    forward) / (the population's evaluation by the backend: noise, member weights, decode, scoring), per path and N."""
+    """(plain greedy inference of the N x P rows by the unperturbed model: one `generate` batch of N x P prompts,
+    each prefilled as its own row as a member's must be, with the path's forward) / (the population's evaluation by
+    the backend: noise, member weights, decode, scoring), per path and N."""
     from esreason_lib.es.backends.fast import FastBackend, NativeBackend
     from esreason_lib.es.backends.lowrank import LowRankBackend
     from esreason_lib.es.config import ESConfig
@@ -45,7 +46,7 @@ def ratio(args) -> list[str]:
         for label, (backend, forward) in paths.items():
             pop = low if label.startswith("low-rank") else full
             fns[label] = lambda b=backend, p=pop: b(model, p, ex, iteration=0)
-            fns[f"plain {forward}"] = lambda f=forward: generate(model, tok, prompts, n=n, greedy=True,
+            fns[f"plain {forward}"] = lambda f=forward: generate(model, tok, prompts * n, greedy=True,
                                                                  max_new_tokens=task.max_new_tokens, stop=task.stop,
                                                                  batch_size=n * len(prompts), forward=f)
         t = _best(fns, args.repeats)
