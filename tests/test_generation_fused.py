@@ -219,3 +219,5 @@ def test_grpo_forward_field_keeps_stored_identities_and_is_checked():
         GRPOConfig(forward="compiled")
     with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with backend='vllm'"):
         GRPOConfig(backend="vllm", forward="fused")
+    with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with dtype='bfloat16'"):
+        GRPOConfig(dtype="bfloat16", forward="native")

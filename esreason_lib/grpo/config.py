@@ -92,6 +92,8 @@ class GRPOConfig(RunSettings):
         check_choice(self, "forward", FORWARDS)
         check(self, "forward", self.backend == "local" or self.forward == "hf",
               f"must be 'hf' with backend={self.backend!r} (the engine computes its own logits)")
+        check(self, "forward", self.dtype == "float32" or self.forward == "hf",
+              f"must be 'hf' with dtype={self.dtype!r} (the fused forward folds float32 Qwen2 weights)")
         check_memory_share("GRPOConfig", self.gpu_memory_utilization)
         check_bool(self, "gradient_checkpointing")
         check_optional_positive_int(self, "logit_chunk")
