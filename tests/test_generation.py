@@ -295,6 +295,22 @@ def test_stop_end_tokens_marks_the_tokens_holding_the_stops_last_character(tok):
     assert table[len(tok):].all()  # unknown ids are always checked
     assert stop_end_tokens(tok, "ab\u00e9", len(tok), "cpu").all()  # not plain ASCII: every token is checked
 
+    class Slotted:  # no __weakref__: the table is built for the call, not cached
+        __slots__ = ("inner",)
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return self.inner.batch_decode(rows, skip_special_tokens=skip_special_tokens)
+
+        _decode, clean_up_tokenization_spaces = None, True  # batch_decode, not the Rust fast path
+
+    assert torch.equal(stop_end_tokens(Slotted(tok), "</answer>", len(tok), "cpu"), table[: len(tok)])
+
 
 @pytest.mark.parametrize("forward", ["hf", "fused"])
 def test_stop_check_on_the_last_tokens_only_changes_nothing(model, tok, monkeypatch, forward):

@@ -171,8 +171,12 @@ def stop_end_tokens(tokenizer, stop: str, vocab_size: int, device) -> torch.Tens
     """[V] bool: the tokens whose own text holds `stop`'s last character, the only tokens that can complete an
     occurrence of `stop` (the rows a decode step's stop check needs to decode); every token when that character is
     not printable ASCII (a byte-level token's text shows an ASCII character exactly when its bytes hold it), and
-    every id the tokenizer does not know. Built once per (tokenizer, stop, V)."""
-    tables = _STOP_ENDS.setdefault(tokenizer, {})
+    every id the tokenizer does not know. Built once per (tokenizer, stop, V) (per call for a tokenizer that cannot
+    be weakly referenced)."""
+    try:
+        tables = _STOP_ENDS.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced or hashed: built for this call only
+        tables = {}
     table = tables.get((stop, vocab_size))
     if table is None:
         last = stop[-1]
