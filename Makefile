@@ -26,6 +26,10 @@ RESULTS := papers/results
 ifneq ($(PRESET),tiny)
 export ESREASON_FIGURES ?= figures/$(PRESET)
 endif
+# One thread per process, also for a notebook left alone when the other finished: the thread count changes the
+# float rounding of GRPO's gradients (esreason_lib/threads.py; measured up to 1e-5 apart at 1 and 2 threads), so a
+# second thread granted by timing would make the committed results depend on which notebook finished first (and a
+# resumed run differ from an uninterrupted one). The scheduling below keeps both cores busy instead.
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 

@@ -1,6 +1,6 @@
-"""Run every speed benchmark of `bench_es.py` and `bench_fast.py` in one process and print one table; `--write` also writes
-`benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered` first times `make reproduce`
-for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
+"""Run every speed benchmark of `bench_es.py`, `bench_fast.py` and `bench_speed.py` in one process and print one
+table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
+first times `make reproduce` for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
 
     ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write --reproduce tiny powered
 """
@@ -20,6 +20,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
+import bench_speed  # noqa: E402
 import bench_reproduce  # noqa: E402
 from sweep_tiny import write_between_markers  # noqa: E402
 
@@ -49,13 +50,14 @@ def main(argv=None) -> None:
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
               f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}"
               f"{' --reproduce ' + ' '.join(args.reproduce) if args.reproduce else ''}` (each row: "
-              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>` or `bench_reproduce.py`)",
+              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>` or "
+              "`bench_reproduce.py`)",
               "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
     rows = bench_reproduce.reproduce(args.reproduce, args.keep_clone) if args.reproduce else []
     for line in rows:
         print(line, flush=True)
-    for module in (bench_es, bench_fast):
+    for module in (bench_es, bench_fast, bench_speed):
         for name, fn in module.BENCHMARKS.items():
             for line in fn(module.parser().parse_args([name, "--repeats", str(args.repeats)])):
                 print(line, flush=True)

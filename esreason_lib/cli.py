@@ -26,6 +26,7 @@ import warnings
 from typing import Sequence
 
 from esreason_lib.paper.studies.presets import PRESETS, get_preset
+from esreason_lib.threads import choose_threads, use_threads
 
 
 def parse_assignments(items: Sequence[str], config) -> dict:
@@ -259,6 +260,8 @@ def _import_results(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", default=None, help="torch / OpenMP threads: a number or 'auto' (default: "
+                        "$ESREASON_THREADS, else $OMP_NUM_THREADS, else auto: the usable cores the load leaves idle)")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train ES, GRPO or a sequence of both")
     train.add_argument("method", choices=["es", "grpo", "sequence"])
@@ -348,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
+            use_threads(choose_threads(args.threads))
             return args.func(args)
         except (ValueError, ImportError, MissingResult, NotebookError, KernelBuildError) as err:  # one line
             print(f"esreason: error: {err}", file=sys.stderr)

@@ -22,6 +22,7 @@ from esreason_lib import metrics
 from esreason_lib.models.generation import FORWARDS, generate
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import ADDED_OPTION
+from esreason_lib.tasks.base import score_completion
 from esreason_lib.tasks.contract import held_to_contract
 from esreason_lib.validation import check
 
@@ -182,9 +183,8 @@ def _decode_samples(stored: pd.DataFrame, ids: list[str], n: int) -> pd.DataFram
 
 def _verdict(task, text: str, example: dict) -> tuple:
     """(reward, correct, extracted answer, canonical answer when correct else None) of one completion."""
-    ok = bool(task.is_correct(text, example))
-    canonical = task.canonical_answer(text, example) if ok else None
-    return task.reward(text, example), ok, task.extract_answer(text), canonical
+    reward, ok = score_completion(task, text, example)
+    return reward, ok, task.extract_answer(text), task.canonical_answer(text, example) if ok else None
 
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),

@@ -32,3 +32,14 @@ def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
 def test_the_readme_has_the_speed_block():
     text = (ROOT / "README.md").read_text()
     assert text.index("<!-- speed:start -->") < text.index("<!-- speed:end -->")
+
+
+def test_run_all_runs_every_benchmark_module_with_its_own_parser():
+    """Each module run_all loops over parses every one of its benchmarks' names (what run_all passes it)."""
+    import bench_speed
+
+    assert "bench_speed" in (ROOT / "benchmarks" / "run_all.py").read_text()
+    for name in bench_speed.BENCHMARKS:
+        args = bench_speed.parser().parse_args([name, "--repeats", "1"])
+        assert args.which == name and args.populations == [8, 16, 32] and args.snapshots == 100
+        assert name in bench_speed.GOALS

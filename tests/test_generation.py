@@ -284,3 +284,47 @@ def test_prompt_helpers_hand_computed(model, tok):
     assert mask_positions(gap).tolist() == [[0, 0, 1, 1, 2]]  # a position repeats over an inner gap
     assert cut_at_stop("a=1</answer> junk", "</answer>") == "a=1</answer>"
     assert cut_at_stop("a=1", "</answer>") == "a=1" and cut_at_stop("a=1", None) == "a=1"
+
+
+def test_stop_end_tokens_marks_the_tokens_holding_the_stops_last_character(tok):
+    from esreason_lib.models.generation import stop_end_tokens
+
+    table = stop_end_tokens(tok, "</answer>", len(tok) + 2, "cpu")  # two ids the tokenizer does not know
+    texts = [tok.decode([i], skip_special_tokens=True) for i in range(len(tok))]
+    assert table[: len(tok)].tolist() == [">" in t for t in texts] and int(table[: len(tok)].sum()) == 1
+    assert table[len(tok):].all()  # unknown ids are always checked
+    assert stop_end_tokens(tok, "ab\u00e9", len(tok), "cpu").all()  # not plain ASCII: every token is checked
+
+    class Slotted:  # no __weakref__: the table is built for the call, not cached
+        __slots__ = ("inner",)
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return self.inner.batch_decode(rows, skip_special_tokens=skip_special_tokens)
+
+        _decode, clean_up_tokenization_spaces = None, True  # batch_decode, not the Rust fast path
+
+    assert torch.equal(stop_end_tokens(Slotted(tok), "</answer>", len(tok), "cpu"), table[: len(tok)])
+
+
+@pytest.mark.parametrize("forward", ["hf", "fused"])
+def test_stop_check_on_the_last_tokens_only_changes_nothing(model, tok, monkeypatch, forward):
+    """Decoding only the rows whose newest token holds the stop's last character gives what checking every
+    running row gives, bit for bit, for the stops that end many completions."""
+    import esreason_lib.models.generation as generation
+
+    free = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3)
+    stops = {c[i: i + 2] for c in free.completions for i in range(1, len(c) - 2)}
+    stops = sorted(stops, key=lambda s: -sum(s in c for c in free.completions))[:3]
+    for stop in stops:
+        fast = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3, stop=stop, forward=forward)
+        with monkeypatch.context() as m:
+            m.setattr(generation, "stop_end_tokens", lambda tokenizer, stop, v, device: torch.ones(v, dtype=torch.bool))
+            every = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3, stop=stop, forward=forward)
+        assert fast.completions == every.completions and sum(stop in c for c in fast.completions) >= 2
+        assert torch.equal(fast.completion_ids, every.completion_ids) and torch.equal(fast.logprobs, every.logprobs)

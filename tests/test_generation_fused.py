@@ -169,3 +169,55 @@ def test_tiny_runs_the_fused_forward_and_tiny_exact_the_modules():
     assert get_preset("powered").es.backend == "fast"  # powered is tiny with a larger design
     backends = {c.noise: c.backend for c in training_plan(tiny) if hasattr(c, "noise")}
     assert backends == {"full": "fast", "lowrank": "auto"}  # low-rank noise keeps its own (exact) backend
+
+
+@pytest.mark.parametrize("forward", FUSED)
+def test_grpo_rollouts_on_the_fused_forward_match_hf(setup, forward):
+    """GRPO's `rollout_sampler` with `GRPOConfig.forward` samples what "hf" samples under the same seed (the
+    rounding-level agreement of the ES paths: rows and rewards), and one `grpo_step` from each lands on the same
+    rewards and nearly the same weights."""
+    import copy
+
+    from esreason_lib.grpo.config import GRPOConfig
+    from esreason_lib.grpo.loop import grpo_step, rollout_sampler
+
+    model, tok, task, _ = setup
+    examples = task.examples("train", n=32, seed=0)
+    prompts = [task.prompt(e, tok) for e in examples]
+    config = GRPOConfig(model="qwen2-s-habit", task="countdown", group_size=8, prompts_per_step=16, beta=0.0,
+                        lr=1e-3, forward=forward, seed=3)
+    kw = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=task.max_new_tokens, stop=task.stop, seed=11)
+    hf, fast = generate(model, tok, prompts[:16], **kw), rollout_sampler(config)(model, tok, prompts[:16], **kw)
+    same = np.mean([a == b for a, b in zip(hf.completions, fast.completions, strict=True)])
+    assert same >= 0.99, same
+    rewards = [[task.reward(s, examples[i // 8]) for i, s in enumerate(ro.completions)] for ro in (hf, fast)]
+    assert abs(np.mean(rewards[0]) - np.mean(rewards[1])) <= 2 / len(rewards[0])
+    steps = {}
+    for f in ("hf", forward):
+        net = copy.deepcopy(model)
+        cfg = dataclasses.replace(config, forward=f)
+        opt = torch.optim.SGD(net.parameters(), lr=cfg.lr)
+        steps[f] = (net, grpo_step(net, None, opt, tok, task, examples, prompts, cfg, 0, rollout=rollout_sampler(cfg)))
+    (a, ma), (b, mb) = steps["hf"], steps[forward]
+    assert abs(ma["reward/mean"] - mb["reward/mean"]) <= 2 / (16 * 8)
+    assert ma["completion/length"] == pytest.approx(mb["completion/length"], abs=0.5)
+    with torch.no_grad():
+        moved = max(float((p - p0).abs().max()) for p, p0 in zip(a.parameters(), model.parameters()))
+        gap = max(float((p - q).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+    assert moved > 0 and gap <= 0.05 * moved, (gap, moved)  # the same update, up to the rows that differ
+
+
+def test_grpo_forward_field_keeps_stored_identities_and_is_checked():
+    from esreason_lib.grpo.config import GRPOConfig
+    from esreason_lib.grpo.loop import rollout_sampler
+
+    assert config_hash(GRPOConfig(forward="hf")) == config_hash(GRPOConfig())  # stored runs keep their hash
+    assert config_hash(GRPOConfig(forward="fused")) != config_hash(GRPOConfig())  # other samples, another run
+    assert rollout_sampler(GRPOConfig()) is generate
+    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native"}
+    with pytest.raises(ValueError, match="GRPOConfig.forward must be one of"):
+        GRPOConfig(forward="compiled")
+    with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with backend='vllm'"):
+        GRPOConfig(backend="vllm", forward="fused")
+    with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with dtype='bfloat16'"):
+        GRPOConfig(dtype="bfloat16", forward="native")

@@ -255,3 +255,28 @@ def test_num_count_beyond_four_fails_fast_naming_the_field():
     for bad in (1, 5, 6):
         with _pytest.raises(ValueError, match=f"num_count must be 2, 3 or 4.*got {bad}"):
             get_task("countdown", num_count=bad)
+
+
+def test_one_verifier_call_chain_parses_a_completion_once(monkeypatch):
+    """`reward` (is_correct, then is_well_formed), `score` and evaluation's verdict parse each completion once;
+    the next completion is parsed afresh, and the verdicts are those of a fresh task."""
+    import esreason_lib.tasks.countdown as countdown
+    from esreason_lib.evaluate import _verdict
+
+    calls = []
+    monkeypatch.setattr(countdown, "parse_expression", lambda text: calls.append(text) or parse_expression(text))
+    task, fresh = Countdown(), Countdown()
+    for text in ["3+7+12", "3+12", "oops", "3+7+12"]:
+        for chain in (lambda: task.reward(text, EX), lambda: task.score(text, EX), lambda: _verdict(task, text, EX)):
+            calls.clear()
+            task._last_tree = None  # a chain that starts on another completion
+            chain()
+            assert len(calls) == (text != "oops"), (text, calls)  # "oops" has no answer to parse
+        expected = (fresh.reward(text, EX), fresh.is_correct(text, EX))
+        assert task.score(text, EX) == expected
+        assert _verdict(task, text, EX) == (*expected, fresh.extract_answer(text),
+                                             fresh.canonical_answer(text, EX) if expected[1] else None)
+    calls.clear()
+    task._last_tree = None
+    task.score("3+7+12", EX), task.score("12+7+3", EX), task.score("3+7+12", EX)  # each new text: one parse
+    assert calls == ["3+7+12", "12+7+3", "3+7+12"]

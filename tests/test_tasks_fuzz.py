@@ -57,6 +57,7 @@ def _check_total(task, text, example):
     key = task.canonical_answer(text, example)
     assert key is None or isinstance(key, str)
     assert task.reward(text, example) in (shaping.correct, shaping.formatted, shaping.invalid)
+    assert task.score(text, example) == (task.reward(text, example), correct)  # one verification, same verdict
 
 
 @pytest.mark.parametrize("name", [n for n in TASK_NAMES if n != "math"] + ["countdown-tinyzero"])
@@ -103,7 +104,7 @@ def test_solver_solutions_verify(nums, seed):
 def test_non_string_completions(name):
     task, ex = (TASKS | PROTOCOLS)[name], EXAMPLES[name.split("-")[0]]
     for junk in (None, 12, b"bytes", ["x"], float("nan")):
-        assert task.reward(junk, ex) == 0.0 and not task.is_correct(junk, ex)
+        assert task.reward(junk, ex) == 0.0 and not task.is_correct(junk, ex) and task.score(junk, ex) == (0.0, False)
 
 
 CORPUS_SIZE, CORPUS_SEED = 10_000, 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 
 from esreason_lib.grpo.loss import AGGREGATIONS
+from esreason_lib.models.generation import FORWARDS
 from esreason_lib.es.backends.placement import check_memory_share
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
@@ -65,6 +66,11 @@ class GRPOConfig(RunSettings):
     logit_chunk: int | None = field(default=None, metadata=ADDED_OPTION)
     """Completion positions per output-head / log-softmax chunk in the update (`grpo.logprobs`): the logits never
     exceed rows x logit_chunk x V; None computes them for the whole completion at once."""
+    forward: str = field(default="hf", metadata=ADDED_OPTION)
+    """How backend "local" computes the rollouts' logits (`generation.FORWARDS`): "hf" (the model's own modules),
+    "fused" (`models.fused_qwen2`, float32 Qwen2 only) or "native" (that forward with `models.native`'s attention
+    kernel). The samples equal "hf"'s up to float rounding (a draw can flip where a cumulative-probability boundary
+    moves by ~1e-6), so it is part of the run's identity; the update's log-probs always use the model's modules."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
     check_every: int = field(default=1, metadata=execution())
@@ -87,6 +93,11 @@ class GRPOConfig(RunSettings):
         check_choice(self, "scale", SCALES)
         check_choice(self, "aggregation", AGGREGATIONS)
         check_choice(self, "backend", ROLLOUT_BACKENDS)
+        check_choice(self, "forward", FORWARDS)
+        check(self, "forward", self.backend == "local" or self.forward == "hf",
+              f"must be 'hf' with backend={self.backend!r} (the engine computes its own logits)")
+        check(self, "forward", self.dtype == "float32" or self.forward == "hf",
+              f"must be 'hf' with dtype={self.dtype!r} (the fused forward folds float32 Qwen2 weights)")
         check_memory_share("GRPOConfig", self.gpu_memory_utilization)
         check_bool(self, "gradient_checkpointing")
         check_optional_positive_int(self, "logit_chunk")

@@ -54,6 +54,7 @@ over all rows in rounding only (a different number of rows changes the gemm shap
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 
@@ -233,7 +234,8 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate`, or a `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    """What samples `config`'s rollouts: `generate` (with `config.forward` when it is not "hf"), or a
+    `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
 
@@ -241,7 +243,7 @@ def rollout_sampler(config: GRPOConfig):
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
                             check_every=config.check_every,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
-    return generate
+    return generate if config.forward == "hf" else functools.partial(generate, forward=config.forward)
 
 
 def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:

@@ -9,6 +9,7 @@ truncation), which is exactly what `completion_logprobs` recomputes in one diffe
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,6 +163,32 @@ def decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
     return [texts[k] for k in inverse.tolist()]
 
 
+_STOP_ENDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""tokenizer -> {(stop, vocabulary size): `stop_end_tokens`' table}, built once per tokenizer and stop string."""
+
+
+def stop_end_tokens(tokenizer, stop: str, vocab_size: int, device) -> torch.Tensor:
+    """[V] bool: the tokens whose own text holds `stop`'s last character, the only tokens that can complete an
+    occurrence of `stop` (the rows a decode step's stop check needs to decode); every token when that character is
+    not printable ASCII (a byte-level token's text shows an ASCII character exactly when its bytes hold it), and
+    every id the tokenizer does not know. Built once per (tokenizer, stop, V) (per call for a tokenizer that cannot
+    be weakly referenced)."""
+    try:
+        tables = _STOP_ENDS.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced or hashed: built for this call only
+        tables = {}
+    table = tables.get((stop, vocab_size))
+    if table is None:
+        last = stop[-1]
+        table = torch.ones(vocab_size, dtype=torch.bool)  # [V]
+        known = min(vocab_size, len(tokenizer))
+        if last.isascii() and last.isprintable() and not last.isspace() and known:
+            texts = decode_rows(tokenizer, torch.arange(known)[:, None])
+            table[:known] = torch.tensor([last in text for text in texts])
+        tables[stop, vocab_size] = table
+    return table.to(device)
+
+
 class _FusedStep:
     """`generate(..., forward="fused" or "native")`'s model call: `models.fused_qwen2.FusedQwen2` with one member,
     behind the interface `_decode_chunk` uses (prefill the distinct prompts, copy rows, decode one token, keep
@@ -205,6 +232,7 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
     temp = 1.0 if greedy else float(temperature)
     stop_window = len(stop) if stop else 0  # a stop string of k chars spans at most k tokens
+    stop_ends = stop_end_tokens(tokenizer, stop, model.config.vocab_size, device) if stop else None  # [V]
     tokens = torch.full((b, max_new_tokens), pad, dtype=torch.long, device=device)  # [b, T]
     valid = torch.zeros((b, max_new_tokens), dtype=torch.bool, device=device)  # [b, T]
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
@@ -249,7 +277,9 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
         done = done | torch.isin(tok, eos_t)
         if stop_window:  # every row was live at some point of this step (all-done breaks the loop)
             lo = max(0, t + 1 - stop_window)
-            check = torch.nonzero(live & ~done).squeeze(-1)  # [c] running rows that may have hit the stop
+            # [c] running rows that may have hit the stop: an occurrence first completes at a token holding its
+            # last character (one that completed earlier was found at that step)
+            check = torch.nonzero(live & ~done & stop_ends[tok]).squeeze(-1)
             if len(check):
                 tails = decode_rows(tokenizer, tokens[rows[check], lo: t + 1])
                 hit = torch.tensor([stop in s for s in tails], dtype=torch.bool, device=device)  # [c]

@@ -107,14 +107,36 @@ class Task(abc.ABC):
 
     def reward(self, completion: str, example: Example) -> float:
         """Shaped reward: correct / well-formed but wrong / invalid. Never raises."""
+        return self._shaped(completion, example, bool(self.is_correct(completion, example)))
+
+    def score(self, completion: str, example: Example) -> tuple[float, bool]:
+        """(`reward`, `is_correct`) of one completion, verifying it once: what ES, GRPO and evaluation score each
+        completion with (`reward` then `is_correct` would verify it twice). A task that overrides `reward` gets
+        its own reward beside `is_correct`. Never raises."""
+        correct = bool(self.is_correct(completion, example))  # every is_correct is total: never raises
+        if type(self).reward is Task.reward:
+            return self._shaped(completion, example, correct), correct
+        return self.reward(completion, example), correct
+
+    def _shaped(self, completion: str, example: Example, correct: bool) -> float:
+        """The shaped reward of a completion whose `is_correct` is `correct`. Never raises."""
+        if correct:
+            return self.shaping.correct
         try:
-            if self.is_correct(completion, example):
-                return self.shaping.correct
             if self.is_well_formed(completion, example):
                 return self.shaping.formatted
         except Exception:
             pass
         return self.shaping.invalid
+
+
+def score_completion(task, completion: str, example: Example) -> tuple[float, bool]:
+    """(reward, correct) of one completion: the task's `score` (one verification: `Task.score`, or a
+    `tasks.contract.ContractTask`'s checked one) where it has one; a duck-typed task's `reward` and `is_correct`
+    otherwise."""
+    if callable(getattr(task, "score", None)):
+        return task.score(completion, example)
+    return task.reward(completion, example), bool(task.is_correct(completion, example))
 
 
 def freeze_task_kwargs(value, where: str) -> tuple:

@@ -106,18 +106,35 @@ class ContractTask:
 
     def is_correct(self, completion: str, example: Example) -> bool:
         """The task's verdict; ValueError naming the task unless it is a bool (False when stopped at the bound)."""
-        verdict = self._call("is_correct", completion, example, False)
+        return self._verdict(self._call("is_correct", completion, example, False))
+
+    def reward(self, completion: str, example: Example) -> float:
+        """The task's reward; ValueError naming the task unless it is a finite number within the shaping's tiers
+        (the `invalid` tier when stopped at the bound)."""
+        return self._reward(self._call("reward", completion, example, min(self._tiers())))
+
+    def score(self, completion: str, example: Example) -> tuple[float, bool]:
+        """(reward, correct) from the task's one-verification `score` (`tasks.base.Task.score`), each held to the
+        contract as `reward` and `is_correct` are; a task without `score` is asked for both."""
+        if not callable(getattr(self.task, "score", None)):
+            return self.reward(completion, example), self.is_correct(completion, example)
+        scored = self._call("score", completion, example, (min(self._tiers()), False))
+        if not (isinstance(scored, tuple) and len(scored) == 2):
+            raise ValueError(f"task {self.task.name!r}: score must return (reward, correct), got {scored!r:.60}")
+        return self._reward(scored[0]), self._verdict(scored[1])
+
+    def _tiers(self) -> list[float]:
+        shaping = getattr(self.task, "shaping", None)
+        return [shaping.invalid, shaping.formatted, shaping.correct] if shaping is not None else [0.0, 1.0]
+
+    def _verdict(self, verdict) -> bool:
         if type(verdict).__name__ not in ("bool", "bool_"):
             raise ValueError(f"task {self.task.name!r}: is_correct must return a bool, got "
                              f"{type(verdict).__name__} {verdict!r:.40}")
         return bool(verdict)
 
-    def reward(self, completion: str, example: Example) -> float:
-        """The task's reward; ValueError naming the task unless it is a finite number within the shaping's tiers
-        (the `invalid` tier when stopped at the bound)."""
-        shaping = getattr(self.task, "shaping", None)
-        tiers = [shaping.invalid, shaping.formatted, shaping.correct] if shaping is not None else [0.0, 1.0]
-        value = self._call("reward", completion, example, min(tiers))
+    def _reward(self, value) -> float:
+        tiers = self._tiers()
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) or type(value).__name__ in (
             "float32", "float64", "int64")
         if ok and not math.isfinite(value):

@@ -81,6 +81,8 @@ class Countdown(Task):
         self.sizes = {"train": int(train_size), "test": int(test_size)}
         self.max_new_tokens = 8 * num_count
         """Generous budget: the longest rendered 4-number solutions are ~20 characters."""
+        self._last_tree: tuple | None = None
+        """(completion, its `_tree`) of the last completion parsed."""
 
     # ---------------------------------------------------------------- problems
     def _targets(self, nums: tuple[int, ...], split: str) -> list[int]:
@@ -143,8 +145,17 @@ class Countdown(Task):
         return text
 
     def _tree(self, completion: str):
+        """The syntax tree of `completion`'s answer (None when there is none or it does not parse), kept for the
+        last completion seen: `reward`, `is_correct`, `is_well_formed` and `canonical_answer` of one completion
+        (`score`, evaluation's verdict) parse it once."""
+        last = self._last_tree
+        if last is not None and type(completion) is str and last[0] == completion:
+            return last[1]
         text = self.extract_answer(completion)
-        return None if text is None or not set(text) <= ALLOWED_CHARS else parse_expression(text)
+        tree = None if text is None or not set(text) <= ALLOWED_CHARS else parse_expression(text)
+        if type(completion) is str:
+            self._last_tree = (completion, tree)  # one tuple, replaced whole: a reader sees a matching pair
+        return tree
 
     @total(False)
     def is_well_formed(self, completion: str, example: Example) -> bool:

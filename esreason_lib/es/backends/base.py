@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from esreason_lib.seeding import derive_seed
+from esreason_lib.tasks.base import score_completion
 
 
 @dataclass
@@ -79,8 +80,9 @@ def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,
                   max_new_tokens=max_new_tokens, stop=task.stop, seed=seed, forward=forward)
-    rewards = np.array([task.reward(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)  # [P]
-    correct = np.array([task.is_correct(c, ex) for c, ex in zip(ro.completions, examples)], dtype=np.float64)
+    scores = [score_completion(task, c, ex) for c, ex in zip(ro.completions, examples)]
+    rewards = np.array([r for r, _ in scores], dtype=np.float64)  # [P]
+    correct = np.array([ok for _, ok in scores], dtype=np.float64)  # [P]
     if with_entropy:
         return rewards, correct, mean_token_entropy(ro.entropies, ro.completion_mask)
     return rewards, correct  # [P], [P]

@@ -32,8 +32,9 @@ from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.noise import noise, shifted
 from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.params import named_params
+from esreason_lib.tasks.base import score_completion
 from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, finite_rows,
-                                            left_pad, mask_positions, special_ids)
+                                            left_pad, mask_positions, special_ids, stop_end_tokens)
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
@@ -205,6 +206,7 @@ def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_
     (b, lp), device = ids.shape, ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
     stop_window = len(stop) if stop else 0
+    stop_ends = stop_end_tokens(tokenizer, stop, model.config.vocab_size, device) if stop else None  # [V]
     tokens = torch.full((n, b, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, b, T]
     valid = torch.zeros((n, b, max_new_tokens), dtype=torch.bool, device=device)  # [N, b, T]
     member = torch.arange(n, device=device)[:, None]  # [N, 1]
@@ -236,7 +238,8 @@ def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_
         valid[member, rows, t] = live
         done = done | (torch.isin(tok, eos_t) & slot)
         if stop_window:
-            check = torch.nonzero(live & ~done)  # [c, 2] (member, slot) of running rows that may hit the stop
+            check = torch.nonzero(live & ~done & stop_ends[tok])  # [c, 2] (member, slot) of running rows that may
+            # hit the stop (`generation.stop_end_tokens`: only a token holding its last character completes it)
             if len(check):
                 tails = tokens[check[:, 0], rows[check[:, 0], check[:, 1]], max(0, t + 1 - stop_window): t + 1]
                 hit = [stop in s for s in decode_rows(tokenizer, tails)]
@@ -346,7 +349,7 @@ class BatchedBackend:
         for i, done in enumerate(texts):
             for j, (c, ex) in enumerate(zip(done, examples)):
                 if (j, c) not in scored:
-                    scored[j, c] = (self.task.reward(c, ex), self.task.is_correct(c, ex))
+                    scored[j, c] = score_completion(self.task, c, ex)
             verdicts = [scored[j, c] for j, c in enumerate(done)]
             rewards[i] = np.array([r for r, _ in verdicts], dtype=np.float64).mean()
             correct[i] = np.array([c for _, c in verdicts], dtype=np.float64)

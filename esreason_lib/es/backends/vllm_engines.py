@@ -45,6 +45,7 @@ from esreason_lib.es.noise import FixUp, perturb, restore
 from esreason_lib.models.vllm_engine import Engine
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.seeding import derive_seed
+from esreason_lib.tasks.base import score_completion
 from esreason_lib.validation import check_positive_int
 
 
@@ -116,9 +117,9 @@ class VLLMBackend:
                 texts = self._generate(prompts, iteration=iteration)  # [P]
             finally:
                 self.engine.rpc(es_restore)
-            r = [self.task.reward(c, ex) for c, ex in zip(texts, examples)]
-            correct[i] = [self.task.is_correct(c, ex) for c, ex in zip(texts, examples)]
-            rewards[i] = float(np.mean(np.asarray(r, dtype=np.float64)))
+            scores = [score_completion(self.task, c, ex) for c, ex in zip(texts, examples)]
+            correct[i] = [ok for _, ok in scores]
+            rewards[i] = float(np.mean(np.asarray([r for r, _ in scores], dtype=np.float64)))
         self._pending = (population, rewards.copy())
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)
 
