@@ -5,9 +5,11 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 
 - `ESConfig`, `ES` (ask/tell), `train_es`: evolution strategies (`esreason_lib.es`);
 - `GRPOConfig`, `train_grpo`: the gradient baseline (`esreason_lib.grpo`);
-- `Task` (subclass it for your own verifier), `get_task` (the built-in tasks by name);
+- `Task` (subclass it for your own verifier), `register_task` (name it for configs and the CLI), `get_task` (a
+  task by name);
 - `load_model` (a zoo name, a local model directory or a hub id -> model, tokenizer), `evaluate` (n samples per
-  problem: Pass@k, greedy accuracy) and `pass_at_k` (the unbiased estimator).
+  problem: Pass@k, greedy accuracy), `results_table` (evaluations side by side, e.g. before / after training) and
+  `pass_at_k` (the unbiased estimator).
 
 README.md has a 20-line example; docs/ the rest.
 """
@@ -24,7 +26,7 @@ _API = {
     "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
     "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config", "train_grpo": "esreason_lib.grpo.loop",
     "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
-    "get_task": "esreason_lib.tasks"
+    "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluate",
 }
 
 __all__ = sorted([*_API, "__version__"])

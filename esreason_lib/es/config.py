@@ -48,7 +48,7 @@ class ESConfig(RunSettings):
     bit-identical, see `es.backends.fast`), "native" ("fast" with a compiled attention kernel), "sequential",
     "ray" (`workers` actors), "vllm" (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM
     engine each), or "auto" (batched when greedy in float32, where its rewards equal the sequential path's bit for
-    bit)."""
+    bit, and the model a Qwen2ForCausalLM, the architecture its forward implements; else sequential)."""
     workers: int = field(default=2, metadata=execution())
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)

@@ -45,8 +45,8 @@ class PopulationEvaluator(Protocol):
 
 
 BACKENDS = ("auto", "batched", "fast", "native", "sequential", "ray", "vllm", "ray-vllm")
-"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
-and "sequential" otherwise; "fast" is `es.backends.fast.FastBackend` (greedy; batched with fused, reordered float ops:
+"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs of a Qwen2ForCausalLM (where it is
+exact and faster) and "sequential" otherwise (any causal LM); "fast" is `es.backends.fast.FastBackend` (greedy; batched with fused, reordered float ops:
 faster, its completions equal the sequential path's on >= 99.5% of rows, not all); "native" is
 `es.backends.fast.NativeBackend` ("fast" with its attention in a C kernel compiled at first use: the fastest,
 held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`,

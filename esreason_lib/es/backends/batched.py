@@ -271,6 +271,12 @@ def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_
     return tokens, valid
 
 
+def supports(model) -> bool:
+    """Whether the batched forward implements `model`'s architecture (a `Qwen2ForCausalLM`, as the zoo's models and
+    Qwen2.5 are); "auto" scores any other causal LM with the sequential backend (`registry.make_backend`)."""
+    return isinstance(model, Qwen2ForCausalLM)
+
+
 class BatchedBackend:
     """Score every member of a population in one batched greedy decode (see the module docstring); the same
     rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
@@ -297,8 +303,8 @@ class BatchedBackend:
         return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
 
     def check_model(self, model) -> None:
-        """Raise unless `model` is one this backend's forward implements."""
-        if not isinstance(model, Qwen2ForCausalLM):
+        """Raise unless `model` is one this backend's forward implements (`supports`)."""
+        if not supports(model):
             raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
                             "(use ESConfig.backend='sequential')")
 
