@@ -315,11 +315,11 @@ def run_identity(config, task=None):
     when its task is built in (the identity every stored run is found by), else its canonical form plus
     `task_version` (`tasks.task_version`: the task's code, or the version it declares), so that a run of an edited
     verifier is trained anew instead of served from the store. `task` is the task the run trains on (default:
-    the one `config.task` names, e.g. added by `tasks.register_task`)."""
+    the one `config.task` names, e.g. added by `tasks.register_task`; an unknown name is left to the checks)."""
     from esreason_lib.store.identity import canonical_config
-    from esreason_lib.tasks import TASK_NAMES, task_version
+    from esreason_lib.tasks import TASK_NAMES, task_names, task_version
 
-    if task is None and config.task in TASK_NAMES:
+    if task is None and (config.task in TASK_NAMES or config.task not in task_names()):
         return config
     version = task_version(task if task is not None else config_task(config))
     return config if version is None else {**canonical_config(config), "task_version": version}

@@ -57,6 +57,11 @@ def register_task(name: str, factory: Callable[..., Task]) -> None:
     _REGISTRY[name] = factory
 
 
+def task_names() -> tuple[str, ...]:
+    """Every name `get_task` accepts: the built-in ones (`TASK_NAMES`), then those `register_task` added."""
+    return tuple(_REGISTRY)
+
+
 def import_task_module(spec: str) -> None:
     """Import the module `spec` names, which registers its tasks (`register_task`); "MODULE:CLASS" also registers
     the `Task` subclass CLASS under its `name` (`esreason train --task-module`). ImportError or ValueError naming
@@ -76,9 +81,9 @@ def import_task_module(spec: str) -> None:
 def get_task(name: str, **kwargs) -> Task:
     """A new task instance by name (kwargs go to its constructor); ValueError naming the choices otherwise."""
     if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        close = difflib.get_close_matches(str(name), task_names(), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown task {name!r}; {hint}choose one of {tuple(_REGISTRY)} (or `register_task` "
+        raise ValueError(f"unknown task {name!r}; {hint}choose one of {task_names()} (or `register_task` "
                          f"your own)")
     return _REGISTRY[name](**kwargs)
 
@@ -143,5 +148,6 @@ __all__ = [
     "get_task",
     "import_task_module",
     "register_task",
+    "task_names",
     "task_version",
 ]
