@@ -18,6 +18,7 @@ import sys
 import types
 from importlib import import_module
 
+from esreason_lib.store.identity import register_zoo_versions
 from esreason_lib.version import __version__  # noqa: F401 (eager: the store records it)
 
 # name -> the module that defines it; imported on first use (PEP 562), so `import esreason_lib.metrics` loads no
@@ -42,6 +43,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return __all__
+
+
+def _zoo_versions() -> dict[str, str]:
+    """`models.zoo.zoo_versions()`, imported when a run's identity first needs it: the package wires the zoo into
+    `store.identity` here, so that the store, below the models, imports no model code."""
+    from esreason_lib.models.zoo import zoo_versions
+
+    return zoo_versions()
+
+
+register_zoo_versions(_zoo_versions)
 
 
 class _Package(types.ModuleType):
