@@ -7,7 +7,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
-    power --preset tiny                MDE and cost of candidate designs from the stored checks (`power_report`)
+    power --preset tiny                MDE and cost of candidate designs from the stored checks (`paper.power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).

@@ -1,4 +1,4 @@
-"""Population evaluators: seeds in, rewards out. The ES update (`es.ES.tell`) never knows which one ran.
+"""Population evaluators: seeds in, rewards out. The ES update (`es.core.ES.tell`) never knows which one ran.
 
 A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
 perturbs the one model in place member by member (exact restore, see `es.noise`), generates on the step's

@@ -1,6 +1,6 @@
 """A population-batched ES evaluator: every member of a population decodes greedily in one batched forward.
 
-`BatchedBackend` implements `es.backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
+`BatchedBackend` implements `es.backends.base.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
 once, materialises each member's weights W_i = fl(W + sign_i * sigma * eps(seed_i)) with the very kernel
 `es.noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
 tensor ([N, *shape]: N copies of the weights, never N model objects), and runs a functional Qwen2 forward in
