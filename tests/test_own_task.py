@@ -88,6 +88,17 @@ def test_task_version_is_none_for_built_in_tasks_and_code_for_yours():
     assert task_version(EditedParity()) not in (ours, None)
     assert task_version(DeclaredParity()) == "2"
 
+    class DuckTyped:  # a task that does not subclass Task: its code counts too
+        def is_correct(self, completion, example):
+            return False
+
+    class EditedDuckTyped:
+        def is_correct(self, completion, example):
+            return True
+
+    assert task_version(DuckTyped()).startswith("code:")
+    assert task_version(DuckTyped()) != task_version(EditedDuckTyped())
+
 
 def test_task_version_without_source_hashes_the_code():
     """A class typed into a notebook or REPL has no source file: its methods' code is hashed instead, so an edited

@@ -117,7 +117,8 @@ def task_version(task: Task) -> str | None:
     """What a run's identity records of `task`'s code: None for a built-in task (whose stored runs keep their
     identities; a built-in verifier changes only with this package's version), the `version` the task declares
     when it sets one, else "code:" and 12 hex of a sha256 over the qualified name and source of every class of its
-    type outside this package (`_class_source`), so that editing a verifier trains anew."""
+    type outside this package (`_class_source`; a duck-typed task that does not subclass `Task` too), so that
+    editing a verifier trains anew."""
     cls = type(task)
     if cls.__module__.startswith("esreason_lib."):
         return None
@@ -125,7 +126,7 @@ def task_version(task: Task) -> str | None:
         return str(task.version)
     digest = hashlib.sha256()
     for klass in cls.__mro__:
-        if issubclass(klass, Task) and not klass.__module__.startswith("esreason_lib."):
+        if klass.__module__ not in ("builtins", "abc") and not klass.__module__.startswith("esreason_lib."):
             digest.update(f"{klass.__module__}.{klass.__qualname__}\n".encode() + _class_source(klass))
     return "code:" + digest.hexdigest()[:12]
 
