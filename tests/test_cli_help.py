@@ -25,7 +25,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
-def test_help_imports_no_torch_transformers_or_pandas():
+def test_help_imports_no_torch_transformers_numpy_or_pandas():
     res = _python(textwrap.dedent("""
         import sys
         from esreason_lib.cli import build_parser, main
@@ -36,7 +36,7 @@ def test_help_imports_no_torch_transformers_or_pandas():
                 main(argv)
             except SystemExit:
                 pass
-        print(sorted(m for m in ("torch", "transformers", "pandas") if m in sys.modules))
+        print(sorted(m for m in ("torch", "transformers", "numpy", "pandas") if m in sys.modules))
         """))
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines()[-1] == "[]"

@@ -12,10 +12,9 @@ import json
 import platform
 import re
 import subprocess
+import sys
 from pathlib import Path, PurePath
 from typing import Callable, Mapping
-
-import numpy as np
 
 from esreason_lib.paths import REPO_ROOT, run_store_root
 
@@ -68,7 +67,8 @@ def jsonable(obj, where: str = "config", *, legacy: bool = False):
         return jsonable(obj.value, where, legacy=legacy)
     if isinstance(obj, PurePath):
         return str(obj)
-    if isinstance(obj, np.generic):
+    numpy = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported: the package stays light
+    if numpy is not None and isinstance(obj, numpy.generic):
         return obj.item()
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
