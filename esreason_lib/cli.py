@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "also every --set field of its config")
     train.add_argument("method", choices=["es", "grpo", "sequence"])
     train.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field (`train es --help` lists them)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field (`train es --help` lists them)")
     train.add_argument("--task-module", action="append", default=[], metavar="MODULE[:CLASS]", help="import "
                        "MODULE first (it calls esreason_lib.register_task), or register its Task subclass CLASS under "
                        "its name; then --set task=NAME trains on it")
@@ -294,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     bases.set_defaults(func=_bases)
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
     rep.add_argument("notebooks", nargs="*")
-    rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET", help="override every notebook's preset")
+    rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET",
+                     help="override every notebook's preset")
     rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)

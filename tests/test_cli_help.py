@@ -78,8 +78,8 @@ def test_train_method_help_lists_its_fields_one_line_each(capsys):
     out = capsys.readouterr().out
     assert exc.value.code == 0
     assert "--set fields of ESConfig (KEY=VALUE" in out
-    assert "  sigma                   Perturbation scale: member i is evaluated at theta + sign_i * sigma * eps_i, ..." \
-        in out.splitlines()
+    sigma = "  sigma                   Perturbation scale: member i is evaluated at theta + sign_i * sigma * eps_i, ..."
+    assert sigma in out.splitlines()
     assert "  temperature             Sampling temperature when not `greedy`." in out.splitlines()
     assert "presets (--preset NAME):" in out and "group_size" not in out
     field_lines = out.split("--set fields of ESConfig", 1)[1].splitlines()[1:]
@@ -162,7 +162,8 @@ def test_task_module_names_your_task_from_the_cli(tmp_path, monkeypatch, capsys)
             def is_correct(self, completion, example):
                 return self.extract_answer(completion) == ("yes" if example["n"] % 2 == 0 else "no")
         ''')
-    (tmp_path / "my_tasks.py").write_text(body.format(cls="Parity", name="parity") + '\nregister_task("parity", Parity)\n')
+    registers = '\nregister_task("parity", Parity)\n'
+    (tmp_path / "my_tasks.py").write_text(body.format(cls="Parity", name="parity") + registers)
     (tmp_path / "more_tasks.py").write_text(body.format(cls="Evens", name="evens"))
     monkeypatch.delitem(sys.modules, "my_tasks", raising=False)
     monkeypatch.delitem(sys.modules, "more_tasks", raising=False)

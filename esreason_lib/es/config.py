@@ -53,8 +53,9 @@ class ESConfig(RunSettings):
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
     """Perturbation family (`es.lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
-    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es.backends.lowrank.LowRankBackend`,
-    so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
+    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by
+    `es.backends.lowrank.LowRankBackend`, so it needs greedy=True and backend "auto" or "batched"; `tell` moves
+    along the same directions)."""
     rank: int = field(default=1, metadata=ADDED_OPTION)
     """r of the "lowrank" noise (ignored by "full")."""
     gpus_per_worker: float | None = field(default=None, metadata=execution())

@@ -69,7 +69,9 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
     `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
-    overrides `make_backend(config, ..., model=model)` (a backend made here is closed at the end, one passed in is not). With
+    overrides `make_backend(config, ..., model=model)` (a backend made here is closed at the end, one passed in is
+    not). A complete run of the same identity (`training.run_identity`: the config, and the code of a task that is
+    not built in) is returned as it is, saying so on stderr when `progress`, and `model` is left untouched. With
     `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
     without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
     iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
