@@ -5,9 +5,11 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 
 - `ESConfig`, `ES` (ask/tell), `train_es`: evolution strategies (`esreason_lib.es`);
 - `GRPOConfig`, `train_grpo`: the gradient baseline (`esreason_lib.grpo`);
-- `Task` (subclass it for your own verifier), `get_task` (the built-in tasks by name);
+- `Task` (subclass it for your own verifier), `register_task` (name it for configs and the CLI), `get_task` (a
+  task by name);
 - `load_model` (a zoo name, a local model directory or a hub id -> model, tokenizer), `evaluate` (n samples per
-  problem: Pass@k, greedy accuracy) and `pass_at_k` (the unbiased estimator).
+  problem: Pass@k, greedy accuracy), `results_table` (evaluations side by side, e.g. before / after training) and
+  `pass_at_k` (the unbiased estimator).
 
 README.md has a 20-line example; docs/ the rest.
 """
@@ -16,6 +18,7 @@ import sys
 import types
 from importlib import import_module
 
+from esreason_lib.store.identity import register_zoo_versions
 from esreason_lib.version import __version__  # noqa: F401 (eager: the store records it)
 
 # name -> the module that defines it; imported on first use (PEP 562), so `import esreason_lib.metrics` loads no
@@ -24,7 +27,7 @@ _API = {
     "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
     "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config", "train_grpo": "esreason_lib.grpo.loop",
     "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
-    "get_task": "esreason_lib.tasks"
+    "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluate",
 }
 
 __all__ = sorted([*_API, "__version__"])
@@ -40,6 +43,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return __all__
+
+
+def _zoo_versions() -> dict[str, str]:
+    """`models.zoo.zoo_versions()`, imported when a run's identity first needs it: the package wires the zoo into
+    `store.identity` here, so that the store, below the models, imports no model code."""
+    from esreason_lib.models.zoo import zoo_versions
+
+    return zoo_versions()
+
+
+register_zoo_versions(_zoo_versions)
 
 
 class _Package(types.ModuleType):

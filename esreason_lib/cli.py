@@ -7,7 +7,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
-    power --preset tiny                MDE and cost of candidate designs from the stored checks (`power_report`)
+    power --preset tiny                MDE and cost of candidate designs from the stored checks (`paper.power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
@@ -25,8 +25,16 @@ import sys
 import warnings
 from typing import Sequence
 
-from esreason_lib.paper.studies.presets import PRESETS, get_preset
+from esreason_lib.cli_help import EXAMPLES, OneLineParser, TrainHelp, preset_name, presets_help, suggest
+
 from esreason_lib.threads import choose_threads, use_threads
+
+
+def get_preset(name: str, **overrides):
+    """`paper.studies.presets.get_preset`, imported when a command runs (the presets import torch)."""
+    from esreason_lib.paper.studies.presets import get_preset as preset
+
+    return preset(name, **overrides)
 
 
 def parse_assignments(items: Sequence[str], config) -> dict:
@@ -39,7 +47,8 @@ def parse_assignments(items: Sequence[str], config) -> dict:
         if not sep or not key:
             raise ValueError(f"--set expects key=value, got {item!r}")
         if key not in fields:
-            raise ValueError(f"--set {key!r} is not a field of {type(config).__name__}; fields: {sorted(fields)}")
+            raise ValueError(f"--set {key!r} is not a field of {type(config).__name__}{suggest(key, fields)} "
+                             f"(`esreason train METHOD --help` lists them)")
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -57,6 +66,7 @@ def before_after(preset, runs) -> str:
     held-out problems of the runs' task (the preset gives the evaluation protocol)."""
     from dataclasses import replace
 
+    from esreason_lib.evaluate import results_table
     from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 
     n = min(EVAL_SAMPLES, preset.eval.n_samples)
@@ -68,14 +78,10 @@ def before_after(preset, runs) -> str:
         task_kwargs = preset.test_task_kwargs()  # paper-hard trains on DeepScaleR (no test split), tests on MATH-500
     rows = [("base " + base, base)] + [(run.path.name, model_ref(run)) for run in runs]
     cols = (["eval/greedy"] if spec.greedy else []) + [f"eval/pass@{k}" for k in ks]
-    width = max(len(name) for name, _ in rows)
-    lines = [f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}",
-             f"{'model':<{width}}  " + "  ".join(f"{c.split('/')[1]:>8}" for c in cols)]
-    for name, ref in rows:
-        summary = evaluate_ref(ref, task, task_kwargs, spec, device=preset.device,
-                               progress=False).summary()
-        lines.append(f"{name:<{width}}  " + "  ".join(f"{summary[c]:>8.3f}" for c in cols))
-    return "\n".join(lines)
+    results = {name: evaluate_ref(ref, task, task_kwargs, spec, device=preset.device, progress=False)
+               for name, ref in rows}
+    return (f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}\n"
+            + results_table(results, cols))
 
 
 def group_by_method(items: Sequence[str]) -> dict[str, list[str]]:
@@ -115,7 +121,12 @@ def gpu_settings(method: str, gpus_per_worker: float | None, memory_share: float
 
 def _train(args) -> int:
     from esreason_lib.methods import sequence_stages, train_sequence
+    from esreason_lib.tasks import import_task_module
 
+    if args.task_module and os.getcwd() not in sys.path:  # as under `python -m`: ./my_tasks.py is importable
+        sys.path.insert(0, os.getcwd())
+    for spec in args.task_module:
+        import_task_module(spec)
     preset = get_preset(args.preset)
     keep = ["keep_checkpoints=True"] if args.keep_checkpoints else []
     keep = [f"{m}.{x}" for m in ("es", "grpo") for x in keep] if args.method == "sequence" else keep
@@ -259,14 +270,22 @@ def _import_results(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="esreason", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="esreason", description=__doc__.split("\n")[0], epilog=f"{EXAMPLES}\n\n"
+                           f"{presets_help()}", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", default=None, help="torch / OpenMP threads: a number or 'auto' (default: "
                         "$ESREASON_THREADS, else $OMP_NUM_THREADS, else auto: the usable cores the load leaves idle)")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train ES, GRPO or a sequence of both")
+    train = sub.add_parser("train", help="train ES, GRPO or a sequence of both", add_help=False,
+                           epilog=presets_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("-h", "--help", action=TrainHelp, help="show this help; after the method (train es --help) "
+                       "also every --set field of its config")
     train.add_argument("method", choices=["es", "grpo", "sequence"])
-    train.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    train.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field (`train es --help` lists them)")
+    train.add_argument("--task-module", action="append", default=[], metavar="MODULE[:CLASS]", help="import "
+                       "MODULE first (it calls esreason_lib.register_task), or register its Task subclass CLASS under "
+                       "its name; then --set task=NAME trains on it")
     train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
     train.add_argument("--budget", type=int, default=None,
                        help="every method's full budget in a sequence (default: the preset's)")
@@ -290,16 +309,17 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("name")
     pre.set_defaults(func=_pretrain)
     bases = sub.add_parser("bases", help="print the preset's zoo bases (what `make reproduce` pretrains first)")
-    bases.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    bases.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
     bases.set_defaults(func=_bases)
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
     rep.add_argument("notebooks", nargs="*")
-    rep.add_argument("--preset", default=None, choices=sorted(PRESETS), help="override every notebook's preset")
+    rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET",
+                     help="override every notebook's preset")
     rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)
     pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
-    pf.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    pf.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
     pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
     pf.set_defaults(func=_prefill)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
@@ -307,11 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "tiny-exact), a store without the last run's records leaves the tables as they are")
     cl.set_defaults(func=_claims)
     cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
-    cmp.add_argument("a", choices=sorted(PRESETS))
-    cmp.add_argument("b", choices=sorted(PRESETS))
+    cmp.add_argument("a", type=preset_name, metavar="PRESET")
+    cmp.add_argument("b", type=preset_name, metavar="PRESET")
     cmp.set_defaults(func=_compare_findings)
     pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
-    pw.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    pw.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
     pw.set_defaults(func=_power)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "
                         "identity, so that the runs that read other runs are found there")
@@ -338,16 +358,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line. Bad input (ValueError), a missing extra (ImportError), a result that
     `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a notebook that raised (`NotebookError`, with the
-    notebook's own error line), a native kernel that cannot be built or trusted (`KernelBuildError`) and file-system or start-up failures (OSError: read-only or full disk, a path that
-    is a file, Ray not starting in time; safetensors' own write errors) are one `esreason: error:` line on stderr and exit status 2, never a
-    traceback."""
+    notebook's own error line), a native kernel that cannot be built or trusted (`KernelBuildError`) and
+    file-system or start-up failures (OSError: read-only or full disk, a path that is a file, Ray not starting in
+    time; safetensors' own write errors) are one `esreason: error:` line on stderr and exit status 2, never a
+    traceback. Nothing heavy (torch, transformers) is imported before the arguments parse, so `--help` and a bad
+    command line answer at once."""
+    args = build_parser().parse_args(argv)
     from safetensors import SafetensorError
 
     from esreason_lib.models.native import KernelBuildError
     from esreason_lib.paper.notebooks import NotebookError
     from esreason_lib.store.runs import MissingResult
 
-    args = build_parser().parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:

@@ -14,6 +14,7 @@ import functools
 import io
 import json
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -239,6 +240,27 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     finally:
         if backend == "vllm":
             sampler.close()
+
+
+def results_table(results: Mapping[str, EvalResult], columns: Sequence[str] | None = None) -> str:
+    """An aligned text table of `results` ({row name: `EvalResult`}, e.g. {"before": ..., "after": ...}): one row
+    each, one column per `EvalResult.summary` key of `columns` (default: `eval/greedy` when every result has it,
+    then `eval/pass@k` for each k of the first result's curve), three decimals."""
+    if not results:
+        raise ValueError("results_table: results must name at least one EvalResult")
+    summaries = {name: result.summary() for name, result in results.items()}
+    if columns is None:
+        greedy = all("eval/greedy" in summary for summary in summaries.values())
+        first = next(iter(results.values()))
+        columns = (["eval/greedy"] if greedy else []) + [f"eval/pass@{int(k)}" for k in first.curve["k"]]
+    missing = sorted({c for summary in summaries.values() for c in columns if c not in summary})
+    if missing:
+        raise ValueError(f"results_table: columns {missing} are not in every result's summary")
+    width = max(len("model"), *map(len, summaries))
+    lines = [f"{'model':<{width}}  " + "  ".join(f"{c.split('/')[-1]:>8}" for c in columns)]
+    lines += [f"{name:<{width}}  " + "  ".join(f"{summary[c]:>8.3f}" for c in columns)
+              for name, summary in summaries.items()]
+    return "\n".join(lines)
 
 
 def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature, top_p, ks, greedy, max_new_tokens,

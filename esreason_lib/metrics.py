@@ -8,7 +8,7 @@ training seeds and then problems by hand (`hierarchical_bootstrap_ci` says why);
 
 Pass@K (Chen et al. 2021, unbiased): 1 - C(n-c, K) / C(n, K) = 1 - prod_{i=n-c+1}^{n} (1 - K / i).
 Lemma 2's quantities (`js_success`, `pass_population`, `pass_same`, `pass_gap_approx`; the lemma is stated in
-`theory`) take a population of N members' success probabilities p_i on one problem.
+`paper.theory`) take a population of N members' success probabilities p_i on one problem.
 """
 
 from __future__ import annotations

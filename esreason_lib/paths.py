@@ -19,7 +19,7 @@ BUILD_DIR = REPO_ROOT / "build" / "notebooks"
 CLAIMS_PATH = REPO_ROOT / "papers" / "claims.md"
 """The generated findings table."""
 README_PATH = REPO_ROOT / "README.md"
-"""The README, whose findings block `claims.write_claims` replaces."""
+"""The README, whose findings block `paper.claims.write_claims` replaces."""
 
 
 def run_store_root() -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,7 +165,7 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
     from esreason_lib.models.load import model_context_length
     from esreason_lib.store.runs import run_exists
 
-    if run_exists(kind, config, home=home):
+    if run_exists(kind, run_identity(config, task), home=home):
         return
     cls = type(config).__name__
     for module in BACKEND_EXTRAS.get(config.backend, ()):
@@ -299,16 +300,40 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
     Returns `(run, None)` for a complete run, else `(run, (model, tokenizer, task, examples))`."""
     from esreason_lib.store.runs import Run, run_exists
 
-    if run_exists(kind, config, home=home):
-        return Run.open(kind, config, seed=config.seed, home=home, lock=True), None
+    identity = run_identity(config, task)
+    if run_exists(kind, identity, home=home):
+        return _reused(Run.open(kind, identity, seed=config.seed, home=home, lock=True), progress), None
     check_training_config(kind, config, model=model, tokenizer=tokenizer, task=task, home=home)
     inputs = training_inputs(config, model=model, tokenizer=tokenizer, task=task, home=home, progress=progress,
                              caller=f"train_{kind}")
     check_inputs(config, *inputs)
-    run = Run.open(kind, config, seed=config.seed, home=home, lock=True)
+    run = Run.open(kind, run_identity(config, inputs[2]), seed=config.seed, home=home, lock=True)
     if run.is_complete():  # finished by the process that held the lock
-        return run, None
+        return _reused(run, progress), None
     return run, inputs
+
+
+def run_identity(config, task=None):
+    """What names a training run of `config` (an `ESConfig` or `GRPOConfig`) in the run store: the config itself
+    when its task is built in (the identity every stored run is found by), else its canonical form plus
+    `task_version` (`tasks.task_version`: the task's code, or the version it declares), so that a run of an edited
+    verifier is trained anew instead of served from the store. `task` is the task the run trains on (default:
+    the one `config.task` names, e.g. added by `tasks.register_task`; an unknown name is left to the checks)."""
+    from esreason_lib.store.identity import canonical_config
+    from esreason_lib.tasks import TASK_NAMES, task_names, task_version
+
+    if task is None and (config.task in TASK_NAMES or config.task not in task_names()):
+        return config
+    version = task_version(task if task is not None else config_task(config))
+    return config if version is None else {**canonical_config(config), "task_version": version}
+
+
+def _reused(run, say: bool):
+    """`run` (complete, found in the store), after one line on stderr saying so when `say`."""
+    if say:
+        print(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again",
+              file=sys.stderr)
+    return run
 
 
 SNAPSHOTS = "snapshots"

@@ -44,25 +44,48 @@ def test_readme_is_short_and_its_links_resolve():
     assert links and all((ROOT / link).exists() for link in links), [l for l in links if not (ROOT / l).exists()]
 
 
+def _random_causal_lm(architecture: str, tokenizer):
+    """A randomly initialised causal LM of `architecture` for `tokenizer`: the zoo's tiny Qwen2, or a GPT-2 of the
+    same scale."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from esreason_lib.models.zoo import tiny_random_qwen2
+
+    if architecture == "qwen2":
+        return tiny_random_qwen2(len(tokenizer), seed=0)
+    eos = tokenizer.eos_token_id
+    return GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                                      bos_token_id=eos, eos_token_id=eos))
+
+
 @pytest.mark.slow
-def test_readme_example_trains_es_on_a_model_directory_with_a_custom_verifier(tmp_path):
-    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+@pytest.mark.parametrize("architecture", ["qwen2", "gpt2"])
+def test_readme_example_trains_es_on_a_model_directory_with_a_custom_verifier(architecture, tmp_path):
+    """The README's block run as written on any causal LM directory (a GPT-2: "auto" falls back to the sequential
+    backend and says so), printing the run and its before/after table; the repository's code is imported."""
+    from esreason_lib.models.zoo import build_char_tokenizer
 
     block = README.read_text().split("## ES on your own model and verifier", 1)[1]
     code = block.split("```python\n", 1)[1].split("```", 1)[0]
     model_dir = tmp_path / "my-model"
     tokenizer = build_char_tokenizer()
-    tiny_random_qwen2(len(tokenizer), seed=0).save_pretrained(model_dir)
+    _random_causal_lm(architecture, tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     assert 'model_dir = "path/to/your/hf-model"' in code
     script = tmp_path / "example.py"
     script.write_text(code.replace("path/to/your/hf-model", str(model_dir)))
     res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                              "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr[-2000:]
     runs = list((tmp_path / "runs").glob("es-*"))
     assert len(runs) == 1
     manifest = json.loads((runs[0] / "manifest.json").read_text())
     assert manifest["status"] == "complete"
     assert len((runs[0] / "metrics.jsonl").read_text().splitlines()) == 4
-    assert "pass_at_k" in res.stdout
+    out = res.stdout.splitlines()
+    assert out[0] == str(runs[0].resolve()) or out[0].endswith(runs[0].name), out
+    assert out[1].split() == ["model", "greedy", "pass@1", "pass@8"], out
+    assert [line.split()[0] for line in out[2:]] == ["before", "after"], out
+    fallback = [line for line in res.stderr.splitlines() if "sequential backend" in line]
+    assert len(fallback) == (architecture == "gpt2"), res.stderr[-2000:]

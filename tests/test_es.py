@@ -344,7 +344,8 @@ def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monke
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=2, iterations=1, prompts_per_step=2,
                    checkpoint_every=0, device="cpu", seed=0, backend="sequential")
-    monkeypatch.setattr(es_module, "make_backend", lambda config, task, tok: Closing.from_config(config, task, tok))
+    monkeypatch.setattr(es_module, "make_backend",
+                        lambda config, task, tok, model=None: Closing.from_config(config, task, tok))
     es_module.train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path / "made", progress=False)
     assert len(closed) == 1
     mine = Closing.from_config(cfg, Paren(), tok)

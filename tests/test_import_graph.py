@@ -111,6 +111,15 @@ def test_es_core_sits_at_the_bottom_of_es():
     assert upward == []
 
 
+def test_store_imports_no_model_code():
+    """The run store sits below the models: the zoo's versions reach a run's identity through a provider the
+    package registers (`store.identity.register_zoo_versions`), not through an import."""
+    graph = import_graph()
+    store = [m for m in graph if m.startswith("esreason_lib.store")]
+    upward = {m: sorted(d for d in reachable(graph, m) if d.startswith("esreason_lib.models")) for m in store}
+    assert {m: d for m, d in upward.items() if d} == {}
+
+
 def test_light_modules_load_no_transformers():
     import subprocess
     import sys

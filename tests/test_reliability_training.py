@@ -181,6 +181,7 @@ def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
     from esreason_lib.store.runs import Run
     from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.training import run_identity
 
     class NanReward:
         name, stop, max_new_tokens = "nan-reward", None, 3
@@ -202,6 +203,6 @@ def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
                    prompts_per_step=2, checkpoint_every=0, device="cpu", backend="sequential")
     with pytest.raises(NonFiniteError, match="rewards must be finite"):
         train_es(cfg, model=tiny_random_qwen2(len(tok)), tokenizer=tok, task=NanReward(), home=tmp_path, progress=False)
-    run = Run.open("es", cfg, seed=cfg.seed, home=tmp_path)
+    run = Run.open("es", run_identity(cfg, NanReward()), seed=cfg.seed, home=tmp_path)  # its code is in its identity
     assert not run.is_complete() and run.manifest()["status"] == "failed"
     assert "train_es iteration 1" in run.manifest()["error"]

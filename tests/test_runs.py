@@ -208,6 +208,17 @@ def test_zoo_versions_join_the_run_identity(tmp_path, monkeypatch):
     assert "zoo_versions" not in Run.open("zoo", {"name": "smoke"}, seed=0, home=tmp_path).config
 
 
+def test_an_identity_without_a_registered_zoo_is_refused(monkeypatch):
+    """The package registers the zoo's versions at import; without them an identity could name another run."""
+    from esreason_lib.store import identity
+
+    monkeypatch.setattr(identity, "_ZOO_VERSIONS", [])
+    with pytest.raises(RuntimeError, match="a run's identity needs the model zoo's versions, and none is registered"):
+        identity.with_zoo_versions({"model": "smoke"})
+    identity.register_zoo_versions(lambda: {"smoke": "0123456789"})
+    assert identity.with_zoo_versions({"model": "smoke"})["zoo_versions"] == {"smoke": "0123456789"}
+
+
 def test_package_versions_names_the_stack():
     import platform
 

@@ -44,11 +44,11 @@ class ESConfig(RunSettings):
     temperature: float = 1.0
     """Sampling temperature when not `greedy`."""
     backend: str = field(default="auto", metadata=execution(exact=EXACT_BACKENDS))
-    """Population evaluator (`es.backends.BACKENDS`): "batched", "fast" (batched with fused float ops: not
+    """Population evaluator (`es.backends.base.BACKENDS`): "batched", "fast" (batched with fused float ops: not
     bit-identical, see `es.backends.fast`), "native" ("fast" with a compiled attention kernel), "sequential",
     "ray" (`workers` actors), "vllm" (one vLLM engine, extra `vllm`), "ray-vllm" (`workers` actors with one vLLM
     engine each), or "auto" (batched when greedy in float32, where its rewards equal the sequential path's bit for
-    bit)."""
+    bit, and the model a Qwen2ForCausalLM, the architecture its forward implements; else sequential)."""
     workers: int = field(default=2, metadata=execution())
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     ray_address: str | None = field(default=None, metadata=execution())
@@ -56,8 +56,9 @@ class ESConfig(RunSettings):
     else a new local cluster (`es.backends.ray_cluster.start_ray`). Placement only."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
     """Perturbation family (`es.lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
-    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by `es.lowrank.LowRankBackend`,
-    so it needs greedy=True and backend "auto" or "batched"; `tell` moves along the same directions)."""
+    each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by
+    `es.backends.lowrank.LowRankBackend`, so it needs greedy=True and backend "auto" or "batched"; `tell` moves
+    along the same directions)."""
     rank: int = field(default=1, metadata=ADDED_OPTION)
     """r of the "lowrank" noise (ignored by "full")."""
     gpus_per_worker: float | None = field(default=None, metadata=execution())
@@ -98,6 +99,6 @@ class ESConfig(RunSettings):
         check_gpus_per_worker("ESConfig", self.gpus_per_worker)
         check_memory_share("ESConfig", self.gpu_memory_utilization)
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),
-              "must be 'auto' or 'batched' with noise='lowrank' (scored by es.lowrank.LowRankBackend only)")
+              "must be 'auto' or 'batched' with noise='lowrank' (scored by es.backends.lowrank.LowRankBackend only)")
         check(self, "greedy", self.noise != "lowrank" or self.greedy,
               "must be True with noise='lowrank' (its batched decode is greedy)")

@@ -69,7 +69,9 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
 
     `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
     `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
-    overrides `make_backend(config, ...)` (a backend made here is closed at the end, one passed in is not). With
+    overrides `make_backend(config, ..., model=model)` (a backend made here is closed at the end, one passed in is
+    not). A complete run of the same identity (`training.run_identity`: the config, and the code of a task that is
+    not built in) is returned as it is, saying so on stderr when `progress`, and `model` is left untouched. With
     `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
     without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
     iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
@@ -91,7 +93,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     model, tokenizer, task, examples = inputs
     model.eval()
     owned = backend is None
-    backend = backend or make_backend(config, task, tokenizer)
+    backend = backend or make_backend(config, task, tokenizer, model=model)
     es = ES(config, model)
     theta0 = {k: p.detach().clone() for k, p in es.params.items()}  # the base, on the device: drift stays there
     record_device(run, model)

@@ -10,7 +10,7 @@ would freeze them, since ES moves only what it perturbs.
 
 Update. `ES.tell` calls `apply_lowrank_update`: theta <- theta + alpha/N * sum_i z_i sign_i E_i (E_i the
 member's low-rank direction for 2-D tensors, its Gaussian noise for the others), the paper convention of
-`es.py` (alpha absorbs 1/sigma), through `es.noise.apply_update`'s kernel.
+`es.core` (alpha absorbs 1/sigma), through `es.noise.apply_update`'s kernel.
 
 Speed (`benchmarks/bench_es.py lowrank`, default base `qwen2-s-habit`, N=32, 128 prompts, one thread, on the
 2-core machine at load ~12): a low-rank step (evaluation + update) takes about the full-rank batched step's time

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
 from esreason_lib.seeding import derive_seed
+from esreason_lib.store.identity import config_hash
 from esreason_lib.validation import check, check_nonnegative_float, check_positive_int, is_real
 
 PAD_TOKEN = "<pad>"
@@ -210,6 +211,12 @@ ZOO: dict[str, ZooSpec] = {
 
 DEFAULT_BASE = "qwen2-s"
 """The default base model of the CPU studies."""
+
+
+def zoo_versions() -> dict[str, str]:
+    """{name: hash of its spec} of every zoo model: what a run's identity records of the zoo models its config
+    names (`store.identity.with_zoo_versions`; the package registers it there, `esreason_lib/__init__.py`)."""
+    return {name: config_hash(spec) for name, spec in ZOO.items()}
 
 
 def get_spec(name: str | ZooSpec) -> ZooSpec:

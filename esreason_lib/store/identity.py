@@ -12,9 +12,9 @@ import json
 import platform
 import re
 import subprocess
+import sys
 from pathlib import Path, PurePath
-
-import numpy as np
+from typing import Callable, Mapping
 
 from esreason_lib.paths import REPO_ROOT, run_store_root
 
@@ -67,7 +67,8 @@ def jsonable(obj, where: str = "config", *, legacy: bool = False):
         return jsonable(obj.value, where, legacy=legacy)
     if isinstance(obj, PurePath):
         return str(obj)
-    if isinstance(obj, np.generic):
+    numpy = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported: the package stays light
+    if numpy is not None and isinstance(obj, numpy.generic):
         return obj.item()
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
@@ -134,15 +135,30 @@ def _strings(obj):
             yield from _strings(v)
 
 
+_ZOO_VERSIONS: list[Callable[[], Mapping[str, str]]] = []
+"""The model zoo's `{name: version}` provider (`register_zoo_versions`): the package registers
+`models.zoo.zoo_versions` when it is imported (`esreason_lib/__init__.py`), so that this module, below the models,
+imports no model code."""
+
+
+def register_zoo_versions(versions: Callable[[], Mapping[str, str]]) -> None:
+    """Make `versions()` (`{zoo model name: hash of its spec}`, called at every use) the zoo that
+    `with_zoo_versions` consults; a second registration replaces the first."""
+    _ZOO_VERSIONS[:] = [versions]
+
+
 def with_zoo_versions(cfg: dict) -> dict:
     """`cfg` plus `"zoo_versions": {name: hash of its ZooSpec}` for every zoo model name among its string values.
 
     A run that starts from a zoo model by name must not be reused once that model's recipe changes (a new
-    habit fraction, step budget, ...), so the spec's hash joins the run's identity."""
-    from esreason_lib.models.zoo import ZOO
-
-    names = sorted({s for s in _strings(cfg) if s in ZOO})
-    return {**cfg, "zoo_versions": {n: config_hash(ZOO[n]) for n in names}} if names else cfg
+    habit fraction, step budget, ...), so the spec's hash joins the run's identity. RuntimeError when no zoo is
+    registered (an identity computed without it could name another run)."""
+    if not _ZOO_VERSIONS:
+        raise RuntimeError("a run's identity needs the model zoo's versions, and none is registered "
+                           "(`store.identity.register_zoo_versions`; importing esreason_lib registers the zoo's)")
+    zoo = _ZOO_VERSIONS[0]()
+    names = sorted({s for s in _strings(cfg) if s in zoo})
+    return {**cfg, "zoo_versions": {n: zoo[n] for n in names}} if names else cfg
 
 
 def stored_config(kind: str, config, legacy: bool = False, portable: bool = True) -> dict:

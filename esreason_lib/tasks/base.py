@@ -72,6 +72,11 @@ class Task(abc.ABC):
     """A stop string for generation besides EOS (e.g. "</answer>"), or None."""
     max_new_tokens: int = 32
     """A sensible generation budget in tokens for the tiny character-level models."""
+    version: str | None = None
+    """A version your own task may declare: a run's identity then records it instead of a hash of the task's code
+    (`tasks.task_version`), so a change that keeps the verifier's answers (a comment, a faster parser) keeps the
+    stored runs; change it when the answers change. Built-in tasks leave it None: their runs' identities hold no
+    code (they keep the hashes the committed results are found by)."""
 
     def __init__(self, shaping: RewardShaping = RewardShaping()):
         self.shaping = shaping

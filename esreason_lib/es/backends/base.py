@@ -1,4 +1,4 @@
-"""Population evaluators: seeds in, rewards out. The ES update (`es.ES.tell`) never knows which one ran.
+"""Population evaluators: seeds in, rewards out. The ES update (`es.core.ES.tell`) never knows which one ran.
 
 A backend is any callable `(model, population, examples, *, iteration) -> Evaluation`. `SequentialBackend`
 perturbs the one model in place member by member (exact restore, see `es.noise`), generates on the step's
@@ -46,14 +46,14 @@ class PopulationEvaluator(Protocol):
 
 
 BACKENDS = ("auto", "batched", "fast", "native", "sequential", "ray", "vllm", "ray-vllm")
-"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs (where it is exact and faster)
-and "sequential" otherwise; "fast" is `es.backends.fast.FastBackend` (greedy; batched with fused, reordered float ops:
-faster, its completions equal the sequential path's on >= 99.5% of rows, not all); "native" is
-`es.backends.fast.NativeBackend` ("fast" with its attention in a C kernel compiled at first use: the fastest,
-held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors (`es.backends.ray_actors`,
-extra `ray`);
-"vllm" scores them with one vLLM engine, perturbed in place (`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one
-such engine in each of the `workers` Ray actors (one per GPU; extras `ray` and `vllm`)."""
+"""Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs of a Qwen2ForCausalLM (where it is
+exact and faster) and "sequential" otherwise (any causal LM); "fast" is `es.backends.fast.FastBackend` (greedy;
+batched with fused, reordered float ops: faster, its completions equal the sequential path's on >= 99.5% of rows,
+not all); "native" is `es.backends.fast.NativeBackend` ("fast" with its attention in a C kernel compiled at first
+use: the fastest, held to the same agreement); "ray" scores members on `ESConfig.workers` Ray actors
+(`es.backends.ray_actors`, extra `ray`); "vllm" scores them with one vLLM engine, perturbed in place
+(`es.backends.vllm_engines`, extra `vllm`); "ray-vllm" runs one such engine in each of the `workers` Ray actors
+(one per GPU; extras `ray` and `vllm`)."""
 CENTER_FORWARD = {"fast": "fused", "native": "native"}
 """`generate`'s forward for the unperturbed model under each backend that scores members with a forward of its own
 (the others: "hf"), so that the center is scored the way its members are."""

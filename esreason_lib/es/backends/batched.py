@@ -1,6 +1,6 @@
 """A population-batched ES evaluator: every member of a population decodes greedily in one batched forward.
 
-`BatchedBackend` implements `es.backends.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
+`BatchedBackend` implements `es.backends.base.PopulationEvaluator` for Qwen2 models. Per step it tokenizes the prompts
 once, materialises each member's weights W_i = fl(W + sign_i * sigma * eps(seed_i)) with the very kernel
 `es.noise.perturb` uses (so W_i is bit-identical to the sequential path's perturbed weight), stacks them per
 tensor ([N, *shape]: N copies of the weights, never N model objects), and runs a functional Qwen2 forward in
@@ -274,6 +274,12 @@ def _decode_population(model, tokenizer, forward, n: int, ids, mask, *, max_new_
     return tokens, valid
 
 
+def supports(model) -> bool:
+    """Whether the batched forward implements `model`'s architecture (a `Qwen2ForCausalLM`, as the zoo's models and
+    Qwen2.5 are); "auto" scores any other causal LM with the sequential backend (`registry.make_backend`)."""
+    return isinstance(model, Qwen2ForCausalLM)
+
+
 class BatchedBackend:
     """Score every member of a population in one batched greedy decode (see the module docstring); the same
     rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
@@ -300,8 +306,8 @@ class BatchedBackend:
         return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
 
     def check_model(self, model) -> None:
-        """Raise unless `model` is one this backend's forward implements."""
-        if not isinstance(model, Qwen2ForCausalLM):
+        """Raise unless `model` is one this backend's forward implements (`supports`)."""
+        if not supports(model):
             raise TypeError(f"BatchedBackend: needs a Qwen2ForCausalLM, got {type(model).__name__} "
                             "(use ESConfig.backend='sequential')")
 

@@ -1,6 +1,6 @@
 """The ES population on Ray: one actor per worker, each holding a replica of the model; seeds in, rewards out.
 
-Protocol. `RayBackend` implements `es.backends.PopulationEvaluator`. On its first call it ships the driver's
+Protocol. `RayBackend` implements `es.backends.base.PopulationEvaluator`. On its first call it ships the driver's
 model once (state dict + model class + model config, with the tokenizer, the task and the `ESConfig`) and
 builds `workers` actors from it, each checked against the driver's weight checksum. Each call then sends every
 member as a (seed, sign) pair; an actor regenerates the noise (`es.noise`), perturbs its replica, scores it with
@@ -9,7 +9,7 @@ the very code the in-process path runs (a one-member `SequentialBackend` call: `
 out one per idle actor and the next one is handed to whichever actor finishes first (`ray.wait`), so a slow
 worker never stalls the step. Rewards and correctness therefore equal `SequentialBackend`'s bit for bit.
 
-Keeping the replicas in step with `ES.tell` without sending weights. `tell` (es.py) updates only the driver's
+Keeping the replicas in step with `ES.tell` without sending weights. `tell` (es/core.py) updates only the driver's
 tensors, and its inputs are (population, rewards): the population the backend was given and the rewards it
 returned. So the backend keeps the last call's (population, rewards) and, at the next call (the next
 iteration), every replica runs `ES(config, replica).tell(population, rewards)` first: the same shaping, the

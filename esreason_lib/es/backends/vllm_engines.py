@@ -1,12 +1,12 @@
 """The ES population scored by a vLLM engine: perturbed in place inside the engine's worker, restored exactly.
 
-Protocol. `VLLMBackend` implements `es.backends.PopulationEvaluator`. On its first call it starts one
+Protocol. `VLLMBackend` implements `es.backends.base.PopulationEvaluator`. On its first call it starts one
 `vllm_engine.Engine` holding the driver's weights (by Hugging Face name: the module docstring of `vllm_engine`
 says how they map onto vLLM's fused tensors and what the CPU build needs). Each member (seed, sign) is then one
 collective RPC that perturbs the engine's weights (`es.noise.perturb`, noise drawn per Hugging Face name and
 shape exactly as on the driver, so the perturbed engine weights equal the driver's bit for bit), one
 `LLM.generate` over the step's prompts, and one RPC that restores them bit for bit (`es.noise.restore`); the
-completions are scored with the task as `es.backends.score_examples` does. Only seeds, signs and texts cross the
+completions are scored with the task as `es.backends.base.score_examples` does. Only seeds, signs and texts cross the
 RPC per member.
 
 Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the backend keeps the last call's (population,
