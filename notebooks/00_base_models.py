@@ -55,7 +55,7 @@ for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
     sub = curves[curves["task"] == task]
     plot_pass_at_k({m: g for m, g in sub.groupby("model", sort=False)}, ax=ax)
     ax.set_title(task)
-save_figure(fig, "00_base_passk")
+save_figure(fig, "00_base_passk", preset=preset)
 
 # %%
 result = finding(tables)

@@ -82,7 +82,7 @@ for _, r in front.iterrows():  # arms of one method share its color: name each p
     ax.annotate(r["arm"].partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=8, xytext=(4, 4),
                 textcoords="offset points")
 ax.set_ylabel(f"pass@{int(front['k'].iloc[0])}")
-_ = save_figure(fig, "01_frontier")
+_ = save_figure(fig, "01_frontier", preset=preset)
 front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %% [markdown]
@@ -92,7 +92,7 @@ front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %%
 fig, ax = plot_frontier_paths(frontier_points(tables["paths"], int(front["k"].iloc[0])))
-_ = save_figure(fig, "01_frontier_paths")
+_ = save_figure(fig, "01_frontier_paths", preset=preset)
 
 # %% [markdown]
 # **Beside the evidence:** each arm's seed means at T = 0.6 with Maj@K and greedy accuracy (`seeds`), and the
@@ -117,7 +117,7 @@ curves, seed_curves = tables["curves"], tables["seed_curves"]
 fig, ax = plot_pass_at_k_seeds(curves[curves["arm"].isin(shown)], seed_curves[seed_curves["arm"].isin(shown)],
                                label="arm")
 ax.set_title(f"{config.task}: Pass@K at T={config.eval.temperature}, n={config.eval.n_samples}")
-_ = save_figure(fig, "01_passk")
+_ = save_figure(fig, "01_passk", preset=preset)
 summary = tables["summary"]
 format_spread(summary, ["pass@1", "pass@K", "greedy", "distinct_correct", "solved", "eval_entropy"])
 
@@ -139,7 +139,7 @@ axes[0].set_xlabel("training progress (step / iterations)")
 plot_bars_spread(summary, "arm", "eval_entropy", ax=axes[1])
 axes[1].set_ylabel(f"eval token entropy at T={config.eval.temperature}")
 axes[1].tick_params(axis="x", rotation=30)
-_ = save_figure(fig, "01_entropy")
+_ = save_figure(fig, "01_entropy", preset=preset)
 entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "max"]).round(3)
 
 # %% [markdown]
@@ -155,7 +155,7 @@ plot_bars_spread(summary, "arm", "solved", ax=axes[1])
 axes[1].set_ylabel(f"solved at least once (pass@{config.eval.n_samples})")
 for a in axes:
     a.tick_params(axis="x", rotation=30)
-_ = save_figure(fig, "01_coverage")
+_ = save_figure(fig, "01_coverage", preset=preset)
 
 # %%
 result = finding(tables)

@@ -94,7 +94,7 @@ lemma1 = diversity.lemma1_table(cells)
 fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
                   reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
 ax.set(xlabel="sigma", ylabel="JS_pol (nats)", title=f"N = {config.lemma.population}")
-_ = save_figure(fig, "02_lemma1")
+_ = save_figure(fig, "02_lemma1", preset=preset)
 lemma1
 
 # %% [markdown]
@@ -110,7 +110,7 @@ plot_scatter(pos, "js_pol", "js_succ", hue="sigma", ax=axes[0], logx=True, logy=
 spread = cells[(cells["gap"] > 0) & (cells["gap_approx"] > 0)]
 plot_scatter(spread, "gap_approx", "gap", hue="sigma", ax=axes[1], logx=True, logy=True)
 axes[1].set(xlabel="N p_bar (1 - p_bar)^(N-1) JS_succ", ylabel="P_pop - P_same")
-_ = save_figure(fig, "02_lemma2")
+_ = save_figure(fig, "02_lemma2", preset=preset)
 cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", "gap_approx"]].mean()
 
 # %% [markdown]
@@ -127,7 +127,7 @@ for ax, k in zip(axes[0], ks):
     plot_xy(long[long["k"] == k], "iteration", "value", hue="quantity", ax=ax)
     ax.axhline(0, color="black", lw=0.6)
     ax.set_title(f"K = {k}")
-_ = save_figure(fig, "02_prop1")
+_ = save_figure(fig, "02_prop1", preset=preset)
 diversity.prop1_summary(prop1)
 
 # %%

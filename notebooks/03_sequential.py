@@ -62,7 +62,7 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 plot_pass_plane(points, label="arm", ax=axes[0])
 axes[0].set_ylabel(f"pass@{int(points['k'].iloc[0])}")
 plot_pass_at_k({arm: g for arm, g in curves.groupby("arm", sort=False)}, ax=axes[1])
-_ = save_figure(fig, "03_plane")
+_ = save_figure(fig, "03_plane", preset=preset)
 points.round(3)
 
 # %%

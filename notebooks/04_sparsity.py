@@ -82,7 +82,7 @@ axes[0].set(yscale="log" if moved else "linear", ylabel="relative L2 drift ||del
 plot_grouped_bars(per_module, "module", "top_share", hue="method", ax=axes[1])
 axes[1].set_ylabel("share of the largest 1% of |delta|")
 fig.tight_layout()
-_ = save_figure(fig, "04_drift")
+_ = save_figure(fig, "04_drift", preset=preset)
 
 # %% [markdown]
 # **Reset sweep** (means over training seeds and problems). Pass@1 (top) and Pass@K at the largest K of
@@ -101,7 +101,7 @@ for j, method in enumerate(methods):
         axes[i, j].set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
                        "coordinates reset)", ylabel=label, ylim=(0, 1.02))
 fig.tight_layout()
-_ = save_figure(fig, "04_reset")
+_ = save_figure(fig, "04_reset", preset=preset)
 sweep.round(4)
 
 # %% [markdown]

@@ -83,7 +83,7 @@ for ax in axes[:2].ravel():
 for ax in axes[2]:
     ax.set_xlabel("cumulative generations (members x prompts)")
 fig.tight_layout()
-_ = save_figure(fig, "06_scaling")
+_ = save_figure(fig, "06_scaling", preset=preset)
 
 # %% [markdown]
 # **Table 6.** Held-out greedy accuracy of each size (rows, with parameter counts) after ES at each N (columns,
@@ -126,7 +126,7 @@ for j, (title, labels) in enumerate(groups.items()):
     plot_metric_curves(group, "reward/mean", ax=axes[1, j], smooth=ablation_window, ylabel="population reward")
     axes[0, j].set_title(f"{config.base_model}, N={config.es.population_size}: {title}")
 fig.tight_layout()
-_ = save_figure(fig, "06_normalization")
+_ = save_figure(fig, "06_normalization", preset=preset)
 tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "update_norm"]].agg(["mean", "std"]).round(4)
 
 # %%

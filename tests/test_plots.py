@@ -17,13 +17,23 @@ def _curve(shift):
 
 def test_save_figure_writes_png_and_pdf(tmp_path):
     fig, ax = plots.plot_pass_at_k({"base": _curve(0), "es": _curve(0.1)})
-    paths = plots.save_figure(fig, "demo", directory=tmp_path)
+    paths = plots.save_figure(fig, "demo", preset="tiny", directory=tmp_path)
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 0 for p in paths)
-    again = plots.save_figure(fig, "demo2", directory=tmp_path)
+    again = plots.save_figure(fig, "demo2", preset="tiny", directory=tmp_path)
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]  # no dates: same bytes
+    assert b"Matplotlib version" not in paths[0].read_bytes()  # nor the version: a new matplotlib, same PNG
     with pytest.raises(ValueError, match="figure name"):
-        plots.save_figure(fig, "../escape", directory=tmp_path)
+        plots.save_figure(fig, "../escape", preset="tiny", directory=tmp_path)
+
+
+def test_save_figure_names_the_preset_in_the_corner_and_keys_its_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESREASON_FIGURES", str(tmp_path))
+    fig, ax = plots.plot_pass_at_k({"base": _curve(0)})
+    assert plots.save_figure(fig, "demo", preset="tiny")[0] == tmp_path / "demo.png"
+    assert [t.get_text() for t in fig.texts] == ["preset: tiny"]
+    assert plots.save_figure(fig, "demo", preset="smoke")[0] == tmp_path / "smoke" / "demo.png"
+    assert [t.get_text() for t in fig.texts] == ["preset: smoke (smoke test: numbers mean nothing)"]  # replaced
 
 
 def test_plot_functions_return_fig_ax_and_draw_data():

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from esreason_lib.paper.studies.presets import preset_label
 from esreason_lib.paths import figures_dir
 
 sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
@@ -26,16 +27,27 @@ def color_for(label: str, index: int = 0):
     return METHOD_COLORS.get(str(label).lower().split(" ")[0], _PALETTE[index % len(_PALETTE)])
 
 
-def save_figure(fig, name: str, directory: str | Path | None = None) -> list[Path]:
-    """Write `fig` as `<directory>/<name>.png` (150 dpi) and `.pdf` (no creation date: a redraw of the same
-    figure gives the same bytes); returns both paths."""
+_STAMP = "preset-stamp"
+"""The gid of the preset's name in a saved figure's corner (replaced, not repeated, when a figure is saved again)."""
+
+
+def save_figure(fig, name: str, *, preset: str, directory: str | Path | None = None) -> list[Path]:
+    """Write `fig` as `<directory>/<name>.png` (150 dpi) and `.pdf`, with `preset`'s name in its lower right corner
+    (`preset_label`: a smoke run says it is one); returns both paths. `directory` defaults to the preset's own
+    folder (`paths.figures_dir(preset)`: figures/ for tiny, figures/<preset>/ otherwise), so a run at one preset
+    never overwrites another's figures. No date or software version is written: a redraw of the same figure gives
+    the same bytes."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"figure name must be a plain file stem, got {name!r}")
-    directory = Path(directory) if directory is not None else figures_dir()
+    directory = Path(directory) if directory is not None else figures_dir(preset)
     directory.mkdir(parents=True, exist_ok=True)
+    for text in [t for t in fig.texts if t.get_gid() == _STAMP]:
+        text.remove()
+    fig.text(0.995, 0.005, f"preset: {preset_label(preset)}", ha="right", va="bottom", fontsize=7, color="0.45",
+             gid=_STAMP)
     paths = [directory / f"{name}.png", directory / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})  # same figure, same bytes
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None, "Producer": None})
     return paths
 
 
