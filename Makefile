@@ -109,12 +109,14 @@ reproduce: bases
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims --preset $(PRESET)
+	$(PY) -m esreason_lib summary --preset $(PRESET)
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
 	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results $(RESULTS); fi
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims --preset $(PRESET)
+	$(PY) -m esreason_lib summary --preset $(PRESET)
 
 results: setup  ## bundle the run store's tables (no weights) into papers/results/runs.tar.xz
 	$(PY) -m esreason_lib export-results $(RESULTS)
@@ -138,8 +140,9 @@ $(VENV)/.browser: $(VENV)/.installed
 browser-check: $(VENV)/.browser  ## not in CI: executed build/notebooks/*.ipynb in headless Chromium (apt-get install chromium)
 	$(PY) scripts/browser_check.py
 
-claims: setup
+claims: setup  ## papers/claims.md, the README's findings block and the summary figure, from the stored records
 	$(PY) -m esreason_lib claims
+	$(PY) -m esreason_lib summary
 
 zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (qwen2-s: ~6 min on a busy machine)
 	$(PY) benchmarks/zoo_weights.py

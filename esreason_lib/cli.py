@@ -7,6 +7,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
+    summary --preset tiny              draw every stored check as one forest plot (figures/summary.png)
     power --preset tiny                MDE and cost of candidate designs from the stored checks (`power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
@@ -212,6 +213,13 @@ def _write_claims(preset: str | None) -> int:
     return 0
 
 
+def _summary(args) -> int:
+    from esreason_lib.paper.summary import write_summary
+
+    print("wrote", *write_summary(args.preset))
+    return 0
+
+
 def _compare_findings(args) -> int:
     from esreason_lib.paper.claims import render_comparison
 
@@ -294,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "
                     "powered, a store without tiny's records leaves them as they are; others leave them untouched)")
     cl.set_defaults(func=_claims)
+    sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
+                        "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")
+    sm.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    sm.set_defaults(func=_summary)
     cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
     cmp.add_argument("a", choices=sorted(PRESETS))
     cmp.add_argument("b", choices=sorted(PRESETS))

@@ -169,7 +169,7 @@ def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
     rows, same = [], 0
     for c in CLAIMS:
         ra, rb = read_record(c.id, a, home), read_record(c.id, b, home)
-        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # findings/ holds the last run's
+        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # an old store's mixed records
             continue
         by_name = {x["name"]: x for x in rb.get("checks", [])}
         for x in ra.get("checks", []):
