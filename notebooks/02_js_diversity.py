@@ -131,7 +131,7 @@ fig, axes = plt.subplots(1, len(ks), figsize=(5 * len(ks), 3.8), squeeze=False)
 for ax, k in zip(axes[0], ks):
     plot_xy(long[long["k"] == k], "iteration", "value", hue="quantity", ax=ax)
     ax.axhline(0, color="black", lw=0.6)
-    ax.set(title=f"$K$ = {k}", ylabel="Pass@K difference")
+    ax.set(title=f"$K$ = {k}", ylabel="Pass@K difference or bound" if k == ks[0] else "")
     ax.xaxis.get_major_locator().set_params(integer=True)
 figure_legend(fig, ncol=3)
 _ = save_figure(fig, "02_prop1", preset=preset)

@@ -82,7 +82,6 @@ axes[0].set(yscale="log" if moved else "linear", ylabel="relative L2 drift ||del
 plot_grouped_bars(per_module, "module", "top_share", hue="method", ax=axes[1])
 axes[1].set_ylabel(r"share of the largest 1% of $|\delta|$")
 figure_legend(fig)
-fig.tight_layout()
 _ = save_figure(fig, "04_drift", preset=preset)
 
 # %% [markdown]
@@ -111,7 +110,6 @@ for j, method in enumerate(methods):
         ax.set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
                "coordinates reset)", ylabel=f"{label} - base {label}")
 figure_legend(fig)
-fig.tight_layout()
 _ = save_figure(fig, "04_reset", preset=preset)
 sweep.round(4)
 

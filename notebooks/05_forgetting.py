@@ -64,7 +64,6 @@ for ax, col, label in ((axes[0], "d_pass@1", "Delta Pass@1"), (axes[1], "d_pass@
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel(f"{label} (tuned - base)")
 figure_legend(fig)
-fig.tight_layout()
 _ = save_figure(fig, "05_forgetting", preset=preset)
 deltas.round(3)
 

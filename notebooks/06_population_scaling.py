@@ -84,7 +84,6 @@ for ax in axes[:2].ravel():
 for ax in axes[2]:
     ax.set_xlabel(r"cumulative generations (members $\times$ prompts)")
 figure_legend(fig, ncol=6)
-fig.tight_layout()
 _ = save_figure(fig, "06_scaling", preset=preset)
 
 # %% [markdown]

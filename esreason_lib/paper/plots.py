@@ -29,8 +29,9 @@ METHOD_COLORS = {"base": PALETTE[7], "grpo": PALETTE[0], "es": PALETTE[1], "grpo
                  "es->grpo": PALETTE[4], "random": PALETTE[5]}
 
 
-CONTROL_COLOR = "0.55"
-"""The noise-injection controls' colour (grey): a control is drawn as one, never in a method's colour."""
+CONTROL_COLOR = "0.72"
+"""The noise-injection controls' colour (light grey, lighter than the base's): a control is drawn as one (dotted
+lines, hatched bars), never in a method's colour."""
 _ARM_COLORS: dict[str, tuple] = {}
 
 
@@ -107,14 +108,18 @@ def arm_style(label: str, index: int = 0) -> dict:
 
 
 def figure_legend(fig, ncol: int | None = None) -> None:
-    """One legend for a multi-panel figure, centred below its panels, from the first panel's labelled artists; the
-    panels' own legends are removed (each would cover its data or squeeze the panels)."""
+    """Lay out a multi-panel figure (`tight_layout`) and give it one legend, centred below everything its panels
+    draw (rotated tick labels included), from the first panel with labelled artists; the panels' own legends are
+    removed (each would cover its data or squeeze the panels)."""
     handles, labels = next(((h, lab) for h, lab in (a.get_legend_handles_labels() for a in fig.axes) if h), ([], []))
     for a in fig.axes:
         if a.get_legend() is not None:
             a.get_legend().remove()
+    fig.tight_layout()
     if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+        renderer = fig.canvas.get_renderer()
+        bottom = min(a.get_tightbbox(renderer).transformed(fig.transFigure.inverted()).y0 for a in fig.axes)
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, min(bottom, 0.0)), frameon=False,
                    ncol=ncol or min(len(labels), 4), fontsize="small")
 
 
@@ -263,7 +268,9 @@ def plot_bars_spread(table: pd.DataFrame, x: str, y: str, low: str | None = None
     fig, ax = axes_or_new(ax)
     low, high = low or f"{y}_min", high or f"{y}_max"
     pos = np.arange(len(table))
-    ax.bar(pos, table[y], color=[color_for(v, i) for i, v in enumerate(table[x])], width=0.7)
+    bars = ax.bar(pos, table[y], color=[color_for(v, i) for i, v in enumerate(table[x])], width=0.7)
+    for bar, v in zip(bars, table[x]):
+        bar.set_hatch("//" if is_control(v) else None)
     # the mean of equal seeds can exceed their max by an ulp: whiskers are clipped at 0
     yerr = np.clip([table[y] - table[low], table[high] - table[y]], 0, None)  # [2, rows]
     ax.errorbar(pos, table[y], yerr=yerr, fmt="none", color="black", capsize=3)
