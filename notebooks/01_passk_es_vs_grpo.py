@@ -52,8 +52,9 @@ import matplotlib.pyplot as plt
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.comparison import (compute, entropy_change, evaluation_spec, finding, format_spread,
                                                    frontier_points, selected_arms)
-from esreason_lib.paper.plots import (arm_label, figure_legend, plot_bars_spread, plot_frontier_paths, plot_metric_curves,
-                                      plot_pass_at_k_seeds, plot_pass_plane, register_arms, save_figure)
+from esreason_lib.paper.plots import (arm_label, figure_legend, plot_bars_spread, plot_frontier_paths,
+                                      plot_metric_curves, plot_pass_at_k_seeds, plot_pass_plane, register_arms,
+                                      save_figure)
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -83,7 +84,8 @@ for _, arms in front.groupby("method", sort=False):
 for _, r in front.iterrows():  # name each point's step size beside it
     ax.annotate(arm_label(r["arm"]).partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=7, xytext=(4, 4),
                 textcoords="offset points", color="0.3")
-ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})", ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
+       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
 _ = save_figure(fig, "01_frontier", preset=preset)
 front.drop(columns="step_size").round(3)  # the arm label names the step size
 
@@ -94,7 +96,8 @@ front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %%
 fig, ax = plot_frontier_paths(frontier_points(tables["paths"], int(front["k"].iloc[0])))
-ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})", ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
+       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
 _ = save_figure(fig, "01_frontier_paths", preset=preset)
 
 # %% [markdown]

@@ -105,8 +105,9 @@ for j, method in enumerate(methods):
         plot_xy(sub.assign(**{col: sub[col] - base.loc[method, col]}), "sparsity", col, hue="mode", ax=ax)
         ax.axhline(0, color=color_for("base"), ls="--", lw=1, label="base (no update)")
         if i == 0 and len(at):
-            ax.errorbar(at.iloc[0], tested.effect, yerr=[[tested.effect - tested.ci_low], [tested.ci_high - tested.effect]],
-                        fmt="D", color="black", capsize=4, ms=5, zorder=4, label="checked: reset - base, 95% CI")
+            whiskers = [[tested.effect - tested.ci_low], [tested.ci_high - tested.effect]]
+            ax.errorbar(at.iloc[0], tested.effect, yerr=whiskers, fmt="D", color="black", capsize=4, ms=5, zorder=4,
+                        label="checked: reset - base, 95% CI")
         ax.set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
                "coordinates reset)", ylabel=f"{label} - base {label}")
 figure_legend(fig)

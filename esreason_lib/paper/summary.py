@@ -64,7 +64,8 @@ def plot_forest(rows: pd.DataFrame, ax=None):
 
 def summary_row(finding: str, check: dict) -> dict:
     """One stored check as a forest-plot row: effect and interval shifted by its threshold and signed so that the
-    claimed side is positive ("less" checks flipped), its delta (0 when it has none), status and role ("test", "control" or "")."""
+    claimed side is positive ("less" checks flipped), its delta (0 when it has none), status and role ("test",
+    "control" or "")."""
     sign = 1.0 if check.get("direction", "greater") == "greater" else -1.0
     threshold = check.get("threshold", 0.0)
     low, high = sorted(sign * (check[k] - threshold) for k in ("ci_low", "ci_high"))
