@@ -6,16 +6,18 @@
 # `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
 # is trained or evaluated, and a missing result fails naming the run it needed.
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
-# tiny draws its figures into figures/<preset>/. `make results` bundles the store's tables (no weights, every preset
-# it holds) into papers/results/runs.tar.xz; `make figures` unpacks that bundle into the store first (never over a
-# run that is there), so a fresh clone redraws the committed presets' figures and claims without training; it
-# first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and refuses a mismatch.
+# tiny keeps its figures, finding records and executed notebooks apart (figures/<preset>/, findings/<preset>/,
+# build/notebooks/<preset>/: the library keys them by preset), and its claims leave tiny's rows as they are.
+# `make results` bundles the store's tables (no weights, every preset it holds) into papers/results/runs.tar.xz;
+# `make figures` unpacks that bundle into the store first (never over a run that is there), so a fresh clone
+# redraws the committed presets' figures and claims without training;
+# it first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and refuses a mismatch.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PRESET ?= tiny
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
-NB := build/notebooks
+NB := build/notebooks$(if $(filter tiny,$(PRESET)),,/$(PRESET))
 # Longest first, so that `make -j2` starts the two long notebooks together (01's evaluations, 03's sequences) and
 # the short ones fill whichever core frees first (tiny, measured: 03 568 s, 01 478 s, 02 100 s, 04 45 s, 06 38 s,
 # 00 33 s, 05 27 s; run one after the other, 01 then 03 left a core idle for ~13 minutes).
@@ -23,9 +25,6 @@ LONGEST_FIRST := 01 03 02 04 06 00 05
 ORDERED := $(foreach n,$(LONGEST_FIRST),$(filter notebooks/$(n)_%,$(NOTEBOOKS)))
 EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(ORDERED) $(filter-out $(ORDERED),$(NOTEBOOKS)))
 RESULTS := papers/results
-ifneq ($(PRESET),tiny)
-export ESREASON_FIGURES ?= figures/$(PRESET)
-endif
 # One thread per process, also for a notebook left alone when the other finished: the thread count changes the
 # float rounding of GRPO's gradients (esreason_lib/threads.py; measured up to 1e-5 apart at 1 and 2 threads), so a
 # second thread granted by timing would make the committed results depend on which notebook finished first (and a
@@ -120,12 +119,14 @@ reproduce: bases
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims --preset $(PRESET)
+	$(PY) -m esreason_lib summary --preset $(PRESET)
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
 	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results --require-sha256 $(RESULTS); fi
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
-	$(PY) -m esreason_lib claims
+	$(PY) -m esreason_lib claims --preset $(PRESET)
+	$(PY) -m esreason_lib summary --preset $(PRESET)
 
 results: setup  ## bundle the run store's tables (no weights) into papers/results/runs.tar.xz
 	$(PY) -m esreason_lib export-results $(RESULTS)
@@ -149,8 +150,9 @@ $(VENV)/.browser: $(VENV)/.installed
 browser-check: $(VENV)/.browser  ## not in CI: executed build/notebooks/*.ipynb in headless Chromium (apt-get install chromium)
 	$(PY) scripts/browser_check.py
 
-claims: setup
+claims: setup  ## papers/claims.md, the README's findings block and the summary figure, from the stored records
 	$(PY) -m esreason_lib claims
+	$(PY) -m esreason_lib summary
 
 zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (qwen2-s: ~6 min on a busy machine)
 	$(PY) benchmarks/zoo_weights.py

@@ -184,7 +184,7 @@ def main(argv=None) -> None:
 
         fig, _ = plot_reward_curves(table)
         plot = Path(args.plot)
-        print("wrote", *save_figure(fig, plot.stem, plot.parent))
+        print("wrote", *save_figure(fig, plot.stem, preset="tiny", directory=plot.parent))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
+    summary --preset tiny              draw every stored check as one forest plot (figures/summary.png)
     power --preset tiny                MDE and cost of candidate designs from the stored checks (`paper.power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
@@ -180,15 +181,8 @@ def _reproduce(args) -> int:
 
     sources = args.notebooks or list_notebooks()
     parameters = {"preset": args.preset} if args.preset else None
-    from esreason_lib.paths import BUILD_DIR
-
-    out_dir = args.out_dir or BUILD_DIR
-    run_notebooks(sources, parameters=parameters, out_dir=out_dir)
-    if not args.no_claims:
-        from esreason_lib.paper.claims import write_claims
-
-        write_claims()
-    return 0
+    run_notebooks(sources, parameters=parameters, out_dir=args.out_dir)
+    return 0 if args.no_claims else _write_claims(args.preset)
 
 
 def _bases(args) -> int:
@@ -219,14 +213,32 @@ def _prefill(args) -> int:
 
 
 def _claims(args) -> int:
-    from esreason_lib.paper.claims import SEPARATE_PRESETS, records_dir, write_claims
+    return _write_claims(args.preset)
 
-    table = write_claims(missing_ok=args.preset in SEPARATE_PRESETS)
+
+def _write_claims(preset: str | None) -> int:
+    """Rewrite papers/claims.md and the README's findings block after a run at `preset` (None: the notebooks' own);
+    a preset the table does not show (smoke, tiny-exact) leaves both as they are and says where its records are."""
+    from esreason_lib.paper.claims import TABLE_PRESETS, records_dir, write_claims
+    from esreason_lib.paper.studies.presets import preset_label
+
+    if preset is not None and preset not in TABLE_PRESETS:
+        print(f"esreason: the {preset_label(preset)} findings are in {records_dir(preset)}; papers/claims.md and "
+              f"the README show {' and '.join(TABLE_PRESETS)} only and are left as they are")
+        return 0
+    table = write_claims(missing_ok=preset not in (None, TABLE_PRESETS[0]))
     if table is None:  # e.g. `make reproduce PRESET=powered` on a store without tiny's records
         print(f"esreason: papers/claims.md left as it is (the run store lacks the last run's findings, whose "
-              f"results it shows); the {args.preset} findings are in {records_dir(args.preset)}")
+              f"results it shows); the {preset} findings are in {records_dir(preset)}")
     else:
         print(table)
+    return 0
+
+
+def _summary(args) -> int:
+    from esreason_lib.paper.summary import write_summary
+
+    print("wrote", *write_summary(args.preset))
     return 0
 
 
@@ -315,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("notebooks", nargs="*")
     rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET",
                      help="override every notebook's preset")
-    rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks)")
+    rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks, "
+                     "build/notebooks/<preset> for a preset other than tiny)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce)
     pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
@@ -323,9 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
     pf.set_defaults(func=_prefill)
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
-    cl.add_argument("--preset", default=None, help="the preset just run: for one whose records live apart (powered, "
-                    "tiny-exact), a store without the last run's records leaves the tables as they are")
+    cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "
+                    "powered, a store without tiny's records leaves them as they are; others leave them untouched)")
     cl.set_defaults(func=_claims)
+    sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
+                        "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")
+    sm.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    sm.set_defaults(func=_summary)
     cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
     cmp.add_argument("a", type=preset_name, metavar="PRESET")
     cmp.add_argument("b", type=preset_name, metavar="PRESET")

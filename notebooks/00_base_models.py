@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.base_models import compute, finding
-from esreason_lib.paper.plots import plot_pass_at_k, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -55,7 +55,8 @@ for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
     sub = curves[curves["task"] == task]
     plot_pass_at_k({m: g for m, g in sub.groupby("model", sort=False)}, ax=ax)
     ax.set_title(task)
-save_figure(fig, "00_base_passk")
+figure_legend(fig)
+_ = save_figure(fig, "00_base_passk", preset=preset)
 
 # %%
 result = finding(tables)

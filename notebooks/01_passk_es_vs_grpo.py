@@ -50,14 +50,17 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.comparison import (compute, entropy_change, finding, format_spread, frontier_points,
-                                             selected_arms)
-from esreason_lib.paper.plots import (plot_bars_spread, plot_frontier_paths, plot_metric_curves, plot_pass_at_k_seeds,
-                                plot_pass_plane, save_figure)
+from esreason_lib.paper.studies.comparison import (compute, entropy_change, evaluation_spec, finding, format_spread,
+                                                   frontier_points, selected_arms)
+from esreason_lib.paper.plots import (arm_label, figure_legend, plot_bars_spread, plot_frontier_paths,
+                                      plot_metric_curves, plot_pass_at_k_seeds, plot_pass_plane, register_arms,
+                                      save_figure)
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
+evidence = evaluation_spec(config)  # the protocol every check and figure below is computed with (T = 0.6)
 tables = compute(config)
+_ = register_arms(tables["frontier"]["arm"])  # one colour per arm in every figure
 
 # %% [markdown]
 # **Cost of each run.** Generations are the sampled completions each arm's updates consumed (ES: population
@@ -78,11 +81,12 @@ front = tables["frontier"]
 fig, ax = plt.subplots(figsize=(6, 4.5))
 for _, arms in front.groupby("method", sort=False):
     plot_pass_plane(arms, label="arm", ax=ax)
-for _, r in front.iterrows():  # arms of one method share its color: name each point's step size
-    ax.annotate(r["arm"].partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=8, xytext=(4, 4),
-                textcoords="offset points")
-ax.set_ylabel(f"pass@{int(front['k'].iloc[0])}")
-_ = save_figure(fig, "01_frontier")
+for _, r in front.iterrows():  # name each point's step size beside it
+    ax.annotate(arm_label(r["arm"]).partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=7, xytext=(4, 4),
+                textcoords="offset points", color="0.3")
+ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
+       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+_ = save_figure(fig, "01_frontier", preset=preset)
 front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %% [markdown]
@@ -92,7 +96,9 @@ front.drop(columns="step_size").round(3)  # the arm label names the step size
 
 # %%
 fig, ax = plot_frontier_paths(frontier_points(tables["paths"], int(front["k"].iloc[0])))
-_ = save_figure(fig, "01_frontier_paths")
+ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
+       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+_ = save_figure(fig, "01_frontier_paths", preset=preset)
 
 # %% [markdown]
 # **Beside the evidence:** each arm's seed means at T = 0.6 with Maj@K and greedy accuracy (`seeds`), and the
@@ -116,8 +122,8 @@ shown = ["base", *selected_arms(front, "pass@K").values()]
 curves, seed_curves = tables["curves"], tables["seed_curves"]
 fig, ax = plot_pass_at_k_seeds(curves[curves["arm"].isin(shown)], seed_curves[seed_curves["arm"].isin(shown)],
                                label="arm")
-ax.set_title(f"{config.task}: Pass@K at T={config.eval.temperature}, n={config.eval.n_samples}")
-_ = save_figure(fig, "01_passk")
+ax.set_title(f"{config.task}: Pass@K at T={evidence.temperature:g}, n={evidence.n_samples}")
+_ = save_figure(fig, "01_passk", preset=preset)
 summary = tables["summary"]
 format_spread(summary, ["pass@1", "pass@K", "greedy", "distinct_correct", "solved", "eval_entropy"])
 
@@ -137,9 +143,10 @@ plot_metric_curves({f"{arm} seed={seed}": g for (arm, seed), g in traces[traces[
     ["arm", "seed"], sort=False)}, "entropy", x="progress", smooth=9, ax=axes[0], ylabel="token entropy (nats)")
 axes[0].set_xlabel("training progress (step / iterations)")
 plot_bars_spread(summary, "arm", "eval_entropy", ax=axes[1])
-axes[1].set_ylabel(f"eval token entropy at T={config.eval.temperature}")
+axes[1].set_ylabel(f"eval token entropy at T={evidence.temperature:g}")
 axes[1].tick_params(axis="x", rotation=30)
-_ = save_figure(fig, "01_entropy")
+figure_legend(fig)
+_ = save_figure(fig, "01_entropy", preset=preset)
 entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "max"]).round(3)
 
 # %% [markdown]
@@ -155,7 +162,7 @@ plot_bars_spread(summary, "arm", "solved", ax=axes[1])
 axes[1].set_ylabel(f"solved at least once (pass@{config.eval.n_samples})")
 for a in axes:
     a.tick_params(axis="x", rotation=30)
-_ = save_figure(fig, "01_coverage")
+_ = save_figure(fig, "01_coverage", preset=preset)
 
 # %%
 result = finding(tables)

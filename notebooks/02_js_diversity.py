@@ -74,7 +74,7 @@ import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies import diversity
-from esreason_lib.paper.plots import plot_scatter, plot_xy, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_scatter, plot_xy, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -93,8 +93,8 @@ cells, prop1 = tables["cells"], tables["prop1"]
 lemma1 = diversity.lemma1_table(cells)
 fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
                   reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
-ax.set(xlabel="sigma", ylabel="JS_pol (nats)", title=f"N = {config.lemma.population}")
-_ = save_figure(fig, "02_lemma1")
+ax.set(xlabel=r"$\sigma$", ylabel=r"$\mathrm{JS}_{\mathrm{pol}}$ (nats)", title=f"$N$ = {config.lemma.population}")
+_ = save_figure(fig, "02_lemma1", preset=preset)
 lemma1
 
 # %% [markdown]
@@ -107,10 +107,13 @@ lemma1
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 pos = cells[(cells["js_succ"] > 0) & (cells["js_pol"] > 0)]
 plot_scatter(pos, "js_pol", "js_succ", hue="sigma", ax=axes[0], logx=True, logy=True)
+axes[0].set(xlabel=r"$\mathrm{JS}_{\mathrm{pol}}$", ylabel=r"$\mathrm{JS}_{\mathrm{succ}}$")
 spread = cells[(cells["gap"] > 0) & (cells["gap_approx"] > 0)]
 plot_scatter(spread, "gap_approx", "gap", hue="sigma", ax=axes[1], logx=True, logy=True)
-axes[1].set(xlabel="N p_bar (1 - p_bar)^(N-1) JS_succ", ylabel="P_pop - P_same")
-_ = save_figure(fig, "02_lemma2")
+axes[1].set(xlabel=r"$N\,\bar p\,(1-\bar p)^{N-1}\,\mathrm{JS}_{\mathrm{succ}}$",
+            ylabel=r"$P_{\mathrm{pop}} - P_{\mathrm{same}}$")
+figure_legend(fig, ncol=6)
+_ = save_figure(fig, "02_lemma2", preset=preset)
 cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", "gap_approx"]].mean()
 
 # %% [markdown]
@@ -120,14 +123,18 @@ cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", 
 # (over seeds) where the condition held and where Pass@K rose on the fresh samples.
 
 # %%
-long = diversity.prop1_plot_table(prop1)
+long = diversity.prop1_plot_table(prop1).replace({"quantity": {  # the quantities in the paper's notation
+    "J_K(w) - J_K(theta)": r"margin $J_K(\pi_w) - J_K(\pi_\theta)$", "K sqrt(eps/2)": r"threshold $K\sqrt{\epsilon/2}$",
+    "J_K(theta+) - J_K(theta), fresh": r"change $J_K(\pi_{\theta^+}) - J_K(\pi_\theta)$ (fresh samples)"}})
 ks = sorted(long["k"].unique())
 fig, axes = plt.subplots(1, len(ks), figsize=(5 * len(ks), 3.8), squeeze=False)
 for ax, k in zip(axes[0], ks):
     plot_xy(long[long["k"] == k], "iteration", "value", hue="quantity", ax=ax)
     ax.axhline(0, color="black", lw=0.6)
-    ax.set_title(f"K = {k}")
-_ = save_figure(fig, "02_prop1")
+    ax.set(title=f"$K$ = {k}", ylabel="Pass@K difference or bound" if k == ks[0] else "")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+figure_legend(fig, ncol=3)
+_ = save_figure(fig, "02_prop1", preset=preset)
 diversity.prop1_summary(prop1)
 
 # %%

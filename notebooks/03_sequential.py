@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.sequential import compute, finding
-from esreason_lib.paper.plots import plot_pass_at_k, plot_pass_plane, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, plot_pass_plane, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -62,7 +62,8 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 plot_pass_plane(points, label="arm", ax=axes[0])
 axes[0].set_ylabel(f"pass@{int(points['k'].iloc[0])}")
 plot_pass_at_k({arm: g for arm, g in curves.groupby("arm", sort=False)}, ax=axes[1])
-_ = save_figure(fig, "03_plane")
+figure_legend(fig, ncol=4)  # a sequence's first stage: its first method's colour, lighter, dashed, square
+_ = save_figure(fig, "03_plane", preset=preset)
 points.round(3)
 
 # %%

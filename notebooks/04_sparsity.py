@@ -52,7 +52,7 @@ import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.sparsity import compute, drift_summary, finding, reset_checks
-from esreason_lib.paper.plots import plot_grouped_bars, plot_xy, save_figure
+from esreason_lib.paper.plots import color_for, figure_legend, plot_grouped_bars, plot_xy, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -80,28 +80,38 @@ plot_grouped_bars(per_module, "module", "rel_l2", hue="method", ax=axes[0])
 moved = (per_module["rel_l2"] > 0).any()  # nothing moves under the smoke preset; a log axis of zeros warns
 axes[0].set(yscale="log" if moved else "linear", ylabel="relative L2 drift ||delta|| / ||theta_0||")
 plot_grouped_bars(per_module, "module", "top_share", hue="method", ax=axes[1])
-axes[1].set_ylabel("share of the largest 1% of |delta|")
-fig.tight_layout()
-_ = save_figure(fig, "04_drift")
+axes[1].set_ylabel(r"share of the largest 1% of $|\delta|$")
+figure_legend(fig)
+_ = save_figure(fig, "04_drift", preset=preset)
 
 # %% [markdown]
 # **Reset sweep** (means over training seeds and problems). Pass@1 (top) and Pass@K at the largest K of
 # `sparsity.eval` (bottom) after resetting a fraction of the changed coordinates to the base: the smallest-|delta|
-# ones (magnitude) or a uniformly random set of the same count (random). Sparsity 0 is the unreset tuned model,
-# sparsity 1 the base.
+# ones (magnitude) or a uniformly random set of the same count (random), each drawn as its change from the base
+# (the dashed line at 0). Sparsity 0 is the unreset tuned model, sparsity 1 the base. The diamond is the effect the
+# first check tests, the reset at the checked threshold minus the base, with its 95% CI.
 
 # %%
 methods = list(dict.fromkeys(sweep["method"]))
 k = int(sweep["K"].iloc[0])
+base = sweep[sweep["threshold"] == "base"].groupby("method")[["pass@1", "pass@K"]].first()
 fig, axes = plt.subplots(2, len(methods), figsize=(5.5 * len(methods), 7), squeeze=False)
 for j, method in enumerate(methods):
     sub = sweep[sweep["method"] == method]
+    tested = reset_checks(tables, method)[0]  # the reset minus the base at the checked threshold, with its 95% CI
+    at = sub.loc[(sub["threshold"] == tables.checked[0]) & (sub["mode"] == "magnitude"), "sparsity"]
     for i, (col, label) in enumerate((("pass@1", "Pass@1"), ("pass@K", f"Pass@{k}"))):
-        plot_xy(sub, "sparsity", col, hue="mode", ax=axes[i, j])
-        axes[i, j].set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
-                       "coordinates reset)", ylabel=label, ylim=(0, 1.02))
-fig.tight_layout()
-_ = save_figure(fig, "04_reset")
+        ax = axes[i, j]
+        plot_xy(sub.assign(**{col: sub[col] - base.loc[method, col]}), "sparsity", col, hue="mode", ax=ax)
+        ax.axhline(0, color=color_for("base"), ls="--", lw=1, label="base (no update)")
+        if i == 0 and len(at):
+            whiskers = [[tested.effect - tested.ci_low], [tested.ci_high - tested.effect]]
+            ax.errorbar(at.iloc[0], tested.effect, yerr=whiskers, fmt="D", color="black", capsize=4, ms=5, zorder=4,
+                        label="checked: reset - base, 95% CI")
+        ax.set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
+               "coordinates reset)", ylabel=f"{label} - base {label}")
+figure_legend(fig)
+_ = save_figure(fig, "04_reset", preset=preset)
 sweep.round(4)
 
 # %% [markdown]

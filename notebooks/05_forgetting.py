@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
-from esreason_lib.paper.plots import plot_grouped_bars, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -63,8 +63,8 @@ for ax, col, label in ((axes[0], "d_pass@1", "Delta Pass@1"), (axes[1], "d_pass@
     plot_grouped_bars(deltas, "task", col, hue="method", yerr=f"{col}_std", ax=ax)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel(f"{label} (tuned - base)")
-fig.tight_layout()
-_ = save_figure(fig, "05_forgetting")
+figure_legend(fig)
+_ = save_figure(fig, "05_forgetting", preset=preset)
 deltas.round(3)
 
 # %% [markdown]

@@ -52,7 +52,7 @@ import matplotlib.pyplot as plt
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.studies.scaling import (best_alphas, compute, finding, population_gaps, seed_mean_curves,
                                           shaping_label, smoothing_window, table6)
-from esreason_lib.paper.plots import plot_metric_curves, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure
 from esreason_lib.paper.studies.presets import get_preset
 
 config = get_preset(preset)
@@ -80,10 +80,11 @@ for j, name in enumerate(sizes):
     axes[0, j].set_title(name)
 for ax in axes[:2].ravel():
     ax.set_xlabel("ES iteration")
+    ax.xaxis.get_major_locator().set_params(integer=True)
 for ax in axes[2]:
-    ax.set_xlabel("cumulative generations (members x prompts)")
-fig.tight_layout()
-_ = save_figure(fig, "06_scaling")
+    ax.set_xlabel(r"cumulative generations (members $\times$ prompts)")
+figure_legend(fig, ncol=6)
+_ = save_figure(fig, "06_scaling", preset=preset)
 
 # %% [markdown]
 # **Table 6.** Held-out greedy accuracy of each size (rows, with parameter counts) after ES at each N (columns,
@@ -124,9 +125,13 @@ for j, (title, labels) in enumerate(groups.items()):
     group = {label: by_variant[label] for label in labels}
     plot_metric_curves(group, "reward/center", ax=axes[0, j], smooth=ablation_window, ylabel="center reward")
     plot_metric_curves(group, "reward/mean", ax=axes[1, j], smooth=ablation_window, ylabel="population reward")
-    axes[0, j].set_title(f"{config.base_model}, N={config.es.population_size}: {title}")
+    axes[0, j].set_title(f"{config.base_model}, N={config.es.population_size}: {title}", fontsize="small")
+    axes[0, j].get_legend().remove()  # each column's arms named once, under its lower panel, off the data
+    axes[1, j].legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", ncol=2)
+for ax in axes.ravel():
+    ax.xaxis.get_major_locator().set_params(integer=True)
 fig.tight_layout()
-_ = save_figure(fig, "06_normalization")
+_ = save_figure(fig, "06_normalization", preset=preset)
 tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "update_norm"]].agg(["mean", "std"]).round(4)
 
 # %%

@@ -13,8 +13,10 @@ def test_record_and_render_claims(tmp_path):
     home = tmp_path / "runs"
     table = claims.render_claims(home)
     assert table.count("not run yet") == len(claims.CLAIMS)
+    claims.record_finding("05_forgetting", _finding("smoke's", -0.1, 0.2), preset="smoke", home=home)
+    assert claims.render_claims(home).count("not run yet") == len(claims.CLAIMS)  # smoke's records are never shown
     claims.record_finding("05_forgetting", _finding("Delta pass@1 on addition +0.01 | sorting -0.02", -0.1, 0.2),
-                          preset="smoke", home=home)
+                          preset="tiny", home=home)
     table = claims.render_claims(home)
     assert "Delta pass@1 on addition +0.01 / sorting -0.02" in table  # pipes escaped for Markdown
     assert "| **not resolved** |" in table  # the status column comes from the checks
@@ -66,16 +68,30 @@ def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
 
 
 def test_every_finding_names_a_notebook_and_its_committed_figures():
-    """Each row of the table points at a notebook that exists and at figures that notebook saves."""
+    """Each row of the table points at a notebook that exists and at the figures that notebook saves (read from its
+    source, so no figure is left out: 01_frontier_paths was, when the names were typed by hand)."""
     from esreason_lib.paper.notebooks import list_notebooks
 
     stems = [p.stem for p in list_notebooks()]
     assert [f.id for f in claims.CLAIMS] == stems
     for finding in claims.CLAIMS:
         source = (paths.REPO_ROOT / "notebooks" / f"{finding.id}.py").read_text()
+        assert len(finding.figure.split(", ")) == source.count("save_figure(fig")
         for figure in finding.figure.split(", "):
             assert f'"{figure}"' in source, f"{finding.id} does not save {figure}"
             assert (paths.REPO_ROOT / "figures" / f"{figure}.png").is_file()
+    assert "01_frontier_paths" in claims._BY_ID["01_passk_es_vs_grpo"].figure
+
+
+def test_figure_names_reads_literal_names_and_refuses_others(tmp_path):
+    from esreason_lib.paper.notebooks import figure_names
+
+    nb = tmp_path / "99_x.py"
+    nb.write_text('save_figure(fig, "99_a", preset=preset)\n_ = save_figure(\n    fig, "99_b")\nsave_figure(f, "")\n')
+    assert figure_names(nb) == ("99_a", "99_b", "")
+    nb.write_text('save_figure(fig, f"99_{k}", preset=preset)\n')
+    with pytest.raises(ValueError, match=r"'99_x.py' saves a figure named by 'f\"99_\{k\}\"', not a string literal"):
+        figure_names(nb)
 
 
 def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -106,8 +122,7 @@ def test_compare_findings_puts_two_presets_checks_side_by_side(tmp_path, capsys)
     assert "| 01 | effect | +0.150 [+0.100, +0.200] | reproduced | -0.050 [-0.300, +0.200] | not resolved |" in table
     assert table.endswith("0 of 1 checks have the same status under both.\n")
     claims.record_finding("01_passk_es_vs_grpo", _finding("c", 0.1, 0.2), preset="smoke", home=home)
-    with pytest.raises(ValueError, match="share no stored check"):  # findings/ now holds smoke's run, not tiny's
-        claims.render_comparison("tiny", "tiny-exact", home)
+    assert claims.render_comparison("tiny", "tiny-exact", home) == table  # smoke's run is kept apart from tiny's
 
 
 def test_compare_findings_command(tmp_path, monkeypatch, capsys):
@@ -134,6 +149,6 @@ def test_claims_after_a_separate_preset_on_a_store_without_the_last_run(tmp_path
     monkeypatch.setattr(claims.write_claims, "__defaults__", (None, claims_md, None))
     claims.record_finding("01_passk_es_vs_grpo", _finding("x"), preset="tiny-exact", home=tmp_path / "runs")
     assert main(["claims", "--preset", "tiny-exact"]) == 0
-    assert "left as it is" in capsys.readouterr().out and "shown" in claims_md.read_text()
+    assert "left as they are" in capsys.readouterr().out and "shown" in claims_md.read_text()
     assert main(["claims", "--preset", "tiny"]) == 2
     assert "lack 01_passk_es_vs_grpo" in capsys.readouterr().err

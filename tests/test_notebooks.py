@@ -63,8 +63,8 @@ def test_noisy_outputs_finds_a_stderr_cell_and_progress_bars_leave_their_final_l
 def test_notebook_runs_with_smoke_preset(path, smoke_env):
     out = run_notebook(path, parameters={"preset": "smoke"}, out_dir=smoke_env / "build", progress=False)
     assert noisy_outputs(out) == []  # no error, no stderr (warnings, transformers' bars, tqdm without widgets)
-    assert list((smoke_env / "figures").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
-    assert (smoke_env / "runs" / "findings" / f"{path.stem}.json").is_file(), "the notebook recorded no finding"
+    assert list((smoke_env / "figures" / "smoke").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
+    assert (smoke_env / "runs" / "findings" / "smoke" / f"{path.stem}.json").is_file(), "it recorded no finding"
 
 
 def test_makefile_runs_every_notebook_after_the_runs_it_reuses(tmp_path):
@@ -95,3 +95,40 @@ def test_notebook_parameters_reads_the_tagged_cell(tmp_path):
     nb.write_text("# %%\nx = 1\n")
     with pytest.raises(ValueError, match="'99_x.py' has no cell tagged 'parameters'"):
         notebook_parameters(nb)
+
+
+def test_an_interrupted_or_failed_notebook_leaves_no_executed_notebook(tmp_path, monkeypatch):
+    """papermill writes its output cell by cell: the run goes to a temporary file renamed only when complete, so
+    Ctrl-C (or a failing cell) leaves neither a half-executed notebook nor a stale one from an earlier run."""
+    import papermill
+
+    from esreason_lib.paper.notebooks import NotebookError
+
+    source = tmp_path / "99_x.py"
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nprint("ok")\n')
+    out = tmp_path / "out"
+    executed = run_notebook(source, out_dir=out)
+    assert sorted(p.name for p in out.iterdir()) == ["99_x.ipynb"] and '"ok\\n"' in executed.read_text()
+
+    def interrupted(_input, output, **_):
+        Path(output).write_text("half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_notebook(source, out_dir=out)
+    assert list(out.iterdir()) == []
+    monkeypatch.undo()
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nraise ValueError("boom")\n')
+    with pytest.raises(NotebookError, match="99_x.py failed in cell 2: ValueError: boom"):
+        run_notebook(source, out_dir=out)
+    assert list(out.iterdir()) == []
+
+
+def test_a_notebook_run_prints_no_progress_bar_and_no_kernel_warning(tmp_path, capfd):
+    """Two notebooks run side by side (`make -j2`): no papermill cell bar to interleave, no kernel TCP warning."""
+    source = tmp_path / "99_x.py"
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nprint("ok")\n')
+    run_notebook(source, out_dir=tmp_path / "out")
+    err = capfd.readouterr().err
+    assert "Executing" not in err and "TCP" not in err, err

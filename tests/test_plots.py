@@ -17,13 +17,23 @@ def _curve(shift):
 
 def test_save_figure_writes_png_and_pdf(tmp_path):
     fig, ax = plots.plot_pass_at_k({"base": _curve(0), "es": _curve(0.1)})
-    paths = plots.save_figure(fig, "demo", directory=tmp_path)
+    paths = plots.save_figure(fig, "demo", preset="tiny", directory=tmp_path)
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 0 for p in paths)
-    again = plots.save_figure(fig, "demo2", directory=tmp_path)
+    again = plots.save_figure(fig, "demo2", preset="tiny", directory=tmp_path)
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]  # no dates: same bytes
+    assert b"Matplotlib version" not in paths[0].read_bytes()  # nor the version: a new matplotlib, same PNG
     with pytest.raises(ValueError, match="figure name"):
-        plots.save_figure(fig, "../escape", directory=tmp_path)
+        plots.save_figure(fig, "../escape", preset="tiny", directory=tmp_path)
+
+
+def test_save_figure_names_the_preset_in_the_corner_and_keys_its_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESREASON_FIGURES", str(tmp_path))
+    fig, ax = plots.plot_pass_at_k({"base": _curve(0)})
+    assert plots.save_figure(fig, "demo", preset="tiny")[0] == tmp_path / "demo.png"
+    assert [t.get_text() for t in fig.texts] == ["preset: tiny"]
+    assert plots.save_figure(fig, "demo", preset="smoke")[0] == tmp_path / "smoke" / "demo.png"
+    assert [t.get_text() for t in fig.texts] == ["preset: smoke (smoke test: numbers mean nothing)"]  # replaced
 
 
 def test_plot_functions_return_fig_ax_and_draw_data():
@@ -112,3 +122,38 @@ def test_plot_frontier_paths_returns_fig_ax():
                         "pass@1": [0.1, 0.15, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.55, 0.6, 0.5, 0.5]})
     fig, ax = plot_frontier_paths(pts)
     assert len(ax.lines) == 3 and ax.get_xlabel() == "pass@1"
+
+
+def test_arm_styles_one_colour_per_arm_controls_grey_and_dotted_stages_apart():
+    plots.register_arms(["base", "grpo lr=0.0001", "grpo lr=2e-05", "es alpha=0.0024", "es alpha=0.0012",
+                         "noise es alpha=0.0012"])
+    grpo = [plots.color_for("grpo lr=2e-05"), plots.color_for("grpo lr=0.0001")]
+    assert grpo[0] != grpo[1] and plots.color_for("es alpha=0.0012") != plots.color_for("es alpha=0.0024")
+    assert sum(grpo[0]) < sum(grpo[1])  # the smaller step size is the darker shade, in every figure
+    control = plots.arm_style("noise es alpha=0.0012")
+    assert control == {"color": plots.mpl_colors.to_rgb(plots.CONTROL_COLOR), "ls": ":",
+                       "label": r"noise control ($\alpha$=0.0012)"}
+    stage = plots.arm_style("grpo->es stage 1")
+    assert stage["ls"] == "--" and stage["color"] != plots.color_for("grpo->es") != plots.color_for("grpo")
+    assert plots.arm_style("grpo->es")["ls"] == "-" and plots.color_for("es") == plots.METHOD_COLORS["es"]
+
+
+def test_frontier_paths_draws_arms_apart_and_legends_sit_off_the_axes():
+    pts = pd.DataFrame({"arm": ["base", "es alpha=1", "es alpha=2", "noise es alpha=1"], "step": [0, 2, 2, 2],
+                        "pass@1": [0.1, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.6, 0.55, 0.45]})
+    plots.register_arms(pts["arm"])
+    fig, ax = plots.plot_frontier_paths(pts)
+    colors = {line.get_label(): line.get_color() for line in ax.lines}
+    assert colors["es alpha=1"] != colors["es alpha=2"]
+    assert colors["noise control ($\\alpha$=1)"] == plots.mpl_colors.to_rgb(plots.CONTROL_COLOR)
+    assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1  # beside the axes, not on them
+
+
+def test_figure_legend_puts_one_legend_under_a_multi_panel_figure():
+    fig, axes = plots.plt.subplots(1, 2)
+    for ax in axes:
+        plots.plot_pass_at_k({"base": _curve(0), "es": _curve(0.1)}, ax=ax)
+    plots.figure_legend(fig)
+    assert all(ax.get_legend() is None for ax in axes) and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["base", "es"]
+

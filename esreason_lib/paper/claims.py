@@ -7,8 +7,10 @@ never replaces a result already shown there by "not run yet": when the run store
 that either file shows a result for (an empty or another store), it refuses and writes nothing.
 
 A finding of kind "setup" (notebook 00: the base has the habit it was built to have) is shown in the table and
-never counted in the tally of the paper's claims (`tally`). Records of the `powered` preset are kept apart
-(`findings/powered/`), so the table shows both scales; a scale never run says "not run".
+never counted in the tally of the paper's claims (`tally`). Each preset's records are kept apart (`findings/` for
+tiny, `findings/<preset>/` for any other: `paths.findings_dir`), so a run at one preset never changes another's rows;
+the table shows tiny and powered (`TABLE_PRESETS`), and a scale never run says "not run". A record keeps the time its
+result was first measured: a redraw that computes the same finding (`make figures`) leaves it byte-identical.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from esreason_lib.paper.findings import STATUSES, Finding
-from esreason_lib.paths import CLAIMS_PATH, README_PATH, findings_dir
+from esreason_lib.paper.notebooks import figure_names
+from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, findings_dir
 from esreason_lib.store.bundle import IMPORTED
 from esreason_lib.store.integrity import atomic_write_bytes, read_json, warn_store
 
@@ -35,39 +38,42 @@ class Claim:
     """The paper's claim in one sentence."""
     where: str
     """Where the paper makes it."""
-    figure: str
-    """The figure stem(s) in `figures/` that show this project's result."""
     kind: str = "claim"
     """"claim" (counted in the tally) or "setup" (a property of the setup: shown, never counted)."""
+
+    @property
+    def figure(self) -> str:
+        """The figure stems (in `figures/`) that show this project's result: those its notebook saves
+        (`notebooks.figure_names`), comma-separated."""
+        return ", ".join(figure_names(NOTEBOOK_DIR / f"{self.id}.py"))
 
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
-          "setup (base models)", "00_base_passk", kind="setup"),
+          "setup (base models)", kind="setup"),
     Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
-          "collapses, ES's does not.", "main results: Pass@K curves, entropy", "01_frontier, 01_passk, 01_entropy, 01_coverage"),
+          "collapses, ES's does not.", "main results: Pass@K curves, entropy"),
     Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
           "Lemma 2, and Proposition 1 bounds an update's Pass@K (the paper's account of ES's Pass@K gain).",
-          "Lemmas 1-3, Proposition 1", "02_lemma1, 02_lemma2, 02_prop1"),
+          "Lemmas 1-3, Proposition 1"),
     Claim("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
-          "sequential training", "03_plane"),
+          "sequential training"),
     Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain (functional sparsity).",
-          "functional sparsity", "04_drift, 04_reset"),
-    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
-          "05_forgetting"),
+          "functional sparsity"),
+    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting"),
     Claim("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
-          "Table 6, normalization ablation", "06_scaling, 06_normalization"),
+          "Table 6, normalization ablation"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
-SEPARATE_PRESETS = ("powered", "tiny-exact")
-"""Presets whose records live in `findings/<preset>/` (powered's get their own column and table; tiny-exact's are
-read by `esreason compare-findings`), never over the last run's."""
+TABLE_PRESETS = (DEFAULT_PRESET, "powered")
+"""The presets whose records the findings table shows (tiny's rows, powered's column and table); any other preset's
+records (smoke, tiny-exact: `esreason compare-findings`) are kept in the store and never shown there."""
 
 
 def records_dir(preset: str | None = None, home: str | Path | None = None) -> Path:
-    """Where the finding records of `preset` live: `findings/<preset>/` for `SEPARATE_PRESETS`, else `findings/`
-    (the last run of any other preset)."""
-    return findings_dir(home) / (preset if preset in SEPARATE_PRESETS else "")
+    """Where the finding records of `preset` live: `findings/` for tiny (or None), `findings/<preset>/` for any
+    other (`paths.findings_dir`)."""
+    return findings_dir(home, preset)
 
 
 def record_path(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> Path:
@@ -105,20 +111,24 @@ def tally(home: str | Path | None = None, preset: str | None = None) -> str:
         rec = read_record(c.id, preset, home)
         counts[rec["status"] if rec else "not run"] += 1
     n = sum(counts.values())
-    scale = preset if preset in SEPARATE_PRESETS else "last run"
+    scale = "last run" if preset in (None, DEFAULT_PRESET) else preset
     return (f"{scale}: of the paper's {n} claims tested here, " + ", ".join(f"{v} {k}" for k, v in counts.items())
             + " (the setup check of notebook 00 is not counted)")
 
 
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
-    """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in the run store."""
+    """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in `preset`'s
+    records. Its `time` is when this result was first measured: the stored record's time when the record held the
+    same finding (a redraw from stored results), else now."""
     if finding_id not in _BY_ID:
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
     if not isinstance(finding, Finding):
         raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
     path = record_path(finding_id, preset, home)
-    record = {"id": finding_id, **finding.to_json(), "preset": preset,
-              "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    record = {"id": finding_id, **finding.to_json(), "preset": preset}
+    stored = read_record(finding_id, preset, home) or {}
+    same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k != "time"}
+    record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
     return path
 
@@ -172,7 +182,7 @@ def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
     rows, same = [], 0
     for c in CLAIMS:
         ra, rb = read_record(c.id, a, home), read_record(c.id, b, home)
-        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # findings/ holds the last run's
+        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # an old store's mixed records
             continue
         by_name = {x["name"]: x for x in rb.get("checks", [])}
         for x in ra.get("checks", []):

@@ -4,18 +4,27 @@ Scheduling (which notebooks run side by side, which bases are pretrained first) 
 
 The notebooks live in `notebooks/NN_name.py` (jupytext percent format, one cell tagged `parameters`). Each is
 converted in memory, executed by papermill in the repository's Python (kernel `python3` of this interpreter)
-and written, executed, to `build/notebooks/NN_name.ipynb`. Heavy work inside a notebook is cached in the run
-store, so re-running a notebook only redraws what is already computed.
+and written, executed, to `build/notebooks/NN_name.ipynb` (`build/notebooks/<preset>/` for a preset other than tiny:
+`paths.executed_dir`). Heavy work inside a notebook is cached in the run store, so re-running a notebook only
+redraws what is already computed. A notebook executes into a temporary file renamed when it completes, so an
+interrupted or failed run leaves no half-executed notebook behind. `figure_names` reads the figures a notebook
+saves from its source: the one list of figure names (papers/claims.md's figure column).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
-from esreason_lib.paths import BUILD_DIR, NOTEBOOK_DIR, REPO_ROOT
+from esreason_lib.paths import NOTEBOOK_DIR, REPO_ROOT, executed_dir
+
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=ERROR",)
+"""Passed to each kernel: its start-up warning (a local kernel "running over TCP without encryption") is silenced;
+errors still show."""
+_SAVE_FIGURE = re.compile(r"save_figure\(\s*\w+\s*,\s*(?:\"([^\"]*)\"|([^,)]*))")
 
 
 def list_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -40,18 +49,33 @@ def notebook_parameters(source: str | Path) -> dict:
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
 
 
+def figure_names(source: str | Path) -> tuple[str, ...]:
+    """The figure stems a notebook saves, in source order: the name argument of each `save_figure(fig, "NAME", ...)`
+    call. ValueError naming the notebook for a call whose name is not a string literal (it could not be listed)."""
+    names = []
+    for literal, other in _SAVE_FIGURE.findall(Path(source).read_text()):
+        if other:
+            raise ValueError(f"notebook {Path(source).name!r} saves a figure named by {other.strip()!r}, not a "
+                             f"string literal: write the name out so that the claims table can list it")
+        names.append(literal)
+    return tuple(names)
+
+
 class NotebookError(RuntimeError):
     """A notebook raised; the message is the notebook's name and its own error line (`ename: evalue`)."""
 
 
-def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
-                 kernel_name: str = "python3", progress: bool = True, timeout: int | None = None) -> Path:
+def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir: str | Path | None = None,
+                 kernel_name: str = "python3", progress: bool = False, timeout: int | None = None) -> Path:
     """Execute one jupytext notebook with papermill; returns the executed `.ipynb` path.
 
-    `parameters` override the cell tagged `parameters` (papermill injects a cell after it). The notebook runs
-    with the repository root as working directory, so relative paths resolve the same as in `make reproduce`.
-    A notebook that raises is a `NotebookError` carrying its own error line, and leaves no executed notebook in
-    `out_dir` (nor the staged input).
+    `parameters` override the cell tagged `parameters` (papermill injects a cell after it). `out_dir` defaults
+    to the executed notebooks' folder of the preset it runs at (`paths.executed_dir`: the `preset` parameter, else
+    the notebook's own). The notebook runs with the repository root as working directory, so relative paths
+    resolve the same as in `make reproduce`. `progress` draws papermill's cell bar on stderr (off by default: two
+    notebooks run side by side would interleave theirs). The notebook executes into a temporary file in `out_dir`,
+    renamed to `<stem>.ipynb` when it completes: a notebook that raises is a `NotebookError` carrying its own error
+    line, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the staged input).
     """
     import jupytext
     import papermill
@@ -62,27 +86,32 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
         raise FileNotFoundError(f"notebook source {str(source)!r} does not exist")
     notebook = jupytext.read(source)
     _parameters_cell(notebook, source.name)
+    if out_dir is None:
+        out_dir = executed_dir({**notebook_parameters(source), **(parameters or {})}.get("preset"))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    staged = out_dir / f"{source.stem}.input.ipynb"
-    jupytext.write(notebook, staged, fmt="ipynb")
     output = out_dir / f"{source.stem}.ipynb"
+    output.unlink(missing_ok=True)  # a stale one would pass for this run's if this one fails
+    staged, partial = (out_dir / f".{source.stem}.{os.getpid()}.{part}.ipynb" for part in ("input", "partial"))
+    jupytext.write(notebook, staged, fmt="ipynb")
     try:
         papermill.execute_notebook(
-            str(staged), str(output), parameters=parameters or {}, kernel_name=kernel_name,
+            str(staged), str(partial), parameters=parameters or {}, kernel_name=kernel_name,
             progress_bar=progress, cwd=str(REPO_ROOT), execution_timeout=timeout,
+            extra_arguments=list(KERNEL_ARGUMENTS),
         )
+        os.replace(partial, output)
     except PapermillExecutionError as err:
-        output.unlink(missing_ok=True)
         raise NotebookError(f"notebook {source.name} failed in cell {err.exec_count}: {err.ename}: "
                             f"{(str(err.evalue).strip().splitlines() or [''])[-1]}") from None
     finally:
         staged.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return output
 
 
-def run_notebooks(sources: list[str | Path], *, parameters: dict | None = None, out_dir: str | Path = BUILD_DIR,
-                  progress: bool = True) -> dict[str, float]:
+def run_notebooks(sources: list[str | Path], *, parameters: dict | None = None, out_dir: str | Path | None = None,
+                  progress: bool = False) -> dict[str, float]:
     """Execute notebooks in order, printing each one's wall time; returns {name: seconds}."""
     timings: dict[str, float] = {}
     for source in sources:

@@ -338,3 +338,12 @@ _EXACT_OVERRIDES: dict[str, Any] = {
 was until issue 23): the same design, other float rounding. Measured: all 33 checks of its findings have the same
 status as `tiny`'s, effects within 0.005 (`papers/exact_vs_fused.md`)."""
 PRESETS["tiny-exact"] = replace(get_preset("tiny", **_EXACT_OVERRIDES), name="tiny-exact")
+
+SMOKE_PRESETS = ("smoke",)
+"""Presets that only test that the code runs: whatever they show is marked, their numbers mean nothing."""
+
+
+def preset_label(name: str) -> str:
+    """How a preset is named where its results show (a figure's corner, the CLI): the name, and for a smoke preset
+    that it is a smoke test."""
+    return f"{name} (smoke test: numbers mean nothing)" if name in SMOKE_PRESETS else name

@@ -1,0 +1,95 @@
+"""The summary figure: every check of every finding as one forest plot, from the finding records.
+
+`summary_table(preset, home)` turns the stored checks of each finding (`claims.read_record`) into signed rows: the
+effect and 95% interval measured from the check's threshold, positive on the side the paper claims, beside its
+`delta` and status. `write_summary(preset, home)` draws them (`plot_forest`) as `figures/summary.png`
+(`figures/<preset>/summary.png` for a preset other than tiny); `esreason claims` (`make claims`, `make figures`)
+calls it. A check's role (the paper's test or its control) is read from its `role` or `kind` field when the record
+has one; else the rows are grouped by finding only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from esreason_lib.paper.claims import CLAIMS, read_record, records_dir
+from esreason_lib.paper.plots import PALETTE, axes_or_new, finish_axes, save_figure
+from esreason_lib.paths import DEFAULT_PRESET
+
+SUMMARY_FIGURE = "summary"
+"""The summary figure's file stem."""
+_ROLES = {"test": "test", "paper": "test", "primary": "test", "control": "control"}
+STATUS_COLORS = {"reproduced": PALETTE[2], "smaller than delta": PALETTE[8], "not reproduced": PALETTE[3],
+                 "not resolved": PALETTE[7], "undecidable at this design": PALETTE[4]}
+"""A check's status colour in the summary forest plot (any other status: black)."""
+
+
+def plot_forest(rows: pd.DataFrame, ax=None):
+    """Every check as one row of a forest plot (rliable's style): its effect and 95% interval on the claimed side
+    of its threshold (0 = the threshold; right of 0 = the direction the paper claims), a tick at its `delta`, the
+    colour of its status; rows grouped under their finding, the paper's tests as circles, controls as squares.
+
+    `rows` has columns finding, check, effect, ci_low, ci_high, delta, status and role ("test", "control" or "":
+    `summary_table`), effect and interval already signed and shifted; one row per check, top to bottom."""
+    fig, ax = axes_or_new(ax, figsize=(9, 1.0 + 0.28 * (len(rows) + rows["finding"].nunique())))
+    y, ticks, labels = 0, [], []
+    for finding, group in rows.groupby("finding", sort=False):
+        ticks.append(y), labels.append(f"$\\bf{{{str(finding).replace('_', ' ').replace(' ', '~')}}}$")
+        for _, r in group.iterrows():
+            y -= 1
+            color = STATUS_COLORS.get(r["status"], "black")
+            ax.plot([r["ci_low"], r["ci_high"]], [y, y], color=color, lw=2.2, solid_capstyle="butt")
+            ax.scatter(r["effect"], y, color=color, zorder=3, s=28, marker="s" if r["role"] == "control" else "o",
+                       edgecolor="black", linewidth=0.6)
+            if r["delta"] > 0:
+                ax.plot([r["delta"]] * 2, [y - 0.3, y + 0.3], color="black", lw=1)
+            ax.text(1.01, y, f"{r['effect']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]", fontsize=7,
+                    va="center", transform=ax.get_yaxis_transform())
+            ticks.append(y), labels.append(("control: " if r["role"] == "control" else "") + str(r["check"]))
+        y -= 1
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.set_ylim(y + 0.5, 0.5)
+    ax.grid(axis="y", visible=False)
+    for status, color in STATUS_COLORS.items():
+        ax.plot([], [], color=color, lw=3, label=status)
+    ax.plot([], [], color="black", lw=1, marker="|", ls="none", ms=8, label=r"$\delta$ (smallest effect of interest)")
+    finish_axes(ax, "effect on the claimed side of the threshold (95% interval)", "", loc="upper center",
+            bbox_to_anchor=(0.5, -0.6 / len(ticks) - 0.04), ncol=3)
+    return fig, ax
+
+
+def summary_row(finding: str, check: dict) -> dict:
+    """One stored check as a forest-plot row: effect and interval shifted by its threshold and signed so that the
+    claimed side is positive ("less" checks flipped), its delta (0 when it has none), status and role ("test",
+    "control" or "")."""
+    sign = 1.0 if check.get("direction", "greater") == "greater" else -1.0
+    threshold = check.get("threshold", 0.0)
+    low, high = sorted(sign * (check[k] - threshold) for k in ("ci_low", "ci_high"))
+    role = str(check.get("role", check.get("kind", ""))).lower()
+    return {"finding": finding, "check": check["name"], "effect": sign * (check["effect"] - threshold),
+            "ci_low": low, "ci_high": high, "delta": check.get("delta") or 0.0, "status": check["status"],
+            "role": next((v for k, v in _ROLES.items() if k in role), "")}
+
+
+def summary_table(preset: str | None = None, home: str | Path | None = None) -> pd.DataFrame:
+    """The rows of every stored check of `preset`'s findings (`summary_row`), in the findings table's order;
+    ValueError naming the records' folder when none is stored."""
+    rows = [summary_row(c.id, check) for c in CLAIMS for check in (read_record(c.id, preset, home) or {}).get(
+        "checks", [])]
+    if not rows:
+        raise ValueError(f"no stored check under {records_dir(preset, home)}: run the notebooks first")
+    return pd.DataFrame(rows)
+
+
+def write_summary(preset: str | None = None, home: str | Path | None = None) -> list[Path]:
+    """Draw `summary_table(preset, home)` as the summary forest plot and save it in `preset`'s figures folder;
+    returns the PNG and PDF paths."""
+    fig, ax = plot_forest(summary_table(preset, home))
+    ax.set_title("Every check of every finding: effect and 95% interval (0 = the check's threshold)", fontsize=9)
+    paths = save_figure(fig, SUMMARY_FIGURE, preset=preset or DEFAULT_PRESET)
+    plt.close(fig)
+    return paths
