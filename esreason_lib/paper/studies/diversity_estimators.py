@@ -253,11 +253,15 @@ def fresh_change(probes: pd.DataFrame, k: int) -> np.ndarray:
     return _per_seed_prompt(probes, pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k))
 
 
-def diversity_link(probes: pd.DataFrame, k: int) -> np.ndarray:
+def diversity_link(probes: pd.DataFrame, k: int, start: str = "p_theta") -> np.ndarray:
     """[seeds, prompts']: per (seed, prompt), the correlation across iterations between the population's JS_succ
-    and the fresh change J_K(p_next) - J_K(p_theta); prompts' = the prompts where it is defined for every seed
-    (both series vary). Empty [seeds, 0] when there are none."""
-    change = pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k)
+    and the change J_K(p_next) - J_K(`start`); prompts' = the prompts where it is defined for every seed (both
+    series vary). Empty [seeds, 0] when there are none.
+
+    `start` "p_theta" (the samples JS_succ was computed from: the two share their noise, so the correlation is
+    negative even when the true change is 0, regression to the mean) or "p_fresh" (an independent draw of the same
+    centre: JS_succ at t from one sample set, the change from fresh samples at t and t+1)."""
+    change = pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes[start].to_numpy(), k)
     t = probes[["seed", "prompt", "js_succ"]].assign(change=change)
 
     def corr(g):
