@@ -488,7 +488,8 @@ def test_prop1_evidence_fails_for_harmful_updates(k):
     probes = _harmful_probes()
     old = effect_check("old bound", est.prop1_slack(probes, k))
     assert old.status == "reproduced"  # Pinsker: the bound check cannot fail, hence no longer evidence
-    f = div.finding({**_tables(probes=probes), "prop1": est.prop1_table(probes, (1, k))})
+    deltas = pd.DataFrame([{"delta_change": 0.03, "delta_condition": 3e-4, "delta_link": 0.1}])  # MDE ~0.014
+    f = div.finding({**_tables(probes=probes), "prop1": est.prop1_table(probes, (1, k)), "deltas": deltas})
     status = {c.name: c.status for c in f.checks}
     assert status[f"Pass@{k} change per iteration, fresh samples"] == "not reproduced"
     assert f.status == "not reproduced"

@@ -270,12 +270,13 @@ def finding_status(tests) -> str:
 def make_finding(sentence: str, checks=(), sanity=(), kind: str = "claim", tests=None) -> Finding:
     """A `Finding` whose status is its paper test's (`finding_status`); the sentence gets each test's primary
     check described. `tests`: the declared `Test`s; without them the first of `checks` is the primary check of
-    one paper test and the rest are its secondaries. `checks` beyond the tests' are kept as evidence shown."""
+    one paper test and the rest are its secondaries. `Finding.checks` lists `checks` in their order, then the
+    tests' checks not among them."""
     checks = tuple(checks)
     if tests is None:
         tests = (Test("paper", "the claim", checks[0], checks[1:]),) if checks else ()
     tests = tuple(tests)
-    every = tuple(dict.fromkeys([c for t in tests for c in (t.primary, *t.secondary)] + list(checks)))
+    every = tuple(dict.fromkeys(list(checks) + [c for t in tests for c in (t.primary, *t.secondary)]))
     parts = [f"{t.role} test ({t.name}): {t.primary.describe()}" for t in tests]
     rest = [c.describe() for c in every if all(c is not t.primary for t in tests)]
     text = "; ".join(([sentence] if sentence else []) + parts + (["secondary: " + "; ".join(rest)] if rest else []))
