@@ -255,3 +255,15 @@ def test_num_count_beyond_four_fails_fast_naming_the_field():
     for bad in (1, 5, 6):
         with _pytest.raises(ValueError, match=f"num_count must be 2, 3 or 4.*got {bad}"):
             get_task("countdown", num_count=bad)
+
+
+def test_min_solutions_draws_problems_with_several_distinct_answers_and_keeps_the_default_draws():
+    from esreason_lib.tasks import get_task
+
+    several = get_task("countdown", min_solutions=3).examples("test", n=20, seed=0)
+    task = get_task("countdown", min_solutions=3)
+    assert all(len(task.solutions(ex)) >= 3 for ex in several)
+    assert get_task("countdown").examples("test", n=5, seed=0) == get_task("countdown", min_solutions=1).examples(
+        "test", n=5, seed=0)
+    with pytest.raises(ValueError, match="min_solutions"):
+        get_task("countdown", min_solutions=0)
