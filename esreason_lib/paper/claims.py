@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from esreason_lib.paper.findings import STATUSES, Finding
 from esreason_lib.paper.studies.presets import DESIGNS
-from esreason_lib.paths import CLAIMS_PATH, README_PATH, findings_dir
+from esreason_lib.paths import CLAIMS_PATH, README_PATH, REPO_ROOT, findings_dir
+
+PREREGISTRATION_PATH = REPO_ROOT / "papers" / "preregistration.md"
+"""Where a multi-setting design is registered (`preregistration`), committed before any run of it."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ CLAIMS: tuple[Claim, ...] = (
           "Table 6, normalization ablation", "06_scaling, 06_normalization"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
-SEPARATE_PRESETS = ("powered", "tiny-exact", *(s for settings in DESIGNS.values() for s in settings))
+DESIGN_SETTINGS = tuple(s for settings in DESIGNS.values() for s in settings)
+"""The presets that are settings of a multi-setting design (their records name their registration commit)."""
+SEPARATE_PRESETS = ("powered", "tiny-exact", *DESIGN_SETTINGS)
 """Presets whose records live in `findings/<preset>/` (powered's get their own column and table; tiny-exact's are
 read by `esreason compare-findings`; a design's settings by `render_design`), never over the last run's."""
 PAPER_SAYS = {"reproduced": "holds as the paper tests it", "not reproduced": "fails as the paper tests it",
@@ -137,6 +143,16 @@ def tally(home: str | Path | None = None, preset: str | None = None) -> str:
             + " (the setup check of notebook 00 is not counted)")
 
 
+def registered_commit(path=PREREGISTRATION_PATH) -> str | None:
+    """The commit that last changed the registration file (None outside a git checkout or when uncommitted)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(path)], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
     """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in the run store."""
     if finding_id not in _BY_ID:
@@ -147,6 +163,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"id": finding_id, **finding.to_json(), "preset": preset,
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if preset in DESIGN_SETTINGS:  # the registration this run tests
+        record["registered_commit"] = registered_commit()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, path)
