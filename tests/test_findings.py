@@ -288,3 +288,15 @@ def test_anova_interval_covers_95_percent(regime, two_arms):
 
 def test_bootstrap_under_covers_with_three_seeds_when_seeds_dominate():
     assert coverage("bootstrap", 3, 100, *REGIMES["seed-dominant"], n_sims=200, n_boot=200) < 0.9
+
+
+def test_crossed_resample_draws_rows_then_shared_columns():
+    from esreason_lib.paper.intervals import crossed_resample
+
+    rows, cols = crossed_resample(np.random.default_rng(0), 500, 3, 7)
+    assert rows.shape == (500, 3) and cols.shape == (500, 7)
+    assert set(np.unique(rows)) == {0, 1, 2} and set(np.unique(cols)) == set(range(7))
+    again = np.random.default_rng(0)
+    assert np.array_equal(rows, again.integers(0, 3, size=(500, 3)))  # rows first: one stream, one order
+    with pytest.raises(ValueError, match="n_boot"):
+        crossed_resample(np.random.default_rng(0), 0, 3, 7)

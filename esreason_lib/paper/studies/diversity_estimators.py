@@ -32,6 +32,7 @@ import torch
 from esreason_lib.es.noise import noise
 from esreason_lib.params import named_params
 from esreason_lib.paper.findings import Check, mde_from_ci
+from esreason_lib.paper.intervals import crossed_resample
 from esreason_lib.metrics import js_success
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.seeding import numpy_rng
@@ -166,8 +167,8 @@ def grid_bootstrap(grids, stat, *, n_boot: int = 2000, seed: int = 0, name: str 
     prompts; the sigmas are the design and stay. The first axis is independent populations, not training seeds."""
     grids = [np.asarray(g, dtype=np.float64) for g in grids]
     _, r, p = grids[0].shape
-    rng = numpy_rng(seed, "grid_bootstrap", name)
-    ri, pi = rng.integers(0, r, size=(n_boot, r, 1)), rng.integers(0, p, size=(n_boot, 1, p))  # [B, R, 1], [B, 1, P]
+    rows, cols = crossed_resample(numpy_rng(seed, "grid_bootstrap", name), n_boot, r, p)  # [B, R], [B, P]
+    ri, pi = rows[:, :, None], cols[:, None, :]  # [B, R, 1], [B, 1, P]
     draws = stat(*(np.moveaxis(g[:, ri, pi], 0, 1) for g in grids))  # each [B, S, R, P] -> [B]
     return float(stat(*grids)), np.asarray(draws, dtype=np.float64)
 
