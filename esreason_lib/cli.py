@@ -7,7 +7,7 @@
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
-    power --preset tiny                MDE and cost of candidate designs from the stored checks (`power_report`)
+    power --preset tiny                MDE, cost and each check's operating characteristic (`power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("a", choices=sorted(PRESETS))
     cmp.add_argument("b", choices=sorted(PRESETS))
     cmp.set_defaults(func=_compare_findings)
-    pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
+    pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
+                                      "characteristic (P(reproduced | delta), P(reproduced | 0), P(not reproduced | delta))")
     pw.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     pw.set_defaults(func=_power)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "
