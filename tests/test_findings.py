@@ -167,9 +167,12 @@ def test_undecidable_when_construction_fixes_it_or_the_design_cannot_reach_repro
     fixed = check(0.1, 0.2, delta=0.05, fixed="base Pass@16 >= 0.95 on sorting: a ceiling")
     assert fixed.status == UNDECIDABLE and fixed.reason == ("base Pass@16 >= 0.95 on sorting: a ceiling (the "
                                                             "interval alone: reproduced)")
-    weak = check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.01))
+    weak = check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.01))  # a failure a real effect would give too
     assert weak.status == UNDECIDABLE and weak.reason.startswith("P(reproduced | effect = delta) = 0.30 < 0.5")
     assert check(-0.3, -0.1, delta=0.05, oc=(0.9, 0.02, 0.0)).status == "not reproduced"
+    assert check(0.1, 0.2, delta=0.05, oc=(0.3, 0.02, 0.0)).status == "reproduced"  # a pass no null would give
+    loose = check(0.1, 0.2, delta=0.05, oc=(0.9, 0.4, 0.0))  # a pass no effect would give too
+    assert loose.status == UNDECIDABLE and loose.reason.startswith("P(reproduced | effect = 0) = 0.40 > 0.1")
     assert "P(rep | delta) 0.90" in check(0.1, 0.2, delta=0.05, oc=(0.9, 0.02, 0.0)).describe()
 
 
@@ -189,8 +192,10 @@ def test_operating_characteristic_tells_a_real_effect_from_none():
     p_delta, p_null, p_wrong = big.oc
     assert p_delta > 0.5 and p_null <= 0.1 and p_wrong <= 0.05
     assert big.oc == operating_characteristic(big)  # deterministic in the check's name
-    small = effect_check("two arms", a, b, delta=0.01)  # a delta the design cannot reach
-    assert small.oc[0] < 0.5 and small.status == UNDECIDABLE
+    small = effect_check("two arms", a, b, delta=0.01)  # a delta the design cannot reach ...
+    assert small.oc[0] < 0.5 and small.status == "reproduced"  # ... but this pass fails under the null: it counts
+    missed = effect_check("two arms", b, a, delta=0.01)  # a failure a real effect of 0.01 would give too
+    assert missed.status == UNDECIDABLE
     paired = effect_check("paired", a, b, paired_seeds=True, delta=0.1)
     one_arm = effect_check("one arm", a - b, delta=0.1)
     base = effect_check("base", a, b[:1], delta=0.1)
