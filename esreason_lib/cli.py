@@ -8,7 +8,7 @@
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
     claims                             write papers/claims.md and the README findings table
     summary --preset tiny              draw every stored check as one forest plot (figures/summary.png)
-    power --preset tiny                MDE and cost of candidate designs from the stored checks (`paper.power_report`)
+    power --preset tiny                MDE, cost and each check's operating characteristic (`paper.power_report`)
 
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
@@ -347,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("a", type=preset_name, metavar="PRESET")
     cmp.add_argument("b", type=preset_name, metavar="PRESET")
     cmp.set_defaults(func=_compare_findings)
-    pw = sub.add_parser("power", help="MDE and cost of candidate designs from the stored checks")
+    pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
+                                      "characteristic (P(reproduced | delta), P(reproduced | 0), P(not reproduced | delta))")
     pw.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
     pw.set_defaults(func=_power)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "

@@ -30,11 +30,11 @@ def test_record_and_render_claims(tmp_path):
 def test_write_claims_updates_readme_block(tmp_path):
     home = tmp_path / "runs"
     readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- claims:start -->\nold\n<!-- claims:end -->\nrest\n")
+    readme.write_text("intro\n<!-- claims:start -->\nOLD BLOCK\n<!-- claims:end -->\nrest\n")
     claims.record_finding("00_base_models", _finding("greedy 0.30"), preset="tiny", home=home)
     claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
     text = readme.read_text()
-    assert "old" not in text and "greedy 0.30" in text and text.endswith("rest\n")
+    assert "OLD BLOCK" not in text and "greedy 0.30" in text and text.endswith("rest\n")
     assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**setup: reproduced**" in text
 
 
@@ -53,7 +53,8 @@ def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
     assert "1 reproduced" in claims.tally(home, "powered")
     main, powered = claims.render_claims(home).split("under the `powered` design")
     assert "kept" in main and "powered kept" not in main  # the main table shows the last run's result
-    assert "| `notebooks/05_forgetting.py` | **reproduced** | powered kept" in powered
+    assert "| `notebooks/05_forgetting.py` | **reproduced** | paper test (the claim): **reproduced**; holds as the " \
+           "paper tests it. powered kept" in powered
     assert "00_base_models" not in powered  # only findings the powered preset recorded
     short = claims.render_claims(home, powered_table=False)  # the README's version: powered's status column only
     assert "powered kept" not in short and "`papers/claims.md`" in short and "| **reproduced** | reproduced |" in short
@@ -152,3 +153,58 @@ def test_claims_after_a_separate_preset_on_a_store_without_the_last_run(tmp_path
     assert "left as they are" in capsys.readouterr().out and "shown" in claims_md.read_text()
     assert main(["claims", "--preset", "tiny"]) == 2
     assert "lack 01_passk_es_vs_grpo" in capsys.readouterr().err
+
+
+def _two_tests(paper, control):
+    from esreason_lib.paper.findings import Test
+
+    def chk(low, high):
+        return Check("c", (low + high) / 2, low, high, 0.05, delta=0.05)
+
+    cis = {"reproduced": (0.1, 0.2), "smaller than delta": (0.01, 0.03), "not reproduced": (-0.2, -0.1),
+           "not resolved": (-0.1, 0.2)}
+    return make_finding("x", tests=[Test("paper", "as the paper", chk(*cis[paper])),
+                                    Test("control", "matched", chk(*cis[control]))])
+
+
+def test_pair_meaning_and_tests_in_the_result_cell(tmp_path):
+    assert claims.pair_meaning("reproduced", "smaller than delta") == (
+        "holds as the paper tests it; explained by the control's alternative (a smaller move, any update, ...)")
+    assert claims.pair_meaning("reproduced", "reproduced") == "holds as the paper tests it and survives the control"
+    assert claims.pair_meaning("undecidable at this design", None) == (
+        "the paper's test cannot go either way at this design")
+    home = tmp_path / "runs"
+    claims.record_finding("01_passk_es_vs_grpo", _two_tests("reproduced", "smaller than delta"), preset="tiny",
+                          home=home)
+    table = claims.render_claims(home)
+    assert ("paper test (as the paper): **reproduced**; control test (matched): **smaller than delta**; holds as the "
+            "paper tests it; explained by" in table)
+
+
+def test_a_record_without_tests_renders_as_before(tmp_path):
+    """The committed tiny and powered records predate tests: their rows must not change."""
+    import json
+
+    home = tmp_path / "runs"
+    path = claims.record_finding("05_forgetting", _finding("kept"), preset="tiny", home=home)
+    rec = json.loads(path.read_text())
+    del rec["tests"]
+    path.write_text(json.dumps(rec))
+    row = [r for r in claims.render_claims(home).splitlines() if "05_forgetting" in r][0]
+    assert row.endswith(f"| **reproduced** | not run | kept; paper test (the claim): effect: +0.150 [+0.100, +0.200] "
+                        f"(MDE 0.050; reproduced) (preset `tiny`, {rec['time'][:10]}) |")
+
+
+def test_a_design_renders_one_row_per_claim_and_setting_and_the_x_of_y_line(tmp_path):
+    home = tmp_path / "runs"
+    assert "The `frontier` design" not in claims.render_claims(home)  # never ran: no design table
+    settings = claims.DESIGNS["frontier"]
+    for setting, (paper, control) in zip(settings, [("reproduced", "smaller than delta"),
+                                                    ("reproduced", "reproduced"), ("not reproduced", "not resolved")]):
+        claims.record_finding("01_passk_es_vs_grpo", _two_tests(paper, control), preset=setting, home=home)
+    assert claims.record_path("01_passk_es_vs_grpo", settings[0], home).parent.name == settings[0]
+    text = claims.render_design("frontier", home)
+    assert "| `01_passk_es_vs_grpo` | `frontier-habit` | reproduced | smaller than delta | holds as the paper" in text
+    assert "- `01_passk_es_vs_grpo`: the paper's test holds in 2 of 3 settings, the control in 1 of 3" in text
+    assert "- `05_forgetting`: the paper's test holds in 0 of 0 settings, the control in 0 of 0 (not run)" in text
+    assert text in claims.render_claims(home)

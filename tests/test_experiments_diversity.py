@@ -223,8 +223,8 @@ def test_probe_rows_hand_case():
 
 
 def _probes(p_next=0.3, seeds=3, iterations=4, prompts=6, p_w=0.3):
-    """Hand-built `compute_prop1` rows: p_theta = 0.28, p_plus = p_w - 0.001 (kl ~ 2e-6), p_next = `p_next` + small
-    noise, js_succ rising with that noise (the diversity-to-Pass@K link holds)."""
+    """Hand-built `compute_prop1` rows: p_theta = p_fresh = 0.28, p_plus = p_w - 0.001 (kl ~ 2e-6), p_next =
+    `p_next` + small noise, js_succ rising with that noise (the diversity-to-Pass@K link holds)."""
     rng = np.random.default_rng(2)
     rows = []
     for s, i, p in itertools.product(range(seeds), range(iterations), range(prompts)):
@@ -232,7 +232,7 @@ def _probes(p_next=0.3, seeds=3, iterations=4, prompts=6, p_w=0.3):
         rows.append({"seed": s, "iteration": i + 1, "prompt": p, "p_theta": 0.28, "p_bar": 0.3, "p_w": p_w,
                      "p_plus": p_w - 0.001, "p_next": float(np.clip(p_next + noise, 0, 1)),
                      "kl": est.bernoulli_kl(p_w, p_w - 0.001), "lift": 0.0, "lemma3_err": 1e-17, "reward_mean": 0.1,
-                     "ess_min": 0.9, "js_succ": 0.01 + noise + 0.0005 * rng.standard_normal()})
+                     "ess_min": 0.9, "js_succ": 0.01 + noise + 0.0005 * rng.standard_normal(), "p_fresh": 0.28})
     return pd.DataFrame(rows)
 
 
@@ -292,7 +292,8 @@ def _cells(slope=2.0, ratio=1.0, gap_ratio=1.0, n=8):
 
 def _tables(cells=None, probes=None):
     probes = _probes() if probes is None else probes
-    return {"cells": _cells() if cells is None else cells, "probes": probes, "prop1": est.prop1_table(probes, (1, 4))}
+    return {"cells": _cells() if cells is None else cells, "probes": probes, "prop1": est.prop1_table(probes, (1, 4)),
+            "deltas": pd.DataFrame([{"delta_change": 0.01, "delta_condition": 3e-4, "delta_link": 0.1}])}
 
 
 def test_lemma1_table_and_plot_tables():
@@ -312,38 +313,61 @@ def test_lemma1_table_and_plot_tables():
 def test_finding_reproduced_when_every_check_holds():
     f = div.finding(_tables())
     assert f.status == "reproduced", f.sentence
-    assert f.sentence.startswith("Along training, Proposition 1's condition holds")
+    assert [(t.role, t.status) for t in f.tests] == [("paper", "reproduced"), ("control", "reproduced")]
     names = [c.name for c in f.checks]
-    assert names == ["Prop 1 K=1: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)",
-                     "Prop 1 K=4: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)",
-                     "Pass@4 change per iteration, fresh samples", "corr(JS_succ, Pass@4 change) across iterations"]
+    assert names == ["Pass@4 change per iteration, fresh samples",
+                     "corr(JS_succ, Pass@4 change) across iterations, independent samples"]
     assert all(c.n_seeds == 3 and c.delta is not None for c in f.checks)
-    # the Taylor limits, Pinsker's bound and the identities are sanity lines, never evidence
+    # Proposition 1's condition, the Taylor limits, Pinsker's bound and the identities are reported, never evidence
+    assert f.sanity[0].startswith("Proposition 1's sufficient condition (pooled over probes) held in K=1: 12 of 12")
+    assert sum(s.startswith("condition margin, reported") for s in f.sanity) == 2
     assert sum(s.startswith("Taylor limit, cannot fail: Lemma") for s in f.sanity) == 6
     assert sum(s.startswith("Pinsker, holds for any update") for s in f.sanity) == 2
-    assert [s.split(" (")[0] for s in f.sanity[8:]] == ["P_pop >= P_same", "JS_succ >= 0", "JS_succ <= JS_pol",
-                                                        "Lemma 3 identity"]
-    assert "in 36/36 cells" in f.sanity[8] and "held in 12/12 of 12 iterations (K=1/4)" in f.sentence
+    assert [s.split(" (")[0] for s in f.sanity[11:]] == ["P_pop >= P_same", "JS_succ >= 0", "JS_succ <= JS_pol",
+                                                         "Lemma 3 identity"]
 
 
-@pytest.mark.parametrize("tables, failing", [
-    (dict(probes=_probes(p_next=0.2)), "Pass@4 change per iteration, fresh samples"),
-    (dict(probes=_probes(p_w=0.25)), "Prop 1 K=1: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)"),
-    (dict(probes=_probes().assign(js_succ=lambda t: 0.02 - t["js_succ"])), "corr(JS_succ, Pass@4 change) across iterations"),
-], ids=["no-rise", "condition", "link"])
-def test_finding_says_not_reproduced_when_an_evidence_check_fails(tables, failing):
-    f = div.finding(_tables(**tables))
-    status = {c.name: c.status for c in f.checks}
-    assert status[failing] == "not reproduced", f.sentence
-    assert f.status == "not reproduced" and "contradicts the paper" in f.sentence
+def test_finding_with_a_falling_pass_k_or_an_inverted_link():
+    f = div.finding(_tables(probes=_probes(p_next=0.2)))
+    assert f.tests[0].status == "not reproduced" and f.status == "not reproduced", f.sentence
+    f = div.finding(_tables(probes=_probes().assign(js_succ=lambda t: 0.02 - t["js_succ"])))
+    assert f.tests[1].status == "not reproduced" and f.status == "reproduced"  # the control never ANDs in
 
 
-def test_finding_is_not_resolved_with_one_seed_or_no_resolved_cell():
-    f = div.finding(_tables(probes=_probes(seeds=1)))
-    assert f.status == "not resolved" and f.sentence.startswith("Along training, the paper's account is not resolved")
-    assert {c.reason for c in f.checks} == {"1 training seed(s) < 3"}
-    f = div.finding(_tables(probes=_probes().drop(columns="js_succ")))  # a cached v2 table: no link estimate
-    assert f.checks[-1].reason == "non-finite estimate" and f.status == "not resolved"
+def test_finding_is_undecidable_with_one_seed_or_on_shared_samples():
+    f = div.finding(_tables(probes=_probes(seeds=1)))  # one seed can never reach `reproduced` (MIN_SEEDS)
+    assert f.status == "undecidable at this design" and f.tests[0].primary.oc[0] == 0.0
+    assert f.tests[0].primary.reason.endswith("(the interval alone: not resolved)")
+    f = div.finding(_tables(probes=_probes().drop(columns="p_fresh")))  # the tiny/powered runs: shared samples
+    assert f.tests[1].status == "undecidable at this design" and "regression to the mean" in f.tests[1].primary.reason
+    f = div.finding(_tables(probes=_probes().drop(columns=["js_succ", "p_fresh"])))  # a cached v2 table
+    assert f.tests[1].status == "undecidable at this design" and np.isnan(f.tests[1].primary.effect)
+
+
+def _null_probes(seeds=3, iterations=30, prompts=40, samples=8, seed=9):
+    """True change 0: every prompt keeps success rate 0.3 along training; p_theta(t) from the samples S_t that
+    JS_succ(t) is computed from (JS_succ rises with their success count), p_next(t) = p_theta(t + 1) from S_{t+1},
+    p_fresh(t) from an independent draw of the same centre."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s, p in itertools.product(range(seeds), range(prompts)):
+        draws = rng.binomial(samples, 0.3, size=iterations + 1) / samples  # [T + 1] S_0 .. S_T
+        fresh = rng.binomial(samples, 0.3, size=iterations) / samples  # [T]
+        for i in range(iterations):
+            rows.append({"seed": s, "prompt": p, "iteration": i + 1, "p_theta": draws[i], "p_next": draws[i + 1],
+                         "p_fresh": fresh[i], "js_succ": 0.05 * draws[i] + 0.001 * rng.standard_normal()})
+    return pd.DataFrame(rows)
+
+
+def test_null_diversity_link_is_0_on_independent_samples_and_negative_on_shared_ones():
+    """Issue 31 item 1: with a true change of 0, the link on shared samples is strongly negative (regression to the
+    mean); on independent samples its CI covers 0."""
+    probes = _null_probes()
+    shared = effect_check("shared", est.diversity_link(probes, 4))
+    assert shared.ci_high < -0.3, shared.describe()
+    independent = div.link_check(probes, 4, 0.1)
+    assert independent.ci_low < 0 < independent.ci_high and independent.fixed == "", independent.describe()
+    assert div.link_check(probes.drop(columns="p_fresh"), 4, 0.1).fixed == div.SHARED_SAMPLES
 
 
 # ----------------------------------------------------------------------------------- the cached study, smoke
@@ -464,9 +488,9 @@ def test_prop1_evidence_fails_for_harmful_updates(k):
     probes = _harmful_probes()
     old = effect_check("old bound", est.prop1_slack(probes, k))
     assert old.status == "reproduced"  # Pinsker: the bound check cannot fail, hence no longer evidence
-    f = div.finding({"cells": _cells(), "probes": probes, "prop1": est.prop1_table(probes, (1, k))})
+    deltas = pd.DataFrame([{"delta_change": 0.03, "delta_condition": 3e-4, "delta_link": 0.1}])  # MDE ~0.014
+    f = div.finding({**_tables(probes=probes), "prop1": est.prop1_table(probes, (1, k)), "deltas": deltas})
     status = {c.name: c.status for c in f.checks}
-    assert status[f"Prop 1 K={k}: J_K(w) - J_K(theta) - K sqrt(eps/2) (condition)"] == "not reproduced"
     assert status[f"Pass@{k} change per iteration, fresh samples"] == "not reproduced"
     assert f.status == "not reproduced"
-    assert not any(n.startswith("Lemma") for n in status)  # Taylor limits are sanity lines, never evidence
+    assert not any(n.startswith(("Lemma", "Prop 1")) for n in status)  # reported lines, never evidence

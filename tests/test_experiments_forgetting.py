@@ -155,32 +155,47 @@ def test_a_loss_the_relative_margin_let_pass_fails_the_absolute_one():
                        threshold=-0.2 * 0.9)
     assert old.status == "reproduced"
     result = fg.finding(_tables(problems))
-    assert [c.status for c in result.checks[:2]] == ["reproduced", "not reproduced"]
-    assert result.status == "not reproduced" and "contradicts the paper" in result.sentence
+    assert [c.status for c in result.tests[0].secondary] == ["reproduced", "not reproduced"]  # per task, shown
 
 
 def test_finding_reproduced_when_es_keeps_the_margin_and_forgets_less_than_grpo():
     result = fg.finding(_tables(_problems(-0.005, grpo_delta=-0.2)))
     assert result.status == "reproduced", result.sentence
-    assert [c.name for c in result.checks][2:] == ["ES - GRPO pass@K on addition", "ES - GRPO pass@K on sorting"]
-    assert result.checks[2].effect == pytest.approx(0.195)
-    assert "control, GRPO against the same margin (not in the status): GRPO - base pass@K on addition" in result.sentence
-    assert "not reproduced" in result.sentence  # GRPO's -0.2 lies below the margin: the control can fail
+    paper, control = result.tests
+    assert paper.primary.name == ("ES - base held-out Pass@K off the ceiling (addition pass@K, sorting pass@K; "
+                                  "margin -0.020)") and paper.primary.n_problems == 2 * PROBLEMS
+    assert control.status == "reproduced" and control.primary.effect == pytest.approx(0.195)
+    assert control.secondary[0].status == "not reproduced"  # GRPO's -0.2 lies below the margin: it can fail
     assert ("LM-loss rise over the base (nats/token) es +0.010 / grpo +0.040; kl/heldout es 0.0020 / grpo 0.0300"
             in result.sentence)
 
 
-def test_finding_not_reproduced_when_es_forgets_as_much_as_grpo():
+def test_finding_smaller_than_delta_when_es_forgets_as_much_as_grpo():
     result = fg.finding(_tables(_problems(-0.005, grpo_delta=-0.005)))
-    assert [c.status for c in result.checks[2:]] == ["not reproduced"] * 2  # CI excludes every difference >= 0.02
-    assert result.status == "not reproduced"
+    assert result.tests[1].status == "smaller than delta"  # CI excludes every difference >= 0.02
+    assert result.status == "reproduced"  # the paper's test holds; the control says it is explained by GRPO too
 
 
-def test_finding_not_resolved_with_one_seed_and_a_sure_loss_at_the_margin_is_not_reproduced():
+def test_ceiling_tasks_leave_the_pooled_checks_and_an_all_ceiling_design_is_undecidable():
+    """Issue 31 item 3: a held-out task whose base score is >= 0.95 cannot show ES - GRPO >= delta; it leaves the
+    pooled checks and its own checks are `undecidable at this design`."""
+    tables = _tables(_problems(-0.005, grpo_delta=-0.2, base=(0.5, 0.97)))  # sorting: pass@1 0.97, pass@K 1.0
+    assert fg.off_ceiling(tables) == {"addition": "pass@K"}
+    result = fg.finding(tables)
+    assert result.tests[0].primary.n_problems == PROBLEMS and "(addition pass@K;" in result.tests[0].primary.name
+    sorting = [c for c in result.tests[0].secondary if "sorting" in c.name][0]
+    assert sorting.status == "undecidable at this design" and "a ceiling" in sorting.reason
+    ceiling = fg.finding(_tables(_problems(-0.005, grpo_delta=-0.2, base=(0.97, 0.97))))
+    assert {t.status for t in ceiling.tests} == {"undecidable at this design"}
+    assert ceiling.status == "undecidable at this design" and "every held-out task" in ceiling.tests[0].primary.reason
+
+
+def test_finding_with_one_seed_and_a_sure_loss_at_the_margin():
     one = fg.finding(_tables(_problems(0.0, grpo_delta=-0.2, seeds=(0,))))
-    assert one.status == "not resolved" and one.sentence.startswith("Whether ES keeps held-out Pass@K within the margin")
-    at_margin = fg.finding(_tables(_problems((-0.02, 0.0), grpo_delta=-0.2)))  # CI excludes every loss < delta 0.01
-    assert at_margin.checks[0].status == "not reproduced" and "delta" in at_margin.checks[0].reason
+    assert one.status == "undecidable at this design"  # one seed never reaches `reproduced`
+    assert one.sentence.startswith("Whether ES keeps held-out Pass@K within the margin")
+    at_margin = fg.finding(_tables(_problems((-0.02, -0.02), grpo_delta=-0.2)))  # excludes every loss < delta 0.01
+    assert at_margin.status == "smaller than delta" and "delta" in at_margin.tests[0].primary.reason
 
 
 def test_finding_names_the_hub_base_when_there_is_no_lm_loss():

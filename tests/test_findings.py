@@ -3,8 +3,9 @@ import pytest
 
 from scipy import stats
 
-from esreason_lib.paper.findings import (MDE_FACTOR, Check, Finding, combine_status, effect_check, make_finding,
-                                   mde_from_ci, power_statement)
+from esreason_lib.paper.findings import (MDE_FACTOR, STATUSES, UNDECIDABLE, Check, Finding, Test, effect_check,
+                                         finding_status, make_finding, mde_from_ci, operating_characteristic,
+                                         power_statement)
 from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
 
 
@@ -46,15 +47,22 @@ def test_bad_check_fields_are_named():
         Finding(status="yes", sentence="", checks=())
 
 
-def test_combine_status():
+def test_a_finding_takes_its_paper_tests_primary_status_and_never_ands_the_secondaries():
     rep, no, unres = check(0.1, 0.2), check(-0.2, -0.1), check(-0.1, 0.1)
-    assert combine_status([rep, rep]) == "reproduced"
-    assert combine_status([rep, unres]) == "not resolved"
-    assert combine_status([rep, unres, no]) == "not reproduced"
-    assert combine_status([]) == "not resolved"
-    f = make_finding("pass@1 0.2", [rep, unres], sanity=("JS >= 0 in 4/4 (Jensen)",))
-    assert f.status == "not resolved" and f.sentence.startswith("pass@1 0.2; c: +0.150")
-    assert f.to_json()["checks"][1]["status"] == "not resolved" and f.to_json()["sanity"]
+    paper, control = Test("paper", "as the paper tests it", rep, (no, unres)), Test("control", "matched", no)
+    assert paper.status == "reproduced" and control.status == "not reproduced"
+    assert finding_status([control, paper]) == "reproduced"  # the paper's test, wherever it stands
+    assert finding_status([control]) == "not reproduced" and finding_status([]) == "not resolved"
+    f = make_finding("pass@1 0.2", [], sanity=("JS >= 0 in 4/4 (Jensen)",), tests=[paper, control])
+    assert f.status == "reproduced" and len(f.checks) == 3  # rep, no, unres once each
+    assert f.sentence.startswith("pass@1 0.2; paper test (as the paper tests it): c: +0.150")
+    record = f.to_json()
+    assert [t["role"] for t in record["tests"]] == ["paper", "control"] and record["tests"][1]["status"] == \
+        "not reproduced" and record["tests"][0]["secondary"] == ["c", "c"] and record["sanity"]
+    legacy = make_finding("x", [unres, rep])  # no declared tests: the first check is the primary
+    assert legacy.status == "not resolved" and legacy.tests[0].secondary == (rep,)
+    with pytest.raises(ValueError, match="role"):
+        Test("mechanism", "x", rep)
 
 
 def test_mde_is_power_scaled_standard_error():
@@ -122,16 +130,16 @@ def test_effect_check_is_deterministic_in_name_and_seed():
 @pytest.mark.parametrize("low,high,direction,threshold,status", [
     (0.06, 0.10, "greater", 0.0, "reproduced"),
     (0.01, 0.10, "greater", 0.0, "reproduced"),         # on the claimed side and reaching effects that matter
-    (0.01, 0.04, "greater", 0.0, "not reproduced"),     # real but short of delta: too small to matter
-    (-0.02, 0.04, "greater", 0.0, "not reproduced"),    # excludes every effect >= delta
+    (0.01, 0.04, "greater", 0.0, "smaller than delta"),  # real but short of delta: the paper's side, too small
+    (-0.02, 0.04, "greater", 0.0, "smaller than delta"),  # around 0, excludes every effect >= delta
     (-0.02, 0.06, "greater", 0.0, "not resolved"),      # contains both 0 and delta
     (-0.02, 0.05, "greater", 0.0, "not resolved"),      # touching threshold + delta does not exclude it
-    (-0.10, -0.02, "greater", 0.0, "not reproduced"),
+    (-0.10, -0.02, "greater", 0.0, "not reproduced"),   # the other side of 0: the only `not reproduced`
     (-0.10, -0.06, "less", 0.0, "reproduced"),
-    (-0.04, 0.02, "less", 0.0, "not reproduced"),
+    (-0.04, 0.02, "less", 0.0, "smaller than delta"),
     (-0.06, 0.02, "less", 0.0, "not resolved"),
-    (-0.04, -0.01, "less", 0.0, "not reproduced"),
-    (-0.04, -0.03, "greater", -0.05, "not reproduced"),  # above the margin -0.05 but short of -0.05 + 0.05
+    (-0.04, -0.01, "less", 0.0, "smaller than delta"),
+    (-0.04, -0.03, "greater", -0.05, "smaller than delta"),  # above the margin -0.05 but short of -0.05 + 0.05
 ])
 def test_delta_status_rules(low, high, direction, threshold, status):
     c = check(low, high, direction=direction, threshold=threshold, delta=0.05)
@@ -142,7 +150,8 @@ def test_delta_status_rules(low, high, direction, threshold, status):
 
 
 def test_delta_reasons_seed_rules_and_errors():
-    assert "too small to matter" in check(0.01, 0.04, delta=0.05).reason
+    assert check(0.01, 0.04, delta=0.05).reason == "CI on the claimed side, excluding every effect of at least delta 0.05"
+    assert "around the threshold" in check(-0.01, 0.04, delta=0.05).reason
     assert check(-0.02, 0.06, delta=0.05).reason == "CI contains the threshold and threshold + delta"
     assert check(-0.06, 0.02, direction="less", delta=0.05).reason.endswith("threshold - delta")
     assert check(0.01, 0.1, delta=0.05, seed_effects=(0.1, -0.01, 0.2), n_seeds=3).reason == "seeds disagree"
@@ -150,6 +159,71 @@ def test_delta_reasons_seed_rules_and_errors():
     for bad in (0.0, -0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="delta"):
             check(0.1, 0.2, delta=bad)
+    with pytest.raises(ValueError, match="Check.oc"):
+        check(0.1, 0.2, oc=(0.5, 1.5, 0.0))
+
+
+def test_undecidable_when_construction_fixes_it_or_the_design_cannot_reach_reproduced():
+    fixed = check(0.1, 0.2, delta=0.05, fixed="base Pass@16 >= 0.95 on sorting: a ceiling")
+    assert fixed.status == UNDECIDABLE and fixed.reason == ("base Pass@16 >= 0.95 on sorting: a ceiling (the "
+                                                            "interval alone: reproduced)")
+    weak = check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.01))  # a failure a real effect would give too
+    assert weak.status == UNDECIDABLE and weak.reason.startswith("P(reproduced | effect = delta) = 0.30 < 0.5")
+    assert check(-0.3, -0.1, delta=0.05, oc=(0.9, 0.02, 0.0)).status == "not reproduced"
+    assert check(0.1, 0.2, delta=0.05, oc=(0.3, 0.02, 0.0)).status == "reproduced"  # a pass no null would give
+    loose = check(0.1, 0.2, delta=0.05, oc=(0.9, 0.4, 0.0))  # a pass no effect would give too
+    assert loose.status == UNDECIDABLE and loose.reason.startswith("P(reproduced | effect = 0) = 0.40 > 0.1")
+    assert "P(rep | delta) 0.90" in check(0.1, 0.2, delta=0.05, oc=(0.9, 0.02, 0.0)).describe()
+
+
+def _arms(rng, effect, sd_seed=0.02, sd_resid=0.3, n_seeds=3, n_problems=400):
+    problem = rng.normal(0, 0.3, n_problems)
+    a = effect + problem + rng.normal(0, sd_seed, (n_seeds, 1)) + rng.normal(0, sd_resid, (n_seeds, n_problems))
+    b = problem + rng.normal(0, sd_seed, (n_seeds, 1)) + rng.normal(0, sd_resid, (n_seeds, n_problems))
+    return a, b
+
+
+def test_operating_characteristic_tells_a_real_effect_from_none():
+    """From the check's own components at its design: a delta the design resolves is reproduced most of the time
+    when true and rarely when the effect is 0; the unpaired, paired and one-arm kinds each simulate."""
+    rng = np.random.default_rng(7)
+    a, b = _arms(rng, 0.1)
+    big = effect_check("two arms", a, b, delta=0.1)
+    p_delta, p_null, p_wrong = big.oc
+    assert p_delta > 0.5 and p_null <= 0.1 and p_wrong <= 0.05
+    assert big.oc == operating_characteristic(big)  # deterministic in the check's name
+    small = effect_check("two arms", a, b, delta=0.01)  # a delta the design cannot reach ...
+    assert small.oc[0] < 0.5 and small.status == "reproduced"  # ... but this pass fails under the null: it counts
+    missed = effect_check("two arms", b, a, delta=0.01)  # a failure a real effect of 0.01 would give too
+    assert missed.status == UNDECIDABLE
+    paired = effect_check("paired", a, b, paired_seeds=True, delta=0.1)
+    one_arm = effect_check("one arm", a - b, delta=0.1)
+    base = effect_check("base", a, b[:1], delta=0.1)
+    for c in (paired, one_arm, base):
+        assert c.oc[0] > 0.5 and c.oc[1] <= 0.1, (c.name, c.oc)
+    assert effect_check("no delta", a, b).oc is None and effect_check("skip", a, b, delta=0.1, oc_sims=0).oc is None
+
+
+@pytest.mark.parametrize("effect,delta,direction,status", [
+    (0.15, 0.1, "greater", "reproduced"),
+    (-0.15, 0.1, "greater", "not reproduced"),
+    (0.04, 0.15, "greater", "smaller than delta"),
+    (0.015, 0.035, "greater", "not resolved"),
+    (-0.15, 0.1, "less", "reproduced"),
+    (0.15, 0.1, "less", "not reproduced"),
+])
+def test_synthetic_results_drive_a_check_to_every_status(effect, delta, direction, status):
+    a, b = _arms(np.random.default_rng(8), effect, n_problems=2000)
+    c = effect_check("drive", a, b, delta=delta, direction=direction)
+    assert c.oc[0] >= 0.5 and c.status == status, (c.describe(), c.reason)
+
+
+def test_every_status_is_reached():
+    a, b = _arms(np.random.default_rng(8), 0.15, n_problems=2000)
+    reached = {effect_check("x", a, b, delta=d).status for d in (0.1, 0.02)} | {
+        effect_check("x", b, a, delta=0.1).status, effect_check("x", a, b, delta=0.1, fixed="ceiling").status,
+        effect_check("x", a, b, delta=0.4).status, effect_check("x", a - 0.135, b, delta=0.035).status}
+    assert reached == set(STATUSES), reached
 
 
 def test_describe_power_and_effect_check_pass_delta():
@@ -219,3 +293,15 @@ def test_anova_interval_covers_95_percent(regime, two_arms):
 
 def test_bootstrap_under_covers_with_three_seeds_when_seeds_dominate():
     assert coverage("bootstrap", 3, 100, *REGIMES["seed-dominant"], n_sims=200, n_boot=200) < 0.9
+
+
+def test_crossed_resample_draws_rows_then_shared_columns():
+    from esreason_lib.paper.intervals import crossed_resample
+
+    rows, cols = crossed_resample(np.random.default_rng(0), 500, 3, 7)
+    assert rows.shape == (500, 3) and cols.shape == (500, 7)
+    assert set(np.unique(rows)) == {0, 1, 2} and set(np.unique(cols)) == set(range(7))
+    again = np.random.default_rng(0)
+    assert np.array_equal(rows, again.integers(0, 3, size=(500, 3)))  # rows first: one stream, one order
+    with pytest.raises(ValueError, match="n_boot"):
+        crossed_resample(np.random.default_rng(0), 0, 3, 7)

@@ -4,7 +4,7 @@ from scipy import stats
 
 from esreason_lib.paper.intervals import anova_interval
 from esreason_lib.paper.power import (Components, Cost, cheapest_design, design_mde, design_se, estimate_components,
-                                power_table)
+                                      power_table, simulated_arms)
 
 
 def t_mde(df, se):
@@ -46,28 +46,47 @@ def test_design_mde_hand_computed():
     assert design_mde(Components(0.0, 0.0, 0.0), 3, 100) == 0.0
 
 
+def t_width(df, se):
+    return 2 * stats.t.ppf(0.975, df) * se
+
+
 def test_cheapest_design_and_undecidable_checks():
+    """A design decides a check when its whole CI (2 t SE, ~3.92 SE) is narrower than delta, not its MDE (~2.8 SE)."""
     comps = {"seeds": Components(1.0, 0.0, 0.0), "problems": Components(0.0, 1.0, 0.0),
              "tiny": Components(0.0, 1.0, 0.0)}
-    deltas = {"seeds": 1.0, "problems": 0.2, "tiny": 0.05}
+    deltas = {"seeds": 1.2, "problems": 0.2, "tiny": 0.05}
     designs = [(r, p) for r in (3, 10) for p in (100, 500)]
     cost = Cost(per_seed_run=10.0, per_problem=0.01)
-    # MDE seeds: 3.10 at R=3, (t_9 quantiles) / sqrt(10) = 0.995 at R=10; problems: 0.283 at P=100, 0.126 at 500
+    # CI width seeds: 4.97 at R=3, 2 t_9 / sqrt(10) = 1.43 at R=10 (> 1.2: never decided, though its MDE at R=10,
+    # 0.995, is below 1.2); problems: 0.397 at P=100, 0.176 at 500 (< 0.2)
+    assert t_width(9, np.sqrt(0.1)) > 1.2 > t_mde(9, np.sqrt(0.1))
     plan = cheapest_design(comps, deltas, designs, cost)
-    assert (plan.n_seeds, plan.n_problems, plan.cost) == (10, 500, 150.0)
-    assert plan.undecidable == ("tiny",)
-    assert plan.mde["seeds"] == pytest.approx(t_mde(9, np.sqrt(0.1)))
+    assert (plan.n_seeds, plan.n_problems, plan.cost) == (3, 500, 45.0)
+    assert plan.undecidable == ("seeds", "tiny")
     assert plan.mde["problems"] == pytest.approx(t_mde(499, np.sqrt(1 / 500)))
     # a cheaper grid point wins when it suffices
-    easy = cheapest_design({"seeds": comps["seeds"]}, {"seeds": 4.0}, designs, cost)
+    easy = cheapest_design({"seeds": comps["seeds"]}, {"seeds": 5.0}, designs, cost)
     assert (easy.n_seeds, easy.n_problems, easy.cost) == (3, 100, 33.0)
     none = cheapest_design({"tiny": comps["tiny"]}, {"tiny": 0.01}, designs, cost)
     assert none.n_seeds is None and none.undecidable == ("tiny",) and none.mde == {}
 
 
+def test_simulated_arms_have_the_components_and_the_effect():
+    rng = np.random.default_rng(3)
+    comp = Components(seed=0.01, problem=0.04, resid=0.09, arms=2)
+    draws = [simulated_arms(comp, 4, 300, 0.2, rng) for _ in range(300)]
+    diffs = np.array([a.mean() - b.mean() for a, b in draws])
+    assert diffs.mean() == pytest.approx(0.2, abs=0.01)
+    assert diffs.var() == pytest.approx(comp.variance(4, 300), rel=0.25)
+    one, none = simulated_arms(Components(0.0, 1.0, 0.0, arms=0), 3, 50, 0.0, rng)
+    assert one.shape == (1, 50) and none is None  # no seeded arm: one row
+    assert simulated_arms(Components(1.0, 0.0, 0.0, arms=1), 3, 50, 0.0, rng)[0].shape == (3, 50)
+
+
 def test_power_table_shape_and_order():
     table = power_table({"x": Components(1.0, 1.0, 1.0)}, {"x": 0.5}, [(10, 500), (3, 100)], Cost(1.0, 0.0))
-    assert list(table.columns) == ["check", "n_seeds", "n_problems", "cost", "se", "df", "mde", "delta", "decided"]
+    assert list(table.columns) == ["check", "n_seeds", "n_problems", "cost", "se", "df", "mde", "ci_width", "delta",
+                                   "decided"]
     assert table["n_seeds"].tolist() == [3, 10] and table["cost"].tolist() == [3.0, 10.0]
     assert table["se"].iloc[0] == pytest.approx(np.sqrt(1 / 3 + 1 / 100 + 1 / 300))
 

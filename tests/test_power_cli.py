@@ -1,11 +1,13 @@
 """`esreason power`: components from synthetic stored finding records, the MDE table and the cheapest design."""
 
+import json
+
 import numpy as np
 
 from esreason_lib import cli
 from esreason_lib.paper import claims
 from esreason_lib.paper.findings import effect_check, make_finding
-from esreason_lib.paper.power_report import report, stored_checks
+from esreason_lib.paper.power_report import oc_table, report, stored_check_objects, stored_checks
 from esreason_lib.paper.studies.presets import get_preset
 
 
@@ -39,3 +41,20 @@ def test_power_says_when_no_design_fits(tmp_path):
 
 def test_power_without_records_says_so(tmp_path):
     assert "no stored checks" in report(get_preset("powered"), tmp_path)
+
+
+def test_power_prints_each_checks_operating_characteristic_and_reads_old_records(tmp_path, capsys):
+    _record(tmp_path, delta=0.05)
+    path = claims.record_path("05_forgetting", "tiny", tmp_path)
+    rec = json.loads(path.read_text())
+    for c in rec["checks"]:  # a record written before issue 31: no `fixed`, no `oc`
+        c.pop("fixed"), c.pop("oc")
+    path.write_text(json.dumps(rec))
+    (check,) = stored_check_objects("tiny", tmp_path).values()
+    assert check.oc is None and check.fixed == "" and check.components is not None
+    text = report(get_preset("tiny"), tmp_path)
+    assert "operating characteristic at the design each check ran" in text and "(the frontier settings)" in text
+    own = oc_table({"x": check})
+    assert own["n_problems"].iloc[0] == 200 and own["P(rep|delta)"].iloc[0] > 0.5 and own["undecidable"].iloc[0] == ""
+    tiny = oc_table({"x": check}, design=(3, 4))  # 50 times fewer problems: the delta is out of reach
+    assert tiny["P(rep|delta)"].iloc[0] < 0.5 and tiny["undecidable"].iloc[0].startswith("P(rep|delta)")

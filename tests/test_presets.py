@@ -33,7 +33,27 @@ STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forget
 
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
-    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-exact"}
+    assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-exact",
+                            "frontier-habit", "frontier-clean", "frontier-m", "frontier-multi"}
+
+
+def test_frontier_settings_run_the_registered_design():
+    """Issue 31: the paper's KL beta, the five GRPO lrs and three ES alphas, snapshots every 10 iterations, K = 16
+    and 32 from 64 samples at T = 0.6 in notebooks 01, 04 and 05; three bases and a second task."""
+    from esreason_lib.paper.studies.presets import DESIGNS
+    from esreason_lib.tasks import get_task
+
+    settings = [get_preset(n) for n in DESIGNS["frontier"]]
+    assert {p.base_model for p in settings} == {"qwen2-s-habit", "qwen2-s", "qwen2-m"}
+    assert len({tuple(sorted(p.task_kwargs.items())) for p in settings}) == 2
+    for p in settings:
+        assert p.grpo.beta == 0.001 and p.comparison.grpo_lrs == (5e-6, 1e-5, 2e-5, 5e-5, 1e-4)
+        assert p.comparison.es_alphas == (1.2e-3, 2.4e-3, 4.8e-3) and p.es.snapshot_every == p.grpo.snapshot_every == 10
+        assert max(p.eval.ks) == 32 <= p.eval.n_samples // 2 and p.comparison.temperature == 0.6
+        assert p.sparsity.eval.temperature == p.forgetting.eval.temperature == 0.6
+        assert p.prop1.independent_link and p.seeds == (0, 1, 2)
+        pool = len(get_task(p.task, **p.test_task_kwargs()).examples("test", n=p.splits.pool))
+        assert p.eval.n_problems + p.comparison.selection_problems <= pool
 
 
 def test_full_is_tiny_with_the_full_overrides():
@@ -127,7 +147,8 @@ def test_base_model_and_task_overrides_propagate():
 
 
 def test_unknown_preset_name():
-    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['full', 'paper-easy', 'paper-hard', "
+    with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['frontier-clean', 'frontier-habit', "
+                                         r"'frontier-m', 'frontier-multi', 'full', 'paper-easy', 'paper-hard', "
                                          r"'powered', 'smoke', 'tiny', 'tiny-exact'\]"):
         get_preset("nope")
 

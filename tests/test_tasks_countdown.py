@@ -280,3 +280,15 @@ def test_one_verifier_call_chain_parses_a_completion_once(monkeypatch):
     task._last_tree = None
     task.score("3+7+12", EX), task.score("12+7+3", EX), task.score("3+7+12", EX)  # each new text: one parse
     assert calls == ["3+7+12", "12+7+3", "3+7+12"]
+
+
+def test_min_solutions_draws_problems_with_several_distinct_answers_and_keeps_the_default_draws():
+    from esreason_lib.tasks import get_task
+
+    several = get_task("countdown", min_solutions=3).examples("test", n=20, seed=0)
+    task = get_task("countdown", min_solutions=3)
+    assert all(len(task.solutions(ex)) >= 3 for ex in several)
+    assert get_task("countdown").examples("test", n=5, seed=0) == get_task("countdown", min_solutions=1).examples(
+        "test", n=5, seed=0)
+    with pytest.raises(ValueError, match="min_solutions"):
+        get_task("countdown", min_solutions=0)

@@ -11,21 +11,32 @@ never counted in the tally of the paper's claims (`tally`). Each preset's record
 tiny, `findings/<preset>/` for any other: `paths.findings_dir`), so a run at one preset never changes another's rows;
 the table shows tiny and powered (`TABLE_PRESETS`), and a scale never run says "not run". A record keeps the time its
 result was first measured: a redraw that computes the same finding (`make figures`) leaves it byte-identical.
+
+A record with tests holds its tests (the paper's test and the control, each with its status); its
+result cell starts with both and a sentence on what the pair means (`pair_meaning`). The settings of a
+multi-setting design (`presets.DESIGNS`) keep their records apart too; `render_design` gives one row per claim and
+setting and the line "the paper's test holds in X of Y settings, the control in Z of Y". Records without tests
+render as before.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from esreason_lib.paper.findings import STATUSES, Finding
 from esreason_lib.paper.notebooks import figure_names
-from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, findings_dir
+from esreason_lib.paper.studies.presets import DESIGNS
+from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, REPO_ROOT, findings_dir
 from esreason_lib.store.bundle import IMPORTED
 from esreason_lib.store.integrity import atomic_write_bytes, read_json, warn_store
+
+PREREGISTRATION_PATH = REPO_ROOT / "papers" / "preregistration.md"
+"""Where a multi-setting design is registered (`preregistration`), committed before any run of it."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,42 @@ _BY_ID = {c.id: c for c in CLAIMS}
 TABLE_PRESETS = (DEFAULT_PRESET, "powered")
 """The presets whose records the findings table shows (tiny's rows, powered's column and table); any other preset's
 records (smoke, tiny-exact: `esreason compare-findings`) are kept in the store and never shown there."""
+DESIGN_SETTINGS = tuple(s for settings in DESIGNS.values() for s in settings)
+"""The presets that are settings of a multi-setting design (their records name their registration commit)."""
+PAPER_SAYS = {"reproduced": "holds as the paper tests it", "not reproduced": "fails as the paper tests it",
+              "smaller than delta": "as the paper tests it, the effect is on its side but smaller than delta",
+              "not resolved": "is not resolved as the paper tests it",
+              "undecidable at this design": "the paper's test cannot go either way at this design"}
+"""What the paper's test's status says, as the first half of `pair_meaning`."""
+CONTROL_SAYS = {"reproduced": "and survives the control", "not reproduced": "the control explains it away",
+                "smaller than delta": "explained by the control's alternative (a smaller move, any update, ...)",
+                "not resolved": "the control cannot tell", "undecidable at this design":
+                "the control cannot go either way at this design"}
+"""What the control's status adds, as the second half of `pair_meaning`."""
+
+
+def pair_meaning(paper: str, control: str | None) -> str:
+    """One sentence on what the paper's test and the control mean together, e.g. "holds as the paper tests it;
+    explained by the control's alternative (a smaller move, any update, ...)"."""
+    if control is None:
+        return PAPER_SAYS[paper]
+    joint = " " if control == "reproduced" else "; "
+    return PAPER_SAYS[paper] + joint + CONTROL_SAYS[control]
+
+
+def test_statuses(rec: dict | None) -> dict[str, str]:
+    """{role: status} of a record's tests (empty for a record written before tests existed, or None)."""
+    return {t["role"]: t["status"] for t in (rec or {}).get("tests", [])}
+
+
+def tests_text(rec: dict) -> str:
+    """"paper test (name): **status**; control (name): **status**; meaning. " for a record with tests, else ""."""
+    tests = rec.get("tests", [])
+    if not tests:
+        return ""
+    roles = test_statuses(rec)
+    parts = [f"{t['role']} test ({t['name']}): **{t['status']}**" for t in tests]
+    return "; ".join(parts) + f"; {pair_meaning(roles.get('paper', tests[0]['status']), roles.get('control'))}. "
 
 
 def records_dir(preset: str | None = None, home: str | Path | None = None) -> Path:
@@ -104,7 +151,7 @@ def _origin(record: dict) -> str:
 def tally(home: str | Path | None = None, preset: str | None = None) -> str:
     """One sentence: how many of the paper's claims (kind "claim") are reproduced / not reproduced / not resolved
     / not run at this scale; setup checks are not counted."""
-    counts = {"reproduced": 0, "not reproduced": 0, "not resolved": 0, "not run": 0}
+    counts = {s: 0 for s in STATUSES} | {"not run": 0}
     for c in CLAIMS:
         if c.kind != "claim":
             continue
@@ -112,8 +159,19 @@ def tally(home: str | Path | None = None, preset: str | None = None) -> str:
         counts[rec["status"] if rec else "not run"] += 1
     n = sum(counts.values())
     scale = "last run" if preset in (None, DEFAULT_PRESET) else preset
-    return (f"{scale}: of the paper's {n} claims tested here, " + ", ".join(f"{v} {k}" for k, v in counts.items())
+    shown = {k: v for k, v in counts.items() if v or k in ("reproduced", "not reproduced", "not resolved", "not run")}
+    return (f"{scale}: of the paper's {n} claims tested here, " + ", ".join(f"{v} {k}" for k, v in shown.items())
             + " (the setup check of notebook 00 is not counted)")
+
+
+def registered_commit(path=PREREGISTRATION_PATH) -> str | None:
+    """The commit that last changed the registration file (None outside a git checkout or when uncommitted)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(path)], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
@@ -129,6 +187,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     stored = read_record(finding_id, preset, home) or {}
     same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k != "time"}
     record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if preset in DESIGN_SETTINGS:  # the registration this run tests
+        record["registered_commit"] = registered_commit()
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
     return path
 
@@ -150,7 +210,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         status, result = "not run", "not run yet (`make reproduce`)"
         if rec is not None:
             status = rec.get("status", "not run")
-            result = (f"{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
+            result = (f"{tests_text(rec)}{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
                       + _origin(rec))
         if setup:
             status, result = setup + status, "setup check, not a claim of the paper (not counted): " + result
@@ -159,7 +219,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
                      f"{result.replace('|', '/')} |")
         if powered is not None:
             powered_rows.append(f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
-                                f"{powered.get('sentence', powered.get('result', '')).replace('|', '/')} "
+                                f"{(tests_text(powered) + powered.get('sentence', powered.get('result', ''))).replace('|', '/')} "
                                 f"({powered['time'][:10]}){_origin(powered)} |")
     full, short = lines, lines
     if powered_rows:
@@ -167,7 +227,35 @@ def _render(home: str | Path | None) -> tuple[str, str]:
                         "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
         short = lines + ["", "The `powered` design's results (`make reproduce PRESET=powered`): `papers/claims.md`."]
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
-    return "\n".join(full) + tallies, "\n".join(short) + tallies
+    designs = "".join("\n" + render_design(name, home) for name in DESIGNS if _design_ran(name, home))
+    return "\n".join(full) + tallies + designs, "\n".join(short) + tallies
+
+
+def _design_ran(design: str, home) -> bool:
+    """Whether any setting of `design` has a record."""
+    return any(read_record(c.id, s, home) for s in DESIGNS[design] for c in CLAIMS)
+
+
+def render_design(design: str, home: str | Path | None = None) -> str:
+    """The claims of a multi-setting design (`presets.DESIGNS`): one row per claim and setting with the paper's
+    test, the control and what the pair means; per claim the line "the paper's test holds in X of Y settings,
+    the control in Z of Y" (Y: the settings that ran it; a test holds when `reproduced`)."""
+    settings = DESIGNS[design]
+    lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`):", "",
+             "| finding | setting | paper's test | control | what the pair means |", "|---|---|---|---|---|"]
+    summary = []
+    for c in CLAIMS:
+        if c.kind != "claim":
+            continue
+        ran = {s: test_statuses(read_record(c.id, s, home)) for s in settings}
+        ran = {s: r for s, r in ran.items() if r}
+        for s, r in ran.items():
+            lines.append(f"| `{c.id}` | `{s}` | {r.get('paper', '-')} | {r.get('control', '-')} | "
+                         f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'} |")
+        held = {role: sum(r.get(role) == "reproduced" for r in ran.values()) for role in ("paper", "control")}
+        summary.append(f"- `{c.id}`: the paper's test holds in {held['paper']} of {len(ran)} settings, the control "
+                       f"in {held['control']} of {len(ran)}" + ("" if ran else " (not run)"))
+    return "\n".join(lines + [""] + summary) + "\n"
 
 
 def _cell(check: dict) -> str:

@@ -1,22 +1,35 @@
 """A finding is a test: each claim of the paper becomes `Check`s whose status is computed from data.
 
-Every study ends in `finding(tables) -> Finding`: a status, one sentence, the evidence checks and the sanity
-checks. The rules live here, once:
+Every study ends in `finding(tables) -> Finding`: a status, one sentence, its tests (each one primary `Check`
+declared in advance, with secondary checks shown beside it) and the sanity checks. The rules live here, once:
 
 - A `Check` is one effect the paper predicts, with a direction: `effect > threshold` ("greater") or
   `effect < threshold` ("less"); the threshold is 0 for "A beats B" and a margin for "no worse than". Its
   `delta` (fixed in advance, optional) is the smallest effect of interest: an effect matters when it lies at
   least `delta` beyond the threshold on the claimed side (threshold + delta for "greater", threshold - delta
-  for "less").
-  - `reproduced`: the 95% CI lies entirely on the claimed side of the threshold, and so does every training
-    seed's own point estimate, and (with a delta) the CI still reaches an effect that matters;
-  - `not reproduced`: the CI lies entirely on the other side, or (with a delta) it excludes every effect that
-    matters: the claimed effect, if any, is too small to matter (this includes a CI on the claimed side that
-    ends short of threshold + delta);
-  - `not resolved`: anything else: the CI contains the threshold (with a delta: both the threshold and
-    threshold +- delta), seeds disagree, or fewer than `MIN_SEEDS` training seeds back a check that has a seed
-    axis.
-- A `Finding` is `not reproduced` when any of its evidence checks is, `reproduced` when all are, else `not resolved`.
+  for "less"). Its status (`STATUSES`), in this order:
+  - `undecidable at this design`: its outcome is fixed by construction (`Check.fixed`: a ceiling, a floor, a
+    delta the design cannot reach, regression to the mean), or its operating characteristic (`Check.oc`,
+    simulated by `operating_characteristic` from its own variance components at the design it ran) says the
+    outcome it got could not have gone the other way: a pass (`reproduced` by the interval) that the simplest
+    alternative, a true effect of 0, would also give more than `MAX_FALSE_PASS` of the time, or any other outcome
+    where a real effect (= delta) would reach `reproduced` less than `MIN_POWER` of the time. Such a check
+    neither supports nor contradicts the paper (the reason quotes what the interval alone says). A pass is
+    informative when it fails under the alternative, a failure when it could have passed (issue 31's principle);
+    `power_report` marks a design whose checks cannot reach `reproduced` at all;
+  - `not resolved` when fewer than `MIN_SEEDS` training seeds back a check with a seed axis, or the estimate
+    is not finite;
+  - `not reproduced`: the 95% CI lies entirely on the other side of the threshold;
+  - `smaller than delta`: (with a delta) the CI excludes every effect that matters: on the claimed side but
+    short of threshold + delta, or around the threshold and short of it (no effect of interest);
+  - `reproduced`: the CI lies entirely on the claimed side of the threshold, every training seed's own point
+    estimate too, and (with a delta) the CI still reaches an effect that matters;
+  - `not resolved`: anything else (the CI contains the threshold, and threshold +- delta with a delta; seeds
+    disagree).
+- A `Test` is one way of testing a claim, with a `role`: "paper" (the paper's own design, in its words) or
+  "control" (the alternative explanation it must survive). Its status is its primary check's, declared in
+  advance (`studies.registry`); secondary checks are shown and never enter it (no conjunction).
+- A `Finding`'s status is its paper test's (the first test when none has the paper's role).
 - Sanity checks (identities that cannot fail: AM-GM, Jensen, algebra) are reported beside the evidence and never
   enter the status.
 - Uncertainty (`effect_check`) treats seeds and problems as crossed random factors, paired by problem (the
@@ -27,23 +40,35 @@ checks. The rules live here, once:
 - The minimum detectable effect is (t_{0.975, df} + t_{0.80, df}) * SE for the ANOVA interval, and
   `MDE_FACTOR * SE` with SE = CI width / (2 * 1.96) for a bootstrap or hand-made CI (`mde_from_ci`): the
   smallest true effect this design detects with 80% power in a two-sided test at the 5% level. A check is
-  powered when its MDE is below its delta; `power_statement` says which checks of a finding are.
+  powered when its MDE is below its delta; `power_statement` says which checks of a finding are. Deciding
+  between 0 and delta takes more: a CI decides when its whole width (~3.92 SE) is below delta (`power`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from esreason_lib.paper.intervals import METHODS, anova_interval, arms, bootstrap_interval
-from esreason_lib.paper.power import estimate_components
+from esreason_lib.paper.power import Components, estimate_components, simulated_arms
 from esreason_lib.seeding import numpy_rng
 
-STATUSES = ("reproduced", "not reproduced", "not resolved")
-"""The three outcomes of a check or a finding."""
+UNDECIDABLE = "undecidable at this design"
+STATUSES = ("reproduced", "not reproduced", "smaller than delta", "not resolved", UNDECIDABLE)
+"""The outcomes of a check, a test or a finding (rules in the module docstring)."""
+ROLES = ("paper", "control")
+"""What a `Test` is: the paper's own test (its design, its words) or the control that could explain it away."""
 MIN_SEEDS = 3
 """Training seeds a check with a seed axis needs before it can be `reproduced` or `not reproduced`."""
+MIN_POWER = 0.5
+"""A check that did not pass, whose P(`reproduced` | effect = delta) at its design is below this, is `undecidable at
+this design`: a real effect would not have passed either."""
+MAX_FALSE_PASS = 0.1
+"""A check that passed, whose P(`reproduced` | effect = 0) at its design is above this, is `undecidable at this
+design`: no effect would have passed too (a nominal 95% one-sided interval gives 0.025)."""
+OC_SIMS = 200
+"""Simulated replications per true effect behind a check's operating characteristic (SE of a rate <= 0.035)."""
 Z_95, Z_POWER_80 = 1.959964, 0.841621
 MDE_FACTOR = Z_95 + Z_POWER_80
 """MDE = (z_0.975 + z_0.80) * SE: detected with 80% power at alpha = 0.05, two-sided."""
@@ -82,6 +107,13 @@ class Check:
     check (then estimated from the CI)."""
     n_problems: int | None = None
     """Problems behind the check (its design's P); None when unknown."""
+    fixed: str = ""
+    """Why the check's outcome is fixed by its construction (a ceiling, a floor, regression to the mean, a delta
+    it cannot reach), which makes it `undecidable at this design`; "" when nothing fixes it."""
+    oc: tuple[float, float, float] | None = None
+    """Operating characteristic at its design (`operating_characteristic`): P(`reproduced` | effect = delta),
+    P(`reproduced` | effect = 0), P(`not reproduced` | effect = delta); None when not simulated (no delta or no
+    components)."""
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -90,6 +122,8 @@ class Check:
             raise ValueError(f"Check {self.name!r}: ci_low {self.ci_low!r} > ci_high {self.ci_high!r}")
         if self.delta is not None and not (np.isfinite(self.delta) and self.delta > 0):
             raise ValueError(f"Check.delta must be a finite number > 0 or None, got {self.delta!r}")
+        if self.oc is not None and not (len(self.oc) == 3 and all(0 <= p <= 1 for p in self.oc)):
+            raise ValueError(f"Check.oc must be three probabilities in [0, 1] or None, got {self.oc!r}")
 
     def _side(self, x, at: float | None = None) -> np.ndarray:
         """+1 where x is strictly on the claimed side of `at` (default: the threshold), -1 strictly on the other,
@@ -114,7 +148,7 @@ class Check:
 
     @property
     def status(self) -> str:
-        """`reproduced`, `not reproduced` or `not resolved` (rules in the module docstring)."""
+        """One of `STATUSES` (rules in the module docstring)."""
         return status_and_reason(self)[0]
 
     @property
@@ -123,16 +157,17 @@ class Check:
         return status_and_reason(self)[1]
 
     def describe(self, fmt: str = "{:+.3f}") -> str:
-        """"name: effect [low, high] (MDE m[, delta d][, n seeds]; status)"."""
+        """"name: effect [low, high] (MDE m[, delta d][, n seeds][, P(rep | delta) p]; status)"."""
         f = fmt.format
         delta = f", delta {self.delta:.3f}" if self.delta is not None else ""
         seeds = f", {self.n_seeds} seeds" if self.n_seeds is not None else ""
+        oc = f", P(rep | delta) {self.oc[0]:.2f}" if self.oc is not None else ""
         return (f"{self.name}: {f(self.effect)} [{f(self.ci_low)}, {f(self.ci_high)}] "
-                f"(MDE {abs(self.mde):.3f}{delta}{seeds}; {self.status})")
+                f"(MDE {abs(self.mde):.3f}{delta}{seeds}{oc}; {self.status})")
 
 
-def status_and_reason(check: Check) -> tuple[str, str]:
-    """The status of `check` and the reason for it."""
+def interval_status(check: Check) -> tuple[str, str]:
+    """The status and reason the interval alone gives (`status_and_reason` without `fixed` and `oc`)."""
     low, high = check._side([check.ci_low, check.ci_high])
     if check.n_seeds is not None and check.n_seeds < MIN_SEEDS:
         return "not resolved", f"{check.n_seeds} training seed(s) < {MIN_SEEDS}"
@@ -141,7 +176,8 @@ def status_and_reason(check: Check) -> tuple[str, str]:
     if low < 0 and high < 0:
         return "not reproduced", "CI on the opposite side"
     if check.delta is not None and (check._side([check.ci_low, check.ci_high], check.matters_at) < 0).all():
-        return "not reproduced", f"CI excludes every effect of at least delta {check.delta:g}: too small to matter"
+        where = "on the claimed side" if low > 0 else "around the threshold"
+        return "smaller than delta", f"CI {where}, excluding every effect of at least delta {check.delta:g}"
     if low > 0 and high > 0:
         if check.seed_effects and not (check._side(check.seed_effects) > 0).all():
             return "not resolved", "seeds disagree"
@@ -152,21 +188,70 @@ def status_and_reason(check: Check) -> tuple[str, str]:
     return "not resolved", "CI contains the threshold"
 
 
+def status_and_reason(check: Check) -> tuple[str, str]:
+    """The status of `check` and the reason for it: `undecidable at this design` when its construction fixes it or
+    its operating characteristic says its outcome could not have gone the other way (module docstring), else
+    `interval_status`."""
+    status, reason = interval_status(check)
+    if check.fixed:
+        return UNDECIDABLE, f"{check.fixed} (the interval alone: {status})"
+    if check.oc is not None and status == "reproduced" and check.oc[1] > MAX_FALSE_PASS:
+        return UNDECIDABLE, (f"P(reproduced | effect = 0) = {check.oc[1]:.2f} > {MAX_FALSE_PASS:g} at this design: "
+                             f"no effect would pass too (the interval alone: {status})")
+    if check.oc is not None and status != "reproduced" and check.oc[0] < MIN_POWER:
+        return UNDECIDABLE, (f"P(reproduced | effect = delta) = {check.oc[0]:.2f} < {MIN_POWER:g} at this design "
+                             f"(the interval alone: {status})")
+    return status, reason
+
+
+@dataclass(frozen=True)
+class Test:
+    """One way of testing a claim: its role, what it tests, its primary check (declared in advance: the status)
+    and secondary checks (shown, never in the status)."""
+
+    __test__ = False  # not a pytest class
+
+    role: str
+    """"paper" (the paper's own design, in its words) or "control" (the alternative it must survive)."""
+    name: str
+    """The test in words, e.g. "final ES above the GRPO tuned for Pass@1 (the paper's comparison)"."""
+    primary: Check
+    """The check whose status is the test's."""
+    secondary: tuple[Check, ...] = ()
+    """Checks shown beside the primary; they never set the status."""
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"Test.role must be one of {ROLES}, got {self.role!r}")
+
+    @property
+    def status(self) -> str:
+        """The primary check's status."""
+        return self.primary.status
+
+    def to_json(self) -> dict:
+        """{"role", "name", "status", "reason", "primary": check name, "secondary": [check names]}."""
+        return {"role": self.role, "name": self.name, "status": self.status, "reason": self.primary.reason,
+                "primary": self.primary.name, "secondary": [c.name for c in self.secondary]}
+
+
 @dataclass(frozen=True)
 class Finding:
-    """What a study concludes: a computed status, one sentence, its evidence and its sanity checks."""
+    """What a study concludes: a computed status, one sentence, its tests, its evidence and its sanity checks."""
 
     status: str
-    """`combine_status(checks)`."""
+    """`finding_status(tests)`."""
     sentence: str
     """The measured result in one sentence (numbers, not adjectives)."""
     checks: tuple[Check, ...]
-    """The evidence: checks that could have failed."""
+    """The evidence: every check of every test (primary and secondary), each of which could have failed."""
     sanity: tuple[str, ...] = field(default=())
     """Identities and bookkeeping reported beside the evidence (they cannot fail and never set the status)."""
     kind: str = "claim"
     """"claim" (tests a claim of the paper; counted in the tally) or "setup" (checks a property the setup was built
     to have, e.g. the base's designed habit; shown, never counted)."""
+    tests: tuple[Test, ...] = field(default=())
+    """The paper's test and its control(s), each with its own status."""
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -180,28 +265,35 @@ class Finding:
         return power_statement(self.checks)
 
     def to_json(self) -> dict:
-        """A JSON-ready dict (each check with its computed status; the power statement)."""
-        return {"status": self.status, "kind": self.kind, "sentence": self.sentence, "sanity": list(self.sanity), "power": self.power,
+        """A JSON-ready dict (each test with its role and status; each check with its computed status)."""
+        return {"status": self.status, "kind": self.kind, "sentence": self.sentence, "sanity": list(self.sanity),
+                "power": self.power, "tests": [t.to_json() for t in self.tests],
                 "checks": [{**asdict(c), "seed_effects": list(c.seed_effects), "status": c.status,
                             "reason": c.reason} for c in self.checks]}
 
 
-def combine_status(checks) -> str:
-    """`not reproduced` if any check is, `reproduced` if all are (and there is at least one), else `not resolved`."""
-    statuses = [c.status for c in checks]
-    if "not reproduced" in statuses:
-        return "not reproduced"
-    if statuses and all(s == "reproduced" for s in statuses):
-        return "reproduced"
-    return "not resolved"
+def finding_status(tests) -> str:
+    """The status of the paper's test (the first test when none has role "paper"); `not resolved` without tests."""
+    tests = tuple(tests)
+    paper = [t for t in tests if t.role == "paper"] or list(tests)
+    return paper[0].status if paper else "not resolved"
 
 
-def make_finding(sentence: str, checks, sanity=(), kind: str = "claim") -> Finding:
-    """A `Finding` whose status is computed from `checks`; the sentence gets each check's description appended."""
+def make_finding(sentence: str, checks=(), sanity=(), kind: str = "claim", tests=None) -> Finding:
+    """A `Finding` whose status is its paper test's (`finding_status`); the sentence gets each test's primary
+    check described. `tests`: the declared `Test`s; without them the first of `checks` is the primary check of
+    one paper test and the rest are its secondaries. `Finding.checks` lists `checks` in their order, then the
+    tests' checks not among them."""
     checks = tuple(checks)
-    text = "; ".join([sentence] + [c.describe() for c in checks]) if sentence else "; ".join(
-        c.describe() for c in checks)
-    return Finding(status=combine_status(checks), sentence=text, checks=checks, sanity=tuple(sanity), kind=kind)
+    if tests is None:
+        tests = (Test("paper", "the claim", checks[0], checks[1:]),) if checks else ()
+    tests = tuple(tests)
+    every = tuple(dict.fromkeys(list(checks) + [c for t in tests for c in (t.primary, *t.secondary)]))
+    parts = [f"{t.role} test ({t.name}): {t.primary.describe()}" for t in tests]
+    rest = [c.describe() for c in every if all(c is not t.primary for t in tests)]
+    text = "; ".join(([sentence] if sentence else []) + parts + (["secondary: " + "; ".join(rest)] if rest else []))
+    return Finding(status=finding_status(tests), sentence=text, checks=every, sanity=tuple(sanity), kind=kind,
+                   tests=tests)
 
 
 def power_statement(checks) -> str:
@@ -226,9 +318,51 @@ def mde_from_ci(low: float, high: float) -> float:
     return MDE_FACTOR * (float(high) - float(low)) / (2 * Z_95)
 
 
+def _estimate(a: np.ndarray, b: np.ndarray | None, *, seed_axis: bool, method: str = "anova", n_boot: int = 2000,
+              rng=None) -> dict:
+    """The interval fields of a `Check` of mean(a) - mean(b) on validated arms (`intervals.arms`): effect,
+    ci_low, ci_high, mde, seed_effects, n_seeds (`effect_check` explains the seed rules)."""
+    if method == "anova":
+        interval = anova_interval(a, b)
+        low, high, mde = interval.low, interval.high, interval.mde
+    else:
+        low, high = bootstrap_interval(a, b, n_boot=n_boot, rng=rng)
+        mde = mde_from_ci(low, high)
+    b_mean = 0.0 if b is None else float(b.mean())
+    seed_effects: tuple[float, ...] = ()
+    n_seeds = None
+    if seed_axis:
+        per_a = a.mean(axis=1) - b_mean  # [R_a]
+        per_b = [] if b is None or b.shape[0] == 1 else float(a.mean()) - b.mean(axis=1)  # [R_b]
+        seed_effects = tuple(float(x) for x in np.concatenate([per_a, per_b]))
+        n_seeds = int(a.shape[0]) if b is None or b.shape[0] == 1 else int(min(a.shape[0], b.shape[0]))
+    return {"effect": float(a.mean()) - b_mean, "ci_low": low, "ci_high": high, "mde": mde,
+            "seed_effects": seed_effects, "n_seeds": n_seeds}
+
+
+def operating_characteristic(check: Check, *, n_sims: int = OC_SIMS, seed: int = 0) -> tuple[float, float, float] | None:
+    """(P(`reproduced` | effect = delta), P(`reproduced` | effect = 0), P(`not reproduced` | effect = delta)) of
+    `check` at the design it ran (its seeds and problems), simulated from its own variance components
+    (`power.simulated_arms`, true effect at threshold +- delta and at the threshold) through the same interval
+    and status rules (`interval_status`); `n_sims` replications each, drawn from (`seed`, the check's name).
+    None without a delta, components or at least 2 problems."""
+    if check.delta is None or check.components is None or not check.n_problems or check.n_problems < 2:
+        return None
+    comp = Components(*check.components)
+    rng = numpy_rng(seed, "operating_characteristic", check.name)
+    rows = check.n_seeds if check.n_seeds is not None else 1
+    statuses = {}
+    for label, truth in (("delta", check.matters_at), ("null", check.threshold)):
+        statuses[label] = [interval_status(replace(check, **_estimate(
+            *simulated_arms(comp, max(rows, 1), check.n_problems, truth, rng), seed_axis=check.n_seeds is not None),
+            fixed="", oc=None))[0] for _ in range(n_sims)]
+    rate = lambda label, status: float(np.mean([s == status for s in statuses[label]]))  # noqa: E731
+    return rate("delta", "reproduced"), rate("null", "reproduced"), rate("delta", "not reproduced")
+
+
 def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold: float = 0.0,
                  n_boot: int = 2000, seed: int = 0, seed_axis: bool = True, delta: float | None = None,
-                 paired_seeds: bool = False, method: str = "anova") -> Check:
+                 paired_seeds: bool = False, method: str = "anova", fixed: str = "", oc_sims: int = OC_SIMS) -> Check:
     """A `Check` of mean(a) - mean(b) (or of mean(a) when `b` is None) with a 95% CI over seeds and problems.
 
     `a`: [R_a, P] per-seed, per-problem values (e.g. Pass@K); `b`: [R_b, P] on the same P problems, or None.
@@ -239,28 +373,17 @@ def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold:
     `method`: "anova" (default; `intervals.anova_interval`, seed-free, `n_boot` and `seed` unused) or
     "bootstrap" (`intervals.bootstrap_interval` with `n_boot` resamples drawn from (`seed`, `name`)).
     `seed_axis=False` for values whose first axis is not training seeds (one row: a base model, a probe set); the
-    check then has `n_seeds = None` and no seed agreement rule. `delta`: the check's smallest effect of interest.
+    check then has `n_seeds = None` and no seed agreement rule. `delta`: the check's smallest effect of interest;
+    with one, its operating characteristic is simulated (`operating_characteristic`, `oc_sims` replications per
+    true effect; 0 skips it). `fixed`: why its construction fixes the outcome ("" when nothing does).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     a, b = arms(a, b, paired_seeds=paired_seeds)
-    if method == "anova":
-        interval = anova_interval(a, b)
-        low, high, mde = interval.low, interval.high, interval.mde
-    else:
-        low, high = bootstrap_interval(a, b, n_boot=n_boot, rng=numpy_rng(seed, "effect_check", name))
-        mde = mde_from_ci(low, high)
-    b_mean = 0.0 if b is None else float(b.mean())
-    effect = float(a.mean()) - b_mean
-    seed_effects: tuple[float, ...] = ()
-    n_seeds = None
-    if seed_axis:
-        per_a = a.mean(axis=1) - b_mean  # [R_a]
-        per_b = [] if b is None or b.shape[0] == 1 else float(a.mean()) - b.mean(axis=1)  # [R_b]
-        seed_effects = tuple(float(x) for x in np.concatenate([per_a, per_b]))
-        n_seeds = int(a.shape[0]) if b is None or b.shape[0] == 1 else int(min(a.shape[0], b.shape[0]))
+    rng = numpy_rng(seed, "effect_check", name) if method == "bootstrap" else None
     comp = estimate_components(a, b)  # a, b as `arms` returned them (paired seeds: the difference, b None)
-    return Check(name=name, effect=effect, ci_low=low, ci_high=high, mde=mde, direction=direction,
-                 threshold=float(threshold), seed_effects=seed_effects, n_seeds=n_seeds,
-                 delta=None if delta is None else float(delta),
-                 components=(comp.seed, comp.problem, comp.resid, comp.arms), n_problems=int(a.shape[1]))
+    check = Check(name=name, direction=direction, threshold=float(threshold),
+                  delta=None if delta is None else float(delta), fixed=fixed,
+                  components=(comp.seed, comp.problem, comp.resid, comp.arms), n_problems=int(a.shape[1]),
+                  **_estimate(a, b, seed_axis=seed_axis, method=method, n_boot=n_boot, rng=rng))
+    return replace(check, oc=operating_characteristic(check, n_sims=oc_sims, seed=seed)) if oc_sims else check

@@ -34,6 +34,12 @@ sum_i c_i MS_i: df = (sum_i c_i MS_i)^2 / sum_i (c_i MS_i)^2 / df_i, floored at 
 (`satterthwaite`). When the seed terms dominate, df -> R - 1 (per arm), so 3 seeds give t_{0.975, 2} = 4.30.
 The MDE is (t_{1-alpha/2, df} + t_{power, df}) SE.
 
+One simulation routine (`simulate`, synthetic arms from variance components, with a true effect added by
+`power.simulated_arms`) serves the coverage table here and every check's operating characteristic
+(`findings.operating_characteristic`); one resampling routine (`crossed_resample`) serves the hierarchical
+bootstrap here and notebook 02's grid bootstrap. (`metrics.bootstrap_ci` and `metrics.hierarchical_bootstrap_ci`
+belong to the library, which never imports the harness; they draw the per-problem curve bands.)
+
 `coverage` measures the 95% coverage on simulated data (`REGIMES`, R in {3, 10}, P in {100, 500});
 `python -m esreason_lib.paper.intervals` prints it for this method and for the hierarchical bootstrap
 (`bootstrap_interval`), which counts the residual twice (once in each seed's mean over problems, once in each
@@ -173,22 +179,31 @@ def anova_interval(a, b=None, *, paired_seeds: bool = False, alpha: float = 0.05
     return t_interval(estimate, var, df, alpha=alpha, power=power)
 
 
+def crossed_resample(rng: np.random.Generator, n_boot: int, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The harness's one hierarchical resampling of a rows x columns design (training seeds or populations x problems
+    or prompts): (rows [n_boot, n_rows], cols [n_boot, n_cols]) drawn with replacement, rows first; every row of a
+    resample shares its columns (the problems each row was scored on). Used by `bootstrap_draws` and
+    `studies.diversity_estimators.grid_bootstrap`."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot!r}")
+    return rng.integers(0, n_rows, size=(n_boot, n_rows)), rng.integers(0, n_cols, size=(n_boot, n_cols))
+
+
 def bootstrap_draws(a, b=None, *, paired_seeds: bool = False, n_boot: int = 2000,
                     rng: np.random.Generator) -> np.ndarray:
     """[n_boot] hierarchical bootstrap means of a - b (or of a): each resample draws the seeds of each arm with
     replacement (one draw for both arms when they share seeds: the mean of a - b), then one set of problems shared
     by both arms (paired by problem)."""
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot!r}")
     a, b = arms(a, b, paired_seeds=paired_seeds)
-    problems = rng.integers(0, a.shape[1], size=(n_boot, a.shape[1]))  # [B, P]
+    seeds_a, problems = crossed_resample(rng, n_boot, a.shape[0], a.shape[1])  # [B, R_a], [B, P]
 
-    def arm(x: np.ndarray) -> np.ndarray:
-        seeds = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))  # [B, R]
+    def arm(x: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         per_problem = x[seeds].mean(axis=1)  # [B, P] seed-mean of each problem
         return np.take_along_axis(per_problem, problems, axis=1).mean(axis=1)  # [B]
 
-    return arm(a) if b is None else arm(a) - arm(b)
+    if b is None:
+        return arm(a, seeds_a)
+    return arm(a, seeds_a) - arm(b, rng.integers(0, b.shape[0], size=(n_boot, b.shape[0])))
 
 
 def bootstrap_interval(a, b=None, *, paired_seeds: bool = False, n_boot: int = 2000, rng: np.random.Generator,

@@ -20,7 +20,13 @@ Rules:
   (E MS_seed_k = resid_k + P seed_k, E MS_resid_k = resid_k, E S_d^2 = problem + resid / R; the arms split seed
   and resid equally). With few seeds and seed variance dominating, df -> R - 1 per arm, so the t quantiles
   matter; with many, the MDE tends to (z_0.975 + z_0.80) * SE.
-- A check is decided by a design when its MDE there is below its delta (`findings.Check.delta`).
+- A check is decided by a design when its 95% CI there is narrower than its delta (`findings.Check.delta`):
+  2 t_{1-alpha/2, df} SE < delta (~3.92 SE with many df), so that the interval cannot contain both 0 and delta.
+  The MDE ((t + t_power) SE, ~2.8 SE) is the smallest effect detected against 0 with 80% power, a weaker
+  requirement: at MDE = delta a CI still contains both 0 and delta in about half the replications.
+- `simulated_arms`: synthetic arms with a given true effect drawn from a check's `Components` (through
+  `intervals.simulate`, the one simulation routine of the harness), which `findings.operating_characteristic`
+  runs through the interval and status rules.
 - `cheapest_design`: among candidate designs, the cheapest (`Cost.of`) that decides every check some design
   decides; the checks no candidate decides are named.
 """
@@ -33,7 +39,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .intervals import arms, satterthwaite, seed_mean_squares, t_interval, variance_terms
+from .intervals import arms, satterthwaite, seed_mean_squares, simulate, t_interval, variance_terms
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Plan:
     cost: float | None
     """`Cost.of` the chosen design (None as above)."""
     undecidable: tuple[str, ...]
-    """Checks whose MDE reaches their delta at every design of the grid."""
+    """Checks whose CI is at least as wide as their delta at every design of the grid."""
     mde: Mapping[str, float]
     """Each check's MDE at the chosen design (empty when there is none)."""
 
@@ -133,6 +139,21 @@ def design_se(components: Components, n_seeds: int, n_problems: int) -> tuple[fl
     return float(np.sqrt(var)), df
 
 
+def simulated_arms(components: Components, n_seeds: int, n_problems: int, effect: float,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Synthetic arms (a [R, P], b [R, P] or None) whose mean(a) - mean(b) has true value `effect` and the variance
+    components `components` (`intervals.simulate`): two unpaired arms when `components.arms` is 2 (each with half
+    the seed and residual variance), one arm otherwise (paired seeds or a base row; with no seeded arm, one row)."""
+    c = components
+    if c.arms == 2:
+        a, b = simulate(rng, n_seeds, n_problems, np.sqrt(c.seed / 2), np.sqrt(c.problem), np.sqrt(c.resid / 2),
+                        two_arms=True)
+    else:
+        a, b = simulate(rng, n_seeds if c.arms == 1 else 1, n_problems, np.sqrt(c.seed), np.sqrt(c.problem),
+                        np.sqrt(c.resid), two_arms=False)
+    return a + effect, b
+
+
 def design_mde(components: Components, n_seeds: int, n_problems: int, *, alpha: float = 0.05,
                power: float = 0.8) -> float:
     """MDE of the design: (t_{1-alpha/2, df} + t_{power, df}) * SE, (SE, df) = `design_se`."""
@@ -144,7 +165,7 @@ def power_table(components_by_check: Mapping[str, Components], deltas: Mapping[s
                 designs: Iterable[tuple[int, int]], cost: Cost, *, alpha: float = 0.05,
                 power: float = 0.8) -> pd.DataFrame:
     """One row per design x check, cheapest design first: columns check, n_seeds, n_problems, cost, se, df, mde,
-    delta, decided (mde < delta). `components_by_check` and `deltas` are keyed by check name (same keys);
+    ci_width (2 t_{1-alpha/2, df} se), delta, decided (ci_width < delta: the CI cannot hold both 0 and delta). `components_by_check` and `deltas` are keyed by check name (same keys);
     `designs`: (R seeds per arm, P problems) pairs."""
     if set(components_by_check) != set(deltas):
         raise ValueError(f"deltas must have the checks of components_by_check as keys, got {sorted(deltas)} "
@@ -159,17 +180,19 @@ def power_table(components_by_check: Mapping[str, Components], deltas: Mapping[s
     for r, p in designs:
         for name, comp in components_by_check.items():
             se, df = design_se(comp, r, p)
-            mde = t_interval(0.0, se ** 2, df, alpha=alpha, power=power).mde
+            interval = t_interval(0.0, se ** 2, df, alpha=alpha, power=power)
+            width = interval.high - interval.low
             rows.append({"check": name, "n_seeds": r, "n_problems": p, "cost": cost.of(r, p), "se": se, "df": df,
-                         "mde": mde, "delta": float(deltas[name]), "decided": bool(mde < deltas[name])})
+                         "mde": interval.mde, "ci_width": width, "delta": float(deltas[name]),
+                         "decided": bool(width < deltas[name])})
     return pd.DataFrame(rows)
 
 
 def cheapest_design(components_by_check: Mapping[str, Components], deltas: Mapping[str, float],
                     designs: Iterable[tuple[int, int]], cost: Cost, *, alpha: float = 0.05,
                     power: float = 0.8) -> Plan:
-    """The cheapest design of `designs` whose MDE is below delta for every check some design decides, and the
-    checks no design decides (arguments as `power_table`; ties in cost go to fewer seeds, then fewer problems)."""
+    """The cheapest design of `designs` that decides (`power_table`'s `decided`) every check some design decides,
+    and the checks no design decides (arguments as `power_table`; ties in cost go to fewer seeds, then fewer problems)."""
     table = power_table(components_by_check, deltas, designs, cost, alpha=alpha, power=power)
     decidable = table.groupby("check", sort=False)["decided"].any()
     undecidable = tuple(name for name in components_by_check if not decidable[name])

@@ -7,6 +7,10 @@ components estimated from its CI (all variance put on problems: SE^2 x P, the is
 problem-to-problem). Cost (`power.Cost`, in completions): a seed-run is the preset's ES run
 (`plan.expected_cost`), a problem evaluated by one seed costs the evaluation's samples (+1 greedy); CPU hours use
 `COMPLETIONS_PER_CORE_SECOND`.
+
+Then each check's operating characteristic (`findings.operating_characteristic`, simulated from its stored
+components): at the design it ran and at `SIZING_DESIGN` (the `frontier` settings' design), with the checks that
+are `undecidable at this design` named and why (a construction that fixes them, or P(reproduced | delta) < 0.5).
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
+from dataclasses import replace
 
-from esreason_lib.paper.findings import Z_95
+import numpy as np
+import pandas as pd
+
+from esreason_lib.paper.findings import MIN_POWER, Z_95, Check, operating_characteristic
 from esreason_lib.paper.claims import records_dir
 from esreason_lib.paths import findings_dir
 from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
@@ -28,6 +35,44 @@ SEEDS = (3, 5, 10)
 """Candidate seeds per arm."""
 PROBLEMS = (200, 500, 770, 1000, 2000, 5400)
 """Candidate problems (770 = every free Countdown test problem; 5,400 what a 1-point effect needs)."""
+SIZING_DESIGN = (3, 770)
+"""(seeds, problems) of the `frontier` settings (`presets`): every free Countdown test problem, 3 seeds."""
+
+
+def stored_check_objects(preset: str, home=None) -> dict[str, Check]:
+    """{"<finding>: <check>": the stored `Check`} for every stored check of a claim with a delta (status fields and
+    keys a `Check` does not have are dropped; records written before issue 31 lack `fixed` and `oc`)."""
+    fields = set(Check.__dataclass_fields__)
+    out = {}
+    for path in sorted(Path(records_dir(preset, home)).glob("*.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("preset") != preset or rec.get("kind", "claim") != "claim":
+            continue
+        for c in rec.get("checks", []):
+            if c.get("delta") is None:
+                continue
+            kw = {k: v for k, v in c.items() if k in fields}
+            kw["seed_effects"] = tuple(kw.get("seed_effects", ()))
+            for key in ("components", "oc"):
+                kw[key] = None if kw.get(key) is None else tuple(kw[key])
+            out[f"{rec['id']}: {c['name']}"] = Check(**kw)
+    return out
+
+
+def oc_table(checks: dict[str, Check], design: tuple[int, int] | None = None, n_sims: int = 200) -> pd.DataFrame:
+    """Per check: n_seeds, n_problems, P(rep|delta), P(rep|0), P(not rep|delta) simulated from its components at
+    its own design (`design` None) or at `design` = (seeds, problems), and `undecidable`: why it cannot go both
+    ways there ("" when it can)."""
+    rows = []
+    for name, check in checks.items():
+        at = check if design is None else replace(check, n_seeds=design[0] if check.n_seeds else None,
+                                                  n_problems=design[1])
+        oc = operating_characteristic(at, n_sims=n_sims)
+        why = at.fixed or ("" if oc is None or oc[0] >= MIN_POWER else f"P(rep|delta) {oc[0]:.2f} < {MIN_POWER:g}")
+        rows.append({"check": name, "n_seeds": at.n_seeds, "n_problems": at.n_problems,
+                     **dict(zip(("P(rep|delta)", "P(rep|0)", "P(not rep|delta)"), oc or (np.nan,) * 3)),
+                     "undecidable": why or ("no components" if oc is None else "")})
+    return pd.DataFrame(rows)
 
 
 def stored_checks(preset: str, home=None) -> dict[str, tuple[Components, float]]:
@@ -82,6 +127,15 @@ def report(preset, home=None) -> str:
                      f"problems, {plan.cost:,.0f} completions per arm (~{plan.cost / COMPLETIONS_PER_CORE_SECOND / 3600:.2f}"
                      f" CPU h)")
     if plan.undecidable:
-        lines.append("no candidate design decides (MDE >= delta everywhere; widen the task or accept): "
+        lines.append("no candidate design decides (CI width >= delta everywhere; widen the task or accept): "
                      + "; ".join(plan.undecidable))
+    objects = stored_check_objects(preset.name, home)
+    for title, design in (("at the design each check ran", None),
+                          (f"at {SIZING_DESIGN[0]} seeds x {SIZING_DESIGN[1]} problems (the frontier settings)",
+                           SIZING_DESIGN)):
+        table = oc_table(objects, design)
+        lines += [f"operating characteristic {title} (simulated from each check's stored components; a check "
+                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction is undecidable):",
+                  table.round(2).to_string(index=False),
+                  f"{(table['undecidable'] == '').sum()} of {len(table)} checks can go either way"]
     return "\n".join(lines)

@@ -46,7 +46,9 @@ class Countdown(Task):
     Each distinct problem (sorted numbers, target) belongs to one split by a fixed hash (`test_fraction` of
     problems are test), so train and test never share a problem under any seed. `examples` returns distinct
     problems; n=None means `train_size` / `test_size`. `protocol` is "strict" (the module docstring's tiers) or
-    "tinyzero" (`artifact_grading.countdown_tier`).
+    "tinyzero" (`artifact_grading.countdown_tier`). `min_solutions` > 1 draws only targets with at least that
+    many distinct correct expressions (`solve`: distinct up to commutativity and associativity), a task on which
+    coverage can mean more than "solved once"; 1 (the default) draws every reachable target, as before.
     """
 
     name = "countdown"
@@ -64,6 +66,7 @@ class Countdown(Task):
         test_size: int = 200,
         protocol: str = "strict",
         shaping: RewardShaping = RewardShaping(),
+        min_solutions: int = 1,
     ):
         super().__init__(shaping)
         if protocol not in ("strict", "tinyzero"):
@@ -76,7 +79,10 @@ class Countdown(Task):
             raise ValueError(f"need integers 1 <= low <= high, got low={low!r}, high={high!r}")
         if not (isinstance(max_target, int) and max_target >= 1):
             raise ValueError(f"max_target must be a positive int, got {max_target!r}")
+        if not (isinstance(min_solutions, int) and min_solutions >= 1):
+            raise ValueError(f"min_solutions must be an int >= 1, got {min_solutions!r}")
         self.num_count, self.low, self.high, self.max_target = num_count, low, high, max_target
+        self.min_solutions = min_solutions
         self.test_fraction = check_fraction(test_fraction)
         self.sizes = {"train": int(train_size), "test": int(test_size)}
         self.max_new_tokens = 8 * num_count
@@ -94,6 +100,7 @@ class Countdown(Task):
             if v.denominator == 1
             and 0 < v <= self.max_target
             and split_of(self.name, f"{key}>{int(v)}", self.test_fraction) == split
+            and (self.min_solutions == 1 or len(solve(nums, int(v))) >= self.min_solutions)
         )
 
     def _draw(self, rng: np.random.Generator, split: str):
@@ -109,7 +116,8 @@ class Countdown(Task):
     def examples(self, split: str = "test", n: int | None = None, seed: int = 0) -> list[Example]:
         """Distinct problems of `split`; keys `id`, `numbers` (list[int], prompt order), `target` (int)."""
         n = self.sizes.get(split, 0) if n is None else n
-        tag = f"{self.name}-{self.num_count}-{self.low}-{self.high}-{self.max_target}-{self.test_fraction}"
+        tag = f"{self.name}-{self.num_count}-{self.low}-{self.high}-{self.max_target}-{self.test_fraction}" + (
+            f"-m{self.min_solutions}" if self.min_solutions > 1 else "")  # the default keeps its draws
         return sample_distinct(tag, split, n, seed, self._draw)
 
     def split_of(self, numbers, target: int) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from esreason_lib.paper.findings import Finding, effect_check, make_finding
+from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.metrics import pass_at_k
 from esreason_lib.models.load import load_model
 from esreason_lib.paper.studies.presets import Preset
@@ -73,7 +74,8 @@ def in_regime(pass1: float, pass16: float) -> bool:
 
 
 def finding(tables: dict[str, pd.DataFrame]) -> Finding:
-    """One check per model: mean over held-out problems of pass@K - greedy_correct above `LATENT_MARGIN`."""
+    """One check per model: mean over held-out problems of pass@K - greedy_correct above `LATENT_MARGIN`; the first
+    model's (the default base) is the primary check, the other bases' are shown beside it."""
     probs = tables["problems"]
     k, task = int(probs["k"].iloc[0]), probs["task"].iloc[0]
     checks = [effect_check(f"{m}: pass@{k} - greedy above {LATENT_MARGIN:.2f}",
@@ -87,4 +89,4 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     sentence = (f"held-out {task}: " + "; ".join(parts) + f"; the default base {base['model']} is {regime} the "
                 f"target regime (0.10 <= pass@1 {base['pass@1']:.3f} <= 0.50, pass@{k} >= 2 pass@1)")
     return make_finding("setup check (the base was built to have it; not a claim of the paper): " + sentence, checks,
-                        kind="setup")
+                        kind="setup", tests=(make_test("00_base_models", "paper", checks[0], checks[1:]),))

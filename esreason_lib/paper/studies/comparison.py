@@ -48,6 +48,7 @@ from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 from esreason_lib.paper.studies.comparison_tables import (cost_table, entropy_change, entropy_traces,  # noqa: F401
                                                     format_spread, spread)
 from esreason_lib.paper.findings import Finding, effect_check, make_finding
+from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.paper.studies.frontier import choose_matched_arm, matched
 from esreason_lib.paper.studies.controls import final_drift, noise_control
 from esreason_lib.training import snapshot_refs
@@ -254,20 +255,31 @@ def deltas_table(preset: Preset) -> pd.DataFrame:
                           "temperature": c.temperature}])
 
 
+def primary_k(problems: pd.DataFrame, ks) -> int:
+    """The K of the evidence: the largest of `ks` with K <= n / 2 (n = samples per problem), so that Pass@K is not
+    the indicator "ever solved" (K = n); the largest of `ks` when none is."""
+    n = int(problems["n"].max())
+    fits = [int(k) for k in ks if int(k) <= n // 2]
+    return max(fits) if fits else int(max(ks))
+
+
 def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
-    """Notebook 01's finding from `compute`'s `problems`, `paths`, `frontier`, `deltas` (and `drift` when given).
+    """Notebook 01's finding from `compute`'s `problems`, `paths`, `frontier`, `deltas` (and `drift`, `curves`).
 
     Arms: ES = its best-Pass@1 arm on the selection problems (final model); its control = that arm's
-    noise-injection runs (paired by seed); GRPO = `frontier.choose_matched_arm` on the selection problems at ES's
-    Pass@1 there. Evidence (test problems, `comparison.temperature`): ES Pass@1 above base; ES Pass@K above GRPO's
-    path at ES's Pass@1 (`frontier.matched`); GRPO's final eval token entropy below the base's; ES's entropy above
-    GRPO's at ES's Pass@1; ES Pass@K and entropy above the noise control's. Beside, never in the status: the noise
-    control against the base, ES Pass@1 against it, GRPO's best-Pass@1 arm against ES at K=1, the matching gap."""
+    noise-injection runs (paired by seed); GRPO (paper) = GRPO's best-Pass@1 arm on the selection problems;
+    GRPO (control) = `frontier.choose_matched_arm` on the selection problems at ES's Pass@1 there. K = `primary_k`.
+    The paper's test (`registry`): final ES Pass@K above the final GRPO tuned for Pass@1; secondaries ES Pass@1
+    above the base, that GRPO's entropy below the base's. The control: ES Pass@K above GRPO's path at ES's Pass@1
+    (`frontier.matched`); secondaries the entropy there and ES against its noise control. Beside, in no test: the
+    noise control against the base, ES Pass@1 against it, GRPO against ES at K=1, the matching gap."""
     front, d = tables["frontier"], tables["deltas"].iloc[0]
-    k, chosen_on = int(front["k"].iloc[0]), front["chosen_on"].iloc[0]
+    chosen_on = front["chosen_on"].iloc[0]
+    ks = sorted(tables["curves"]["k"].unique()) if "curves" in tables else [int(front["k"].iloc[0])]
+    k = primary_k(tables["problems"], ks)
     p, paths = with_pass(tables["problems"], (1, k)), with_pass(tables["paths"], (1, k))
     b1, kk = selected_arms(front, "pass@1"), f"pass@{k}"
-    es, noise = b1["es"], noise_label(b1["es"])
+    es, noise, tuned = b1["es"], noise_label(b1["es"]), b1["grpo"]
     sel = paths[(paths["split"] == chosen_on) & (paths["arm"] == es) & (paths["step"] == paths.loc[
         paths["arm"] == es, "step"].max())]
     grpo = choose_matched_arm(paths, list(front.loc[front["method"] == "grpo", "arm"]), float(sel["pass@1"].mean()),
@@ -280,19 +292,24 @@ def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
                             paired_seeds=paired)
 
     at = f"GRPO ({grpo}) at ES's Pass@1"
-    checks = [check(f"ES ({es}) Pass@1 above base", "pass@1", es, "base", delta=d["pass1"]),
-              effect_check(f"ES ({es}) Pass@{k} above {at}", esk, g[kk], delta=d["passk"]),
-              check(f"GRPO ({grpo}) eval token entropy below base", "mean_entropy", grpo, "base", "less",
-                    delta=d["entropy"]),
-              effect_check(f"ES ({es}) eval token entropy above {at}", esent, g["mean_entropy"], delta=d["entropy"]),
-              check(f"ES ({es}) Pass@{k} above its noise-injection control", kk, es, noise, delta=d["passk"],
-                    paired=True),
-              check(f"ES ({es}) eval token entropy above its noise-injection control", "mean_entropy", es, noise,
-                    delta=d["entropy"], paired=True)]
+    paper = make_test("01_passk_es_vs_grpo", "paper",
+                      check(f"ES ({es}) Pass@{k} above GRPO tuned for Pass@1 ({tuned}), final", kk, es, tuned,
+                            delta=d["passk"]),
+                      [check(f"ES ({es}) Pass@1 above base", "pass@1", es, "base", delta=d["pass1"]),
+                       check(f"GRPO ({tuned}) eval token entropy below base", "mean_entropy", tuned, "base", "less",
+                             delta=d["entropy"])])
+    control = make_test("01_passk_es_vs_grpo", "control",
+                        effect_check(f"ES ({es}) Pass@{k} above {at}", esk, g[kk], delta=d["passk"]),
+                        [effect_check(f"ES ({es}) eval token entropy above {at}", esent, g["mean_entropy"],
+                                      delta=d["entropy"]),
+                         check(f"ES ({es}) Pass@{k} above its noise-injection control", kk, es, noise,
+                               delta=d["passk"], paired=True),
+                         check(f"ES ({es}) eval token entropy above its noise-injection control", "mean_entropy", es,
+                               noise, delta=d["entropy"], paired=True)])
     beside = [check(f"noise control Pass@{k} - base", kk, noise, "base"),
               check("noise control eval token entropy - base", "mean_entropy", noise, "base"),
               check(f"ES ({es}) Pass@1 above its noise control", "pass@1", es, noise, delta=d["pass1"], paired=True),
-              check(f"GRPO ({b1['grpo']}) above ES ({es}) at K=1", "pass@1", b1["grpo"], es)]
+              check(f"GRPO ({tuned}) above ES ({es}) at K=1", "pass@1", tuned, es)]
     n = p.drop_duplicates("problem_id")["split"].value_counts()
     where = (f"{n.get('selection', 0)} selection problems disjoint from the {n['test']} test problems"
              if chosen_on == "selection" else f"the {n['test']} test problems themselves, which favours them")
@@ -300,15 +317,17 @@ def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
              + ", ".join(f"{r.step_lo}-{r.step_hi} (w {r.w:.2f}, gap {r.gap:+.3f})" for r in info.itertuples()))
     main = front[front["method"] != "noise"]
     points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in main.iterrows())
-    sanity = [f"Pass@{k} >= Pass@1 for every arm: {bool((front['pass@K'] >= front['pass@1'] - 1e-12).all())}",
+    sanity = [f"Pass@{front['k'].iloc[0]} >= Pass@1 for every arm: "
+              f"{bool((front['pass@K'] >= front['pass@1'] - 1e-12).all())}",
               f"GRPO at matched Pass@1 {g['pass@1'].mean():.3f} vs ES {es1.mean():.3f}"]
     if "drift" in tables and not tables["drift"].empty:
         dr = tables["drift"].groupby("arm")["drift_rel"].mean()
         if es in dr and noise in dr:
             sanity.append(f"relative drift: ES {dr[es]:.2%}, its noise control {dr[noise]:.2%}")
-    return make_finding(f"Pass@1/Pass@{k} (test, T={d.get('temperature', '?')}, "
-                        f"seed means): {points}; ES arm chosen on {where}; {match}; reported beside, not part of the "
-                        f"claim: " + "; ".join(c.describe() for c in beside), checks, sanity)
+    return make_finding(f"Pass@1/Pass@{front['k'].iloc[0]} (test, T={d.get('temperature', '?')}, "
+                        f"seed means): {points}; evidence at K={k} (the largest K <= n/2); ES arm chosen on {where}; "
+                        f"{match}; reported beside, in no test: " + "; ".join(c.describe() for c in beside), (),
+                        sanity, tests=(paper, control))
 
 
 def frontier_points(paths: pd.DataFrame, k: int) -> pd.DataFrame:

@@ -32,6 +32,7 @@ import torch
 from esreason_lib.es.noise import noise
 from esreason_lib.params import named_params
 from esreason_lib.paper.findings import Check, mde_from_ci
+from esreason_lib.paper.intervals import crossed_resample
 from esreason_lib.metrics import js_success
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.seeding import numpy_rng
@@ -166,8 +167,8 @@ def grid_bootstrap(grids, stat, *, n_boot: int = 2000, seed: int = 0, name: str 
     prompts; the sigmas are the design and stay. The first axis is independent populations, not training seeds."""
     grids = [np.asarray(g, dtype=np.float64) for g in grids]
     _, r, p = grids[0].shape
-    rng = numpy_rng(seed, "grid_bootstrap", name)
-    ri, pi = rng.integers(0, r, size=(n_boot, r, 1)), rng.integers(0, p, size=(n_boot, 1, p))  # [B, R, 1], [B, 1, P]
+    rows, cols = crossed_resample(numpy_rng(seed, "grid_bootstrap", name), n_boot, r, p)  # [B, R], [B, P]
+    ri, pi = rows[:, :, None], cols[:, None, :]  # [B, R, 1], [B, 1, P]
     draws = stat(*(np.moveaxis(g[:, ri, pi], 0, 1) for g in grids))  # each [B, S, R, P] -> [B]
     return float(stat(*grids)), np.asarray(draws, dtype=np.float64)
 
@@ -253,11 +254,15 @@ def fresh_change(probes: pd.DataFrame, k: int) -> np.ndarray:
     return _per_seed_prompt(probes, pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k))
 
 
-def diversity_link(probes: pd.DataFrame, k: int) -> np.ndarray:
+def diversity_link(probes: pd.DataFrame, k: int, start: str = "p_theta") -> np.ndarray:
     """[seeds, prompts']: per (seed, prompt), the correlation across iterations between the population's JS_succ
-    and the fresh change J_K(p_next) - J_K(p_theta); prompts' = the prompts where it is defined for every seed
-    (both series vary). Empty [seeds, 0] when there are none."""
-    change = pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes["p_theta"].to_numpy(), k)
+    and the change J_K(p_next) - J_K(`start`); prompts' = the prompts where it is defined for every seed (both
+    series vary). Empty [seeds, 0] when there are none.
+
+    `start` "p_theta" (the samples JS_succ was computed from: the two share their noise, so the correlation is
+    negative even when the true change is 0, regression to the mean) or "p_fresh" (an independent draw of the same
+    centre: JS_succ at t from one sample set, the change from fresh samples at t and t+1)."""
+    change = pass_k(probes["p_next"].to_numpy(), k) - pass_k(probes[start].to_numpy(), k)
     t = probes[["seed", "prompt", "js_succ"]].assign(change=change)
 
     def corr(g):

@@ -14,7 +14,9 @@ seed and problem, for ES and GRPO at the preset's configurations (`Preset.es`, `
 - ES against the absolute no-forgetting margin: Delta Pass@K (ES - base) > -`forgetting.margin` (delta
   `forgetting.delta_noninferiority`);
 - ES against GRPO: Pass@K of ES - GRPO > 0 (ES forgets less; delta `forgetting.delta_vs_grpo`).
-GRPO against the margin is its control beside them (not in the status); the LM-loss rise over the base and the KL
+The paper's test pools the held-out tasks off the ceiling (`off_ceiling`: a task and K whose base score is >= 0.95
+cannot show forgetting or a difference); the control (ES against GRPO) pools the same; GRPO against the margin and
+each task's own checks are shown beside (`undecidable` on the ceiling). The LM-loss rise over the base and the KL
 are reported measurements.
 """
 
@@ -27,7 +29,8 @@ import pandas as pd
 import torch
 
 from esreason_lib.paper.analysis import per_problem_pass, seed_by_problem
-from esreason_lib.paper.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
+from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
@@ -248,21 +251,75 @@ def _arm(p: pd.DataFrame, method: str, task: str, column: str) -> np.ndarray:
     return seed_by_problem(p[(p["method"] == method) & (p["task"] == task)], value=column, problems=problems)
 
 
+CEILING = 0.95
+"""A held-out task and K whose base score is at least this are on the ceiling: ES - GRPO cannot reach a delta of
+0.02 there and ES - base cannot fall much below 0 from 1, so they are left out of the pooled checks and their own
+checks are `undecidable at this design` (issue 31 item 3: sorting's base Pass@16 was 1.000 on every problem)."""
+
+
+def off_ceiling(tables: ForgettingTables) -> dict[str, str]:
+    """{task: the column of the pooled checks}: "pass@K" when the base's mean Pass@K (largest K) is below
+    `CEILING`, else "pass@1" when its Pass@1 is, else the task is left out (on the ceiling at every K)."""
+    p = tables.problems
+    base = p[p["method"] == "base"].groupby("task", sort=False)[["pass@1", "pass@K"]].mean()
+    out = {}
+    for task, row in base.iterrows():
+        for column in ("pass@K", "pass@1"):
+            if row[column] < CEILING:
+                out[task] = column
+                break
+    return out
+
+
+def _pooled(tables: ForgettingTables, method: str, columns: dict[str, str]) -> np.ndarray:
+    """[R, sum of P]: `method`'s values of each task's column in `columns`, tasks side by side."""
+    return np.concatenate([_arm(tables.problems, method, task, c) for task, c in columns.items()], axis=1)
+
+
+def _ceiling_note(tables: ForgettingTables, task: str, column: str) -> str:
+    """The `Check.fixed` reason of `task`'s own check on `column` ("" when its base is below `CEILING`)."""
+    p = tables.problems
+    score = float(p.loc[(p["method"] == "base") & (p["task"] == task), column].mean())
+    return f"base {column} {score:.3f} >= {CEILING} on {task}: a ceiling" if score >= CEILING else ""
+
+
 def heldout_checks(tables: ForgettingTables, method: str = "es", column: str = "pass@K") -> list[Check]:
     """Per held-out task: Delta `column` of `method` (per seed and problem) against the base (paired by problem)
-    > -margin (absolute), with delta `delta_noninferiority`."""
+    > -margin (absolute), with delta `delta_noninferiority`; `undecidable` where the base is on the ceiling."""
     p = tables.problems
     return [effect_check(f"{method.upper()} - base {column} on {task} (margin {-tables.margin:+.3f})",
                          _arm(p, method, task, column), _arm(p, "base", task, column), threshold=-tables.margin,
-                         delta=tables.delta_noninferiority)
+                         delta=tables.delta_noninferiority, fixed=_ceiling_note(tables, task, column))
             for task in dict.fromkeys(p["task"])]
 
 
 def vs_grpo_checks(tables: ForgettingTables, column: str = "pass@K") -> list[Check]:
-    """Per held-out task: `column` of ES - GRPO > 0 (ES forgets less than GRPO; seeds independent)."""
+    """Per held-out task: `column` of ES - GRPO > 0 (ES forgets less than GRPO; seeds independent);
+    `undecidable` where the base is on the ceiling."""
     p = tables.problems
     return [effect_check(f"ES - GRPO {column} on {task}", _arm(p, "es", task, column), _arm(p, "grpo", task, column),
-                         delta=tables.delta_vs_grpo) for task in dict.fromkeys(p["task"])]
+                         delta=tables.delta_vs_grpo, fixed=_ceiling_note(tables, task, column))
+            for task in dict.fromkeys(p["task"])]
+
+
+def pooled_checks(tables: ForgettingTables) -> tuple[Check, Check, Check]:
+    """The primary checks, pooled over the held-out tasks off the ceiling (`off_ceiling`): ES - base > -margin,
+    ES - GRPO > 0 and (the control's secondary) GRPO - base > -margin. With every task on the ceiling they are
+    `undecidable at this design` (NaN estimates)."""
+    columns = off_ceiling(tables)
+    where = ", ".join(f"{t} {c}" for t, c in columns.items()) or "none"
+    names = (f"ES - base held-out Pass@K off the ceiling ({where}; margin {-tables.margin:+.3f})",
+             f"ES - GRPO held-out Pass@K off the ceiling ({where})",
+             f"GRPO - base held-out Pass@K off the ceiling ({where}; margin {-tables.margin:+.3f})")
+    kw = [dict(threshold=-tables.margin, delta=tables.delta_noninferiority), dict(delta=tables.delta_vs_grpo),
+          dict(threshold=-tables.margin, delta=tables.delta_noninferiority)]
+    if not columns:
+        nan = float("nan")
+        return tuple(Check(n, nan, nan, nan, nan, fixed=f"every held-out task's base score >= {CEILING}: a ceiling",
+                           **k) for n, k in zip(names, kw))
+    arms = [("es", "base"), ("es", "grpo"), ("grpo", "base")]
+    return tuple(effect_check(n, _pooled(tables, a, columns), _pooled(tables, b, columns), **k)
+                 for n, (a, b), k in zip(names, arms, kw))
 
 
 def lm_rise(stats: pd.DataFrame) -> dict[str, float]:
@@ -274,23 +331,24 @@ def lm_rise(stats: pd.DataFrame) -> dict[str, float]:
     return {m: float(g["value"].mean()) - base for m, g in lm.groupby("method", sort=False) if m != "base"}
 
 
-CLAIM = {"reproduced": "ES keeps held-out Pass@K within the absolute margin and forgets less than GRPO",
-         "not reproduced": "ES forgets beyond the margin or no less than GRPO on a held-out task (contradicts the paper)",
-         "not resolved": "Whether ES keeps held-out Pass@K within the margin and forgets less than GRPO is not resolved"}
-"""The claim of the finding, worded by its status."""
+CLAIM = {"reproduced": "ES keeps held-out Pass@K within the absolute margin (off the ceiling)",
+         "not reproduced": "ES forgets beyond the margin on the held-out tasks off the ceiling (contradicts the paper)"}
+"""The paper's test's outcome in words, by its status (other statuses: `finding` words them)."""
 
 
 def finding(tables: ForgettingTables) -> Finding:
-    """Notebook 05's finding: ES's `heldout_checks` and `vs_grpo_checks` (the status); GRPO's margin checks as the
-    control beside them; the LM-loss rise over the base and the held-out KL per method (means over seeds)."""
-    checks = heldout_checks(tables, "es") + vs_grpo_checks(tables)
+    """Notebook 05's finding: the paper's test is ES against the margin, pooled off the ceiling (`pooled_checks`;
+    secondary: each task's own check), the control ES against GRPO, pooled (secondaries: GRPO against the margin,
+    each task's ES - GRPO); then the LM-loss rise over the base and the held-out KL per method (means over seeds)."""
+    es_base, es_grpo, grpo_base = pooled_checks(tables)
+    tests = (make_test("05_forgetting", "paper", es_base, heldout_checks(tables, "es")),
+             make_test("05_forgetting", "control", es_grpo, [grpo_base, *vs_grpo_checks(tables)]))
     s = stats_summary(tables.stats).set_index("method")
     rise = lm_rise(tables.stats)
     lm = ("LM-loss rise over the base (nats/token) " + " / ".join(f"{m} {v:+.3f}" for m, v in rise.items()) if rise
           else LM_NOTE.format(base=tables.base_model))
     kl = "kl/heldout" if "kl/heldout" in s else [c for c in s if c.startswith("kl/")][0]
-    sentence = "; ".join([CLAIM[combine_status(checks)],
-                          "control, GRPO against the same margin (not in the status): " + ", ".join(
-                              c.describe() for c in heldout_checks(tables, "grpo")),
-                          lm, f"{kl} " + " / ".join(f"{m} {s.loc[m, kl]:.4f}" for m in s.index if m != "base")])
-    return make_finding(sentence, checks)
+    status = tests[0].status
+    sentence = "; ".join([CLAIM.get(status, f"Whether ES keeps held-out Pass@K within the margin: {status}"), lm,
+                          f"{kl} " + " / ".join(f"{m} {s.loc[m, kl]:.4f}" for m in s.index if m != "base")])
+    return make_finding(sentence, (), tests=tests)

@@ -19,8 +19,9 @@ against GRPO-only's *path* at the sequence's Pass@1 (`frontier.matched` on GRPO-
 that is just GRPO trained less sits on that path).
 
 Evidence (`findings.effect_check` on the test problems, seeds then problems, paired by problem; deltas from
-`SequentialSpec`), for each order: the second stage over the first; Pass@1 above ES-only; Pass@K at the largest
-K above GRPO-only; Pass@K above GRPO-only's path at the sequence's Pass@1.
+`SequentialSpec`), for each order: the second stage over the first; Pass@1 above ES-only; Pass@K (K =
+`comparison.primary_k`) above GRPO-only; Pass@K above GRPO-only's path at the sequence's Pass@1. The paper's test
+and the control each take one of them as primary (`finding`, `registry`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from esreason_lib.store.runs import Run
 from esreason_lib.methods import sequence_stages, train_sequence
 from esreason_lib.methods import trainer
 from esreason_lib.paper.studies.common import model_ref, run_cost
-from esreason_lib.paper.studies.comparison import (BASE_SEED, evaluate_models, pass_curves, path_table, seed_problem_values,
-                                            with_pass)
+from esreason_lib.paper.studies.comparison import (BASE_SEED, evaluate_models, pass_curves, path_table, primary_k,
+                                                   seed_problem_values, with_pass)
 from esreason_lib.paper.studies.frontier import matched
+from esreason_lib.paper.studies.registry import make_test
 
 ARMS = ("base", "es", "grpo", "grpo->es", "es->grpo")
 """Arms of the study in display order (`base` is the untrained model)."""
@@ -131,28 +133,36 @@ SECOND_STAGE_METRIC = {"grpo->es": "pass@K", "es->grpo": "pass@1"}
 
 
 def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
-    """Notebook 03's finding from `compute`'s `problems`, `paths`, `points` and `deltas` (checks in the module
-    docstring)."""
+    """Notebook 03's finding from `compute`'s `problems`, `paths`, `points`, `deltas` (and `curves`), at
+    K = `comparison.primary_k`. The paper's test (`registry`): GRPO->ES Pass@K above GRPO-only (secondaries: the
+    Pass@1 and ES->GRPO comparisons with the single-method arms); the control: GRPO->ES Pass@K above GRPO-only's
+    path at its Pass@1 (secondaries: each order's second stage over its first, ES->GRPO against the path)."""
     pts, d = tables["points"], tables["deltas"].iloc[0]
-    k = int(pts["k"].iloc[0])
+    ks = sorted(tables["curves"]["k"].unique()) if "curves" in tables else [int(pts["k"].iloc[0])]
+    k = primary_k(tables["problems"], ks)
     kk = f"pass@{k}"
     p, paths = with_pass(tables["problems"], (1, k)), with_pass(tables["paths"], (1, k))
-    checks, gaps = [], []
+    checks, gaps = {}, []
     for seq in SEQUENCES:
         metric = SECOND_STAGE_METRIC[seq].replace("pass@K", kk)
-        delta = d["stage"]
-        checks.append(effect_check(f"{seq} {metric} above its own first stage",
-                                   *seed_problem_values(p, metric, seq, first_stage(seq)), delta=delta,
-                                   paired_seeds=True))
-        checks.append(effect_check(f"{seq} Pass@1 above ES-only", *seed_problem_values(p, "pass@1", seq, "es"),
-                                   delta=d["pass1"]))
-        checks.append(effect_check(f"{seq} Pass@{k} above GRPO-only",
-                                   *seed_problem_values(p, kk, seq, "grpo"), delta=d["passk"]))
+        checks[seq, "stage"] = effect_check(f"{seq} {metric} above its own first stage",
+                                            *seed_problem_values(p, metric, seq, first_stage(seq)),
+                                            delta=d["stage"], paired_seeds=True)
+        checks[seq, "pass1"] = effect_check(f"{seq} Pass@1 above ES-only",
+                                            *seed_problem_values(p, "pass@1", seq, "es"), delta=d["pass1"])
+        checks[seq, "passk"] = effect_check(f"{seq} Pass@{k} above GRPO-only", *seed_problem_values(p, kk, seq, "grpo"),
+                                            delta=d["passk"])
         s1, sk = seed_problem_values(p, "pass@1", seq)[0], seed_problem_values(p, kk, seq)[0]
         g, info = matched(paths, "grpo", float(s1.mean()), [kk], split="test")
         gaps.append(f"{seq}: GRPO-only matched at Pass@1 {s1.mean():.3f}, max |gap| {info['gap'].abs().max():.3f}")
-        checks.append(effect_check(f"{seq} Pass@{k} above GRPO-only's path at its Pass@1", sk, g[kk],
-                                   delta=d["passk"]))
+        checks[seq, "path"] = effect_check(f"{seq} Pass@{k} above GRPO-only's path at its Pass@1", sk, g[kk],
+                                           delta=d["passk"])
+    first, second = SEQUENCES
+    tests = (make_test("03_sequential", "paper", checks[first, "passk"],
+                       [checks[first, "pass1"], checks[second, "pass1"], checks[second, "passk"]]),
+             make_test("03_sequential", "control", checks[first, "path"],
+                       [checks[first, "stage"], checks[second, "stage"], checks[second, "path"]]))
     points = "; ".join(f"{r.arm} {r['pass@1']:.3f}/{r['pass@K']:.3f}" for _, r in pts.iterrows())
     front = ", ".join(pts.loc[pts["non_dominated"], "arm"])
-    return make_finding(f"Pass@1/Pass@{k} (seed means): {points}; non-dominated: {front}", checks, gaps)
+    return make_finding(f"Pass@1/Pass@{int(pts['k'].iloc[0])} (seed means): {points}; non-dominated: {front}; "
+                        f"evidence at K={k}", (), gaps, tests=tests)

@@ -34,7 +34,8 @@ import torch
 
 from esreason_lib.paper.analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
                         random_reset, reset_small_updates, seed_by_problem, update_deltas)
-from esreason_lib.paper.findings import Check, Finding, combine_status, effect_check, make_finding
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
+from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.models.load import load_model
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.store.cache import cached, stored_run
@@ -312,15 +313,22 @@ def drift_summary(drift: pd.DataFrame) -> pd.DataFrame:
 
 
 CLAIM = {"reproduced": "Resetting ES's smallest updates keeps its task gain",
-         "not reproduced": "ES's functional sparsity does not hold: a check below lies on the wrong side",
-         "not resolved": "Whether resetting ES's smallest updates keeps its task gain is not resolved"}
-"""The claim of the finding, worded by its status."""
+         "not reproduced": "Resetting ES's smallest updates loses its task gain (contradicts the paper)"}
+"""The paper's test's outcome in words, by its status (other statuses: `finding` words them)."""
 
 
 def finding(tables: SparsityTables) -> Finding:
-    """Notebook 04's finding: ES's `reset_checks` (the status), then ES's drift against GRPO's and the module
-    types ES moved most, each beside the paper's value."""
+    """Notebook 04's finding from ES's `reset_checks` at the first checked threshold: the paper's test (the reset
+    keeps the gain, non-inferiority; secondary: reset above base) and the control (reset above the random reset
+    of the same count; secondary: above the noise-injection control); checks at further thresholds are shown;
+    then ES's drift against GRPO's and the module types ES moved most, each beside the paper's value."""
     checks = reset_checks(tables, "es")
+    first = tables.checked[0]
+    at = {c.name.split(f" {first} ", 1)[1]: c for c in checks if f" reset {first} " in c.name}
+    keep = next(c for name, c in at.items() if name.startswith("keeps"))
+    noise = [c for name, c in at.items() if name.startswith("- noise")]
+    tests = (make_test("04_sparsity", "paper", keep, [at["- base Pass@1"]]),
+             make_test("04_sparsity", "control", at["- random reset of the same count, Pass@1"], noise))
     d = drift_summary(tables.drift).set_index("method")
     es, grpo, top = d.loc["es", "rel_l2"], d.loc["grpo", "rel_l2"], d.loc["es", "modules"][:2]
     if es == 0 or grpo == 0:
@@ -333,5 +341,6 @@ def finding(tables: SparsityTables) -> Finding:
     if top:
         same = "as" if set(top) == set(PAPER_MODULES) else "unlike"
         drift += f"; ES's largest relative updates in {' and '.join(top)}, {same} the paper (norm and attention)"
-    sentence = f"{CLAIM[combine_status(checks)]}; {drift}"
-    return make_finding(sentence, checks)
+    status = tests[0].status
+    lead = CLAIM.get(status, f"Whether resetting ES's smallest updates keeps its task gain: {status}")
+    return make_finding(f"{lead}; {drift}", checks, tests=tests)

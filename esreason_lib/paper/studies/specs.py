@@ -56,6 +56,10 @@ class Prop1Spec:
     """Smallest effect of interest of the JS-diversity-to-Pass@K link (mean over seeds and probe prompts of the
     correlation across iterations between the population's JS_succ and the fresh change of J_K): 0.1, Cohen's
     "small" correlation; a weaker association could not carry the paper's account."""
+    independent_link: bool = False
+    """Draw a second, independent sample set of the centre at every iteration, so that the diversity link's
+    Pass@K change starts from samples JS_succ was not computed from (`diversity.link_check`); False (the tiny and
+    powered runs) leaves the link on shared samples, `undecidable at this design` (regression to the mean)."""
 
     def __post_init__(self):
         for name in ("delta_change", "delta_condition", "delta_link"):
