@@ -221,14 +221,38 @@ def _render(home: str | Path | None) -> tuple[str, str]:
             powered_rows.append(f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
                                 f"{(tests_text(powered) + powered.get('sentence', powered.get('result', ''))).replace('|', '/')} "
                                 f"({powered['time'][:10]}){_origin(powered)} |")
-    full, short = lines, lines
+    full, short = lines, readme_table(home)
     if powered_rows:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
                         "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
-        short = lines + ["", "The `powered` design's results (`make reproduce PRESET=powered`): `papers/claims.md`."]
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
     designs = "".join("\n" + render_design(name, home) for name in DESIGNS if _design_ran(name, home))
     return "\n".join(full) + tallies + designs, "\n".join(short) + tallies
+
+
+def headline(rec: dict | None, role: str = "paper") -> str:
+    """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), or
+    "" when the record has no such test."""
+    test = next((t for t in (rec or {}).get("tests", []) if t["role"] == role), None)
+    check = next((c for c in (rec or {}).get("checks", []) if test and c["name"] == test["primary"]), None)
+    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}]" if check else ""
+
+
+def readme_table(home: str | Path | None = None) -> list[str]:
+    """The README's findings table: one short line per claim (tiny's records): the paper's test and the control,
+    each with its status and headline effect [95% CI], and the figures; the long table is papers/claims.md."""
+    lines = ["| finding (notebook) | the paper's test | the control | figures |", "|---|---|---|---|"]
+    for c in CLAIMS:
+        rec = read_record(c.id, None, home)
+        roles = test_statuses(rec)
+        cells = [f"**{roles[r]}** {headline(rec, r)}".strip() if r in roles else
+                 (f"**{rec['status']}**" if rec and r == "paper" else "-") for r in ("paper", "control")]
+        if rec is None:
+            cells = ["not run", "not run"]
+        figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
+        lines.append(f"| {c.claim} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {figures} |")
+    return lines + ["", "Every check, both presets and what each pair of statuses means: "
+                    "[papers/claims.md](papers/claims.md)."]
 
 
 def _design_ran(design: str, home) -> bool:
