@@ -22,6 +22,10 @@ PACKAGE = Path(__file__).resolve().parent
 PRESET_SUMMARIES: dict[str, str] = {
     "smoke": "seconds per run, a 50k-parameter model: for the test suite only (its numbers mean nothing)",
     "tiny": "the CPU default (minutes): Countdown on a 130k-parameter Qwen2 from the zoo (qwen2-s-habit)",
+    "frontier-habit": "the multi-setting design (papers/preregistration.md) on the default base qwen2-s-habit (CPU hours)",
+    "frontier-clean": "the multi-setting design on the clean base qwen2-s",
+    "frontier-m": "the multi-setting design on the larger base qwen2-m (998k parameters)",
+    "frontier-multi": "the multi-setting design on Countdown problems with >= 2 distinct correct expressions",
     "tiny-exact": "tiny computed with the model's own modules and the bit-exact batched ES backend",
     "powered": "tiny with the larger designs the power analysis asks for (about 13 min after tiny's runs)",
     "full": "tiny with the powered designs that do not fit tiny's budget (CPU, hours)",

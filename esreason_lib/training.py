@@ -324,6 +324,7 @@ def run_identity(config, task=None):
 
     if task is None and (config.task in TASK_NAMES or config.task not in task_names()):
         return config
+    task = getattr(task, "task", task)  # a `tasks.contract.ContractTask` stands for the task it wraps
     version = task_version(task if task is not None else config_task(config))
     return config if version is None else {**canonical_config(config), "task_version": version}
 

@@ -34,8 +34,12 @@ def test_write_claims_updates_readme_block(tmp_path):
     claims.record_finding("00_base_models", _finding("greedy 0.30"), preset="tiny", home=home)
     claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
     text = readme.read_text()
-    assert "OLD BLOCK" not in text and "greedy 0.30" in text and text.endswith("rest\n")
-    assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**setup: reproduced**" in text
+    assert "OLD BLOCK" not in text and text.endswith("rest\n")
+    assert "greedy 0.30" in (tmp_path / "claims.md").read_text() and "**setup: reproduced**" in (
+        tmp_path / "claims.md").read_text()
+    row = next(line for line in text.splitlines() if "notebooks/00_base_models.py" in line)
+    assert "**reproduced** +0.500 [+0.400, +0.600]" in row or "**reproduced**" in row  # the paper's test, headline
+    assert "[papers/claims.md](papers/claims.md)" in text
 
 
 def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
@@ -57,7 +61,9 @@ def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
            "paper tests it. powered kept" in powered
     assert "00_base_models" not in powered  # only findings the powered preset recorded
     short = claims.render_claims(home, powered_table=False)  # the README's version: powered's status column only
-    assert "powered kept" not in short and "`papers/claims.md`" in short and "| **reproduced** | reproduced |" in short
+    assert "powered kept" not in short and "(papers/claims.md)" in short
+    row = next(line for line in short.splitlines() if "notebooks/05_forgetting.py" in line)
+    assert row.startswith(f"| {claims.CLAIMS[-2].claim}") and "| **reproduced**" in row  # one short line a claim
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
@@ -109,7 +115,7 @@ def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_
     assert len(err) == 1 and err[0].startswith("esreason: error: the run store's findings") and "00_base_models" in err[0]
     assert (readme.read_text(), table.read_text()) == before
     monkeypatch.setattr(claims.write_claims, "__defaults__", (home, table, readme))  # the store that holds it
-    assert main(["claims"]) == 0 and "greedy 0.30" in readme.read_text()
+    assert main(["claims"]) == 0 and "greedy 0.30" in table.read_text() and "00_base_models" in readme.read_text()
 
 
 def test_compare_findings_puts_two_presets_checks_side_by_side(tmp_path, capsys):

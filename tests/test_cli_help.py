@@ -3,6 +3,7 @@ one-line errors with "did you mean"; `--task-module` naming your own task."""
 
 from __future__ import annotations
 
+import re
 import dataclasses
 import json
 import subprocess
@@ -48,7 +49,7 @@ def test_python_m_help_shows_examples_presets_and_commands():
     assert res.returncode == 0 and res.stderr == "", res.stderr
     assert "examples:\n  esreason train es --preset tiny --set iterations=6" in res.stdout
     for name, line in cli_help.PRESET_SUMMARIES.items():
-        assert f"  {name:<10}  {line}" in res.stdout
+        assert re.search(rf"\n  {re.escape(name)} +{re.escape(line)}\n", res.stdout), name
     for command in ("train", "pretrain", "bases", "reproduce", "claims", "power"):
         assert f"    {command}" in res.stdout
 
@@ -100,8 +101,7 @@ def test_train_help_without_method_and_for_a_sequence(capsys):
 
 @pytest.mark.parametrize("argv, error", [
     (["train", "es", "--preset", "tiy"], "esreason: error: argument --preset: unknown preset 'tiy'; did you mean "
-                                         "'tiny'? (presets: smoke, tiny, tiny-exact, powered, full, paper-easy, "
-                                         "paper-hard) (see `esreason train --help`)"),
+                                         "'tiny'? (presets: smoke, tiny, "),
     (["trian"], "esreason: error: argument command: invalid choice: 'trian'; did you mean 'train'? (choose from "),
     (["train", "seqence"], "esreason: error: argument method: invalid choice: 'seqence'; did you mean 'sequence'? "
                            "(choose from 'es', 'grpo', 'sequence') (see `esreason train --help`)"),

@@ -8,7 +8,7 @@ the single-process gradient of `grpo.loss.policy_loss`, unchanged, up to float s
 then takes the same optimiser step and the replicas stay equal. This is DDP's scheme written out, kept inside
 `policy_update` so that the loss, its aggregation and the metrics stay one code path. FSDP2 (`fully_shard`), which
 would also shard the weights and optimiser state, needs reduce-scatter, which the CPU backend gloo lacks, so it
-cannot be tested here; `grpo.memory.per_gpu_estimate` says what fits without it.
+cannot be tested here; `grpo.memory.per_gpu_memory` says what fits without it.
 
 `policy_update` shards itself whenever `torch.distributed` is initialised with more than one process. Without
 `micro_batch_size` a minibatch is cut into one micro-batch per process. `main` runs `train_grpo` on every process

@@ -315,7 +315,8 @@ def _shown(path: Path | None) -> set[str]:
     if path is None or not path.is_file():
         return set()
     rows = [line for line in path.read_text().splitlines() if line.startswith("| ")]
-    return {c.id for c in CLAIMS for row in rows if f"`notebooks/{c.id}.py`" in row and "not run yet" not in row}
+    return {c.id for c in CLAIMS for row in rows
+            if f"notebooks/{c.id}.py" in row and "not run yet" not in row and "| not run | not run |" not in row}
 
 
 def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIMS_PATH,

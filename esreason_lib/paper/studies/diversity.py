@@ -218,9 +218,10 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
     out = []
     for seed in preset.seeds[:preset.prop1.seeds]:
         config = replace(preset.es, iterations=preset.prop1.iterations, seed=seed)
-        key = {"es": asdict(config), "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
+        es = {k: v for k, v in asdict(config).items() if not (k == "ray_address" and v is None)}  # added later:
+        key = {"es": es, "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
                "scheme": scheme, "probe_seed": preset.eval.seed, "version": 3,
-               **({"independent": True} if preset.prop1.independent_link else {})}  # old runs keep their key
+               **({"independent": True} if preset.prop1.independent_link else {})}  # at its default, old runs keep their key
 
         def compute(config=config) -> dict[str, pd.DataFrame]:
             model, tokenizer = load_model(config.model, device=resolve_device(config.device),
