@@ -391,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            use_threads(choose_threads(args.threads))
+            use_threads(choose_threads(getattr(args, "threads", None)))
             return args.func(args)
         except (ValueError, ImportError, MissingResult, NotebookError, KernelBuildError) as err:  # one line
             print(f"esreason: error: {err}", file=sys.stderr)

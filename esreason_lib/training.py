@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -330,10 +329,10 @@ def run_identity(config, task=None):
 
 
 def _reused(run, say: bool):
-    """`run` (complete, found in the store), after one line on stderr saying so when `say`."""
+    """`run` (complete, found in the store), after one line on stdout saying so when `say` (stdout: a notebook
+    shows it as output, not as an error stream)."""
     if say:
-        print(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again",
-              file=sys.stderr)
+        print(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again")
     return run
 
 
