@@ -237,14 +237,21 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def print_rows(benchmarks: dict, args) -> None:
+    """Run `benchmarks[args.which](args)` on one thread and print its rows under the shared table header (every
+    bench module's main)."""
+    torch.set_num_threads(1)
+    print(HEADER)
+    for line in benchmarks[args.which](args):
+        print(line, flush=True)
+
+
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
-    torch.set_num_threads(1)
     if args.rss_of:
+        torch.set_num_threads(1)
         return _rss_child(args)
-    print(HEADER)
-    for line in BENCHMARKS[args.which](args):
-        print(line, flush=True)
+    print_rows(BENCHMARKS, args)
 
 
 if __name__ == "__main__":

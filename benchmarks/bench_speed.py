@@ -183,13 +183,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
-    from bench_es import HEADER
+    from bench_es import print_rows
 
-    args = parser().parse_args(argv)
-    torch.set_num_threads(1)
-    print(HEADER)
-    for line in BENCHMARKS[args.which](args):
-        print(line, flush=True)
+    print_rows(BENCHMARKS, parser().parse_args(argv))
 
 
 if __name__ == "__main__":
