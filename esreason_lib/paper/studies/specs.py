@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from esreason_lib.evaluate import EvalSpec
 
 
+
+def check_deltas(spec, *names: str) -> None:
+    """ValueError naming the spec and field unless every smallest effect of interest `names` of `spec` is > 0."""
+    for name in names:
+        if not getattr(spec, name) > 0:
+            raise ValueError(f"{type(spec).__name__}.{name} must be > 0, got {getattr(spec, name)!r}")
+
 @dataclass(frozen=True)
 class LemmaSpec:
     """Notebook 02, Lemmas 1-2: independent populations of iid members at each sigma on held-out prompts."""
@@ -62,9 +69,7 @@ class Prop1Spec:
     powered runs) leaves the link on shared samples, `undecidable at this design` (regression to the mean)."""
 
     def __post_init__(self):
-        for name in ("delta_change", "delta_condition", "delta_link"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"Prop1Spec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_change", "delta_condition", "delta_link")
         for name in ("seeds", "iterations", "probe_prompts", "samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Prop1Spec.{name} must be >= 1, got {getattr(self, name)!r}")
@@ -112,9 +117,7 @@ class ComparisonSpec:
         if not self.temperature > 0 or not all(t > 0 for t in self.side_temperatures):
             raise ValueError(f"ComparisonSpec temperatures must be > 0, got {self.temperature!r}, "
                              f"{self.side_temperatures!r}")
-        for name in ("delta_pass1", "delta_passk", "delta_entropy"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ComparisonSpec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_pass1", "delta_passk", "delta_entropy")
         for name in ("es_alphas", "grpo_lrs"):
             values = getattr(self, name)
             if not values or not all(v > 0 for v in values) or len(set(values)) != len(values):
@@ -144,9 +147,7 @@ class SequentialSpec:
     path at the sequence's Pass@1 (notebook 01's `comparison.delta_passk`, for the same reason)."""
 
     def __post_init__(self):
-        for name in ("delta_stage", "delta_pass1", "delta_passk"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"SequentialSpec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_stage", "delta_pass1", "delta_passk")
         for name in ("es_budget", "grpo_budget"):
             if getattr(self, name) < 2:
                 raise ValueError(f"SequentialSpec.{name} must be >= 2, got {getattr(self, name)!r}")
@@ -191,9 +192,7 @@ class ScalingSpec:
         for name, alphas in self.shaping_alphas:
             if not alphas or not all(a > 0 for a in alphas):
                 raise ValueError(f"ScalingSpec.shaping_alphas[{name!r}] must be alphas > 0, got {alphas!r}")
-        for name in ("delta_gap", "delta_shaping"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ScalingSpec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_gap", "delta_shaping")
 
 
 @dataclass(frozen=True)
@@ -231,9 +230,7 @@ class SparsitySpec:
             raise ValueError(f"SparsitySpec.check_quantiles must be among quantiles {self.quantiles!r}, got {extra}")
         if not 0 <= self.margin_fraction < 1:
             raise ValueError(f"SparsitySpec.margin_fraction must lie in [0, 1), got {self.margin_fraction!r}")
-        for name in ("delta_pass1", "delta_keep"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"SparsitySpec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_pass1", "delta_keep")
 
 
 @dataclass(frozen=True)
@@ -266,6 +263,4 @@ class ForgettingSpec:
     def __post_init__(self):
         if not 0 <= self.margin < 1:
             raise ValueError(f"ForgettingSpec.margin must lie in [0, 1), got {self.margin!r}")
-        for name in ("delta_noninferiority", "delta_vs_grpo"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ForgettingSpec.{name} must be > 0, got {getattr(self, name)!r}")
+        check_deltas(self, "delta_noninferiority", "delta_vs_grpo")
