@@ -144,3 +144,20 @@ def test_a_redraw_that_computes_the_same_finding_keeps_its_record_and_time(tmp_p
     claims.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
                           preset="tiny", home=home)
     assert json.loads(path.read_text())["time"] != "2020-01-02T03:04:05+00:00"
+
+
+def test_redrawing_an_imported_record_keeps_its_time_and_drops_the_mark(tmp_path):
+    """A fresh clone's `make figures` recomputes the findings the bundle brought (marked imported): the same finding
+    keeps the time it was measured, so the README's dates do not move, and the redrawn record is computed here."""
+    import json
+
+    from esreason_lib.store.bundle import IMPORTED
+
+    home = tmp_path / "runs"
+    finding = make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)])
+    path = claims.record_finding("05_forgetting", finding, preset="tiny", home=home)
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "time": "2020-01-02T03:04:05+00:00", IMPORTED: True}, indent=1))
+    claims.record_finding("05_forgetting", finding, preset="tiny", home=home)
+    redrawn = json.loads(path.read_text())
+    assert redrawn["time"] == "2020-01-02T03:04:05+00:00" and IMPORTED not in redrawn

@@ -185,7 +185,7 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     path = record_path(finding_id, preset, home)
     record = {"id": finding_id, **finding.to_json(), "preset": preset}
     stored = read_record(finding_id, preset, home) or {}
-    same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k != "time"}
+    same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k not in ("time", IMPORTED)}
     record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
     if preset in DESIGN_SETTINGS:  # the registration this run tests
         record["registered_commit"] = registered_commit()
