@@ -9,6 +9,8 @@ under a display id and, when the bar closes, updates that display: the file then
 
 from __future__ import annotations
 
+import sys
+
 from tqdm.auto import tqdm
 from tqdm.notebook import tqdm as notebook_tqdm
 
@@ -40,3 +42,9 @@ def progress_bar(iterable=None, **kwargs):
     shows (see the module docstring)."""
     bar_class = _NotebookBar if issubclass(tqdm, notebook_tqdm) else tqdm
     return bar_class(iterable, **kwargs)
+
+
+def say(line: str) -> None:
+    """One status line: on stderr in a terminal (stdout stays for results a script reads), as the cell's output in
+    a notebook (where stderr shows as an error stream)."""
+    print(line, file=sys.stdout if issubclass(tqdm, notebook_tqdm) else sys.stderr)

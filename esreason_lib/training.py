@@ -329,10 +329,12 @@ def run_identity(config, task=None):
 
 
 def _reused(run, say: bool):
-    """`run` (complete, found in the store), after one line on stdout saying so when `say` (stdout: a notebook
-    shows it as output, not as an error stream)."""
+    """`run` (complete, found in the store), after one line saying so when `say` (`progress.say`: stderr in a
+    terminal, the cell's output in a notebook)."""
     if say:
-        print(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again")
+        from esreason_lib.progress import say as status
+
+        status(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again")
     return run
 
 

@@ -147,14 +147,14 @@ def test_an_edited_verifier_is_not_served_the_stored_run(tmp_path, capsys):
         return train_es(config, model=model, tokenizer=tokenizer, task=task, home=tmp_path, progress=True)
 
     first = train(Parity())
-    assert "reused" not in capsys.readouterr().out
+    assert "reused" not in capsys.readouterr().err
     again = train(Parity())
     assert again.path == first.path
-    assert capsys.readouterr().out == (f"esreason: {first.path} is complete (the same config, task and seed): reused, "
+    assert capsys.readouterr().err == (f"esreason: {first.path} is complete (the same config, task and seed): reused, "
                                        f"not trained again\n")
     edited = train(EditedParity())
     assert edited.path != first.path and edited.is_complete()
-    assert "reused" not in capsys.readouterr().out
+    assert "reused" not in capsys.readouterr().err
     rewards = [float(line.split('"reward/mean": ')[1].split(",")[0])
                for line in (edited.path / "metrics.jsonl").read_text().splitlines()]
     assert rewards == [1.0]  # trained with the edited verifier: every completion correct
