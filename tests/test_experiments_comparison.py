@@ -2,6 +2,7 @@
 (including inputs where every check fails), then `compute` on the smoke preset (a temporary run store)."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -296,3 +297,23 @@ def test_compute_again_reuses_every_run(tables, smoke_store, forbid_loading):
     pd.testing.assert_frame_equal(again["problems"], tables["problems"])
     after = {p.name: (p / "manifest.json").read_bytes() for p in store.iterdir() if (p / "manifest.json").exists()}
     assert after == before
+
+
+def test_grpo_paths_alone_give_the_same_checks(tables, smoke_store):
+    """`path_methods=("grpo",)` evaluates only GRPO's snapshots (ES and noise controls keep their final point) and
+    changes no check: every check reads GRPO's path and ES's final model."""
+    preset, store, _ = smoke_store
+    evals = set(store.glob("eval-*"))
+    lean = C.compute(replace(preset, comparison=replace(preset.comparison, path_methods=("grpo",))), home=store,
+                     progress=False)
+    assert set(store.glob("eval-*")) == evals  # nothing new was evaluated
+    paths, full = lean["paths"], tables["paths"]
+    inner = paths[(paths["step"] > 0) & (paths["step"] < 3)]
+    assert set(inner["arm"]) == {"grpo lr=2e-05"}
+    assert set(paths.loc[paths["step"] == 3, "arm"]) == set(full.loc[full["step"] == 3, "arm"])
+    same = C.finding(lean), C.finding(tables)
+    assert same[0].status == same[1].status
+    assert [(c.name, c.effect, c.ci_low, c.ci_high) for c in same[0].checks] == [
+        (c.name, c.effect, c.ci_low, c.ci_high) for c in same[1].checks]
+    with pytest.raises(ValueError, match="path_methods"):
+        replace(preset.comparison, path_methods=("es",))

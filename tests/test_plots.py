@@ -121,7 +121,10 @@ def test_plot_frontier_paths_returns_fig_ax():
     pts = pd.DataFrame({"arm": ["base", "es a", "es a", "grpo b", "noise es a"], "step": [0, 1, 2, 2, 2],
                         "pass@1": [0.1, 0.15, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.55, 0.6, 0.5, 0.5]})
     fig, ax = plot_frontier_paths(pts)
-    assert len(ax.lines) == 3 and ax.get_xlabel() == "pass@1"
+    # a line only through the arm with snapshots; arms with their final model alone are a point, not a path
+    assert [line.get_label() for line in ax.lines] == ["es a"] and ax.get_xlabel() == "pass@1"
+    points = {c.get_label() for c in ax.collections}
+    assert {"grpo b", "base"} <= points and "es a" not in points
 
 
 def test_arm_styles_one_colour_per_arm_controls_grey_and_dotted_stages_apart():
@@ -143,7 +146,7 @@ def test_frontier_paths_draws_arms_apart_and_legends_sit_off_the_axes():
                         "pass@1": [0.1, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.6, 0.55, 0.45]})
     plots.register_arms(pts["arm"])
     fig, ax = plots.plot_frontier_paths(pts)
-    colors = {line.get_label(): line.get_color() for line in ax.lines}
+    colors = {c.get_label(): tuple(c.get_facecolor()[0][:3]) for c in ax.collections}
     assert colors["es alpha=1"] != colors["es alpha=2"]
     assert colors["noise control ($\\alpha$=1)"] == plots.mpl_colors.to_rgb(plots.CONTROL_COLOR)
     assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1  # beside the axes, not on them

@@ -319,16 +319,20 @@ def plot_grouped_bars(table: pd.DataFrame, x: str, y: str, hue: str, ax=None, ye
 
 def plot_frontier_paths(paths: pd.DataFrame, x: str = "pass@1", y: str = "pass@K", label: str = "arm", ax=None):
     """Each arm's training path on the Pass@1-Pass@K plane: one line per `label` through its points in `step`
-    order (seed means; the base is step 0 of every path), the final point marked larger.
+    order (seed means; the base is step 0 of every path), the final point marked larger. An arm whose snapshots
+    were not evaluated (only its final model: `ComparisonSpec.path_methods`) is drawn as that point alone, with no
+    line that would suggest a path.
 
     `paths` has columns `label`, step, `x`, `y` (one row per arm and step, e.g. `frontier_points`)."""
     fig, ax = axes_or_new(ax, figsize=(6, 4.5))
     base = paths[paths[label] == "base"]
     for i, (name, df) in enumerate(paths[paths[label] != "base"].groupby(label, sort=False)):
-        df = pd.concat([base, df]).sort_values("step")
         style = arm_style(name, i)
-        ax.plot(df[x], df[y], marker="o", ms=3, lw=1.5, **style)
-        ax.scatter(df[x].iloc[-1:], df[y].iloc[-1:], s=60, color=style["color"], edgecolor="black", zorder=3)
+        if len(df) > 1:
+            df = pd.concat([base, df]).sort_values("step")
+            ax.plot(df[x], df[y], marker="o", ms=3, lw=1.5, **style)
+        ax.scatter(df[x].iloc[-1:], df[y].iloc[-1:], s=60, color=style["color"], edgecolor="black", zorder=3,
+                   label=None if len(df) > 1 else style.get("label"))
     if not base.empty:
         ax.scatter(base[x], base[y], s=60, color=color_for("base"), label="base", zorder=4)
     finish_axes(ax, x, y, fontsize="small")

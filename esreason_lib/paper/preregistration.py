@@ -84,7 +84,9 @@ def render(design: str = "frontier") -> str:
              f"- ES: alpha in {list(first.comparison.es_alphas)}, sigma {first.es.sigma:g}, population "
              f"{first.es.population_size}, {first.es.iterations} iterations, snapshot every {first.es.snapshot_every}",
              "- controls: each ES run's noise injection (its own update norms, random directions); each sequence's "
-             "first stage; the random reset of the same count", "",
+             "first stage; the random reset of the same count",
+             f"- paths evaluated at every snapshot (notebook 01): {', '.join(first.comparison.path_methods)}; the "
+             "other arms' final models only", "",
              "## Tests per claim (status = the primary check's; secondaries shown, never in the status)", ""]
     for finding_id, specs in TESTS.items():
         lines.append(f"### `{finding_id}`")

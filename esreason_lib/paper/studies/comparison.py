@@ -30,7 +30,7 @@ training seed and appears with `seed = BASE_SEED`.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -179,17 +179,17 @@ def noise_label(arm: str) -> str:
 
 
 def path_table(preset: Preset, runs: Mapping[tuple[str, int], Run], final: pd.DataFrame, *, home=None,
-               progress: bool = True) -> pd.DataFrame:
+               progress: bool = True, snapshots: Callable[[str], bool] = lambda arm: True) -> pd.DataFrame:
     """Per-problem rows of every run's path at the evidence temperature: its snapshots (`snapshot_refs`,
-    evaluated here), its final model (the rows of `final` for the run's arm and seed) and the base (step 0), with
-    a column `step`."""
+    evaluated here, for the arms where `snapshots(arm)` holds), its final model (the rows of `final` for the run's
+    arm and seed) and the base (step 0), with a column `step`."""
     frames = [final[final["arm"] == "base"].assign(step=0)]
     for (arm, seed), run in runs.items():
         refs = snapshot_refs(run)
         last = max(refs)
         frames.append(final[(final["arm"] == arm) & (final["seed"] == seed)].assign(step=last))
         frames += [evaluate_models(preset, {(arm, seed): ref}, home=home, progress=progress).assign(step=step)
-                   for step, ref in refs.items() if step != last]
+                   for step, ref in refs.items() if step != last and snapshots(arm)]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -213,7 +213,9 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd
     k = max(preset.eval.ks)
     refs = {("base", BASE_SEED): preset.base_model, **{key: model_ref(run) for key, run in every.items()}}
     problems = evaluate_models(preset, refs, home=home, progress=progress, maj_k=k).merge(arms, on="arm", how="left")
-    paths = path_table(preset, every, problems, home=home, progress=progress)
+    methods = dict(zip(arms["arm"], arms["method"]))
+    paths = path_table(preset, every, problems, home=home, progress=progress,
+                       snapshots=lambda arm: methods[arm] in preset.comparison.path_methods)
     side = pd.concat([seed_table(evaluate_models(preset, refs, home=home, progress=progress, temperature=t), k)
                       .assign(temperature=t) for t in preset.comparison.side_temperatures], ignore_index=True)
     seeds = seed_table(problems, k)

@@ -364,7 +364,8 @@ _FRONTIER_OVERRIDES: dict[str, Any] = {
     # notebook 01: the frontier, fully: GRPO with the paper's KL beta over five learning rates, ES over three alphas,
     # a snapshot every 10 iterations so that matching never spans a whole ES Pass@1 range
     "grpo.beta": 0.001, "comparison.grpo_lrs": (5e-6, 1e-5, 2e-5, 5e-5, 1e-4),
-    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3), "es.snapshot_every": 10, "grpo.snapshot_every": 10,
+    "comparison.es_alphas": (1.2e-3, 2.4e-3, 4.8e-3), "comparison.path_methods": ("grpo",),
+    "es.snapshot_every": 10, "grpo.snapshot_every": 10,
     "es.checkpoint_every": 10, "grpo.checkpoint_every": 10,
     "eval.ks": _FRONTIER_KS, "eval.n_problems": FRONTIER_PROBLEMS,
     # notebooks 04 and 05 at the paper's T = 0.6 (05's held-out pools hold 960 problems each)

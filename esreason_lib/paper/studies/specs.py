@@ -102,6 +102,11 @@ class ComparisonSpec:
     side_temperatures: tuple[float, ...] = (1.0,)
     """Temperatures at which the final models are also evaluated and reported beside the evidence (never
     checked); greedy accuracy is recorded by `eval.greedy` at every temperature."""
+    path_methods: tuple[str, ...] = ("es", "grpo", "noise")
+    """Methods whose training paths are evaluated at every snapshot (the others contribute their final model
+    only). The checks read GRPO's path alone (the matched control; ES's final model is matched against it), so
+    ("grpo",) computes every check at a fraction of the cost (ES and noise-control paths only draw figure
+    01_frontier_paths' curves; without them their final models are drawn as points)."""
     delta_pass1: float = 0.01
     """Smallest Pass@1 effect of interest (ES above base; ES above the noise control at K=1): one point, a third
     of ES's Pass@1 gain at T = 0.6 measured in issue 21 (+0.033): less would not be a gain worth training for."""
@@ -124,6 +129,9 @@ class ComparisonSpec:
                 raise ValueError(f"ComparisonSpec.{name} must be distinct values > 0, got {values!r}")
         if self.selection_problems < 0:
             raise ValueError(f"ComparisonSpec.selection_problems must be >= 0, got {self.selection_problems!r}")
+        if "grpo" not in self.path_methods or not set(self.path_methods) <= {"es", "grpo", "noise"}:
+            raise ValueError("ComparisonSpec.path_methods must hold 'grpo' (the control matches along its path) and "
+                             f"only 'es', 'grpo', 'noise', got {self.path_methods!r}")
 
 
 @dataclass(frozen=True)
