@@ -75,8 +75,8 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
 class VLLMRollouts:
     """A drop-in for `generation.generate` in GRPO: samples on a vLLM engine holding the policy's current weights.
 
-    The engine starts on the first call (from that model and tokenizer); each later call copies the model's
-    weights in first. `check_every`: compare weight checksums every this many calls. `batch_size`: rows per
+    The engine starts on the first call (from that model and tokenizer, its context sized for that call's
+    `max_new_tokens`, which later calls may not exceed); each later call copies the model's weights in first. `check_every`: compare weight checksums every this many calls. `batch_size`: rows per
     forward of the entropy pass. `engine_seed` seeds the engine; `engine_kwargs` go to `vllm.LLM`."""
 
     def __init__(self, *, engine_seed: int = 0, check_every: int = 1, batch_size: int = 512,
@@ -85,6 +85,8 @@ class VLLMRollouts:
         check_positive_int(self, "check_every", "batch_size")
         self.engine_kwargs = dict(engine_kwargs or {})
         self.engine = None
+        self.max_new_tokens = None
+        """The generation budget the engine's context (`vllm_settings.engine_max_model_len`) was sized for."""
         self.calls = 0
         """Rollout calls so far (each one a weight sync)."""
 
@@ -99,7 +101,11 @@ class VLLMRollouts:
 
         if self.engine is None:
             self.engine = Engine(model, tokenizer, seed=self.engine_seed, prefix_caching=True,
-                                 engine_kwargs=self.engine_kwargs)
+                                 max_new_tokens=max_new_tokens, engine_kwargs=self.engine_kwargs)
+            self.max_new_tokens = int(max_new_tokens)
+        elif max_new_tokens > self.max_new_tokens:
+            raise ValueError(f"VLLMRollouts: max_new_tokens {max_new_tokens} is more than the {self.max_new_tokens} "
+                             "its engine's context was sized for at the first call (close it to start another)")
         else:
             self.engine.load(model)
         if self.calls % self.check_every == 0:
@@ -119,5 +125,5 @@ class VLLMRollouts:
         """Shut the engine down (a later call starts a new one)."""
         if self.engine is not None:
             self.engine.close()
-        self.engine = None
+        self.engine, self.max_new_tokens = None, None
 

@@ -78,7 +78,8 @@ class VLLMBackend:
     replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one). `check_every`:
     compare weight checksums every this many weight syncs (a copy of the driver's weights or a replayed tell).
     `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix
-    caching, `seed`, eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
+    caching, `seed`, the context `vllm_settings.engine_max_model_len` of the generation budget, eager on CPU,
+    `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, check_every: int = 1,
                  fitness_shaping: Callable | None = None, engine_kwargs: dict[str, Any] | None = None):
@@ -154,7 +155,8 @@ class VLLMBackend:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         fresh = self.engine is None
         if fresh:
-            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, max_new_tokens=self.max_new_tokens,
+                                 engine_kwargs=self.engine_kwargs)
         same = self._driver is not None and model is self._driver
         if same and iteration == self._iteration:  # members of one iteration scored in several calls
             return

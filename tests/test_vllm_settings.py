@@ -1,0 +1,78 @@
+"""The vLLM engine's context length without vLLM: `vllm_settings.engine_max_model_len` by hand, the paper presets'
+budgets, and `VLLMRollouts` sizing its engine from the first call (a stand-in `Engine`; the engine itself:
+tests/vllm_parity, `make test-vllm`)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from esreason_lib.models.vllm_settings import PROMPT_TOKENS, engine_max_model_len
+
+
+def test_context_is_the_prompt_budget_plus_the_new_tokens_within_the_models_positions():
+    assert PROMPT_TOKENS == 2048
+    assert engine_max_model_len(2048, 32_768) == 4096  # the artifact's Qwen2.5-1.5B engines
+    assert engine_max_model_len(4096, 131_072) == 6144  # paper-hard's budget on DeepSeek-R1-Distill-Qwen-1.5B
+    assert engine_max_model_len(32, 64) == 64  # a zoo model: its positions, vLLM's own default
+    assert engine_max_model_len(1, None) == 2049
+    for bad in (0, -1, 2.0, True, None):
+        with pytest.raises(ValueError, match=rf"max_new_tokens must be a positive int, got {bad!r}"):
+            engine_max_model_len(bad, 64)
+    with pytest.raises(ValueError, match="max_positions must be a positive int, got 0"):
+        engine_max_model_len(8, 0)
+
+
+def test_paper_easy_engines_get_the_artifacts_context():
+    from esreason_lib.paper.studies.presets import get_preset
+
+    easy = get_preset("paper-easy")
+    budgets = {easy.es.max_new_tokens, easy.grpo.max_new_tokens, easy.eval.max_new_tokens}
+    assert budgets == {2048} and engine_max_model_len(2048, 32_768) == 4096  # configs/easy_qwen25_1p5b.yaml
+
+
+class _Engine:
+    """`vllm_engine.Engine`'s interface, recording how it was started; generates nothing."""
+
+    made: list = []
+
+    def __init__(self, model, tokenizer, *, seed, prefix_caching=False, max_new_tokens=None, engine_kwargs=None):
+        self.max_new_tokens, self.loads, self.closed = max_new_tokens, 0, False
+        _Engine.made.append(self)
+
+    def load(self, model):
+        self.loads += 1
+
+    def check(self, model, where):
+        pass
+
+    def generate(self, rows, params):
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[1])]) for _ in rows]  # EOS at once
+
+    def close(self):
+        self.closed = True
+
+
+def test_rollouts_size_the_engine_for_the_first_calls_budget(monkeypatch):
+    from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=_Engine))
+    _Engine.made.clear()
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    sampler = VLLMRollouts()
+    ro = sampler(model, tok, ["1+2=", "3"], n=2, max_new_tokens=12)
+    assert ro.completions == ["", "", "", ""] and sampler.max_new_tokens == 12
+    sampler(model, tok, ["1"], n=1, max_new_tokens=5)  # a smaller budget fits the context
+    with pytest.raises(ValueError, match="max_new_tokens 13 is more than the 12 its engine's context was sized for"):
+        sampler(model, tok, ["1"], n=1, max_new_tokens=13)
+    (engine,) = _Engine.made
+    assert engine.max_new_tokens == 12 and engine.loads == 1  # the refused call copied no weights
+    sampler.close()
+    assert engine.closed and sampler.max_new_tokens is None
+    sampler(model, tok, ["1"], n=1, max_new_tokens=13)  # a new engine, sized anew
+    assert [e.max_new_tokens for e in _Engine.made] == [12, 13]
