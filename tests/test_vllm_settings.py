@@ -38,32 +38,49 @@ class _Engine:
 
     made: list = []
 
-    def __init__(self, model, tokenizer, *, seed, prefix_caching=False, max_new_tokens=None, engine_kwargs=None):
-        self.max_new_tokens, self.loads, self.closed = max_new_tokens, 0, False
+    def __init__(self, model, tokenizer, *, seed, prefix_caching=False, max_new_tokens=None, sleep_mode=False,
+                 engine_kwargs=None):
+        self.max_new_tokens, self.sleep_mode, self.loads, self.closed = max_new_tokens, sleep_mode, 0, False
+        self.events: list[str] = []
         _Engine.made.append(self)
 
     def load(self, model):
         self.loads += 1
+        self.events.append("load")
+
+    def sleep(self):
+        self.events.append("sleep")
+
+    def wake(self):
+        self.events.append("wake")
 
     def check(self, model, where):
         pass
 
     def generate(self, rows, params):
+        self.events.append("generate")
         return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[1])]) for _ in rows]  # EOS at once
 
     def close(self):
         self.closed = True
 
 
-def test_rollouts_size_the_engine_for_the_first_calls_budget(monkeypatch):
-    from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+@pytest.fixture
+def standin(monkeypatch):
+    """A tiny model and its tokenizer, with `vllm` and `vllm_engine.Engine` replaced by stand-ins."""
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
     monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=_Engine))
     _Engine.made.clear()
     tok = build_char_tokenizer()
-    model = tiny_random_qwen2(len(tok), seed=0)
+    return tiny_random_qwen2(len(tok), seed=0), tok
+
+
+def test_rollouts_size_the_engine_for_the_first_calls_budget(standin):
+    from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+
+    model, tok = standin
     sampler = VLLMRollouts()
     ro = sampler(model, tok, ["1+2=", "3"], n=2, max_new_tokens=12)
     assert ro.completions == ["", "", "", ""] and sampler.max_new_tokens == 12
@@ -76,3 +93,24 @@ def test_rollouts_size_the_engine_for_the_first_calls_budget(monkeypatch):
     assert engine.closed and sampler.max_new_tokens is None
     sampler(model, tok, ["1"], n=1, max_new_tokens=13)  # a new engine, sized anew
     assert [e.max_new_tokens for e in _Engine.made] == [12, 13]
+
+
+def test_a_sleeping_engine_sleeps_after_drawing_and_wakes_before_the_weight_copy(standin):
+    """`GRPOConfig.engine_sleep` reaches the rollout engine: it starts in sleep mode, sleeps as soon as its tokens
+    are drawn (the entropy pass and the update then have its memory) and wakes before the next weight copy."""
+    from esreason_lib.grpo.config import GRPOConfig
+    from esreason_lib.grpo.loop import rollout_sampler
+
+    model, tok = standin
+    sampler = rollout_sampler(GRPOConfig(backend="vllm", engine_sleep=True))
+    assert sampler.sleep
+    for _ in range(2):
+        sampler(model, tok, ["1+2="], n=2, max_new_tokens=4)
+    (engine,) = _Engine.made
+    assert engine.sleep_mode and engine.events == ["generate", "sleep", "wake", "load", "generate", "sleep"]
+    assert not rollout_sampler(GRPOConfig(backend="vllm")).sleep  # off by default
+    with pytest.raises(ValueError, match="GRPOConfig.engine_sleep needs backend='vllm' .*, backend is 'local'"):
+        GRPOConfig(engine_sleep=True)
+    from esreason_lib.store.identity import jsonable
+
+    assert "engine_sleep" not in jsonable(GRPOConfig(backend="vllm"))  # stored runs keep their identity

@@ -249,7 +249,7 @@ def rollout_sampler(config: GRPOConfig):
 
         share = config.gpu_memory_utilization
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
-                            check_every=config.check_every,
+                            check_every=config.check_every, sleep=config.engine_sleep,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate if config.forward == "hf" else functools.partial(generate, forward=config.forward)
 
