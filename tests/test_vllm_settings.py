@@ -1,6 +1,6 @@
 """The vLLM engine's context length without vLLM: `vllm_settings.engine_max_model_len` by hand, the paper presets'
-budgets, and `VLLMRollouts` sizing its engine from the first call (a stand-in `Engine`; the engine itself:
-tests/vllm_parity, `make test-vllm`)."""
+budgets, and `VLLMRollouts` sizing its engine for the largest budget asked so far (a stand-in `Engine`; the engine
+itself: tests/vllm_parity, `make test-vllm`)."""
 
 from __future__ import annotations
 
@@ -85,14 +85,12 @@ def test_rollouts_size_the_engine_for_the_first_calls_budget(standin):
     ro = sampler(model, tok, ["1+2=", "3"], n=2, max_new_tokens=12)
     assert ro.completions == ["", "", "", ""] and sampler.max_new_tokens == 12
     sampler(model, tok, ["1"], n=1, max_new_tokens=5)  # a smaller budget fits the context
-    with pytest.raises(ValueError, match="max_new_tokens 13 is more than the 12 its engine's context was sized for"):
-        sampler(model, tok, ["1"], n=1, max_new_tokens=13)
     (engine,) = _Engine.made
-    assert engine.max_new_tokens == 12 and engine.loads == 1  # the refused call copied no weights
+    assert engine.max_new_tokens == 12 and engine.loads == 1 and not engine.closed
+    sampler(model, tok, ["1"], n=1, max_new_tokens=13)  # too long for it: a new engine, sized anew
+    assert engine.closed and [e.max_new_tokens for e in _Engine.made] == [12, 13] and sampler.max_new_tokens == 13
     sampler.close()
-    assert engine.closed and sampler.max_new_tokens is None
-    sampler(model, tok, ["1"], n=1, max_new_tokens=13)  # a new engine, sized anew
-    assert [e.max_new_tokens for e in _Engine.made] == [12, 13]
+    assert _Engine.made[1].closed and sampler.max_new_tokens is None
 
 
 def test_a_sleeping_engine_sleeps_after_drawing_and_wakes_before_the_weight_copy(standin):

@@ -76,7 +76,8 @@ class VLLMRollouts:
     """A drop-in for `generation.generate` in GRPO: samples on a vLLM engine holding the policy's current weights.
 
     The engine starts on the first call (from that model and tokenizer, its context sized for that call's
-    `max_new_tokens`, which later calls may not exceed); each later call copies the model's weights in first.
+    `max_new_tokens`; a later call with a larger budget starts a new one); each later call copies the model's
+    weights in first.
     `check_every`: compare weight checksums every this many calls. `batch_size`: rows per forward of the entropy
     pass. `sleep`: the engine sleeps once its tokens are drawn (before the entropy pass and the update) and wakes
     before the next call's weight copy (`GRPOConfig.engine_sleep`, CUDA only). `engine_seed` seeds the engine;
@@ -102,13 +103,12 @@ class VLLMRollouts:
 
         from esreason_lib.models.vllm_engine import Engine
 
+        if self.engine is not None and max_new_tokens > self.max_new_tokens:
+            self.close()  # its context is too short for this budget: a new engine, sized for it
         if self.engine is None:
             self.engine = Engine(model, tokenizer, seed=self.engine_seed, prefix_caching=True,
                                  max_new_tokens=max_new_tokens, sleep_mode=self.sleep, engine_kwargs=self.engine_kwargs)
             self.max_new_tokens = int(max_new_tokens)
-        elif max_new_tokens > self.max_new_tokens:
-            raise ValueError(f"VLLMRollouts: max_new_tokens {max_new_tokens} is more than the {self.max_new_tokens} "
-                             "its engine's context was sized for at the first call (close it to start another)")
         else:
             if self.sleep:
                 self.engine.wake()
