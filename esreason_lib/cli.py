@@ -13,7 +13,8 @@
 `--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
 as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
 `--eval` prints a before/after table: the base and every trained model on the preset's held-out problems
-(greedy accuracy and Pass@K from `EVAL_SAMPLES` samples at the preset's temperature; cached in the run store).
+(greedy accuracy and Pass@K from `EVAL_SAMPLES` samples at the preset's temperature; cached in the run store),
+sampled on one vLLM engine when the training sampled on vLLM (`--backend vllm` / `ray-vllm`).
 """
 
 from __future__ import annotations
@@ -62,9 +63,16 @@ EVAL_SAMPLES = 16
 """Samples per held-out problem in `train --eval` (Pass@1 and Pass@16; the notebooks use the preset's n)."""
 
 
-def before_after(preset, runs) -> str:
+def eval_backend(configs) -> str:
+    """`EvalSpec.backend` for `train --eval` after training `configs`: "vllm" when any of them sampled on vLLM
+    engines (ES `vllm` / `ray-vllm`, GRPO `vllm`), so the evaluation runs where the training did; else "local"."""
+    return "vllm" if any(getattr(c, "backend", None) in ("vllm", "ray-vllm") for c in configs) else "local"
+
+
+def before_after(preset, runs, backend: str = "local") -> str:
     """The table printed by `train --eval`: the first run's base model, then each run in `runs`, on the same
-    held-out problems of the runs' task (the preset gives the evaluation protocol)."""
+    held-out problems of the runs' task (the preset gives the evaluation protocol; `backend` draws the samples,
+    `EvalSpec.backend`)."""
     from dataclasses import replace
 
     from esreason_lib.evaluate import results_table
@@ -72,7 +80,8 @@ def before_after(preset, runs) -> str:
 
     n = min(EVAL_SAMPLES, preset.eval.n_samples)
     ks = sorted({1, n})
-    spec = replace(preset.eval, n_samples=n, ks=tuple(ks))
+    spec = replace(preset.eval, n_samples=n, ks=tuple(ks), backend=backend,
+                   forward=preset.eval.forward if backend == "local" else "hf")
     first = runs[0].config
     base, task, task_kwargs = first["model"], first["task"], dict(first["task_kwargs"])
     if task == preset.task and task_kwargs == dict(preset.task_kwargs):
@@ -81,7 +90,8 @@ def before_after(preset, runs) -> str:
     cols = (["eval/greedy"] if spec.greedy else []) + [f"eval/pass@{k}" for k in ks]
     results = {name: evaluate_ref(ref, task, task_kwargs, spec, device=preset.device, progress=False)
                for name, ref in rows}
-    return (f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}\n"
+    on = "" if backend == "local" else f" on {backend}"
+    return (f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}{on}\n"
             + results_table(results, cols))
 
 
@@ -154,7 +164,7 @@ def _train(args) -> int:
         for run in runs:
             print(run.path)
         if args.eval:
-            print(before_after(preset, runs))
+            print(before_after(preset, runs, eval_backend([es, grpo])))
         return 0
     other = "grpo" if args.method == "es" else "es"
     if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
@@ -165,7 +175,7 @@ def _train(args) -> int:
     run = trainer(args.method)(config, resume=not args.no_resume, progress=True)
     print(run.path)
     if args.eval:
-        print(before_after(preset, [run]))
+        print(before_after(preset, [run], eval_backend([config])))
     return 0
 
 
@@ -315,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
     train.add_argument("--keep-checkpoints", action="store_true", help="keep the last checkpoints once a run is "
                        "complete (default: only its final weights; the same as --set keep_checkpoints=True)")
-    train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation")
+    train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation (on a vLLM "
+                       "engine when the training sampled on vLLM)")
     train.set_defaults(func=_train)
     pre = sub.add_parser("pretrain", help="build a zoo model")
     pre.add_argument("name")

@@ -36,6 +36,8 @@ SAMPLE_COLUMNS = ("problem_id", "sample", "answer", "correct")
 """Columns of `EvalResult.samples`, in order."""
 MAJ_COLUMNS = ("k", "maj_at_k", "ci_low", "ci_high")
 """Columns of `EvalResult.maj_curve()`, in order."""
+EVAL_BACKENDS = ("local", "vllm")
+"""Values of `evaluate`'s `backend` (and `EvalSpec.backend`)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ class EvalSpec:
     (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding) or "native" (that
     forward with `models.native`'s attention kernel). Part of the evaluation's identity, since the samples
     differ."""
+    backend: str = field(default="local", metadata=ADDED_OPTION)
+    """Who draws the samples: "local" (the library's `generate`) or "vllm" (one vLLM engine holding the model's
+    weights, extra `vllm`; `forward` must then be "hf"). Part of the evaluation's identity: vLLM's sampler draws
+    other random numbers."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -74,6 +80,8 @@ class EvalSpec:
               f"must be non-empty values in [1, n_samples={self.n_samples}]")
         check(self, "temperature", self.temperature > 0, "must be > 0")
         check(self, "forward", self.forward in FORWARDS, f"must be one of {FORWARDS}")
+        check(self, "backend", self.backend in EVAL_BACKENDS, f"must be one of {EVAL_BACKENDS}")
+        check(self, "forward", self.backend == "local" or self.forward == "hf", "must be 'hf' with backend 'vllm'")
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     `forward` is "local"'s `generate(..., forward=...)` (`EvalSpec.forward`: "hf", "fused" or "native").
     The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
-    if backend not in ("local", "vllm"):
+    if backend not in EVAL_BACKENDS:
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
     if forward not in FORWARDS or (backend == "vllm" and forward != "hf"):
         raise ValueError(f"forward must be one of {FORWARDS} ('hf' with backend='vllm'), got {forward!r}")

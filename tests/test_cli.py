@@ -280,3 +280,28 @@ def test_before_after_evaluates_on_the_presets_test_task(monkeypatch):
                                         "task_kwargs": [["dataset", "deepscaler"]]}, path=Path("/x/es-1"))
     cli.before_after(preset, [run])
     assert seen == [("math", {"dataset": "math500"})] * 2
+
+
+def test_eval_runs_on_vllm_when_the_training_sampled_on_vllm(home, monkeypatch):
+    """`train --backend vllm --eval` evaluates on one vLLM engine (`EvalSpec.backend`), under an identity apart from
+    the local evaluation's; checked with a stand-in for `VLLMRollouts` that samples with `generate`."""
+    from esreason_lib.es.loop import train_es
+    from esreason_lib.grpo import rollouts_vllm
+    from test_gpu_evaluate_vllm import Standin
+
+    assert cli.eval_backend([ESConfig(backend="ray-vllm")]) == "vllm"
+    assert cli.eval_backend([ESConfig(backend="ray"), GRPOConfig(backend="vllm")]) == "vllm"
+    assert cli.eval_backend([ESConfig(backend="fast"), GRPOConfig()]) == "local"
+    monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)
+    Standin.made.clear()
+    preset = get_preset("smoke", **{"eval.n_problems": 2, "eval.forward": "fused"})
+    run = train_es(preset.config("es", iterations=1), progress=False)
+    monkeypatch.setattr(cli, "EVAL_SAMPLES", 2)
+    on_vllm = cli.before_after(preset, [run], "vllm").splitlines()
+    assert on_vllm[0] == "held-out countdown: 2 problems, 2 samples at T=1.0 on vllm"
+    assert len(Standin.made) == 2 and all(s.closed for s in Standin.made)  # the base and the run, one engine each
+    local = cli.before_after(preset, [run]).splitlines()
+    assert len(Standin.made) == 2 and local[0] == "held-out countdown: 2 problems, 2 samples at T=1.0"
+    specs = sorted((s["eval"].get("backend", "local"), s["eval"].get("forward", "hf")) for s in
+                   (json.loads((p / "config.json").read_text()) for p in home.iterdir() if p.name.startswith("eval-")))
+    assert specs == [("local", "fused")] * 2 + [("vllm", "hf")] * 2  # vLLM samples with the model's own modules

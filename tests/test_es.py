@@ -413,13 +413,13 @@ def test_train_es_epoch_order_scores_every_train_prompt_once_per_epoch(tiny, tmp
 
     tok, make = tiny
     batches = []
-    real = es_module.score_examples
+    real = es_module.score_center
 
-    def spy(model, tokenizer, task, examples, **kw):  # the center's scoring: once per iteration, on its prompts
+    def spy(model, tokenizer, task, examples, *args):  # the center's scoring: once per iteration, on its prompts
         batches.append([ex["id"] for ex in examples])
-        return real(model, tokenizer, task, examples, **kw)
+        return real(model, tokenizer, task, examples, *args)
 
-    monkeypatch.setattr(es_module, "score_examples", spy)
+    monkeypatch.setattr(es_module, "score_center", spy)
     cfg = ESConfig(model="tiny-random", task="paren", population_size=2, sigma=0.02, alpha=0.01, iterations=4,
                    prompts_per_step=3, train_size=6, prompt_order="epoch", checkpoint_every=0, device="cpu")
     es_module.train_es(cfg, model=make(), tokenizer=tok, task=Paren(), home=tmp_path, progress=False)

@@ -117,8 +117,8 @@ def test_es_step_scores_the_center_as_its_backend_scores_members(setup, monkeypa
     import esreason_lib.es.loop as loop
 
     model, tok, task, examples = setup
-    seen, real = [], loop.score_examples
-    monkeypatch.setattr(loop, "score_examples", lambda *a, **k: (seen.append(k["forward"]), real(*a, **k))[1])
+    seen, real = [], loop.score_center
+    monkeypatch.setattr(loop, "score_center", lambda *a: (seen.append(a[-1]), real(*a))[1])  # a[-1]: the forward
     config = ESConfig(population_size=4, antithetic=True, sigma=1e-2, prompts_per_step=8, backend=name)
     es = ES(config, model)
     state = {k: v.clone() for k, v in model.state_dict().items()}

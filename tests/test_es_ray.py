@@ -114,18 +114,23 @@ def test_make_backend_builds_a_ray_backend_from_the_config():
         dataclasses.replace(CFG, backend="ray", workers=0)
 
 
-def test_train_es_matches_sequential_bit_for_bit(backend, tmp_path):
+def test_train_es_matches_sequential_bit_for_bit(backend, tmp_path, monkeypatch):
     ray_backend, _ = backend
     tok, task = build_char_tokenizer(), Digits()
     seq_model, ray_model = _model(), _model()
     seq = train_es(CFG, model=seq_model, tokenizer=tok, task=task, home=tmp_path / "seq", progress=False)
+
+    def no_local_centre(*args, **kwargs):
+        raise AssertionError("the driver decoded the centre")
+
+    monkeypatch.setattr("esreason_lib.es.loop.score_center", no_local_centre)  # an actor scores it
     t0 = time.perf_counter()
     run = train_es(CFG, model=ray_model, tokenizer=tok, task=task, backend=ray_backend, home=tmp_path / "ray",
                    progress=False)
     print(f"3 ray steps (2 actors): {time.perf_counter() - t0:.1f} s")
     a, b = seq.metrics(), run.metrics()
     for key in ("reward/mean", "reward/std", "reward/max", "reward/min", "es/js_succ", "es/fixup_frac",
-                "es/update_norm", "es/generations"):
+                "es/update_norm", "es/generations", "reward/center", "policy/entropy"):
         assert a[key].tolist() == b[key].tolist(), key
     assert (a["reward/std"] > 0).all() and (a["es/update_norm"] > 0).all()  # every step really moved theta
     base = _bits(_model())

@@ -52,3 +52,30 @@ def test_unknown_backend_and_missing_extra():
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError, match="vllm"):
             evaluate(model, tok, task, task.examples(), n=2, ks=(1,), backend="vllm", progress=False)
+
+
+def test_eval_spec_backend_is_validated_and_left_out_of_old_identities():
+    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.store.identity import jsonable
+
+    assert "backend" not in jsonable(EvalSpec()) and jsonable(EvalSpec(backend="vllm"))["backend"] == "vllm"
+    with pytest.raises(ValueError, match=r"EvalSpec.backend must be one of \('local', 'vllm'\), got 'tpu'"):
+        EvalSpec(backend="tpu")
+    with pytest.raises(ValueError, match="EvalSpec.forward must be 'hf' with backend 'vllm', got 'fused'"):
+        EvalSpec(backend="vllm", forward="fused")
+
+
+def test_a_studys_eval_spec_reaches_the_engine(monkeypatch, tmp_path):
+    """`studies.common.evaluate_ref` (every study's evaluation) samples on vLLM when its `EvalSpec.backend` says so."""
+    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.paper.studies.common import evaluate_ref
+
+    monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)
+    Standin.made.clear()
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=1)
+    spec = EvalSpec(n_problems=2, n_samples=2, ks=(1, 2), greedy=False, n_boot=10, backend="vllm")
+    got = evaluate_ref("tiny-random-1", "countdown", {}, spec, home=tmp_path, progress=False, model=model,
+                       tokenizer=tok)
+    (made,) = Standin.made
+    assert made.calls == 1 and made.closed and got.table["n"].tolist() == [2, 2]

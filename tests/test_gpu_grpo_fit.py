@@ -180,3 +180,42 @@ def test_per_gpu_estimate_on_eight_80gb_gpus():
     assert all(sharded < whole for whole, sharded in rows.values())
     n = sum(p.numel() for p in _qwen25("7B").parameters())
     assert 7.0e9 < n < 7.8e9  # Qwen2.5-7B has 7.62B parameters
+
+
+def test_per_gpu_estimate_by_hand():
+    """`per_gpu_memory` on numbers computed by hand: 2^28 bfloat16 parameters (0.5 GiB), a KL reference, a vLLM
+    engine taking a quarter of an 80 GiB GPU, 8 processes. Data parallel: weights 1 (policy + reference) +
+    optimiser 3 (two fp32 moments and the fp32 masters, 12 bytes each) + engine 20, then the largest phase, the step's
+    fp32 gradients (1) = 25 GiB. Sharded: the weights, optimiser, gradients and step divided by 8 (0.125, 0.375,
+    0.0625, 0.125), the engine not, and one gathered layer of weights and gradients (2 x 0.5 / 2 layers = 0.5)
+    joining the backward: 20.5 + 0.0625 + 0.5 + activations and logits."""
+    from types import SimpleNamespace
+
+    from esreason_lib.grpo.memory import per_gpu_memory
+
+    class Shape(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(2**28, dtype=torch.bfloat16, device="meta"))
+            self.config = SimpleNamespace(hidden_size=64, num_attention_heads=1, head_dim=64, num_key_value_heads=1,
+                                          intermediate_size=128, num_hidden_layers=2, vocab_size=128)
+
+    cfg = GRPOConfig(group_size=2, prompts_per_step=2, micro_batch_size=2, beta=0.04, max_new_tokens=40,
+                     gradient_checkpointing=True, backend="vllm", gpu_memory_utilization=0.25)
+    kw = dict(prompt_tokens=24, gpus=8, device_bytes=80 * GIB)
+    # 2 rows x 64 tokens: activations 128 x (2 layers x 2 bytes x 64 + one block's 2 x (6 x 64 + 64 + 2 x 64 +
+    # 4 x 128) bytes), logits 128 x 128 vocabulary x 10 bytes
+    small = (128 * (2 * 2 * 64 + 2 * (6 * 64 + 64 + 2 * 64 + 4 * 128)) + 128 * 128 * 10) / GIB
+    whole = per_gpu_memory(cfg, Shape(), sharded=False, **kw)
+    assert {k: whole[k] for k in ("weights", "optimizer", "rollouts", "gradients", "step")} == \
+        {"weights": 1.0, "optimizer": 3.0, "rollouts": 20.0, "gradients": 0.5, "step": 1.0}
+    assert whole["activations"] + whole["logits"] == pytest.approx(small) and whole["total"] == 25.0
+    sharded = per_gpu_memory(cfg, Shape(), sharded=True, **kw)
+    assert {k: sharded[k] for k in ("weights", "optimizer", "rollouts", "gradients", "step", "gathered")} == \
+        {"weights": 0.125, "optimizer": 0.375, "rollouts": 20.0, "gradients": 0.0625, "step": 0.125, "gathered": 0.5}
+    assert sharded["total"] == pytest.approx(20.5 + 0.0625 + 0.5 + small)
+    assert per_gpu_memory(cfg, Shape(), sharded=True, **{**kw, "gpus": 1}) == whole  # one GPU: nothing to divide
+    # an engine that sleeps through the update holds its 20 GiB only while sampling: the largest phase
+    asleep = dataclasses.replace(cfg, engine_sleep=True)
+    assert per_gpu_memory(asleep, Shape(), sharded=False, **kw)["total"] == 1.0 + 3.0 + 20.0
+    assert per_gpu_memory(asleep, Shape(), sharded=True, **kw)["total"] == 0.125 + 0.375 + 20.0

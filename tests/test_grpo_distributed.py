@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.distributed import data_parallel, micro_batch_rows, my_parts
+from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, shard_model
 from esreason_lib.grpo.loop import policy_update
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import tiny_random_qwen2
@@ -35,36 +35,44 @@ def _batch(iteration: int):
     return p_ids * p_mask, p_mask, c_ids * c_mask, c_mask, torch.randn(B, generator=g)
 
 
-def _train(micro_batch_size):
-    """The policy after `ITERATIONS` batches of `policy_update` (sharded when torch.distributed is up)."""
+def _train(micro_batch_size, sharded: bool = False):
+    """The policy after `ITERATIONS` batches of `policy_update` (data parallel when torch.distributed is up; with
+    `sharded`, the policy and the reference fully sharded, FSDP2)."""
     torch.manual_seed(0)
     model = tiny_random_qwen2(VOCAB, seed=0)
     model.config.pad_token_id = 0
     ref = copy.deepcopy(model).eval()
+    if sharded:
+        model, ref = shard_model(model), shard_model(ref)
+        assert fully_sharded(model) and fully_sharded(ref)
     cfg = _config(micro_batch_size)
     opt = master_weight_adamw(model, lr=cfg.lr)
     steps = []
     for t in range(ITERATIONS):
         steps += policy_update(model, ref, opt, *_batch(t), cfg)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, steps
+    state = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in model.state_dict().items()}  # DTensors whole
+    return {k: v.detach().clone() for k, v in state.items()}, steps
 
 
-def _worker(rank: int, world: int, init: str, micro_batch_size, out: str) -> None:
+def _worker(rank: int, world: int, init: str, micro_batch_size, sharded: bool, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         assert data_parallel() == (rank, world)
-        torch.save(_train(micro_batch_size), f"{out}.{rank}")
+        torch.save(_train(micro_batch_size, sharded), f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("micro_batch_size", [None, 3])
-def test_two_gloo_processes_take_the_single_process_steps(tmp_path, micro_batch_size):
+@pytest.mark.parametrize("micro_batch_size, sharded", [(None, False), (3, False), (None, True), (3, True)])
+def test_two_gloo_processes_take_the_single_process_steps(tmp_path, micro_batch_size, sharded):
+    """Data parallel, and FSDP2 (`shard_model`): with micro-batches of 3 rows a minibatch's 8 rows make 3 parts,
+    so under FSDP2 one process runs a stand-in forward and backward in each step."""
     torch.set_num_threads(1)
     want, want_steps = _train(micro_batch_size)
     out = str(tmp_path / "state")
-    mp.spawn(_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", micro_batch_size, out), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", micro_batch_size, sharded, out), nprocs=2,
+             join=True)
     (s0, steps0), (s1, steps1) = (torch.load(f"{out}.{r}") for r in (0, 1))
     assert len(steps0) == len(want_steps) == ITERATIONS * 4
     moved = False
@@ -88,5 +96,8 @@ def test_micro_batches_are_dealt_round_robin():
     assert my_parts(parts, (0, 2)) == [parts[0], parts[2]] and my_parts(parts, (1, 2)) == [parts[1]]
     assert my_parts(parts, (1, 4)) == [parts[1]] and my_parts(parts, (3, 4)) == []
     assert micro_batch_rows(8, None, None) is None and micro_batch_rows(8, 3, (0, 2)) == 3
+    assert my_parts(parts, (1, 2), lockstep=True) == [parts[1], None]  # FSDP2: a stand-in keeps the step count
+    assert my_parts(parts, (3, 4), lockstep=True) == [None] and my_parts(parts, None, lockstep=True) == parts
+    assert my_parts([], (1, 2), lockstep=True) == []
     assert micro_batch_rows(8, None, (0, 3)) == 3 and micro_batch_rows(0, None, (0, 2)) == 1
     assert data_parallel() is None  # not initialised in this process

@@ -150,3 +150,36 @@ def test_reward_tiers_and_prompts(chat_tok):
 
     chat = task.prompt(ex, chat_tok)
     assert chat.startswith("<|user|>How many?") and "\\boxed{}" in chat
+
+
+QWEN_LIKE_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m['role'] != 'system' %}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+"""A chat template shaped like Qwen2.5's: a default system turn unless the messages bring their own."""
+
+
+def test_artifact_protocol_puts_the_instruction_in_the_system_turn():
+    """paper-easy's prompt is the artifact's (`es_reproduction.prompts`): the instruction as the system turn (so the
+    template's default system prompt is gone) and the stripped question as the user turn; the strict protocol keeps
+    one user turn after the template's default system turn. A real tokenizer renders the template."""
+    from esreason_lib.models.zoo import build_char_tokenizer
+    from esreason_lib.paper.studies.presets import get_preset
+    from esreason_lib.tasks.gsm8k import ARTIFACT_SYSTEM
+
+    tok = build_char_tokenizer()
+    tok.chat_template = QWEN_LIKE_TEMPLATE
+    ex = {"id": "gsm8k-test-0", "question": "  How many eggs?\n", "answer": "18", "solution": "#### 18"}
+    easy = get_preset("paper-easy")
+    artifact = get_task(easy.task, **easy.task_kwargs)
+    assert artifact.prompt(ex, tok) == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>user\nHow many eggs?<|im_end|>\n<|im_start|>assistant\n")
+    assert ARTIFACT_SYSTEM == "Please reason step by step, and put your final answer within \\boxed{}."
+    strict = GSM8K(path="unused").prompt(ex, tok)
+    assert strict == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                      f"  How many eggs?\n\n{ARTIFACT_SYSTEM}<|im_end|>\n<|im_start|>assistant\n")
+    # without a chat template both protocols give the same plain prompt
+    assert artifact.prompt(ex, build_char_tokenizer()) == GSM8K(path="unused").prompt(ex) == artifact.prompt(ex)

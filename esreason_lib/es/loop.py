@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from esreason_lib.es.backends.base import CENTER_FORWARD, Evaluation, PopulationEvaluator, sample_seed, score_examples
+from esreason_lib.es.backends.base import CENTER_FORWARD, Evaluation, PopulationEvaluator, score_center
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
@@ -25,14 +25,16 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
 
     Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
-    config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed, asks for
-    the population, scores it with `backend`, then tells. `before_tell(population, evaluation)` is called with
+    config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed (with
+    `backend.score_center` when the backend has one: the vLLM engines and Ray actors decode it where they decode
+    the members; else in this process, `base.score_center`), asks for the population, scores it with `backend`,
+    then tells. `before_tell(population, evaluation)` is called with
     the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
     Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
     (the centre's mean token entropy), es/js_succ, es/fixup_frac, es/drift_rel (against `theta0`, every
     `drift_every` iterations and at the last), es/resyncs (the backend's replica / engine reloads so far, 0 for
-    in-process backends) and the time breakdown: time/centre_s (scoring the centre), time/sync_s (the backend
-    bringing replicas or engines to the driver's weights), time/population_s (scoring the members, sync
+    in-process backends) and the time breakdown: time/centre_s (scoring the centre, sync excluded), time/sync_s
+    (the backend bringing replicas or engines to the driver's weights), time/population_s (scoring the members, sync
     excluded), time/update_s (tell and drift; `before_tell` is not counted)."""
     from esreason_lib.metrics import js_success
 
@@ -40,11 +42,13 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     idx = prompt_indices(len(examples), p, it, config.seed, "es", config.prompt_order)  # [P]
     batch = [examples[i] for i in idx]  # [P]
     t0 = time.perf_counter()
-    center, _, center_entropy = score_examples(model, tokenizer, task, batch, greedy=config.greedy,
-                                               temperature=config.temperature,
-                                               max_new_tokens=config.max_new_tokens or task.max_new_tokens,
-                                               seed=sample_seed(config.seed, it), with_entropy=True,
-                                               forward=CENTER_FORWARD.get(config.backend, "hf"))  # [P]
+    remote = getattr(backend, "score_center", None)  # engines or actors decode the centre where the members are
+    if remote is None:
+        center, _, center_entropy = score_center(model, tokenizer, task, batch, config, it,
+                                                 CENTER_FORWARD.get(config.backend, "hf"))  # [P]
+    else:
+        center, _, center_entropy = remote(model, batch, iteration=it)  # [P]
+    center_sync = float(getattr(backend, "last_sync_s", 0.0)) if remote is not None else 0.0
     t1 = time.perf_counter()
     pop = es.ask()
     ev = backend(model, pop, batch, iteration=it)
@@ -58,8 +62,9 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     if (it + 1) % config.drift_every == 0 or it + 1 == config.iterations:
         m["es/drift_rel"] = relative_drift(es.params, theta0)
     sync = float(getattr(backend, "last_sync_s", 0.0))
-    m.update({"es/resyncs": int(getattr(backend, "resyncs", 0)), "time/centre_s": t1 - t0,
-              "time/sync_s": sync, "time/population_s": t2 - t1 - sync, "time/update_s": time.perf_counter() - t3})
+    m.update({"es/resyncs": int(getattr(backend, "resyncs", 0)), "time/centre_s": t1 - t0 - center_sync,
+              "time/sync_s": center_sync + sync, "time/population_s": t2 - t1 - sync,
+              "time/update_s": time.perf_counter() - t3})
     return m, ev
 
 

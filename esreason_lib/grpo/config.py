@@ -76,6 +76,11 @@ class GRPOConfig(RunSettings):
     check_every: int = field(default=1, metadata=execution())
     """Compare the vLLM rollout engine's weight fingerprint with the policy's every this many rollouts (backend
     "vllm"; `models.weights.weights_fingerprint`, on the device); a difference raises."""
+    engine_sleep: bool = field(default=False, metadata=ADDED_OPTION)
+    """Put the vLLM rollout engine to sleep after each rollout (backend "vllm" on CUDA; vLLM's sleep mode, level 1:
+    its weights to host memory, its KV cache freed) and wake it before the next weight copy, so the update's
+    backward and optimiser step have the engine's share of the GPU (`grpo.memory` counts the share in the sampling
+    phase only). The samples are unchanged; left out of the identity at its default only."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -99,7 +104,9 @@ class GRPOConfig(RunSettings):
         check(self, "forward", self.dtype == "float32" or self.forward == "hf",
               f"must be 'hf' with dtype={self.dtype!r} (the fused forward folds float32 Qwen2 weights)")
         check_memory_share("GRPOConfig", self.gpu_memory_utilization)
-        check_bool(self, "gradient_checkpointing")
+        check_bool(self, "gradient_checkpointing", "engine_sleep")
+        check(self, "engine_sleep", not self.engine_sleep or self.backend == "vllm",
+              f"needs backend='vllm' (the rollout engine sleeps), backend is {self.backend!r}")
         check_optional_positive_int(self, "logit_chunk")
         check_nonnegative_float(self, "weight_decay")
         check(self, "max_grad_norm",

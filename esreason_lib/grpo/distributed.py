@@ -1,4 +1,5 @@
-"""GRPO's update over several processes (`torch.distributed`, launched with `torchrun`): data parallel.
+"""GRPO's update over several processes (`torch.distributed`, launched with `torchrun`): data parallel, or
+fully sharded (FSDP2).
 
 Every process holds the whole policy, samples the same rollouts (the same seeds and weights), and in each
 optimiser step forwards only its share of the micro-batches (`my_parts`: micro-batch j goes to process j mod
@@ -6,9 +7,19 @@ world). `reduce_step` then sums the gradients and the step's metrics over the pr
 micro-batch's loss was already weighted by its share of the minibatch (`grpo.loop.policy_update`), so the sum is
 the single-process gradient of `grpo.loss.policy_loss`, unchanged, up to float summation order; every process
 then takes the same optimiser step and the replicas stay equal. This is DDP's scheme written out, kept inside
-`policy_update` so that the loss, its aggregation and the metrics stay one code path. FSDP2 (`fully_shard`), which
-would also shard the weights and optimiser state, needs reduce-scatter, which the CPU backend gloo lacks, so it
-cannot be tested here; `grpo.memory.per_gpu_memory` says what fits without it.
+`policy_update` so that the loss, its aggregation and the metrics stay one code path.
+
+Fully sharded (`shard_model`: `torch.distributed.fsdp.fully_shard` on every decoder layer, then the whole model,
+as FSDP2 / ZeRO-3 do): each process keeps 1/world of every parameter, gradient and AdamW state, a forward or
+backward gathers one layer at a time, and the backward's reduce-scatter sums the gradients (divide factor 1:
+the micro-batch weights already make the sum the single-process gradient). The micro-batches are dealt as
+above; since every forward and backward is a collective, a process with fewer micro-batches than another runs a
+stand-in forward (and a backward of 0 x its loss) for each one it lacks, so all of them meet in every collective.
+Only the step's metrics are then summed (`reduce_step` with no parameters). Two gloo processes take the
+single-process steps to fp32 tolerance (tests/test_grpo_distributed.py; torch 2.13's gloo runs FSDP2's
+all-gather and reduce-scatter on CPU). What is not built: `train_grpo` / `main` do not shard (rollouts, the vLLM
+weight copy and saving would read the sharded parameters; `grpo.memory.per_gpu_memory` estimates what sharding
+would fit).
 
 `policy_update` shards itself whenever `torch.distributed` is initialised with more than one process. Without
 `micro_batch_size` a minibatch is cut into one micro-batch per process. `main` runs `train_grpo` on every process
@@ -31,6 +42,29 @@ def data_parallel() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
+def shard_model(model):
+    """`model` fully sharded over the initialised process group (FSDP2, module docstring): `fully_shard` on each
+    module of `model.model.layers` (a Qwen2 / Llama-style decoder), then on `model`, with gradients summed, not
+    averaged, over the processes; returns `model` (its class becomes an `FSDPModule`)."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise ValueError(f"shard_model: {type(model).__name__} has no model.layers to shard layer by layer")
+    for module in (*layers, model):
+        fully_shard(module)
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM (measured)
+    return model
+
+
+def fully_sharded(model) -> bool:
+    """Whether `model` was sharded by `fully_shard` (`shard_model`)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def micro_batch_rows(rows: int, micro_batch_size: int | None, shard: tuple[int, int] | None) -> int | None:
     """Rows per micro-batch for a minibatch of `rows` forwarded rows: `micro_batch_size`, or without one the whole
     minibatch (one process) or an equal share per process."""
@@ -39,9 +73,13 @@ def micro_batch_rows(rows: int, micro_batch_size: int | None, shard: tuple[int, 
     return max(math.ceil(rows / shard[1]), 1)
 
 
-def my_parts(parts: list, shard: tuple[int, int] | None) -> list:
-    """The micro-batches this process forwards: all of them alone, else every world-th from its rank."""
-    return parts if shard is None else parts[shard[0]::shard[1]]
+def my_parts(parts: list, shard: tuple[int, int] | None, lockstep: bool = False) -> list:
+    """The micro-batches this process forwards: all of them alone, else every world-th from its rank; with
+    `lockstep` (a fully sharded model) padded with None to as many as the process with the most has."""
+    if shard is None:
+        return parts
+    mine = parts[shard[0]::shard[1]]
+    return mine + [None] * (math.ceil(len(parts) / shard[1]) - len(mine)) if lockstep else mine
 
 
 STEP_METRICS = ("loss/policy", "policy/clip_frac", "policy/kl", "policy/ratio_mean")

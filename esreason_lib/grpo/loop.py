@@ -70,7 +70,7 @@ from esreason_lib.seeding import derive_seed
 from esreason_lib.guards import check_finite_step
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 from esreason_lib.models.zoo import quiet_transformers
-from esreason_lib.grpo.distributed import data_parallel, micro_batch_rows, my_parts, reduce_step
+from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.logprobs import chunked_completion_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
@@ -118,6 +118,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
     `policy/grad_norm`.
     """
     c, shard = config, data_parallel()  # (rank, world) under torch.distributed: `grpo.distributed`
+    lockstep = shard is not None and fully_sharded(model)  # FSDP2: every forward and backward is a collective
     B = c_ids.shape[0]
     rows = B if c.minibatch_size is None else c.minibatch_size * c.group_size
     if B % rows:
@@ -139,13 +140,15 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
                 lp, _ = completion_logprobs(*args, temperature=c.temperature)
         return lp.float()  # [u, lc]
 
-    def parts_of(index: torch.Tensor) -> list[slice]:  # the micro-batches of `index` this process forwards
-        return my_parts(_chunks(0, len(index), micro_batch_rows(len(index), c.micro_batch_size, shard)), shard)
+    def parts_of(index: torch.Tensor) -> list[slice | None]:  # the micro-batches of `index` this process forwards
+        parts = _chunks(0, len(index), micro_batch_rows(len(index), c.micro_batch_size, shard))
+        return my_parts(parts, shard, lockstep)  # None: a stand-in forward of one row, for the collectives
 
     def frozen_logprobs(net, index: torch.Tensor, out: torch.Tensor) -> None:  # fills out[index] [u, Lc]
         for part in parts_of(index):
-            lp = logprobs_of(net, False, index[part])  # [u, lc]
-            out[index[part], : lp.shape[1]] = lp
+            lp = logprobs_of(net, False, index[part or slice(0, 1)])  # [u, lc]
+            if part is not None:
+                out[index[part], : lp.shape[1]] = lp
 
     old = torch.zeros(c_ids.shape, dtype=torch.float32, device=c_ids.device)  # [B, Lc] pi_old
     ref_lp = None if ref is None else torch.zeros_like(old)  # [B, Lc] pi_ref
@@ -155,6 +158,8 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
         if ref is not None and len(index):
             frozen_logprobs(ref, index, ref_lp)
 
+    if lockstep:
+        model.reshard()  # FSDP2 keeps the root's parameters gathered after a forward: the sharded ones are stepped
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     steps: list[dict[str, float]] = []
@@ -165,6 +170,9 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             fwd_tok = (lens[index] * count).sum().clamp(min=1)  # [] tokens of the forwarded rows, with multiplicity
             acc = {"policy/clip_frac": 0.0, "policy/kl": 0.0 if ref is not None else math.nan, "loss/policy": 0.0}
             for part in parts_of(index):
+                if part is None:  # FSDP2: this process's turn in the collectives, contributing nothing
+                    (logprobs_of(model, True, index[:1]).sum() * 0.0).backward()
+                    continue
                 sel, w = index[part], count[part]  # [u] rows, [u] multiplicities
                 logp = logprobs_of(model, True, sel)  # [u, lc]
                 lc = logp.shape[1]
@@ -183,8 +191,8 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             if not len(index):  # no row with a gradient: the step still runs, from zero gradients
                 for p in params:
                     p.grad = torch.zeros_like(p)
-            if shard is not None:  # the other processes' micro-batches: gradients and metrics summed
-                acc = reduce_step(params, acc)
+            if shard is not None:  # the other processes' micro-batches: gradients (FSDP2 summed them) and metrics
+                acc = reduce_step([] if lockstep else params, acc)
             acc["policy/grad_norm"] = optimizer_step(params, opt, c.max_grad_norm)
             steps.append(acc)
     model.eval()
@@ -241,7 +249,7 @@ def rollout_sampler(config: GRPOConfig):
 
         share = config.gpu_memory_utilization
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
-                            check_every=config.check_every,
+                            check_every=config.check_every, sleep=config.engine_sleep,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     return generate if config.forward == "hf" else functools.partial(generate, forward=config.forward)
 

@@ -3,7 +3,8 @@
 The estimate (bytes; `grpo_memory` returns GiB per term) is what stays resident plus the largest of three phases:
 - resident: the policy's weights in its dtype, plus the frozen reference copy when beta > 0 ("weights"); AdamW's
   two float32 moments, plus float32 master weights for a bfloat16 model ("optimizer", `optim.master_weight_adamw`);
-  the vLLM engine's share (`gpu_memory_utilization` x the device) with backend "vllm" ("rollouts");
+  the vLLM engine's share (`gpu_memory_utilization` x the device) with backend "vllm" ("rollouts"), unless the
+  engine sleeps through the update (`engine_sleep`: then its share counts in the sampling phase);
 - sampling, with the local sampler: its KV cache (up to 512 rows x the sequence x layers x 2 x kv width x 2 bytes,
   "rollouts");
 - backward: one gradient per parameter in the model's dtype ("gradients"); activations of one micro-batch
@@ -62,11 +63,18 @@ def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None =
            "rollouts": rollout, "gradients": n * width, "activations": acts,
            "logits": logit_tokens * s["vocab"] * 10, "step": n * 4 if width < 4 else 0}
     out = {k: v / GIB for k, v in out.items()}
-    resident = out["weights"] + out["optimizer"] + (out["rollouts"] if config.backend == "vllm" else 0.0)
-    phases = (0.0 if config.backend == "vllm" else out["rollouts"],
-              out["gradients"] + out["activations"] + out["logits"], out["step"])
-    out["total"] = resident + max(phases)
+    out["total"] = _total(config, out)
     return out
+
+
+def _total(config, out: dict[str, float]) -> float:
+    """Resident terms plus the largest phase (module docstring); a vLLM engine is resident unless it sleeps
+    through the update (`GRPOConfig.engine_sleep`), when it counts in the sampling phase only."""
+    awake = config.backend == "vllm" and not getattr(config, "engine_sleep", False)
+    resident = out["weights"] + out["optimizer"] + (out["rollouts"] if awake else 0.0)
+    phases = (0.0 if awake else out["rollouts"],
+              out["gradients"] + out["activations"] + out["logits"] + out.get("gathered", 0.0), out["step"])
+    return resident + max(phases)
 
 
 QWEN25_SHAPES = {
@@ -87,9 +95,9 @@ GPU's own micro-batches stay whole)."""
 def per_gpu_memory(config, model, *, prompt_tokens: int, gpus: int, sharded: bool,
                    device_bytes: int | None = None) -> dict[str, float]:
     """`grpo_memory` per GPU when `gpus` processes train together: data parallel (`sharded` False, what
-    `grpo.distributed` runs) keeps every term whole on every GPU; FSDP2 / ZeRO-3 (`sharded` True; not built here)
-    divide `SHARDED_TERMS` by `gpus` and add one all-gathered layer of weights and gradients (the largest a
-    layer-wise sharded step holds at once)."""
+    `grpo.distributed` runs) keeps every term whole on every GPU; FSDP2 / ZeRO-3 (`sharded` True: the update of
+    `grpo.distributed.shard_model`, which `train_grpo` does not use yet) divide `SHARDED_TERMS` by `gpus` and add
+    one all-gathered layer of weights and gradients (the largest a layer-wise sharded step holds at once)."""
     out = grpo_memory(config, model, prompt_tokens=prompt_tokens, device_bytes=device_bytes)
     if not sharded or gpus == 1:
         return out
@@ -97,10 +105,7 @@ def per_gpu_memory(config, model, *, prompt_tokens: int, gpus: int, sharded: boo
     gathered = 2 * out["gradients"] / layers  # one layer's weights and gradients, gathered whole
     out = {k: (v / gpus if k in SHARDED_TERMS else v) for k, v in out.items() if k != "total"}
     out["gathered"] = gathered
-    resident = out["weights"] + out["optimizer"] + (out["rollouts"] if config.backend == "vllm" else 0.0)
-    phases = (0.0 if config.backend == "vllm" else out["rollouts"],
-              out["gradients"] + out["activations"] + out["logits"] + gathered, out["step"])
-    out["total"] = resident + max(phases)
+    out["total"] = _total(config, out)
     return out
 
 
@@ -117,6 +122,7 @@ def check_grpo_fits(config, model, *, prompt_tokens: int, device_bytes: int) -> 
     knobs = [("micro_batch_size", m) for m in (64, 32, 16, 8, 4, 2, 1) if m < current]
     knobs += [("gradient_checkpointing", True)] if not config.gradient_checkpointing else []
     knobs += [("logit_chunk", 256)] if config.logit_chunk is None else []
+    knobs += [("engine_sleep", True)] if config.backend == "vllm" and not config.engine_sleep else []
     knobs += [("gpu_memory_utilization", 0.3)] if config.backend == "vllm" else []
     fix = next((f"set {k}={v} (now {getattr(config, k)})" for k, v in knobs
                 if grpo_memory(dataclasses.replace(config, **{k: v}), model, prompt_tokens=prompt_tokens,

@@ -75,16 +75,22 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
 class VLLMRollouts:
     """A drop-in for `generation.generate` in GRPO: samples on a vLLM engine holding the policy's current weights.
 
-    The engine starts on the first call (from that model and tokenizer); each later call copies the model's
-    weights in first. `check_every`: compare weight checksums every this many calls. `batch_size`: rows per
-    forward of the entropy pass. `engine_seed` seeds the engine; `engine_kwargs` go to `vllm.LLM`."""
+    The engine starts on the first call (from that model and tokenizer, its context sized for that call's
+    `max_new_tokens`; a later call with a larger budget starts a new one); each later call copies the model's
+    weights in first.
+    `check_every`: compare weight checksums every this many calls. `batch_size`: rows per forward of the entropy
+    pass. `sleep`: the engine sleeps once its tokens are drawn (before the entropy pass and the update) and wakes
+    before the next call's weight copy (`GRPOConfig.engine_sleep`, CUDA only). `engine_seed` seeds the engine;
+    `engine_kwargs` go to `vllm.LLM`."""
 
-    def __init__(self, *, engine_seed: int = 0, check_every: int = 1, batch_size: int = 512,
+    def __init__(self, *, engine_seed: int = 0, check_every: int = 1, batch_size: int = 512, sleep: bool = False,
                  engine_kwargs: dict | None = None):
-        self.engine_seed, self.check_every, self.batch_size = engine_seed, check_every, batch_size
+        self.engine_seed, self.check_every, self.batch_size, self.sleep = engine_seed, check_every, batch_size, sleep
         check_positive_int(self, "check_every", "batch_size")
         self.engine_kwargs = dict(engine_kwargs or {})
         self.engine = None
+        self.max_new_tokens = None
+        """The generation budget the engine's context (`vllm_settings.engine_max_model_len`) was sized for."""
         self.calls = 0
         """Rollout calls so far (each one a weight sync)."""
 
@@ -97,10 +103,15 @@ class VLLMRollouts:
 
         from esreason_lib.models.vllm_engine import Engine
 
+        if self.engine is not None and max_new_tokens > self.max_new_tokens:
+            self.close()  # its context is too short for this budget: a new engine, sized for it
         if self.engine is None:
             self.engine = Engine(model, tokenizer, seed=self.engine_seed, prefix_caching=True,
-                                 engine_kwargs=self.engine_kwargs)
+                                 max_new_tokens=max_new_tokens, sleep_mode=self.sleep, engine_kwargs=self.engine_kwargs)
+            self.max_new_tokens = int(max_new_tokens)
         else:
+            if self.sleep:
+                self.engine.wake()
             self.engine.load(model)
         if self.calls % self.check_every == 0:
             self.engine.check(model, f"rollout call {self.calls} (GRPO: the engine gets the policy's weights)")
@@ -112,6 +123,8 @@ class VLLMRollouts:
                                  include_stop_str_in_output=True, seed=None if greedy else derive_seed(seed, "vllm", r))
                   for r in range(len(rows))]
         tokens = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows, params)]  # [B]
+        if self.sleep:
+            self.engine.sleep()
         return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=1.0 if greedy else temperature,
                                     stop=stop, batch_size=batch_size or self.batch_size)
 
@@ -119,5 +132,5 @@ class VLLMRollouts:
         """Shut the engine down (a later call starts a new one)."""
         if self.engine is not None:
             self.engine.close()
-        self.engine = None
+        self.engine, self.max_new_tokens = None, None
 

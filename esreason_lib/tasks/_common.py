@@ -82,11 +82,14 @@ def has_chat_template(tokenizer: Any) -> bool:
     return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_prompt(plain: str, instruction: str, tokenizer: Any) -> str:
-    """`plain` for tokenizers without a chat template; else a one-turn user chat with `instruction`."""
+def render_prompt(plain: str, instruction: str, tokenizer: Any, system: str | None = None) -> str:
+    """`plain` for tokenizers without a chat template; else a one-turn user chat with `instruction`, after a
+    system turn holding `system` when one is given (which replaces a template's default system prompt, e.g.
+    Qwen2.5's "You are Qwen, created by Alibaba Cloud...")."""
     if not has_chat_template(tokenizer):
         return plain
-    messages = [{"role": "user", "content": instruction}]
+    messages = [] if system is None else [{"role": "system", "content": system}]
+    messages.append({"role": "user", "content": instruction})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 

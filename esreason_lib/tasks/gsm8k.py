@@ -22,7 +22,9 @@ A hedge is no answer (`_hedge.hedged`, the rule of every task): "#### 18 or 19",
 number split by a space of any Unicode kind ("18 000" with a thin or no-break space) is such a hedge too: never
 read as 18 (a boxed `18\\,000` or `18{,}000` is 18000).
 Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
-`protocol="artifact"` replaces all of this by the paper artifact's own grading (`artifact_grading`).
+`protocol="artifact"` replaces all of this by the paper artifact's own grading (`artifact_grading`), and its chat
+prompt: the instruction `ARTIFACT_SYSTEM` as a system turn, the question as the user turn (the strict protocol
+asks in one user turn, after which a template such as Qwen2.5's adds its default system prompt).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from .math_task import last_boxed
 
 __all__ = ["GSM8K", "extract_number", "normalize_number"]
 
+ARTIFACT_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+"""The instruction of every chat prompt: the artifact's system turn, and the end of the user turn otherwise."""
 _MAX_CHARS = 100_000
 """Completions are truncated to their last this-many characters before extraction."""
 _MAX_NUMBER_CHARS = 64
@@ -166,12 +170,15 @@ class GSM8K(Task):
         return shuffled_prefix(self._load(split), n, seed, self.name, split)
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
-        """Plain "Question: ...\nAnswer:" text, or a chat turn; both ask for the final answer in \\boxed{} (what
-        the training reward reads)."""
+        """Plain "Question: ...\nAnswer:" text, or a chat; both ask for the final answer in \\boxed{} (what the
+        training reward reads). The chat is one user turn (the question, then `ARTIFACT_SYSTEM`), or with the
+        artifact protocol the artifact's (`es_reproduction.prompts`): `ARTIFACT_SYSTEM` as the system turn and
+        the stripped question as the user turn, so no default system prompt of the template is added."""
         q = example["question"]
         plain = f"Question: {q}\nSolve step by step and put the final answer within \\boxed{{}}.\nAnswer:"
-        instruction = f"{q}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-        return render_prompt(plain, instruction, tokenizer)
+        if self.protocol == "artifact":
+            return render_prompt(plain, q.strip(), tokenizer, system=ARTIFACT_SYSTEM)
+        return render_prompt(plain, f"{q}\n{ARTIFACT_SYSTEM}", tokenizer)
 
     @total(None)
     def extract_answer(self, completion: str) -> str | None:

@@ -67,6 +67,16 @@ def sample_seed(seed: int, iteration: int) -> int:
     return derive_seed(int(seed), "es", "sample", int(iteration))
 
 
+def score_center(model, tokenizer, task, examples: list[dict], config, iteration: int, forward: str = "hf"):
+    """The unperturbed model's (rewards [P], correct [P], mean token entropy) on `examples` at `iteration` of the
+    run `config` (an `ESConfig`) describes, sampled as its members are (`sample_seed`); `forward` is `generate`'s.
+    A backend that decodes elsewhere (vLLM engines, Ray actors) offers a method `score_center(model, examples, *,
+    iteration)` returning the same three, which `es.loop.es_step` calls instead."""
+    return score_examples(model, tokenizer, task, examples, greedy=config.greedy, temperature=config.temperature,
+                          max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                          seed=sample_seed(config.seed, iteration), with_entropy=True, forward=forward)
+
+
 def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool, temperature: float,
                    max_new_tokens: int, seed: int, with_entropy: bool = False, forward: str = "hf"):
     """Generate one completion per example with `model` and score it: (rewards [P], correct [P]) float64.

@@ -19,7 +19,8 @@ in one place (sending precomputed (seeds, coefficients, scale) to `apply_update`
 assumes the caller told exactly those rewards (as `train_es` and a plain ask/evaluate/tell loop do). A call
 whose model is not the one the replicas follow, or whose iteration is neither the last one nor the next (a
 resumed run, a new model), reloads every replica from the driver's weights instead (the only time weights travel
-after the start).
+after the start); a call at the iteration and with the model of the last one (the members after `score_center`)
+leaves the replicas as they are, unchecked, as `VLLMBackend` leaves its engine.
 
 Guarding it. Every `check_every` calls (1 by default; `ESConfig.check_every`), after the replay, the driver's
 `weights_fingerprint` (computed on the weights' device, 8 bytes per tensor to the host) is compared with each replica's.
@@ -40,6 +41,8 @@ Generation. With `engine="local"` (the default) an actor generates with the libr
 with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
 (`es.backends.vllm_engines.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
 every reload with `forget`, so the engine follows the replica and is checked against its checksum.
+`score_center` decodes the unperturbed model on the first actor (on its engine with "vllm"), so the driver
+generates nothing: `es.loop.es_step` logs its rewards as reward/center.
 
 Placement. Replicas use the driver model's device type (noise is a function of the device type, so a CPU driver
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
@@ -72,7 +75,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # n
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
-from esreason_lib.es.backends.base import Evaluation
+from esreason_lib.es.backends.base import Evaluation, score_center
 from esreason_lib.es.backends.placement import check_memory_share, plan_placement, start_one_by_one
 from esreason_lib.es.backends.ray_cluster import (actor_bundles, driver_gpu_share, reserve_bundles,
                                                   start_ray)
@@ -114,6 +117,13 @@ class Replica:
         """Member (seed, sign)'s (mean reward, correct [P], fix-up fraction); the replica is restored exactly."""
         ev = self.scorer(self.model, Population([seed], [sign]), examples, iteration=iteration)
         return float(ev.rewards[0]), ev.correct[0], ev.fixup_frac
+
+    def score_center(self, examples: list[dict], iteration: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """The unperturbed replica's (rewards [P], correct [P], mean token entropy), decoded as the driver would
+        (`base.score_center`) or by this actor's vLLM engine (`VLLMBackend.score_center`)."""
+        if self.engine == "vllm":
+            return self.scorer.score_center(self.model, examples, iteration=iteration)
+        return score_center(self.model, self.scorer.tokenizer, self.scorer.task, examples, self.config, iteration)
 
     def tell(self, population: Population, rewards: np.ndarray) -> None:
         """Apply the update the driver's `ES.tell(population, rewards)` applied."""
@@ -195,6 +205,23 @@ class RayBackend:
             remove_placement_group(self._group)
         self._actors, self._driver, self._iteration, self._pending, self._group = [], None, None, None, None
 
+    def score_center(self, model, examples: list[dict], *, iteration: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """The unperturbed model's (rewards [P], correct [P], mean token entropy) on `examples`, scored by the first
+        live actor after the replicas are brought to the driver's weights (`Replica.score_center`: equal to the
+        driver's own `base.score_center` with the local engine; on its vLLM engine with "vllm"). A dead actor
+        is replaced and asked again, up to `max_restarts` times."""
+        iteration = int(iteration)
+        self._sync(model, iteration)
+        batch = ray.put(list(examples))
+        for restarts in range(self.max_restarts + 1):
+            try:
+                return ray.get(self._actors[0].score_center.remote(batch, iteration))
+            except RayActorError as err:
+                if restarts == self.max_restarts:
+                    raise RuntimeError(f"RayBackend: the actor scoring the centre died {restarts + 1} times in "
+                                       f"iteration {iteration} (max_restarts={self.max_restarts}): {err}") from err
+                self._replace(0, model)
+
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
         iteration = int(iteration)
         self._sync(model, iteration)
@@ -242,6 +269,9 @@ class RayBackend:
     def _sync(self, model, iteration: int) -> None:
         """Bring every replica to the driver's weights before scoring `iteration` (module docstring)."""
         t0 = time.perf_counter()
+        if self._actors and model is self._driver and iteration == self._iteration:
+            self.last_sync_s = 0.0  # already brought there this iteration (the centre, then the members)
+            return
         if not self._actors:
             self._start_actors(model)
         elif model is not self._driver or self._iteration is None or iteration not in (self._iteration,

@@ -7,7 +7,8 @@ collective RPC that perturbs the engine's weights (`es.noise.perturb`, noise dra
 shape exactly as on the driver, so the perturbed engine weights equal the driver's bit for bit), one
 `LLM.generate` over the step's prompts, and one RPC that restores them bit for bit (`es.noise.restore`); the
 completions are scored with the task as `es.backends.base.score_examples` does. Only seeds, signs and texts cross the
-RPC per member.
+RPC per member. `score_center` decodes the unperturbed model on the engine too (with the members' sampling seeds),
+so that `es.loop.es_step` scores no member with the library's own generation.
 
 Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the backend keeps the last call's (population,
 rewards) (or what `follow` was given), and at the next iteration the worker replays `ES(config, views).tell(
@@ -78,7 +79,8 @@ class VLLMBackend:
     replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one). `check_every`:
     compare weight checksums every this many weight syncs (a copy of the driver's weights or a replayed tell).
     `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix
-    caching, `seed`, eager on CPU, `GPU_MEMORY_UTILIZATION` on CUDA)."""
+    caching, `seed`, the context `vllm_settings.engine_max_model_len` of the generation budget, eager on CPU,
+    `GPU_MEMORY_UTILIZATION` on CUDA)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, check_every: int = 1,
                  fitness_shaping: Callable | None = None, engine_kwargs: dict[str, Any] | None = None):
@@ -103,6 +105,26 @@ class VLLMBackend:
         at `iteration` is; each text ends after the task's stop string when it produced one."""
         self._sync(model, int(iteration))
         return self._generate(prompts, iteration=int(iteration))
+
+    def score_center(self, model, examples: list[dict], *, iteration: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """The unperturbed model's (rewards [P], correct [P], mean token entropy) on `examples`, decoded by the
+        engine at the driver's weights (synced first) with the members' sampling seeds: `es.loop.es_step`'s
+        reward/center and policy/entropy. vLLM reports no entropy: it comes from one no-grad forward of `model`
+        over the engine's tokens (`grpo.rollouts_vllm.rollouts_from_tokens`; greedy at T = 1, as `generate`)."""
+        from esreason_lib.grpo.rollouts_vllm import rollouts_from_tokens
+        from esreason_lib.metrics import mean_token_entropy
+
+        iteration, t0 = int(iteration), time.perf_counter()
+        self._sync(model, iteration)
+        self.last_sync_s = time.perf_counter() - t0
+        prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
+        tokens = [list(o.token_ids) for o in self._outputs(prompts, iteration=iteration)]  # [P]
+        ro = rollouts_from_tokens(model, self.tokenizer, prompts, 1, tokens, stop=self.task.stop,
+                                  temperature=1.0 if self.config.greedy else self.config.temperature)
+        scores = [score_completion(self.task, c, ex) for c, ex in zip(ro.completions, examples)]
+        rewards = np.array([r for r, _ in scores], dtype=np.float64)  # [P]
+        correct = np.array([ok for _, ok in scores], dtype=np.float64)  # [P]
+        return rewards, correct, mean_token_entropy(ro.entropies, ro.completion_mask)
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
         iteration, t0 = int(iteration), time.perf_counter()
@@ -141,6 +163,11 @@ class VLLMBackend:
     # ------------------------------------------------------------------------------------------------ internals
     def _generate(self, prompts: list[str], *, iteration: int) -> list[str]:
         """`complete` at the engine's current weights."""
+        return [o.text for o in self._outputs(prompts, iteration=iteration)]
+
+    def _outputs(self, prompts: list[str], *, iteration: int) -> list:
+        """The engine's completion of each prompt (vLLM's `CompletionOutput`: text, token ids), sampled as a
+        member at `iteration` is."""
         ids = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         base = sample_seed(self.config.seed, iteration)
         params = [SamplingParams(temperature=0.0 if self.config.greedy else self.config.temperature,
@@ -148,13 +175,14 @@ class VLLMBackend:
                                  include_stop_str_in_output=True,
                                  seed=None if self.config.greedy else derive_seed(base, "vllm", i))
                   for i in range(len(ids))]
-        return [o.outputs[0].text for o in self.engine.generate(ids, params)]
+        return [o.outputs[0] for o in self.engine.generate(ids, params)]
 
     def _sync(self, model, iteration: int) -> None:
         """Bring the engine to the driver's weights before scoring `iteration` (module docstring)."""
         fresh = self.engine is None
         if fresh:
-            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, engine_kwargs=self.engine_kwargs)
+            self.engine = Engine(model, self.tokenizer, seed=self.config.seed, max_new_tokens=self.max_new_tokens,
+                                 engine_kwargs=self.engine_kwargs)
         same = self._driver is not None and model is self._driver
         if same and iteration == self._iteration:  # members of one iteration scored in several calls
             return

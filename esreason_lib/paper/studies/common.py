@@ -23,12 +23,14 @@ def model_ref(run_or_name: Run | str | Path) -> str:
 
 def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, device: str = "cpu", home=None,
                  progress: bool = True, model=None, tokenizer=None) -> EvalResult:
-    """Evaluate model `ref` on `task`'s held-out problems under `spec`; cached as an `eval` run.
+    """Evaluate model `ref` on `task`'s held-out problems under `spec`; cached as an `eval` run. The samples are
+    drawn by `spec.backend`: the library's generation, or one vLLM engine ("vllm").
 
     `model`/`tokenizer` may be passed when already in memory (e.g. a masked model in the sparsity study); the
     cache key is still `ref`, so give such a model a distinct `ref`.
     """
-    config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": spec}  # (forward "hf" left out)
+    config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": spec}  # (forward "hf" and
+    # backend "local" left out: the identities of evaluations stored before those fields existed)
     run = Run.open("eval", config, seed=spec.seed, home=home, lock=True)  # two notebooks never evaluate one model
     try:  # at once (`make reproduce` runs two side by side): the second waits, then reads the first's tables
         task_obj = get_task(task, **dict(task_kwargs))
@@ -37,7 +39,8 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
             model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
         result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
                           top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
-                          seed=spec.seed, run=run, name="eval", progress=progress, forward=spec.forward)
+                          seed=spec.seed, run=run, name="eval", progress=progress, forward=spec.forward,
+                          backend=spec.backend)
         if not run.is_complete():
             run.finish(**{k: float(v) for k, v in result.summary().items()})
     finally:

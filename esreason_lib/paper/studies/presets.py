@@ -14,7 +14,9 @@
 - `tiny-exact`: `tiny` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
-  (`GSM8K(protocol="artifact")`) and generation budget (2048 new tokens in training and evaluation) (GPUs).
+  and chat prompt (`GSM8K(protocol="artifact")`: the instruction as the system turn) and generation budget (2048
+  new tokens in training and evaluation; its vLLM engines' context is then the artifact's 4096,
+  `models.vllm_settings.engine_max_model_len`) (GPUs).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs). This preset is this project's own design, not the artifact's: the artifact ships no
   configuration for it, and its budgets (4096 new tokens, the populations, the evaluation) were chosen here.
