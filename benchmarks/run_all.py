@@ -69,20 +69,21 @@ def main(argv=None) -> None:
                 "measured side by side in one run (alternating the compared paths, best of the repeats).\n\n"
                 + "\n".join(header) + bench_es.HEADER + "\n" + "\n".join(rows) + "\n" + end + "\n")
         (Path(__file__).resolve().parent / "RESULTS.md").write_text(text)
-        write_readme_block(rows, header[0][len("- date: "):], README)
+        write_speed_block(rows, header[0][len("- date: "):], SPEED_DOC)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SPEED_DOC = Path(__file__).resolve().parents[1] / "docs" / "speed.md"
+"""Where the headline rows go (between its `speed` markers); the README links to it."""
 
 
 HEADLINE = ("reproduce", "fast", "flops", "overhead")
-"""The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) the README shows; the
-others stay in RESULTS.md."""
+"""The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) docs/speed.md shows;
+the others stay in RESULTS.md."""
 
 
-def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
-    """Replace the README's block between the `speed` markers with the headline rows' benchmark, what, ratio and
-    goal columns (the measured seconds and the other rows stay in RESULTS.md) and the run's date."""
+def write_speed_block(rows: list[str], date: str, doc: Path) -> None:
+    """Replace the block between the `speed` markers of `doc` (`SPEED_DOC`) with the headline rows' benchmark, what,
+    ratio and goal columns (the measured seconds and the other rows stay in RESULTS.md) and the run's date."""
     cells = [row.strip("|").split(" | ") for row in rows]
     other_n = lambda c: c[0].strip() == "fast" and ("N=8," in c[1] or "N=16," in c[1])  # noqa: E731
     cells = [c for c in cells if c[0].strip() in HEADLINE and not other_n(c)
@@ -90,7 +91,7 @@ def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
     table = ["| benchmark | what | ratio | goal |", "|---|---|---:|---|",
              *(f"| {c[0].strip()} | {c[1]} | {c[3]} | {c[4].strip()} |" for c in cells),
              "", f"Measured {date} (`benchmarks/RESULTS.md` has the machine, load and seconds)."]
-    write_between_markers(readme, "speed", "\n".join(table))
+    write_between_markers(doc, "speed", "\n".join(table))
 
 
 if __name__ == "__main__":

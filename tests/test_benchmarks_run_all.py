@@ -1,4 +1,4 @@
-"""`benchmarks/run_all.py --write` also writes the README's speed block, from the same rows as RESULTS.md."""
+"""`benchmarks/run_all.py --write` also writes docs/speed.md's speed block, from the same rows as RESULTS.md."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import run_all  # noqa: E402
 
 
-def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
+def test_speed_block_keeps_what_ratio_and_goal(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- speed:start -->\nold\n<!-- speed:end -->\nrest\n")
     rows = ["| overhead | sequential ES step (N=16, P=128) / (N x plain) | 1 s / 1 s | **1.028** | <= 1.03 |",
@@ -18,7 +18,7 @@ def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
             "| reproduce | `make reproduce PRESET=tiny` | 1190 s | **19.8 min** | <= 20 min |",
             "| training | tiny GRPO: s / iteration | 0.46 s x 150 | **1.2 min** | none (a cost) |",
             "| evaluation | tiny evaluation | 4.1 s / 3.3 s | **1.24x** | none (a cost) |"]
-    run_all.write_readme_block(rows, "2026-12-04 20:00 UTC", readme)
+    run_all.write_speed_block(rows, "2026-12-04 20:00 UTC", readme)
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("<!-- speed:end -->\nrest\n")
     assert "| fast | sequential / fast (N=32) | **4.10x** | >= 4 at N=32 |" in text
@@ -29,8 +29,9 @@ def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
     assert "sequential / fast (N=16" not in text
 
 
-def test_the_readme_has_the_speed_block():
-    text = (ROOT / "README.md").read_text()
+def test_the_speed_doc_has_the_speed_block():
+    text = run_all.SPEED_DOC.read_text()
+    assert run_all.SPEED_DOC == ROOT / "docs" / "speed.md"
     assert text.index("<!-- speed:start -->") < text.index("<!-- speed:end -->")
 
 
