@@ -1,5 +1,5 @@
-"""Run every speed benchmark of `bench_es.py`, `bench_fast.py` and `bench_speed.py` in one process and print one
-table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
+"""Run every speed benchmark of `bench_es.py`, `bench_fast.py`, `bench_speed.py` and `bench_cli.py` in one process
+and print one table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
 first times `make reproduce` for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
 
     ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write --reproduce tiny powered
@@ -18,6 +18,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_cli  # noqa: E402
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
 import bench_speed  # noqa: E402
@@ -50,14 +51,14 @@ def main(argv=None) -> None:
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
               f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}"
               f"{' --reproduce ' + ' '.join(args.reproduce) if args.reproduce else ''}` (each row: "
-              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>` or "
-              "`bench_reproduce.py`)",
+              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>`, "
+              "`bench_cli.py <benchmark>` or `bench_reproduce.py`)",
               "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
     rows = bench_reproduce.reproduce(args.reproduce, args.keep_clone) if args.reproduce else []
     for line in rows:
         print(line, flush=True)
-    for module in (bench_es, bench_fast, bench_speed):
+    for module in (bench_es, bench_fast, bench_speed, bench_cli):
         for name, fn in module.BENCHMARKS.items():
             for line in fn(module.parser().parse_args([name, "--repeats", str(args.repeats)])):
                 print(line, flush=True)
@@ -76,7 +77,7 @@ SPEED_DOC = Path(__file__).resolve().parents[1] / "docs" / "speed.md"
 """Where the headline rows go (between its `speed` markers); the README links to it."""
 
 
-HEADLINE = ("reproduce", "fast", "flops", "overhead")
+HEADLINE = ("reproduce", "cli", "fast", "flops", "overhead")
 """The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) docs/speed.md shows;
 the others stay in RESULTS.md."""
 

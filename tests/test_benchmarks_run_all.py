@@ -44,3 +44,18 @@ def test_run_all_runs_every_benchmark_module_with_its_own_parser():
         args = bench_speed.parser().parse_args([name, "--repeats", "1"])
         assert args.which == name and args.populations == [8, 16, 32] and args.snapshots == 100
         assert name in bench_speed.GOALS
+
+
+def test_bench_cli_compares_the_readme_environment_with_makes():
+    """bench_cli runs the README's command without any thread variable against the Makefile's OMP_NUM_THREADS=1 and
+    MKL_NUM_THREADS=1, both importing this checkout; run_all runs it and the speed block shows its row."""
+    import bench_cli
+
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "ESREASON_THREADS": "auto"}
+    envs = bench_cli.environments(base)
+    assert envs["readme"] == {"PATH": "/bin", "PYTHONPATH": str(ROOT)}
+    assert envs["make"] == {"PATH": "/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert base["OMP_NUM_THREADS"] == "4"  # the caller's environment is left alone
+    assert bench_cli.COMMAND == ("train", "es", "--preset", "tiny", "--set", "iterations=6")
+    assert bench_cli.parser().parse_args(["cli", "--repeats", "1"]).which == "cli"
+    assert "bench_cli" in (ROOT / "benchmarks" / "run_all.py").read_text() and "cli" in run_all.HEADLINE
