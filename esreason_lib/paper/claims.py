@@ -181,7 +181,8 @@ def registered_commit(path=PREREGISTRATION_PATH) -> str | None:
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
     """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in `preset`'s
     records. Its `time` is when this result was first measured: the stored record's time when the record held the
-    same finding (a redraw from stored results), else now."""
+    same finding (a redraw from stored results), else now; such a redraw of a record imported from a result bundle
+    keeps its imported mark too, so a fresh clone's `make figures` at any preset shows every bundled row alike."""
     if finding_id not in _BY_ID:
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
     if not isinstance(finding, Finding):
@@ -191,6 +192,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     stored = read_record(finding_id, preset, home) or {}
     same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k not in ("time", IMPORTED)}
     record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if same and stored.get(IMPORTED):  # redrawn from a bundle's tables: still the bundle's result, marked as such
+        record[IMPORTED] = stored[IMPORTED]
     if preset in DESIGN_SETTINGS:  # the registration this run tests
         record["registered_commit"] = registered_commit()
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
