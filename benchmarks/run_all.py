@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_cli  # noqa: E402
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
-import bench_speed  # noqa: E402
 import bench_reproduce  # noqa: E402
+import bench_speed  # noqa: E402
 from sweep_tiny import write_between_markers  # noqa: E402
 
 

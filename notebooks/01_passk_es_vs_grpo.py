@@ -50,13 +50,28 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.summary import verdict_lead, verdict_table
-from esreason_lib.paper.studies.comparison import (compute, entropy_change, evaluation_spec, finding, format_spread,
-                                                   frontier_points, selected_arms)
-from esreason_lib.paper.plots import (arm_label, figure_legend, plot_bars_spread, plot_frontier_paths,
-                                      plot_metric_curves, plot_pass_at_k_seeds, plot_pass_plane, register_arms,
-                                      save_figure)
+from esreason_lib.paper.plots import (
+    arm_label,
+    figure_legend,
+    plot_bars_spread,
+    plot_frontier_paths,
+    plot_metric_curves,
+    plot_pass_at_k_seeds,
+    plot_pass_plane,
+    register_arms,
+    save_figure,
+)
+from esreason_lib.paper.studies.comparison import (
+    compute,
+    entropy_change,
+    evaluation_spec,
+    finding,
+    format_spread,
+    frontier_points,
+    selected_arms,
+)
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 evidence = evaluation_spec(config)  # the protocol every check and figure below is computed with (T = 0.6)

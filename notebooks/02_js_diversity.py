@@ -79,10 +79,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.summary import verdict_lead, verdict_table
-from esreason_lib.paper.studies import diversity
 from esreason_lib.paper.plots import figure_legend, plot_scatter, plot_xy, save_figure
+from esreason_lib.paper.studies import diversity
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = diversity.compute(config)

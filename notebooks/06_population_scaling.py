@@ -50,11 +50,19 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.summary import verdict_lead, verdict_table
-from esreason_lib.paper.studies.scaling import (best_alphas, compute, finding, population_gaps, seed_mean_curves,
-                                          shaping_label, smoothing_window, table6)
 from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.studies.scaling import (
+    best_alphas,
+    compute,
+    finding,
+    population_gaps,
+    seed_mean_curves,
+    shaping_label,
+    smoothing_window,
+    table6,
+)
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
