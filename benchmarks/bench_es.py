@@ -97,8 +97,8 @@ def overhead(args) -> list[str]:
 
 def speedup(args) -> list[str]:
     """Batched vs sequential population evaluation at several N; checks the rewards are identical."""
-    from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.backends.batched import BatchedBackend
+    from esreason_lib.es.backends.sequential import SequentialBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     seq, bat = SequentialBackend(task, tok, sigma=args.sigma), BatchedBackend(task, tok, sigma=args.sigma)
@@ -118,10 +118,10 @@ def speedup(args) -> list[str]:
 def lowrank(args) -> list[str]:
     """A full-rank batched ES step (population evaluation + update) against a low-rank one (`es_lowrank`, rank
     `--rank`) on the same prompts and member seeds, at the largest N of `--populations`."""
-    from esreason_lib.es.config import ESConfig
-    from esreason_lib.es.core import ES
     from esreason_lib.es.backends.batched import BatchedBackend
     from esreason_lib.es.backends.lowrank import LowRankBackend
+    from esreason_lib.es.config import ESConfig
+    from esreason_lib.es.core import ES
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n, state = max(args.populations), {k: v.clone() for k, v in model.state_dict().items()}
@@ -173,8 +173,8 @@ def flops(args) -> list[str]:
 def _rss_child(args) -> None:
     """(in a subprocess) Run one `--rss-of` workload and print the process's peak RSS in MiB."""
     from esreason_lib.es.backends.base import score_examples
-    from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.backends.batched import BatchedBackend
+    from esreason_lib.es.backends.sequential import SequentialBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n = max(args.populations)

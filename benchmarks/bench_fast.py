@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from bench_es import _best, _inputs, _peak_matmul_flops, _population
 
 GOALS = {"fast": ">= 4 at N=32; rows >= 0.995, Spearman >= 0.99", "flops": ">= 0.40",

@@ -18,7 +18,11 @@ model = build_model("qwen2.5-1.5b", "cuda", tok)
 prompts = ["What is 3 + 5?"] * 2
 T = 128
 def timed(fn):
-    torch.cuda.synchronize(); t = time.perf_counter(); fn(); torch.cuda.synchronize(); return (time.perf_counter() - t) / T * 1e3
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / T * 1e3
 generate(model, tok, prompts, greedy=True, max_new_tokens=8)
 first = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
 ours = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
@@ -27,6 +31,8 @@ enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).
 model.generate(**enc, max_new_tokens=8, do_sample=False)
 hf = timed(lambda: model.generate(**enc, max_new_tokens=T, min_new_tokens=T, do_sample=False))
 from transformers import DynamicCache
+
+
 def bare():
     cache = DynamicCache(config=model.config)
     out = model(**enc, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -37,6 +43,7 @@ def bare():
         out = model(input_ids=nxt, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
 with torch.no_grad():
-    bare(); b = timed(bare)
+    bare()
+    b = timed(bare)
 print(f"ms per decoding step, batch 2, Qwen2.5-1.5B shape bf16: esreason greedy first call {first:.1f}, again {ours:.1f}, esreason sampled {ours_s:.1f}, "
       f"transformers generate {hf:.1f}, bare cached forward loop {b:.1f}")

@@ -16,7 +16,6 @@ import copy
 import dataclasses
 
 import torch
-
 from bench_es import _best, _inputs, _population
 
 GOALS = {"ratio": ">= 0.9 (EGGROLL: 91%)", "grpo": ">= 1.5", "snapshots": ">= 2", "across_models": "none (a cost)"}

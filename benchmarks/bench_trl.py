@@ -76,8 +76,8 @@ def run_seed(args, seed: int) -> pd.DataFrame:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
 
-    from esreason_lib.models.generation import cut_at_stop
     from esreason_lib.grpo.loop import grpo_step
+    from esreason_lib.models.generation import cut_at_stop
     from esreason_lib.models.load import load_model
     from esreason_lib.models.optim import master_weight_adamw
     from esreason_lib.paper.studies.presets import get_preset

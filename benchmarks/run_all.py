@@ -1,5 +1,5 @@
-"""Run every speed benchmark of `bench_es.py`, `bench_fast.py` and `bench_speed.py` in one process and print one
-table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
+"""Run every speed benchmark of `bench_es.py`, `bench_fast.py`, `bench_speed.py` and `bench_cli.py` in one process
+and print one table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
 first times `make reproduce` for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
 
     ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write --reproduce tiny powered
@@ -18,10 +18,11 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_cli  # noqa: E402
 import bench_es  # noqa: E402
 import bench_fast  # noqa: E402
-import bench_speed  # noqa: E402
 import bench_reproduce  # noqa: E402
+import bench_speed  # noqa: E402
 from sweep_tiny import write_between_markers  # noqa: E402
 
 
@@ -50,14 +51,14 @@ def main(argv=None) -> None:
               f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
               f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}"
               f"{' --reproduce ' + ' '.join(args.reproduce) if args.reproduce else ''}` (each row: "
-              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>` or "
-              "`bench_reproduce.py`)",
+              "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>`, "
+              "`bench_cli.py <benchmark>` or `bench_reproduce.py`)",
               "", ""]
     print("\n".join(header) + bench_es.HEADER, flush=True)
     rows = bench_reproduce.reproduce(args.reproduce, args.keep_clone) if args.reproduce else []
     for line in rows:
         print(line, flush=True)
-    for module in (bench_es, bench_fast, bench_speed):
+    for module in (bench_es, bench_fast, bench_speed, bench_cli):
         for name, fn in module.BENCHMARKS.items():
             for line in fn(module.parser().parse_args([name, "--repeats", str(args.repeats)])):
                 print(line, flush=True)
@@ -69,20 +70,21 @@ def main(argv=None) -> None:
                 "measured side by side in one run (alternating the compared paths, best of the repeats).\n\n"
                 + "\n".join(header) + bench_es.HEADER + "\n" + "\n".join(rows) + "\n" + end + "\n")
         (Path(__file__).resolve().parent / "RESULTS.md").write_text(text)
-        write_readme_block(rows, header[0][len("- date: "):], README)
+        write_speed_block(rows, header[0][len("- date: "):], SPEED_DOC)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SPEED_DOC = Path(__file__).resolve().parents[1] / "docs" / "speed.md"
+"""Where the headline rows go (between its `speed` markers); the README links to it."""
 
 
-HEADLINE = ("reproduce", "fast", "flops", "overhead")
-"""The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) the README shows; the
-others stay in RESULTS.md."""
+HEADLINE = ("reproduce", "cli", "fast", "flops", "overhead")
+"""The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) docs/speed.md shows;
+the others stay in RESULTS.md."""
 
 
-def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
-    """Replace the README's block between the `speed` markers with the headline rows' benchmark, what, ratio and
-    goal columns (the measured seconds and the other rows stay in RESULTS.md) and the run's date."""
+def write_speed_block(rows: list[str], date: str, doc: Path) -> None:
+    """Replace the block between the `speed` markers of `doc` (`SPEED_DOC`) with the headline rows' benchmark, what,
+    ratio and goal columns (the measured seconds and the other rows stay in RESULTS.md) and the run's date."""
     cells = [row.strip("|").split(" | ") for row in rows]
     other_n = lambda c: c[0].strip() == "fast" and ("N=8," in c[1] or "N=16," in c[1])  # noqa: E731
     cells = [c for c in cells if c[0].strip() in HEADLINE and not other_n(c)
@@ -90,7 +92,7 @@ def write_readme_block(rows: list[str], date: str, readme: Path) -> None:
     table = ["| benchmark | what | ratio | goal |", "|---|---|---:|---|",
              *(f"| {c[0].strip()} | {c[1]} | {c[3]} | {c[4].strip()} |" for c in cells),
              "", f"Measured {date} (`benchmarks/RESULTS.md` has the machine, load and seconds)."]
-    write_between_markers(readme, "speed", "\n".join(table))
+    write_between_markers(doc, "speed", "\n".join(table))
 
 
 if __name__ == "__main__":

@@ -75,9 +75,9 @@ def _cell(args: tuple[str, str, dict, dict, str]) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    from esreason_lib.methods import trainer
     from esreason_lib.paper.studies.common import evaluate_ref, model_ref
     from esreason_lib.paper.studies.presets import get_preset
-    from esreason_lib.methods import trainer
 
     preset = get_preset(preset_name)
     n = int(eval_n)

@@ -13,13 +13,19 @@ rebuild's weights_sha256 differs from the one expected on this platform (`pretra
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 
-import json
-
-from esreason_lib.models.pretrain import (SHIPPED_ZOO, cpu_platform, pretrain, rebuild_sha256, ship, shipped_manifest,
-                                   weights_sha256)
+from esreason_lib.models.pretrain import (
+    SHIPPED_ZOO,
+    cpu_platform,
+    pretrain,
+    rebuild_sha256,
+    ship,
+    shipped_manifest,
+    weights_sha256,
+)
 from esreason_lib.paths import run_store_root
 
 

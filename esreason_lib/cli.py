@@ -28,7 +28,6 @@ import warnings
 from typing import Sequence
 
 from esreason_lib.cli_help import EXAMPLES, OneLineParser, TrainHelp, preset_name, presets_help, suggest
-
 from esreason_lib.threads import choose_threads, use_threads
 
 

@@ -7,8 +7,6 @@ import math
 
 import torch
 
-
-
 GUARDED_METRICS = ("reward/", "loss/")
 """Prefixes of the per-step metrics that must be finite (`check_finite_metrics`): rewards and losses."""
 

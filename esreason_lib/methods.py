@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from esreason_lib.es.config import ESConfig
-from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.store.runs import Run
 from esreason_lib.es.loop import train_es
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import train_grpo
-
+from esreason_lib.store.runs import Run
 
 METHODS = ("es", "grpo")
 """The trained methods; `trainer(method)` is each one's `train_*` function (`config, *, home, resume, progress`)."""

@@ -14,15 +14,20 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from esreason_lib.seeding import numpy_rng
-from esreason_lib.store.identity import execution
-from esreason_lib.tasks.base import freeze_task_kwargs
-from esreason_lib.validation import (check_bool, check_choice, check_finite_float, check_int, check_nonempty_str,
-                                     check_nonnegative_int, check_optional_positive_int)
-from esreason_lib.models.zoo import DEFAULT_BASE, ZOO
 from esreason_lib.guards import check_finite_params
-from esreason_lib.store.identity import ADDED_OPTION
-
+from esreason_lib.models.zoo import DEFAULT_BASE, ZOO
+from esreason_lib.seeding import numpy_rng
+from esreason_lib.store.identity import ADDED_OPTION, execution
+from esreason_lib.tasks.base import freeze_task_kwargs
+from esreason_lib.validation import (
+    check_bool,
+    check_choice,
+    check_finite_float,
+    check_int,
+    check_nonempty_str,
+    check_nonnegative_int,
+    check_optional_positive_int,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Model parameter dtypes by the name a config gives (`ESConfig.dtype`, `GRPOConfig.dtype`)."""

@@ -26,7 +26,7 @@
 # a control. Targets for the default base: 0.10 <= Pass@1 <= 0.50 and Pass@16 >= 2 x Pass@1 on held-out prompts.
 #
 # **The check** (the paper's premise, "many more when sampled"), per model on held-out Countdown problems: Pass@16
-# minus greedy accuracy exceeds a margin of 0.10, with a 95% bootstrap CI over problems (a base model has no
+# minus greedy accuracy exceeds a margin of 0.10, with a 95% t interval over problems (a base model has no
 # training seed, so problems are the only source of uncertainty; the `smoke` preset uses its largest K instead).
 
 # %% tags=["parameters"]
@@ -36,9 +36,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.base_models import compute, finding
 from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, save_figure
+from esreason_lib.paper.studies.base_models import compute, finding
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
@@ -61,11 +62,11 @@ _ = save_figure(fig, "00_base_passk", preset=preset)
 # %%
 result = finding(tables)
 record_finding("00_base_models", result, preset=preset)
-print(result.status)
-print(result.sentence)
+print(result.status, "-", verdict_lead(result))
+verdict_table(result)
 
 # %% [markdown]
-# **What this run shows.** The status and sentence printed above are computed from the tables: for every model,
+# **What this run shows.** The status, sentence and table above are computed from the tables: for every model,
 # greedy accuracy and Pass@16 on held-out Countdown problems, and one check per model that Pass@16 exceeds greedy
 # accuracy by more than 0.10 (effect, 95% CI over problems, minimum detectable effect, status). `reproduced` means
 # the latent capability the paper starts from is present in every model; a model whose check is `not reproduced`

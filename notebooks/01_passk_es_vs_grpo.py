@@ -33,7 +33,7 @@
 # base" uses ES's best-Pass@1 arm. All runs and evaluations are cached in the run store, so re-running this
 # notebook only redraws.
 #
-# **The claim as a test (issue 21).** The paper's claim is about the Pass@1-Pass@K frontier, so the verdict
+# **The claim as a test.** The paper's claim is about the Pass@1-Pass@K frontier, so the verdict
 # compares Pass@K *at matched Pass@1*: every run keeps a snapshot every 25 iterations, each snapshot is evaluated,
 # and GRPO's path (base -> snapshots -> final, per seed) is interpolated at ES's Pass@1; the GRPO arm is the one
 # whose path reaches the highest Pass@K there on the selection problems (not the gentlest one, which barely
@@ -50,12 +50,28 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.comparison import (compute, entropy_change, evaluation_spec, finding, format_spread,
-                                                   frontier_points, selected_arms)
-from esreason_lib.paper.plots import (arm_label, figure_legend, plot_bars_spread, plot_frontier_paths,
-                                      plot_metric_curves, plot_pass_at_k_seeds, plot_pass_plane, register_arms,
-                                      save_figure)
+from esreason_lib.paper.plots import (
+    arm_label,
+    figure_legend,
+    plot_bars_spread,
+    plot_frontier_paths,
+    plot_metric_curves,
+    plot_pass_at_k_seeds,
+    plot_pass_plane,
+    register_arms,
+    save_figure,
+)
+from esreason_lib.paper.studies.comparison import (
+    compute,
+    entropy_change,
+    evaluation_spec,
+    finding,
+    format_spread,
+    frontier_points,
+    selected_arms,
+)
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 evidence = evaluation_spec(config)  # the protocol every check and figure below is computed with (T = 0.6)
@@ -167,8 +183,8 @@ _ = save_figure(fig, "01_coverage", preset=preset)
 # %%
 result = finding(tables)
 record_finding("01_passk_es_vs_grpo", result, preset=preset)
-print(result.status)
-print(result.sentence)
+print(result.status, "-", verdict_lead(result))
+verdict_table(result)
 
 # %% [markdown]
 # **How to read the status.** Each claim is tested twice (`esreason_lib/paper/studies/registry.py`): the paper's

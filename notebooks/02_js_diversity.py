@@ -79,9 +79,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies import diversity
 from esreason_lib.paper.plots import figure_legend, plot_scatter, plot_xy, save_figure
+from esreason_lib.paper.studies import diversity
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = diversity.compute(config)
@@ -150,8 +151,9 @@ prop1[prop1["k"] == prop1["k"].min()][["seed", "iteration", "reward_mean", "p_th
 # %%
 finding = diversity.finding(tables)
 record_finding("02_js_diversity", finding, preset=preset)
-print(finding.status, "-", finding.sentence)
+print(finding.status, "-", verdict_lead(finding))
 print("sanity:", "; ".join(finding.sanity))
+verdict_table(finding)
 
 # %% [markdown]
 # **What this run shows.** The status and every number printed above are computed from the tables; this text

@@ -29,12 +29,12 @@
 # evaluations, Pass@K at T = 0.6), and every number below is on its test problems.
 #
 # **The controls.** "Pass@1 above ES-only and Pass@K above GRPO-only" is passed by any model between the two
-# endpoints: issue 21 found GRPO alone at half the budget (each sequence's own first stage) passes both, and the ES
+# endpoints: an earlier run found GRPO alone at half the budget (each sequence's first stage) passes both, and the ES
 # stage of GRPO->ES changed Pass@64 by -0.010 [-0.043, +0.022]. So each order is also tested against (a) its own
 # first stage, paired by seed: the second stage must add its method's gain (ES: Pass@K; GRPO: Pass@1) by at least
 # `sequential.delta_stage`; and (b) GRPO-only's training path at the sequence's Pass@1 (snapshots every 25
 # iterations, interpolated): a sequence that is only GRPO trained less lies on that path. The status is
-# `reproduced` only if all four checks of both orders hold; otherwise the printed sentence says which fails.
+# `reproduced` only if all four checks of both orders hold; otherwise the table of checks says which fails.
 
 # %% tags=["parameters"]
 preset = "tiny"
@@ -43,9 +43,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.sequential import compute, finding
 from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, plot_pass_plane, save_figure
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.studies.sequential import compute, finding
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
@@ -69,12 +70,12 @@ points.round(3)
 # %%
 result = finding(tables)
 record_finding("03_sequential", result, preset=preset)
-print(result.status)
-print(result.sentence)
+print(result.status, "-", verdict_lead(result))
+verdict_table(result)
 
 # %% [markdown]
 # **What this run shows.** The printed status is computed from four checks, two per order, each an effect on the
-# test problems with its 95% interval (bootstrap over training seeds, then problems, paired by problem), its
+# test problems with its 95% interval (crossed seeds x problems ANOVA, paired by problem), its
 # minimum detectable effect (MDE) and its own status. "Combines both gains" means: the sequence's Pass@1 is above
 # ES-only's (it kept GRPO's Pass@1 gain) *and* its Pass@K at the largest K is above GRPO-only's (it kept ES's
 # Pass@K gain). The finding is `reproduced` only when all four checks are, `not reproduced` when any is

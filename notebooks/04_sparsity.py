@@ -30,7 +30,7 @@
 # under the preset's cheaper `sparsity.eval`.
 #
 # **The checks** (ES, at each checked threshold: the 90% quantile on `tiny`, every tau on the paper presets), on
-# Pass@1 per training seed and problem, with a hierarchical bootstrap (seeds, then problems):
+# Pass@1 per training seed and problem, with the crossed seeds x problems ANOVA interval:
 # 1. reset - base > 0: the reset model keeps some gain over the base;
 # 2. reset - 0.75 x unreset - 0.25 x base > 0: the reset keeps at least three quarters of ES's own gain over the
 #    base (`sparsity.margin_fraction` = 0.25, a stated fraction of the gain being tested; the old absolute 0.02
@@ -51,9 +51,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.sparsity import compute, drift_summary, finding, reset_checks
 from esreason_lib.paper.plots import color_for, figure_legend, plot_grouped_bars, plot_xy, save_figure
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.studies.sparsity import compute, drift_summary, finding, reset_checks
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
@@ -125,10 +126,11 @@ for check in reset_checks(tables, "grpo"):
 # %%
 result = finding(tables)
 record_finding("04_sparsity", result, preset=preset)
-print(result.status, "-", result.sentence)
+print(result.status, "-", verdict_lead(result))
+verdict_table(result)
 
 # %% [markdown]
-# **What this run shows.** The printed status and sentence are computed from the tables above. The status is the
+# **What this run shows.** The printed status, sentence and table are computed from the tables above. The status is the
 # functional-sparsity claim: `reproduced` when the ES reset keeps a gain over the base, keeps three quarters of its gain,
 # and beats the random reset of the same count and the noise-injection control, at every seed; `not reproduced` when a
 # check's CI lies on the wrong side; `not resolved` when the CI contains the threshold or the seeds disagree,

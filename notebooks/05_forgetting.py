@@ -43,9 +43,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
 from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, save_figure
+from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
@@ -91,7 +92,8 @@ for check in heldout_checks(tables, "grpo"):
 # %%
 result = finding(tables)
 record_finding("05_forgetting", result, preset=preset)
-print(result.status, "-", result.sentence)
+print(result.status, "-", verdict_lead(result))
+verdict_table(result)
 
 # %% [markdown]
 # **How to read the status.** Each claim is tested twice (`esreason_lib/paper/studies/registry.py`): the paper's

@@ -25,7 +25,7 @@
 # (`scaling.iterations`, with `scaling.prompts_per_step` prompts per iteration) and the preset's other ES
 # hyperparameters. Each trained model is scored by its greedy accuracy on the same held-out Countdown problems.
 # **The test**: the gap acc(N_max) - acc(N_min) on the largest size minus the same gap on the smallest size is
-# below 0, with a 95% CI from a hierarchical bootstrap (training seeds, then problems, paired by problem).
+# below 0, with a 95% CI from the crossed training seeds x problems ANOVA (paired by problem).
 # **Equal iterations is not equal compute**: an iteration costs N x prompts generations; the tables report them.
 #
 # **Which axis "size" is here.** The paper's larger models are also the more capable ones. The zoo trains every
@@ -50,10 +50,19 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.studies.scaling import (best_alphas, compute, finding, population_gaps, seed_mean_curves,
-                                          shaping_label, smoothing_window, table6)
 from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure
 from esreason_lib.paper.studies.presets import get_preset
+from esreason_lib.paper.studies.scaling import (
+    best_alphas,
+    compute,
+    finding,
+    population_gaps,
+    seed_mean_curves,
+    shaping_label,
+    smoothing_window,
+    table6,
+)
+from esreason_lib.paper.summary import verdict_lead, verdict_table
 
 config = get_preset(preset)
 tables = compute(config)
@@ -137,9 +146,9 @@ tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "up
 # %%
 result = finding(tables)
 record_finding("06_population_scaling", result, preset=preset)
-print(result.status)
-print(result.sentence)
+print(result.status, "-", verdict_lead(result))
 print("sanity:", "; ".join(result.sanity))
+verdict_table(result)
 
 # %% [markdown]
 # **How to read the status.** Each claim is tested twice (`esreason_lib/paper/studies/registry.py`): the paper's

@@ -95,7 +95,7 @@ def start_lab(root: Path, settings_dir: Path, port: int, token: str) -> subproce
         except OSError:
             if proc.poll() is not None:
                 raise RuntimeError(f"jupyter lab exited with code {proc.returncode}: {' '.join(cmd)}\n"
-                                   f"{log.read_text()[-2000:]}")
+                                   f"{log.read_text()[-2000:]}") from None
             time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"jupyter lab did not answer on port {port} within 120 s")

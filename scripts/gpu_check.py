@@ -225,7 +225,6 @@ class Checker:
 
     def s_grpo(self) -> dict:
         from esreason_lib.grpo.memory import grpo_memory
-
         from esreason_lib.tasks import get_task
 
         out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2))

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.paper import analysis
 from esreason_lib.models.weights import relative_drift
+from esreason_lib.paper import analysis
 
 
 def test_module_type():

@@ -1,4 +1,4 @@
-"""`benchmarks/run_all.py --write` also writes the README's speed block, from the same rows as RESULTS.md."""
+"""`benchmarks/run_all.py --write` also writes docs/speed.md's speed block, from the same rows as RESULTS.md."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import run_all  # noqa: E402
 
 
-def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
+def test_speed_block_keeps_what_ratio_and_goal(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- speed:start -->\nold\n<!-- speed:end -->\nrest\n")
     rows = ["| overhead | sequential ES step (N=16, P=128) / (N x plain) | 1 s / 1 s | **1.028** | <= 1.03 |",
@@ -18,7 +18,7 @@ def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
             "| reproduce | `make reproduce PRESET=tiny` | 1190 s | **19.8 min** | <= 20 min |",
             "| training | tiny GRPO: s / iteration | 0.46 s x 150 | **1.2 min** | none (a cost) |",
             "| evaluation | tiny evaluation | 4.1 s / 3.3 s | **1.24x** | none (a cost) |"]
-    run_all.write_readme_block(rows, "2026-12-04 20:00 UTC", readme)
+    run_all.write_speed_block(rows, "2026-12-04 20:00 UTC", readme)
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("<!-- speed:end -->\nrest\n")
     assert "| fast | sequential / fast (N=32) | **4.10x** | >= 4 at N=32 |" in text
@@ -29,8 +29,9 @@ def test_readme_block_keeps_what_ratio_and_goal(tmp_path):
     assert "sequential / fast (N=16" not in text
 
 
-def test_the_readme_has_the_speed_block():
-    text = (ROOT / "README.md").read_text()
+def test_the_speed_doc_has_the_speed_block():
+    text = run_all.SPEED_DOC.read_text()
+    assert run_all.SPEED_DOC == ROOT / "docs" / "speed.md"
     assert text.index("<!-- speed:start -->") < text.index("<!-- speed:end -->")
 
 
@@ -43,3 +44,18 @@ def test_run_all_runs_every_benchmark_module_with_its_own_parser():
         args = bench_speed.parser().parse_args([name, "--repeats", "1"])
         assert args.which == name and args.populations == [8, 16, 32] and args.snapshots == 100
         assert name in bench_speed.GOALS
+
+
+def test_bench_cli_compares_the_readme_environment_with_makes():
+    """bench_cli runs the README's command without any thread variable against the Makefile's OMP_NUM_THREADS=1 and
+    MKL_NUM_THREADS=1, both importing this checkout; run_all runs it and the speed block shows its row."""
+    import bench_cli
+
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "ESREASON_THREADS": "auto"}
+    envs = bench_cli.environments(base)
+    assert envs["readme"] == {"PATH": "/bin", "PYTHONPATH": str(ROOT)}
+    assert envs["make"] == {"PATH": "/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert base["OMP_NUM_THREADS"] == "4"  # the caller's environment is left alone
+    assert bench_cli.COMMAND == ("train", "es", "--preset", "tiny", "--set", "iterations=6")
+    assert bench_cli.parser().parse_args(["cli", "--repeats", "1"]).which == "cli"
+    assert "bench_cli" in (ROOT / "benchmarks" / "run_all.py").read_text() and "cli" in run_all.HEADLINE

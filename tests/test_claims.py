@@ -63,7 +63,8 @@ def test_setup_finding_is_shown_never_counted_and_powered_is_separate(tmp_path):
     short = claims.render_claims(home, powered_table=False)  # the README's version: powered's status column only
     assert "powered kept" not in short and "(papers/claims.md)" in short
     row = next(line for line in short.splitlines() if "notebooks/05_forgetting.py" in line)
-    assert row.startswith(f"| {claims.CLAIMS[-2].claim}") and "| **reproduced**" in row  # one short line a claim
+    assert row.startswith(f"| {claims.CLAIMS[-2].short} (") and "| **reproduced**" in row  # one short line a claim
+    assert claims.CLAIMS[-2].claim not in short.split("Every check")[0]  # the whole sentence is claims.md's
 
 
 def test_findings_dir_follows_home_and_env(tmp_path, monkeypatch):
@@ -214,3 +215,10 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_the_x_of_y_line(tmp_
     assert "- `01_passk_es_vs_grpo`: the paper's test holds in 2 of 3 settings, the control in 1 of 3" in text
     assert "- `05_forgetting`: the paper's test holds in 0 of 0 settings, the control in 0 of 0 (not run)" in text
     assert text in claims.render_claims(home)
+
+
+def test_each_claim_has_a_few_words_for_the_readme():
+    """The README's table gives each claim in its `short` words (one short line per claim); the sentence stays whole
+    in papers/claims.md."""
+    for c in claims.CLAIMS:
+        assert 0 < len(c.short) <= 60 and len(c.short) < len(c.claim), c.id

@@ -285,9 +285,10 @@ def test_before_after_evaluates_on_the_presets_test_task(monkeypatch):
 def test_eval_runs_on_vllm_when_the_training_sampled_on_vllm(home, monkeypatch):
     """`train --backend vllm --eval` evaluates on one vLLM engine (`EvalSpec.backend`), under an identity apart from
     the local evaluation's; checked with a stand-in for `VLLMRollouts` that samples with `generate`."""
+    from test_gpu_evaluate_vllm import Standin
+
     from esreason_lib.es.loop import train_es
     from esreason_lib.grpo import rollouts_vllm
-    from test_gpu_evaluate_vllm import Standin
 
     assert cli.eval_backend([ESConfig(backend="ray-vllm")]) == "vllm"
     assert cli.eval_backend([ESConfig(backend="ray"), GRPOConfig(backend="vllm")]) == "vllm"

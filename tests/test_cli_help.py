@@ -3,9 +3,9 @@ one-line errors with "did you mean"; `--task-module` naming your own task."""
 
 from __future__ import annotations
 
-import re
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import textwrap

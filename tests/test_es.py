@@ -13,8 +13,8 @@ import torch
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
-from esreason_lib.es.shaping import FITNESS_SHAPING, centered_ranks, raw, zscore
 from esreason_lib.es.noise import apply_update, noise, perturb, restore
+from esreason_lib.es.shaping import FITNESS_SHAPING, centered_ranks, raw, zscore
 from esreason_lib.params import named_params
 from esreason_lib.seeding import derive_seed
 
@@ -357,8 +357,8 @@ def test_train_es_closes_the_backend_it_made_and_only_that(tiny, tmp_path, monke
 def test_es_step_is_one_train_es_iteration(tiny, tmp_path):
     """Two hand-driven `es_step`s log what the first two iterations of `train_es` log and leave the same weights;
     `before_tell` sees the model still at theta."""
-    from esreason_lib.es.loop import es_step, train_es
     from esreason_lib.es.backends.registry import make_backend
+    from esreason_lib.es.loop import es_step, train_es
 
     tok, make = tiny
     cfg = ESConfig(model="tiny-random", task="paren", population_size=4, sigma=0.02, alpha=0.01, iterations=2,

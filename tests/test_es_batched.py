@@ -6,15 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.es.config import ESConfig
-
-from esreason_lib.es.core import ES
+from esreason_lib.es.backends.batched import BatchedBackend, member_weights
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.es.backends.batched import BatchedBackend, member_weights
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES
 from esreason_lib.es.noise import perturbed
-from esreason_lib.params import named_params
 from esreason_lib.models.generation import generate
+from esreason_lib.params import named_params
 
 
 class Lengths:

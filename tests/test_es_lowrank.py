@@ -7,18 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
 
+from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
+from esreason_lib.es.backends.lowrank import LowRankBackend, LowRankStack, lowrank_weights
+from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
-from esreason_lib.es.backends.registry import make_backend
-from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
-from esreason_lib.es.backends.lowrank import LowRankBackend
-from esreason_lib.es.backends.lowrank import LowRankStack, lowrank_weights
 from esreason_lib.es.lowrank import apply_lowrank_update, lowrank_direction, lowrank_factors
 from esreason_lib.es.noise import noise
-from esreason_lib.params import named_params
 from esreason_lib.models.generation import generate
-from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
+from esreason_lib.params import named_params
 
 
 def _materialised(model, seed: int, sign: int, sigma: float, rank: int) -> None:

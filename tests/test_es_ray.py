@@ -14,11 +14,11 @@ import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend tests need the `ray` extra (pip install 'esreason[ray]')")
 
+from esreason_lib.es.backends.ray_actors import RayBackend, start_ray  # noqa: E402
+from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES
 from esreason_lib.es.loop import train_es
-from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
-from esreason_lib.es.backends.ray_actors import RayBackend, start_ray  # noqa: E402
 from esreason_lib.models.weights import weights_checksum, weights_fingerprint  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 

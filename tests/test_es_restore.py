@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from esreason_lib.es.noise import _INT_VIEW, FixUp, noise, perturb, perturbed, restore
-from esreason_lib.params import named_params
 from esreason_lib.models.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
+from esreason_lib.params import named_params
 
 
 def _bits(model) -> dict[str, torch.Tensor]:

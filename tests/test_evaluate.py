@@ -11,8 +11,8 @@ from esreason_lib import metrics
 from esreason_lib.evaluate import CURVE_COLUMNS, MAJ_COLUMNS, PROBLEM_COLUMNS, SAMPLE_COLUMNS, EvalResult, evaluate
 from esreason_lib.models.generation import generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.store.runs import Run
 from esreason_lib.seeding import derive_seed
+from esreason_lib.store.runs import Run
 from esreason_lib.tasks.base import RewardShaping, Task
 
 DIGITS = set("0123456789")

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from esreason_lib.paper.studies.base_models import LATENT_MARGIN, compute, finding, in_regime, zoo_models
 from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import num_parameters
+from esreason_lib.paper.studies.base_models import LATENT_MARGIN, compute, finding, in_regime, zoo_models
 from esreason_lib.paper.studies.presets import get_preset
 
 

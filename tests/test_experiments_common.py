@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 
 import esreason_lib.models.load
-from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS
+from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS, EvalSpec
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
-from esreason_lib.evaluate import EvalSpec
 from esreason_lib.store.runs import Run
 from esreason_lib.tasks import get_task
 

@@ -12,19 +12,18 @@ import torch
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.noise import perturbed
-from esreason_lib.paper.findings import effect_check
+from esreason_lib.methods import trainer
+from esreason_lib.metrics import js_policy_exact
+from esreason_lib.models.pretrain import pretrain
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.paper.findings import effect_check, mde_from_ci
 from esreason_lib.paper.studies import diversity as div
 from esreason_lib.paper.studies import diversity_estimators as est
-from esreason_lib.paper.findings import mde_from_ci
-from esreason_lib.metrics import js_policy_exact
-from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.models.pretrain import pretrain
+from esreason_lib.paper.theory import fisher_trace, lemma1_prediction
 from esreason_lib.tasks import get_task
 from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.countdown import Countdown
-from esreason_lib.paper.theory import fisher_trace, lemma1_prediction
-from esreason_lib.methods import trainer
 
 # ----------------------------------------------------------------------------------- token-level JS_pol
 

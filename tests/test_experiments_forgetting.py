@@ -6,16 +6,16 @@ import pandas as pd
 import pytest
 import torch
 
+import esreason_lib.models.load
+from esreason_lib.methods import METHODS, trainer
+from esreason_lib.models.pretrain import build_batch, completion_loss
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.analysis import seed_by_problem
 from esreason_lib.paper.findings import effect_check
-import esreason_lib.models.load
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies import forgetting as fg
 from esreason_lib.paper.studies.common import model_ref
-from esreason_lib.methods import METHODS, trainer
-from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.models.pretrain import build_batch, completion_loss
 
 
 def _scores():

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 import esreason_lib.models.load
+from esreason_lib.models.zoo import num_parameters
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies import scaling as S
 from esreason_lib.paper.studies.common import evaluate_ref
-from esreason_lib.models.zoo import num_parameters
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.store.identity import config_hash
 from esreason_lib.store.runs import run_exists

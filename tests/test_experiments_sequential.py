@@ -140,8 +140,8 @@ def tables(smoke_store):
 
 def test_train_arms_spends_each_methods_budget_share_and_chains_stages(tables, smoke_store, forbid_loading):
     import esreason_lib.models.load
-    from esreason_lib.paper.studies import common
     from esreason_lib.methods import trainer
+    from esreason_lib.paper.studies import common
 
     forbid_loading(esreason_lib.models.load, common)  # every arm was trained by `compute`
     preset, store, _ = smoke_store

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import esreason_lib.models.load
+from esreason_lib.methods import METHODS, trainer
+from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies import sparsity as sp
 from esreason_lib.paper.studies.common import model_ref
-from esreason_lib.methods import METHODS, trainer
-from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
 def test_dedupe_tied_drops_aliases_only():

@@ -1,11 +1,21 @@
 import numpy as np
 import pytest
-
 from scipy import stats
 
-from esreason_lib.paper.findings import (MDE_FACTOR, STATUSES, UNDECIDABLE, Check, Finding, Test, effect_check,
-                                         finding_status, make_finding, mde_from_ci, operating_characteristic,
-                                         power_statement)
+from esreason_lib.paper.findings import (
+    MDE_FACTOR,
+    STATUSES,
+    UNDECIDABLE,
+    Check,
+    Finding,
+    Test,
+    effect_check,
+    finding_status,
+    make_finding,
+    mde_from_ci,
+    operating_characteristic,
+    power_statement,
+)
 from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
 
 

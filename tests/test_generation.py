@@ -265,7 +265,14 @@ def test_decode_rows_decodes_each_row_like_batch_decode():
 
 
 def test_prompt_helpers_hand_computed(model, tok):
-    from esreason_lib.models.generation import cut_at_stop, encode_texts, left_pad, mask_positions, right_pad, special_ids
+    from esreason_lib.models.generation import (
+        cut_at_stop,
+        encode_texts,
+        left_pad,
+        mask_positions,
+        right_pad,
+        special_ids,
+    )
 
     pad, eos = special_ids(model, tok)
     assert pad == tok.pad_token_id and tok.eos_token_id in eos

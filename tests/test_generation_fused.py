@@ -14,8 +14,7 @@ from esreason_lib.evaluate import EvalSpec, evaluate
 from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, model_weights
 from esreason_lib.models.generation import _generate, finite_rows, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.store.identity import config_hash
-from esreason_lib.store.identity import stored_config
+from esreason_lib.store.identity import config_hash, stored_config
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,10 @@ import math
 import pytest
 import torch
 
+from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
-
 from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
-from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.models.device import device_record, record_device
 from esreason_lib.models.weights import relative_drift
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2

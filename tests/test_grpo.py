@@ -8,22 +8,20 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.loop import grpo_step, train_grpo
-from esreason_lib.grpo.loss import group_advantages
-from esreason_lib.grpo.loss import policy_loss
-from esreason_lib.grpo.loop import forward_rows, policy_update
+from esreason_lib.grpo.loop import forward_rows, grpo_step, policy_update, train_grpo
+from esreason_lib.grpo.loss import group_advantages, policy_loss
+from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.optim import master_weight_adamw
-from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.tasks.base import BINARY, Task
 
 
@@ -185,7 +183,7 @@ def test_config_validation_names_field_and_value(kw, field):
 
 def test_config_is_frozen_with_sane_defaults():
     c = GRPOConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         c.lr = 1.0  # type: ignore[misc]
     assert c.scale == "group" and c.aggregation == "seq-mean-token-mean" and c.max_new_tokens is None
     assert GRPOConfig(task_kwargs={"b": 2, "a": 1}).task_kwargs == (("a", 1), ("b", 2))

@@ -12,7 +12,16 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2ForCausalL
 
 from esreason_lib.models import load as models
 from esreason_lib.models.load import load_model, load_tokenizer
-from esreason_lib.models.zoo import ALPHABET, DEFAULT_BASE, ZOO, build_char_tokenizer, get_spec, num_parameters, tiny_random_qwen2, ZooSpec
+from esreason_lib.models.zoo import (
+    ALPHABET,
+    DEFAULT_BASE,
+    ZOO,
+    ZooSpec,
+    build_char_tokenizer,
+    get_spec,
+    num_parameters,
+    tiny_random_qwen2,
+)
 
 TEXT = st.text(alphabet=st.sampled_from(ALPHABET), max_size=60)
 

@@ -1,10 +1,10 @@
 import pytest
 
-from esreason_lib.paper import plan
 from esreason_lib.cli import main, parse_shard
 from esreason_lib.es.config import ESConfig
-from esreason_lib.paper.studies import comparison, scaling
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.paper import plan
+from esreason_lib.paper.studies import comparison, scaling
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.store.identity import config_hash
 

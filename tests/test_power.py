@@ -3,8 +3,16 @@ import pytest
 from scipy import stats
 
 from esreason_lib.paper.intervals import anova_interval
-from esreason_lib.paper.power import (Components, Cost, cheapest_design, design_mde, design_se, estimate_components,
-                                      power_table, simulated_arms)
+from esreason_lib.paper.power import (
+    Components,
+    Cost,
+    cheapest_design,
+    design_mde,
+    design_se,
+    estimate_components,
+    power_table,
+    simulated_arms,
+)
 
 
 def t_mde(df, se):

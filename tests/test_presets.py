@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from esreason_lib.es.config import ESConfig
-from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.evaluate import EvalSpec
+from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
 from esreason_lib.store.identity import config_hash
 

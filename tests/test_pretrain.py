@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from esreason_lib.models import pretrain as pt
 from esreason_lib.models.load import load_model
-from esreason_lib.models.zoo import ZOO, build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.models.pretrain import IGNORE_INDEX, build_batch, completion_loss, lr_factor
+from esreason_lib.models.zoo import ZOO, build_char_tokenizer, tiny_random_qwen2
 
 TOK = build_char_tokenizer()
 FAST = dataclasses.replace(ZOO["smoke"], steps=6, batch_size=16, warmup=2)
@@ -201,9 +201,9 @@ def test_make_optimizer_decays_matrices_only():
 
 
 def test_a_nan_pretraining_loss_stops_and_marks_the_zoo_run_failed(tmp_path, monkeypatch):
-    from esreason_lib.store.runs import Run
     from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import get_spec
+    from esreason_lib.store.runs import Run
 
     monkeypatch.setattr(pt, "train_step", lambda *a, **k: float("nan"))
     with pytest.raises(NonFiniteError, match="pretrain smoke step 1: loss/train = nan"):

@@ -13,11 +13,11 @@ import time
 import pytest
 import torch
 
-from esreason_lib.store import integrity
-from esreason_lib.store import runs as R
 from esreason_lib.cli import main
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.store import integrity
+from esreason_lib.store import runs as R
 from esreason_lib.validation import check_step_size
 
 

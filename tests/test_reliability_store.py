@@ -292,9 +292,10 @@ def test_a_resealed_checkpoint_with_a_pickle_payload_is_refused_and_never_run(tm
 
 
 def test_checkpoints_hold_tensors_and_plain_data_only():
-    from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
     import tempfile
     from pathlib import Path
+
+    from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
 
     state = {"params": {"w": torch.arange(6.0).view(2, 3)}, "iteration": 3, "rng": torch.get_rng_state(),
              "opt": {"state": {0: {"step": torch.tensor(2.0)}}, "param_groups": [{"betas": (0.9, 0.99), "lr": 1e-3,

@@ -17,17 +17,17 @@ import pytest
 import torch
 
 from esreason_lib.es import core as es_module
-from esreason_lib.grpo import loop as grpo_module
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
+from esreason_lib.grpo import loop as grpo_module
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import train_grpo
-from esreason_lib.store.integrity import RunStoreWarning, sha256_file
+from esreason_lib.guards import NonFiniteError
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import pretrain
-from esreason_lib.store.identity import config_hash
-from esreason_lib.guards import NonFiniteError
 from esreason_lib.models.zoo import ZOO
+from esreason_lib.store.identity import config_hash
+from esreason_lib.store.integrity import RunStoreWarning, sha256_file
 
 _ES = ESConfig(model="smoke", population_size=4, sigma=0.05, alpha=1e-2, iterations=4, prompts_per_step=2,
                antithetic=True, greedy=False, reward_formatted=0.5, train_size=16, checkpoint_every=1, device="cpu", keep_checkpoints=True)
@@ -178,9 +178,9 @@ def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
     """A task whose reward is nan: `tell` raises NonFiniteError, and the run's manifest says failed (not complete)."""
     from esreason_lib.es.config import ESConfig
     from esreason_lib.es.loop import train_es
-    from esreason_lib.store.runs import Run
     from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+    from esreason_lib.store.runs import Run
     from esreason_lib.training import run_identity
 
     class NanReward:

@@ -62,6 +62,7 @@ def test_runs_stored_under_the_old_identity_are_still_found(tmp_path):
     _complete(run)
     # move it where the identity that still held execution settings put it (its config.json as then written)
     import json
+
     from esreason_lib.store.identity import stored_config
 
     old = stored_config("es", config, legacy=True)

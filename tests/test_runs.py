@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from esreason_lib import paths
-from esreason_lib.store import runs as R
 from esreason_lib.store import identity as RI
+from esreason_lib.store import runs as R
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,8 @@ import json
 import pytest
 import torch
 
+from esreason_lib.methods import METHODS, sequence_stages, split_budget, train_sequence
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.methods import sequence_stages, split_budget, train_sequence
-from esreason_lib.methods import METHODS
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import pytest
 from esreason_lib.cli import main
 from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.store.identity import config_hash, portable_paths, resolve_run_ref
+from esreason_lib.store.identity import config_hash, portable_paths, resolve_run_ref, stored_config
 from esreason_lib.store.relocate import relocate
-from esreason_lib.store.identity import stored_config
 from esreason_lib.store.runs import Run, run_exists
 
 

@@ -49,3 +49,24 @@ def test_plot_forest_draws_one_row_per_check_in_its_status_colour():
     assert [tuple(line.get_xdata()) for line in intervals] == [(0.05, 0.15), (-0.3, -0.1), (-0.1, 0.1)]
     assert intervals[0].get_color() == summary.STATUS_COLORS["reproduced"]
     assert "+0.100 [+0.050, +0.150]" in [t.get_text() for t in ax.texts]
+
+
+def test_verdict_table_has_one_row_per_check_under_its_test():
+    from esreason_lib.paper.findings import Check, Finding, Test, make_finding
+
+    paper, side = Check("ES above GRPO", 0.15, 0.1, 0.2, 0.05, n_seeds=3), Check("greedy", 0.01, -0.02, 0.04, 0.06)
+    control, extra = Check("ES above noise", -0.01, -0.03, 0.01, 0.04, delta=0.02), Check("other", 0.5, 0.4, 0.6, 0.1)
+    finding = make_finding("base pass@1 0.110", [extra],
+                           tests=[Test("paper", "the paper's", paper, (side,)), Test("control", "noise", control)])
+    table = summary.verdict_table(finding)
+    assert list(table["check"]) == ["ES above GRPO", "greedy", "ES above noise", "other"]
+    assert list(table["test"]) == ["paper", "paper", "control", ""]
+    assert list(table["part"]) == ["primary", "secondary", "primary", ""]
+    first = table.iloc[0]
+    assert (first["effect"], first["95% interval"], first["MDE"], first["seeds"]) == (0.15, "[+0.100, +0.200]", 0.05, 3)
+    assert first["status"] == "reproduced" and first["why"] == "CI on the claimed side"
+    assert table.iloc[2]["delta"] == 0.02 and table.iloc[2]["status"] == control.status
+    assert summary.verdict_lead(finding) == "base pass@1 0.110"
+    assert summary.verdict_lead(make_finding("", [paper])) == ""
+    bare = Finding("reproduced", "measured 0.3", (paper,))
+    assert summary.verdict_lead(bare) == "measured 0.3" and list(summary.verdict_table(bare)["test"]) == [""]

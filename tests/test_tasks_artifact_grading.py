@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from esreason_lib.es.config import ESConfig
 from esreason_lib.store.identity import config_hash
 from esreason_lib.tasks import Countdown, get_task
 from esreason_lib.tasks import artifact_grading as ag
 from esreason_lib.tasks._math_worker import MathWorker
-from esreason_lib.es.config import ESConfig
 from esreason_lib.training import config_task
 
 GOLD = {"id": "g", "question": "q", "answer": "18", "solution": "6*3=18\n#### 18"}

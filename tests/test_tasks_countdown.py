@@ -22,7 +22,6 @@ from esreason_lib.tasks._arith import (
 )
 from esreason_lib.tasks.countdown import Countdown, evaluate_expression, solve
 
-
 EX = {"id": "countdown-3-12-7-22", "numbers": [3, 12, 7], "target": 22}
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import pytest
 

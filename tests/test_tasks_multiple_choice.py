@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from esreason_lib.tasks import CommonsenseQA, GPQA, get_task
+from esreason_lib.tasks import GPQA, CommonsenseQA, get_task
 from esreason_lib.tasks._choice import extract_letter
 from esreason_lib.tasks.gpqa import shuffled_choices
 

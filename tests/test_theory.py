@@ -11,6 +11,7 @@ import torch
 from esreason_lib import metrics as M
 from esreason_lib.paper import theory as T
 
+
 # ----------------------------------------------------------------------------------------- Lemma 1
 def test_lemma1_prediction_hand_values():
     assert T.lemma1_prediction(0.1, 2, 4.0) == pytest.approx(0.5 * 0.01 * 0.5 * 4.0)

@@ -10,8 +10,8 @@ import torch
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
 
 
 def test_resolve_device():

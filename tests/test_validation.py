@@ -12,11 +12,23 @@ import pytest
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.validation import (check, check_bool, check_choice, check_finite_float, check_int,
-                                     check_nonempty_str, check_nonnegative_float, check_nonnegative_int,
-                                     check_optional_positive_int, check_positive_float, check_positive_int,
-                                     is_finite_real, is_int, is_real)
 from esreason_lib.models.zoo import ZooSpec
+from esreason_lib.validation import (
+    check,
+    check_bool,
+    check_choice,
+    check_finite_float,
+    check_int,
+    check_nonempty_str,
+    check_nonnegative_float,
+    check_nonnegative_int,
+    check_optional_positive_int,
+    check_positive_float,
+    check_positive_int,
+    is_finite_real,
+    is_int,
+    is_real,
+)
 
 
 @dataclass

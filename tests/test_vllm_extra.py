@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 
+from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
-from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import train_grpo
 

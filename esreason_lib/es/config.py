@@ -12,8 +12,15 @@ from esreason_lib.es.lowrank import NOISES
 from esreason_lib.es.shaping import FITNESS_SHAPING
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
-from esreason_lib.validation import (check, check_bool, check_choice, check_positive_float, check_positive_int,
-                                     check_run_size, check_step_size)
+from esreason_lib.validation import (
+    check,
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_run_size,
+    check_step_size,
+)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ import torch
 
 from esreason_lib.es.backends.base import CENTER_FORWARD, Evaluation, PopulationEvaluator, score_center
 from esreason_lib.es.backends.registry import make_backend
+from esreason_lib.es.config import ESConfig
+from esreason_lib.es.core import ES
 from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
 from esreason_lib.models.weights import relative_drift
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
-from esreason_lib.es.config import ESConfig
-from esreason_lib.es.core import ES
 
 
 def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
@@ -88,8 +88,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     The device (`models.device.record_device`) is recorded in the run's device.json; a resume on another GPU model
     warns.
     """
-    from esreason_lib.progress import progress_bar
     from esreason_lib.models.zoo import quiet_transformers
+    from esreason_lib.progress import progress_bar
 
     run, inputs = open_training_run("es", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)

@@ -31,7 +31,6 @@ import torch
 from esreason_lib.es.noise import apply_update, noise, standard_normal
 from esreason_lib.seeding import derive_seed
 
-
 NOISES = ("full", "lowrank")
 """Values of `ESConfig.noise`: "full" (eps ~ N(0, I) on every weight) or "lowrank" (this module)."""
 

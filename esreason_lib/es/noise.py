@@ -35,9 +35,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from esreason_lib.seeding import derive_seed
 from esreason_lib.params import named_params
-
+from esreason_lib.seeding import derive_seed
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,
              torch.float16: torch.int16}

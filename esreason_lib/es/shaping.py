@@ -9,7 +9,6 @@ from typing import Callable
 import numpy as np
 
 
-
 def zscore(rewards: np.ndarray) -> np.ndarray:
     """(r - mean) / (std + 1e-8) with the population std (ddof=0); all-equal rewards give exactly zeros."""
     r = np.asarray(rewards, dtype=np.float64)  # [N]

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-from esreason_lib.grpo.loss import AGGREGATIONS
-from esreason_lib.models.generation import FORWARDS
 from esreason_lib.es.backends.placement import check_memory_share
+from esreason_lib.grpo.loss import AGGREGATIONS, SCALES
+from esreason_lib.models.generation import FORWARDS
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
-from esreason_lib.validation import (check, check_bool, check_choice, check_nonnegative_float,
-                                     check_optional_positive_int, check_positive_float,
-                                     check_positive_int, check_run_size, check_step_size, is_real)
-from esreason_lib.grpo.loss import SCALES
-
+from esreason_lib.validation import (
+    check,
+    check_bool,
+    check_choice,
+    check_nonnegative_float,
+    check_optional_positive_int,
+    check_positive_float,
+    check_positive_int,
+    check_run_size,
+    check_step_size,
+    is_real,
+)
 
 ROLLOUT_BACKENDS = ("local", "vllm")
 """Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets

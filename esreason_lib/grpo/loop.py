@@ -61,24 +61,22 @@ import time
 import numpy as np
 import torch
 
-from esreason_lib.models.generation import generate
-from esreason_lib.metrics import mean_token_entropy
-from esreason_lib.models.optim import master_weight_adamw
-from esreason_lib.progress import progress_bar
-from esreason_lib.store.runs import Run
-from esreason_lib.seeding import derive_seed
-from esreason_lib.guards import check_finite_step
-from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
-from esreason_lib.models.zoo import quiet_transformers
-from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
 from esreason_lib.grpo.logprobs import chunked_completion_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
-from esreason_lib.models.generation import completion_logprobs
-from esreason_lib.models.optim import optimizer_step
 from esreason_lib.grpo.memory import check_grpo_fits
+from esreason_lib.guards import check_finite_step
+from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models.device import record_device
+from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.hf_compat import set_checkpointing
+from esreason_lib.models.optim import master_weight_adamw, optimizer_step
+from esreason_lib.models.zoo import quiet_transformers
+from esreason_lib.progress import progress_bar
+from esreason_lib.seeding import derive_seed
+from esreason_lib.store.runs import Run
+from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 
 
 def forward_rows(p_ids, p_mask, c_ids, c_mask, adv, *, skip_zero_advantage: bool):

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import torch
 
-
 SCALES = ("group", "none")
 """Values of `GRPOConfig.scale` (`group_advantages`)."""
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean")

@@ -35,8 +35,16 @@ from __future__ import annotations
 
 import torch
 
-from esreason_lib.models.generation import (Rollouts, completion_logprobs, cut_at_stop, decode_rows, encode_texts,
-                                     left_pad, right_pad, special_ids)
+from esreason_lib.models.generation import (
+    Rollouts,
+    completion_logprobs,
+    cut_at_stop,
+    decode_rows,
+    encode_texts,
+    left_pad,
+    right_pad,
+    special_ids,
+)
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from esreason_lib.guards import check_finite_metrics
+from esreason_lib.models.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 from esreason_lib.paths import REPO_ROOT
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.guards import check_finite_metrics
-from esreason_lib.models.zoo import ZooSpec, build_char_tokenizer, get_spec, num_parameters, quiet_transformers
 
 SHIPPED_ZOO = REPO_ROOT / "zoo"
 """The shipped zoo: `<name>/` (`save_pretrained` output) per model and `manifest.json` ({name: record})."""

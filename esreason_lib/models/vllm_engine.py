@@ -65,7 +65,7 @@ def engine_layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, in
     E.g. `model.layers.0.self_attn.k_proj.weight` [kv, H] lies at rows q..q+kv of `...qkv_proj.weight`, where q is
     the q_proj rows; a name outside `FUSED` keeps its name and starts at row 0."""
     out = {}
-    for name, shape in shapes.items():
+    for name in shapes:
         module, _, kind = name.rpartition(".")
         parent, _, proj = module.rpartition(".")
         if proj not in FUSED:

@@ -49,6 +49,8 @@ class Claim:
     """The paper's claim in one sentence."""
     where: str
     """Where the paper makes it."""
+    short: str
+    """The claim in a few words: the README's one short line per claim (`readme_table`)."""
     kind: str = "claim"
     """"claim" (counted in the tally) or "setup" (a property of the setup: shown, never counted)."""
 
@@ -61,19 +63,21 @@ class Claim:
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
-          "setup (base models)", kind="setup"),
+          "setup (base models)", "The base solves more when sampled than greedily", kind="setup"),
     Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
-          "collapses, ES's does not.", "main results: Pass@K curves, entropy"),
+          "collapses, ES's does not.", "main results: Pass@K curves, entropy",
+          "ES: Pass@1 up, Pass@K above GRPO's, entropy kept"),
     Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
           "Lemma 2, and Proposition 1 bounds an update's Pass@K (the paper's account of ES's Pass@K gain).",
-          "Lemmas 1-3, Proposition 1"),
+          "Lemmas 1-3, Proposition 1", "ES's diversity and coverage follow Lemmas 1-2 and Prop. 1"),
     Claim("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
-          "sequential training"),
+          "sequential training", "GRPO then ES combines Pass@1 and Pass@K gains"),
     Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain (functional sparsity).",
-          "functional sparsity"),
-    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting"),
+          "functional sparsity", "Resetting ES's small updates keeps the gain (sparsity)"),
+    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
+          "ES does not forget held-out tasks"),
     Claim("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
-          "Table 6, normalization ablation"),
+          "Table 6, normalization ablation", "Larger models need smaller populations; z-scoring matters"),
 )
 _BY_ID = {c.id: c for c in CLAIMS}
 TABLE_PRESETS = (DEFAULT_PRESET, "powered")
@@ -177,7 +181,8 @@ def registered_commit(path=PREREGISTRATION_PATH) -> str | None:
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
     """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in `preset`'s
     records. Its `time` is when this result was first measured: the stored record's time when the record held the
-    same finding (a redraw from stored results), else now."""
+    same finding (a redraw from stored results), else now; such a redraw of a record imported from a result bundle
+    keeps its imported mark too, so a fresh clone's `make figures` at any preset shows every bundled row alike."""
     if finding_id not in _BY_ID:
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
     if not isinstance(finding, Finding):
@@ -187,6 +192,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
     stored = read_record(finding_id, preset, home) or {}
     same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k not in ("time", IMPORTED)}
     record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if same and stored.get(IMPORTED):  # redrawn from a bundle's tables: still the bundle's result, marked as such
+        record[IMPORTED] = stored[IMPORTED]
     if preset in DESIGN_SETTINGS:  # the registration this run tests
         record["registered_commit"] = registered_commit()
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
@@ -239,8 +246,9 @@ def headline(rec: dict | None, role: str = "paper") -> str:
 
 
 def readme_table(home: str | Path | None = None) -> list[str]:
-    """The README's findings table: one short line per claim (tiny's records): the paper's test and the control,
-    each with its status and headline effect [95% CI], and the figures; the long table is papers/claims.md."""
+    """The README's findings table: one short line per claim (tiny's records): the claim in its `short` words, the
+    paper's test and the control, each with its status and headline effect [95% CI], and the figures; the whole
+    claim and every check are in papers/claims.md."""
     lines = ["| finding (notebook) | the paper's test | the control | figures |", "|---|---|---|---|"]
     for c in CLAIMS:
         rec = read_record(c.id, None, home)
@@ -250,7 +258,7 @@ def readme_table(home: str | Path | None = None) -> list[str]:
         if rec is None:
             cells = ["not run", "not run"]
         figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
-        lines.append(f"| {c.claim} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {figures} |")
+        lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {figures} |")
     return lines + ["", "Every check, both presets and what each pair of statuses means: "
                     "[papers/claims.md](papers/claims.md)."]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.methods import trainer
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.store.identity import config_hash
-from esreason_lib.methods import trainer
 
 
 def training_plan(preset: Preset) -> list[ESConfig | GRPOConfig]:

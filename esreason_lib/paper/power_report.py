@@ -16,17 +16,16 @@ are `undecidable at this design` named and why (a construction that fixes them, 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from esreason_lib.paper.findings import MIN_POWER, Z_95, Check, operating_characteristic
 from esreason_lib.paper.claims import records_dir
-from esreason_lib.paths import findings_dir
+from esreason_lib.paper.findings import MIN_POWER, Z_95, Check, operating_characteristic
 from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
+from esreason_lib.paths import findings_dir
 
 COMPLETIONS_PER_CORE_SECOND = 2048.0
 """ES completions per core-second on the tiny models (`benchmarks/sweep_tiny.py`: 300 iterations x 16 members x

@@ -5,7 +5,8 @@ effect and 95% interval measured from the check's threshold, positive on the sid
 `delta` and status. `write_summary(preset, home)` draws them (`plot_forest`) as `figures/summary.png`
 (`figures/<preset>/summary.png` for a preset other than tiny); `esreason claims` (`make claims`, `make figures`)
 calls it. A check's role (the paper's test or its control) is read from its `role` or `kind` field when the record
-has one; else the rows are grouped by finding only.
+has one; else the rows are grouped by finding only. `verdict_table(finding)` is a computed finding's checks as the
+table a notebook prints under its status (`verdict_lead`: the study's own sentence without the checks).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from esreason_lib.paper.claims import CLAIMS, read_record, records_dir
+from esreason_lib.paper.findings import Finding
 from esreason_lib.paper.plots import PALETTE, axes_or_new, finish_axes, save_figure
 from esreason_lib.paths import DEFAULT_PRESET
 
@@ -83,6 +85,34 @@ def summary_table(preset: str | None = None, home: str | Path | None = None) -> 
     if not rows:
         raise ValueError(f"no stored check under {records_dir(preset, home)}: run the notebooks first")
     return pd.DataFrame(rows)
+
+
+def verdict_table(finding: Finding) -> pd.DataFrame:
+    """`finding`'s checks as a table, one row per check: the test it belongs to ("paper" or "control"; "" for a
+    check outside the tests) and its part there ("primary": sets the test's status; "secondary": shown beside it),
+    the check, effect, 95% interval, MDE, delta, training seeds, status and why; tests in order, each primary first."""
+    placed = [(t.role, part, c) for t in finding.tests
+              for part, checks in (("primary", (t.primary,)), ("secondary", t.secondary)) for c in checks]
+    rows, seen = [], set()
+    for role, part, check in placed + [("", "", c) for c in finding.checks]:
+        if id(check) in seen:
+            continue
+        seen.add(id(check))
+        rows.append({"test": role, "part": part, "check": check.name,
+                     "effect": round(check.effect, 3), "95% interval": f"[{check.ci_low:+.3f}, {check.ci_high:+.3f}]",
+                     "MDE": round(abs(check.mde), 3), "delta": check.delta, "seeds": check.n_seeds,
+                     "status": check.status, "why": check.reason})
+    return pd.DataFrame(rows, columns=["test", "part", "check", "effect", "95% interval", "MDE", "delta", "seeds",
+                                       "status", "why"])
+
+
+def verdict_lead(finding: Finding) -> str:
+    """The study's own sentence of `finding` (its measured numbers), without the tests' check descriptions that
+    `findings.make_finding` appends and `verdict_table` shows."""
+    if not finding.tests:
+        return finding.sentence
+    first = finding.tests[0]
+    return finding.sentence.split(f"{first.role} test ({first.name}): ", 1)[0].rstrip("; ")
 
 
 def write_summary(preset: str | None = None, home: str | Path | None = None) -> list[Path]:

@@ -18,7 +18,6 @@ from typing import Callable, Mapping
 
 from esreason_lib.paths import REPO_ROOT, run_store_root
 
-
 ADDED_OPTION = {"identity": "omit_default"}
 """`dataclasses.field(metadata=ADDED_OPTION)` marks a config field added after runs were stored: at its default
 (which must reproduce the behaviour from before the field existed) it is left out of the canonical config, so

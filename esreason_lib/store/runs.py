@@ -40,11 +40,20 @@ import pandas as pd
 import torch
 
 from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
-from esreason_lib.store.integrity import (CorruptFileError, DirectoryLock, atomic_write_bytes, check_regular,
-                                          follow_umask, read_json, read_metric_lines, tree_digest, tree_mismatch,
-                                          warn_store)
-from esreason_lib.store.tensorboard import mirror, tensorboard_dir
 from esreason_lib.store.identity import canonical_json, git_sha, jsonable, locate, package_versions
+from esreason_lib.store.integrity import (
+    CorruptFileError,
+    DirectoryLock,
+    atomic_write_bytes,
+    check_regular,
+    follow_umask,
+    read_json,
+    read_metric_lines,
+    tree_digest,
+    tree_mismatch,
+    warn_store,
+)
+from esreason_lib.store.tensorboard import mirror, tensorboard_dir
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

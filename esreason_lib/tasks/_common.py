@@ -66,7 +66,7 @@ def after_answer_marker(text: str) -> int | None:
     """The index in `text` right after its last "answer is" / "answer:" (the word case-insensitive) and the
     spaces, "*" and ":" that follow it; None when there is no such marker. Linear time."""
     marker = None
-    for marker in _ANSWER_MARKER.finditer(text):
+    for marker in _ANSWER_MARKER.finditer(text):  # noqa: B007 (keeps the last match)
         pass
     return None if marker is None else _MARKER_LEAD.match(text, marker.end()).end()
 

@@ -149,13 +149,13 @@ def regex_prediction(completion: str) -> str | None:
     the last `####`, else the last box's content (even not a number), else the number after the last
     "answer is" / "result =" (any case); None when there is none."""
     found = None
-    for found in _HASH_ANSWER.finditer(completion):
+    for found in _HASH_ANSWER.finditer(completion):  # noqa: B007 (keeps the last match)
         pass
     if found is None:
         boxed = boxed_content(completion)
         if boxed is not None:
             return boxed.replace(",", "").rstrip(".")
-        for found in _SAID_ANSWER.finditer(completion):
+        for found in _SAID_ANSWER.finditer(completion):  # noqa: B007 (keeps the last match)
             pass
     return None if found is None else found.group(1).replace(",", "").rstrip(".")
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import artifact_grading
 from ._arith import (
     ALLOWED_CHARS,
     MAX_CHARS,
@@ -32,7 +33,6 @@ from ._arith import (
     render,
     solve,
 )
-from . import artifact_grading
 from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
 from .base import Example, RewardShaping, Task, total
 

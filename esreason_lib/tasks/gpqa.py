@@ -17,9 +17,9 @@ Prompt, extraction and verifier: `_choice` (letters A-D).
 
 from __future__ import annotations
 
+from ..seeding import numpy_rng
 from ._choice import MultipleChoiceTask, check_choices
 from ._common import dataset_rows, local_file
-from ..seeding import numpy_rng
 from .base import Example
 
 __all__ = ["GPQA", "shuffled_choices"]

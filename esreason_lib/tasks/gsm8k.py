@@ -119,7 +119,7 @@ def _extract(text: str, lenient: bool) -> str | None:
     if (number := boxed_number(text)) is not None:
         return number
     said = None
-    for said in _ANSWER_IS.finditer(text):
+    for said in _ANSWER_IS.finditer(text):  # noqa: B007 (keeps the last match)
         pass
     if said is not None and (number := _number_at(text, said.end())) is not None:
         return number

@@ -18,11 +18,11 @@ ray = pytest.importorskip("ray", reason="the Ray + vLLM test needs the `ray` ext
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # read by the engines in the actors (they inherit it)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from esreason_lib.es.config import ESConfig  # noqa: E402
-from esreason_lib.es.core import ES
+from esreason_lib.es.backends.ray_actors import RayBackend  # noqa: E402
 from esreason_lib.es.backends.registry import make_backend  # noqa: E402
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.es.backends.ray_actors import RayBackend  # noqa: E402
+from esreason_lib.es.config import ESConfig  # noqa: E402
+from esreason_lib.es.core import ES
 from esreason_lib.models.load import load_model  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 

@@ -22,17 +22,17 @@ if _SPEC is None or _SPEC.origin is None:
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; without it the CPU engine asks for far more
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process: 4 s to start instead of ~20 s
 
-from esreason_lib.es.config import ESConfig  # noqa: E402
-from esreason_lib.es.core import ES, Population
 from esreason_lib.es.backends.registry import make_backend  # noqa: E402
 from esreason_lib.es.backends.sequential import SequentialBackend
-from esreason_lib.es.noise import perturbed  # noqa: E402
-from esreason_lib.params import named_params
 from esreason_lib.es.backends.vllm_engines import VLLMBackend, es_perturb, es_restore  # noqa: E402
+from esreason_lib.es.config import ESConfig  # noqa: E402
+from esreason_lib.es.core import ES, Population
+from esreason_lib.es.noise import perturbed  # noqa: E402
 from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
-from esreason_lib.tasks import get_task  # noqa: E402
 from esreason_lib.models.vllm_engine import WorkerExtension, engine_layout  # noqa: E402
+from esreason_lib.params import named_params
+from esreason_lib.tasks import get_task  # noqa: E402
 
 SIGMA = 0.01  # large enough that members' rewards differ and the exact restore has bits to fix
 

@@ -18,10 +18,10 @@ if _SPEC is None or _SPEC.origin is None:
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.grpo.config import GRPOConfig  # noqa: E402
 from esreason_lib.grpo.loop import train_grpo
 from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # noqa: E402
+from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 

@@ -84,8 +84,8 @@ def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool
     With `with_entropy`, also returns the mean full-distribution token entropy (nats) over generated tokens.
     `forward` is `generate`'s (`CENTER_FORWARD` names the one each backend's members are scored with).
     """
-    from esreason_lib.models.generation import generate
     from esreason_lib.metrics import mean_token_entropy
+    from esreason_lib.models.generation import generate
 
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,

@@ -30,11 +30,20 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, apply_rot
 
 from esreason_lib.es.backends.base import Evaluation
 from esreason_lib.es.noise import noise, shifted
+from esreason_lib.models.generation import (
+    COMPACT_FRACTION,
+    cut_at_stop,
+    decode_rows,
+    encode_texts,
+    finite_rows,
+    left_pad,
+    mask_positions,
+    special_ids,
+    stop_end_tokens,
+)
 from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.params import named_params
 from esreason_lib.tasks.base import score_completion
-from esreason_lib.models.generation import (COMPACT_FRACTION, cut_at_stop, decode_rows, encode_texts, finite_rows,
-                                            left_pad, mask_positions, special_ids, stop_end_tokens)
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from esreason_lib.es.backends.base import Evaluation, sample_seed, score_examples
 from esreason_lib.es.noise import perturbed
 from esreason_lib.params import named_params
-from esreason_lib.es.backends.base import Evaluation, sample_seed, score_examples
 
 
 class SequentialBackend:

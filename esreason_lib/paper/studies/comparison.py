@@ -35,23 +35,27 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from esreason_lib.paper.analysis import non_dominated
 from esreason_lib.evaluate import EvalResult, EvalSpec
-from esreason_lib.metrics import bootstrap_ci, pass_at_k
-from esreason_lib.paper.studies.presets import Preset
-from esreason_lib.store.runs import Run
-from esreason_lib.seeding import derive_seed
-from esreason_lib.tasks import get_task
 from esreason_lib.methods import trainer
-from esreason_lib.training import resolve_device
-from esreason_lib.paper.studies.common import evaluate_ref, model_ref
-from esreason_lib.paper.studies.comparison_tables import (cost_table, entropy_change, entropy_traces,  # noqa: F401
-                                                    format_spread, spread)
+from esreason_lib.metrics import bootstrap_ci, pass_at_k
+from esreason_lib.paper.analysis import non_dominated
 from esreason_lib.paper.findings import Finding, effect_check, make_finding
-from esreason_lib.paper.studies.registry import make_test
-from esreason_lib.paper.studies.frontier import choose_matched_arm, matched
+from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.comparison_tables import (  # noqa: F401
+    cost_table,
+    entropy_change,
+    entropy_traces,
+    format_spread,
+    spread,
+)
 from esreason_lib.paper.studies.controls import final_drift, noise_control
-from esreason_lib.training import snapshot_refs
+from esreason_lib.paper.studies.frontier import choose_matched_arm, matched
+from esreason_lib.paper.studies.presets import Preset
+from esreason_lib.paper.studies.registry import make_test
+from esreason_lib.seeding import derive_seed
+from esreason_lib.store.runs import Run
+from esreason_lib.tasks import get_task
+from esreason_lib.training import resolve_device, snapshot_refs
 
 BASE_SEED = -1
 """The `seed` value of the base model's rows (it has no training seed)."""

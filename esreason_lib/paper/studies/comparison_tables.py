@@ -6,8 +6,8 @@ from typing import Mapping
 
 import pandas as pd
 
-from esreason_lib.store.runs import Run
 from esreason_lib.paper.studies.common import run_cost
+from esreason_lib.store.runs import Run
 
 
 def cost_table(runs: Mapping[tuple[str, int], Run]) -> pd.DataFrame:

@@ -20,8 +20,8 @@ import torch
 from esreason_lib.es.noise import noise
 from esreason_lib.models.load import load_model
 from esreason_lib.models.weights import relative_drift
-from esreason_lib.params import named_params
 from esreason_lib.models.zoo import quiet_transformers
+from esreason_lib.params import named_params
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.cache import stored_run
 from esreason_lib.store.runs import Run

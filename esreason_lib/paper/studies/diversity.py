@@ -17,29 +17,48 @@ import numpy as np
 import pandas as pd
 import torch
 
+from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
-
 from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
-from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.noise import perturbed
-from esreason_lib.params import named_params
-from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
-from esreason_lib.paper.studies.registry import make_test
-from esreason_lib.models.generation import generate
 from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
+from esreason_lib.models.generation import generate
 from esreason_lib.models.load import load_model
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
+from esreason_lib.paper.studies.diversity_estimators import (
+    band_checks,
+    condition_slack,
+    diversity_link,
+    ess_fraction,
+    fisher_projections,
+    fitness_weights,
+    flat_directions,
+    fresh_change,
+    full_logprobs,
+    grid,
+    grid_bootstrap,
+    is_success,
+    loglog_slope,
+    mis_success,
+    nanmedian_rows,
+    probe_rows,
+    prop1_slack,
+    prop1_table,
+    sequence_logp,
+    stack_rollouts,
+    token_logprobs,
+    tokenwise_kl,
+)
 from esreason_lib.paper.studies.presets import Preset
-from esreason_lib.progress import progress_bar
-from esreason_lib.store.cache import cached
-from esreason_lib.seeding import derive_seed, numpy_rng
-from esreason_lib.tasks import get_task
+from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.paper.theory import lemma1_prediction
+from esreason_lib.params import named_params
+from esreason_lib.progress import progress_bar
+from esreason_lib.seeding import derive_seed, numpy_rng
+from esreason_lib.store.cache import cached
+from esreason_lib.tasks import get_task
 from esreason_lib.training import config_task, resolve_device
-from esreason_lib.paper.studies.diversity_estimators import (band_checks, ess_fraction, fisher_projections, fitness_weights, flat_directions,
-                                   full_logprobs, grid, grid_bootstrap, is_success, loglog_slope, mis_success,
-                                   nanmedian_rows, probe_rows, prop1_slack, prop1_table, sequence_logp, stack_rollouts,
-                                   token_logprobs, tokenwise_kl, condition_slack, fresh_change, diversity_link)
 
 
 def _sample(model, tokenizer, task, prompts, n, seed):
@@ -186,12 +205,13 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
         at_theta = {}
 
         def score_members(pop, ev):  # the model is still theta: score the probes under every member
+            # (called within this iteration's es_step, so the loop's batch and at_theta are this iteration's)
             lp = []
             for sd, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
                 with perturbed(es.params, sd, int(sign), config.sigma):
-                    lp.append(sequence_logp(model, *batch).reshape(shape))
-            at_theta["lp"] = np.stack(lp, axis=1)  # [P, N, S]
-            at_theta["w"] = fitness_weights(es.shaping(ev.rewards), scheme)  # [N]
+                    lp.append(sequence_logp(model, *batch).reshape(shape))  # noqa: B023
+            at_theta["lp"] = np.stack(lp, axis=1)  # [P, N, S]  # noqa: B023
+            at_theta["w"] = fitness_weights(es.shaping(ev.rewards), scheme)  # [N]  # noqa: B023
 
         _, ev = es_step(es, model, tokenizer, task, examples, backend, theta0=theta0, before_tell=score_members)
         lp, w = at_theta["lp"], at_theta["w"]

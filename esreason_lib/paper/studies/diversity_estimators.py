@@ -30,13 +30,13 @@ import pandas as pd
 import torch
 
 from esreason_lib.es.noise import noise
-from esreason_lib.params import named_params
-from esreason_lib.paper.findings import Check, mde_from_ci
-from esreason_lib.paper.intervals import crossed_resample
 from esreason_lib.metrics import js_success
 from esreason_lib.models.generation import completion_logprobs
-from esreason_lib.seeding import numpy_rng
+from esreason_lib.paper.findings import Check, mde_from_ci
+from esreason_lib.paper.intervals import crossed_resample
 from esreason_lib.paper.theory import lemma3_identity, prop1_bound, prop1_condition, weighted_pass
+from esreason_lib.params import named_params
+from esreason_lib.seeding import numpy_rng
 
 
 def token_logprobs(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

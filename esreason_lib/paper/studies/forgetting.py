@@ -28,20 +28,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.paper.analysis import per_problem_pass, seed_by_problem
-from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
-from esreason_lib.paper.studies.registry import make_test
+from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
-from esreason_lib.paper.studies.presets import Preset
-from esreason_lib.store.cache import cached
-from esreason_lib.seeding import derive_seed
-from esreason_lib.tasks import get_task
 from esreason_lib.models.zoo import ZOO, get_spec
-from esreason_lib.methods import METHODS, trainer
-from esreason_lib.training import resolve_device
+from esreason_lib.paper.analysis import per_problem_pass, seed_by_problem
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.presets import Preset
+from esreason_lib.paper.studies.registry import make_test
+from esreason_lib.seeding import derive_seed
+from esreason_lib.store.cache import cached
+from esreason_lib.tasks import get_task
+from esreason_lib.training import resolve_device
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""

@@ -43,8 +43,15 @@ from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper.splits import COUNTDOWN, NONE, SMOKE, Splits
-from esreason_lib.paper.studies.specs import (ComparisonSpec, ForgettingSpec, LemmaSpec, Prop1Spec, ScalingSpec, SequentialSpec,
-                          SparsitySpec)
+from esreason_lib.paper.studies.specs import (
+    ComparisonSpec,
+    ForgettingSpec,
+    LemmaSpec,
+    Prop1Spec,
+    ScalingSpec,
+    SequentialSpec,
+    SparsitySpec,
+)
 
 
 @dataclass(frozen=True)

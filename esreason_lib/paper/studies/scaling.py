@@ -27,15 +27,15 @@ import numpy as np
 import pandas as pd
 
 from esreason_lib.es.config import ESConfig
-from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
-from esreason_lib.paper.studies.registry import make_test
-from esreason_lib.models.load import load_model
-from esreason_lib.paper.studies.presets import Preset
-from esreason_lib.store.runs import Run
 from esreason_lib.methods import trainer
-from esreason_lib.training import resolve_device
+from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import ZOO, num_parameters
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.presets import Preset
+from esreason_lib.paper.studies.registry import make_test
+from esreason_lib.store.runs import Run
+from esreason_lib.training import resolve_device
 
 EXTRAS: dict[str, dict] = {"antithetic": {"normalization": "zscore", "antithetic": True},
                            "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1, "backend": "auto"}}

@@ -32,20 +32,30 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.paper.analysis import (StateDict, delta_quantiles, drift_table, module_summary, module_type, per_problem_pass,
-                        random_reset, reset_small_updates, seed_by_problem, update_deltas)
-from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
-from esreason_lib.paper.studies.registry import make_test
-from esreason_lib.models.load import load_model
-from esreason_lib.paper.studies.presets import Preset
-from esreason_lib.store.cache import cached, stored_run
-from esreason_lib.store.runs import Run
-from esreason_lib.seeding import derive_seed
 from esreason_lib.methods import METHODS, trainer
-from esreason_lib.training import resolve_device
+from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import quiet_transformers
+from esreason_lib.paper.analysis import (
+    StateDict,
+    delta_quantiles,
+    drift_table,
+    module_summary,
+    module_type,
+    per_problem_pass,
+    random_reset,
+    reset_small_updates,
+    seed_by_problem,
+    update_deltas,
+)
+from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 from esreason_lib.paper.studies.controls import noise_control
+from esreason_lib.paper.studies.presets import Preset
+from esreason_lib.paper.studies.registry import make_test
+from esreason_lib.seeding import derive_seed
+from esreason_lib.store.cache import cached, stored_run
+from esreason_lib.store.runs import Run
+from esreason_lib.training import resolve_device
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""

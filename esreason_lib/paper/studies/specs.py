@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from esreason_lib.evaluate import EvalSpec
 
 
-
 def check_deltas(spec, *names: str) -> None:
     """ValueError naming the spec and field unless every smallest effect of interest `names` of `spec` is > 0."""
     for name in names:

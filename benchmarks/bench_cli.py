@@ -1,0 +1,84 @@
+"""The README's command line against the same command under `make`'s environment (a script, not a test):
+
+    .venv/bin/python benchmarks/bench_cli.py cli     # `esreason train es --preset tiny --set iterations=6`, both ways
+
+The README runs `esreason ...` in the user's shell, with no thread variables set, and lets the library pick the
+thread count (`esreason_lib/threads.py`); the Makefile exports OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1. Each run is a
+fresh process with a fresh run store ($ESREASON_HOME in a temporary directory, so nothing is reused; the zoo bases
+ship with the checkout), the two environments alternated within each round, and the wall time (what a user waits,
+start-up and imports included) kept as the median of `--repeats` rounds. The ratio is README / make; on a loaded
+machine (another process busy on each core) it should stay near 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = ("train", "es", "--preset", "tiny", "--set", "iterations=6")
+"""The README's command (`esreason train es --preset tiny --set iterations=6`), as `python -m esreason_lib` args."""
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ESREASON_THREADS")
+"""What decides the thread count besides `--threads`: unset for the README's run, the Makefile's for make's."""
+GOALS = {"cli": "<= 1.3"}
+
+
+def environments(base: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The two environments compared, from `base` (this process's): "readme" without any thread variable, "make" with
+    the Makefile's OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1; both import this checkout's `esreason_lib`."""
+    clean = {k: v for k, v in base.items() if k not in THREAD_VARIABLES} | {"PYTHONPATH": str(ROOT)}
+    return {"readme": clean, "make": clean | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
+
+
+def timed_run(env: dict[str, str]) -> float:
+    """Wall seconds of one `python -m esreason_lib <COMMAND>` in `env` with a fresh, then deleted, run store;
+    RuntimeError with the command's last stderr line when it fails."""
+    with tempfile.TemporaryDirectory(prefix="esreason-bench-cli-") as home:
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "esreason_lib", *COMMAND], env=env | {"ESREASON_HOME": home},
+                              capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise RuntimeError(f"`esreason {' '.join(COMMAND)}` failed ({done.returncode}): {last}")
+    return seconds
+
+
+def cli(args) -> list[str]:
+    """The README's command without thread variables against make's environment, alternated, median of repeats."""
+    envs = environments(dict(os.environ))
+    times = {k: [] for k in envs}
+    for _ in range(args.repeats):
+        for name, env in envs.items():
+            times[name].append(timed_run(env))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
+    return [f"| cli | `esreason {' '.join(COMMAND)}` as the README runs it / under make's OMP_NUM_THREADS=1 "
+            f"(fresh store each, median of {args.repeats}; load {load} at the end) | "
+            f"{med['readme']:.1f} s / {med['make']:.1f} s | **{med['readme'] / med['make']:.2f}x** | {GOALS['cli']} |"]
+
+
+BENCHMARKS = {"cli": cli}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("which", choices=sorted(BENCHMARKS))
+    ap.add_argument("--repeats", type=int, default=3)
+    return ap
+
+
+def main(argv=None) -> None:
+    from bench_es import print_rows
+
+    print_rows(BENCHMARKS, parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
