@@ -34,6 +34,7 @@ class Standin:
 
 def test_vllm_backend_samples_with_the_engine_sampler_and_closes_it(monkeypatch):
     monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)
+    Standin.made.clear()  # test_cli shares this stand-in; under xdist it may have run first in this worker
     tok, task = build_char_tokenizer(), FirstCharTask()
     model = tiny_random_qwen2(len(tok), seed=1)
     kw = dict(n=4, temperature=0.6, ks=(1, 4), seed=3, progress=False)
