@@ -47,6 +47,8 @@ memory), spent only where the loss can have a gradient:
   are the full batch's.
   A minibatch with no row left still takes its optimiser step, from zero gradients (AdamW's momentum moves on).
 - Each forward is cut to its rows' longest prompt and completion (the cut columns are padding for every row).
+- With `GRPOConfig.shared_prompts`, each distinct prompt is forwarded once and its rows' completions on its KV
+  cache (`grpo.logprobs.shared_prompt_logprobs`).
 Mathematically the loss and gradient are those of the full batch; in floating point they differ from a forward
 over all rows in rounding only (a different number of rows changes the gemm shapes and the order of the sums).
 """
@@ -72,7 +74,7 @@ from esreason_lib.training import open_training_run, prompt_indices, save_snapsh
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.grpo.distributed import data_parallel, micro_batch_rows, my_parts, reduce_step
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.logprobs import chunked_completion_logprobs
+from esreason_lib.grpo.logprobs import chunked_completion_logprobs, shared_prompt_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.models.optim import optimizer_step
@@ -133,7 +135,9 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
         lp_width, lc = int(p_mask[index].sum(1).max()), max(int(lens[index].max()), 1)
         args = (net, p_ids[index, -lp_width:], p_mask[index, -lp_width:], c_ids[index, :lc], c_mask[index, :lc])
         with torch.set_grad_enabled(grad):
-            if c.logit_chunk is not None:
+            if c.shared_prompts:
+                lp = shared_prompt_logprobs(*args, temperature=c.temperature)
+            elif c.logit_chunk is not None:
                 lp = chunked_completion_logprobs(*args, temperature=c.temperature, chunk=c.logit_chunk)
             else:
                 lp, _ = completion_logprobs(*args, temperature=c.temperature)
