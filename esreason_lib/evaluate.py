@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from esreason_lib import metrics
-from esreason_lib.models.generation import FORWARDS, generate
+from esreason_lib.models.fused_qwen2 import model_weights
+from esreason_lib.models.generation import FORWARDS, SAMPLERS, generate
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.tasks.base import score_completion
@@ -66,6 +67,9 @@ class EvalSpec:
     (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding) or "native" (that
     forward with `models.native`'s attention kernel). Part of the evaluation's identity, since the samples
     differ."""
+    sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
+    """How the samples are drawn (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`) or "inverse-cdf" (one
+    uniform per token; the same distribution, faster, other samples). Part of the evaluation's identity."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -74,6 +78,7 @@ class EvalSpec:
               f"must be non-empty values in [1, n_samples={self.n_samples}]")
         check(self, "temperature", self.temperature > 0, "must be > 0")
         check(self, "forward", self.forward in FORWARDS, f"must be one of {FORWARDS}")
+        check(self, "sampler", self.sampler in SAMPLERS, f"must be one of {SAMPLERS}")
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,7 @@ def _verdict(task, text: str, example: dict) -> tuple:
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True, backend="local", forward="hf") -> EvalResult:
+             progress=True, backend="local", forward="hf", sampler="multinomial") -> EvalResult:
     """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
@@ -205,13 +210,16 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
-    `forward` is "local"'s `generate(..., forward=...)` (`EvalSpec.forward`: "hf", "fused" or "native").
+    `forward` and `sampler` are "local"'s `generate(..., forward=..., sampler=...)` (`EvalSpec.forward`: "hf",
+    "fused" or "native"; `EvalSpec.sampler`: "multinomial" or "inverse-cdf").
     The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
     if backend not in ("local", "vllm"):
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
     if forward not in FORWARDS or (backend == "vllm" and forward != "hf"):
         raise ValueError(f"forward must be one of {FORWARDS} ('hf' with backend='vllm'), got {forward!r}")
+    if sampler not in SAMPLERS or (backend == "vllm" and sampler != "multinomial"):
+        raise ValueError(f"sampler must be one of {SAMPLERS} ('multinomial' with backend='vllm'), got {sampler!r}")
     examples = list(examples)
     if not examples:
         raise ValueError("examples must not be empty")
@@ -228,7 +236,8 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
-    sampler = functools.partial(generate, forward=forward)
+    fused = None if forward == "hf" else model_weights(model)  # folded once for every chunk
+    sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused)
     if backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 
 from esreason_lib.grpo.loss import AGGREGATIONS
-from esreason_lib.models.generation import FORWARDS
+from esreason_lib.models.generation import FORWARDS, SAMPLERS
 from esreason_lib.es.backends.placement import check_memory_share
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training import RunSettings
@@ -76,6 +76,9 @@ class GRPOConfig(RunSettings):
     "fused" (`models.fused_qwen2`, float32 Qwen2 only) or "native" (that forward with `models.native`'s attention
     kernel). The samples equal "hf"'s up to float rounding (a draw can flip where a cumulative-probability boundary
     moves by ~1e-6), so it is part of the run's identity; the update's log-probs always use the model's modules."""
+    sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
+    """How backend "local" draws the rollouts' tokens (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`)
+    or "inverse-cdf" (one uniform per token: the same distribution, other samples, so part of the identity)."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
     check_every: int = field(default=1, metadata=execution())
@@ -99,6 +102,9 @@ class GRPOConfig(RunSettings):
         check_choice(self, "aggregation", AGGREGATIONS)
         check_choice(self, "backend", ROLLOUT_BACKENDS)
         check_choice(self, "forward", FORWARDS)
+        check_choice(self, "sampler", SAMPLERS)
+        check(self, "sampler", self.backend == "local" or self.sampler == "multinomial",
+              f"must be 'multinomial' with backend={self.backend!r} (the engine draws its own samples)")
         check(self, "forward", self.backend == "local" or self.forward == "hf",
               f"must be 'hf' with backend={self.backend!r} (the engine computes its own logits)")
         check(self, "forward", self.dtype == "float32" or self.forward == "hf",

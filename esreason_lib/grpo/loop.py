@@ -238,7 +238,8 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate` (with `config.forward` when it is not "hf"), or a
+    """What samples `config`'s rollouts: `generate` (with `config.forward` and `config.sampler` when they are not
+    the defaults), or a
     `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
@@ -247,7 +248,9 @@ def rollout_sampler(config: GRPOConfig):
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
                             check_every=config.check_every,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
-    return generate if config.forward == "hf" else functools.partial(generate, forward=config.forward)
+    if config.forward == "hf" and config.sampler == "multinomial":
+        return generate
+    return functools.partial(generate, forward=config.forward, sampler=config.sampler)
 
 
 def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:

@@ -24,6 +24,13 @@ from esreason_lib.seeding import torch_generator
 FORWARDS = ("hf", "fused", "native")
 """How `generate` computes logits: the model's own modules, `models.fused_qwen2`'s forward (float32 Qwen2), or that
 forward with its attention in the C kernel of `models.native`."""
+SAMPLERS = ("multinomial", "inverse-cdf")
+"""How `generate` draws a sampled token from the (top-p cut) next-token distribution: "multinomial" is
+`torch.multinomial` (one exponential draw per vocabulary entry of every running row, dealt out in running-row order,
+so a row's draws depend on which rows still run); "inverse-cdf" draws one uniform u per row and position for the
+whole chunk up front and takes the first token whose cumulative probability exceeds u x the total (one draw per
+token instead of one per vocabulary entry, and a row's draws fixed by its place in the chunk alone). Both sample the
+same distribution; their samples differ."""
 COMPACT_FRACTION = 0.25
 """Drop finished rows from the running batch (and its KV cache) once this fraction of it is finished."""
 
@@ -105,6 +112,14 @@ def mask_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def inverse_cdf_tokens(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """[r] the token of each row of `weights` [r, V] (non-negative, unnormalised, a positive sum) for uniforms `u`
+    [r] in [0, 1): the first whose cumulative weight exceeds u x the row's total (a zero-weight token never)."""
+    cdf = weights.cumsum(-1)  # [r, V]
+    tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)  # [r]
+    return tok.clamp_(max=weights.shape[-1] - 1)  # u x total rounding up to the total: the last token
+
+
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filtering of probs [b, V]: keep the smallest top set with mass >= top_p (at least one token)."""
     sorted_p, order = probs.sort(dim=-1, descending=True)  # [b, V]
@@ -153,14 +168,16 @@ def decode_rows(tokenizer, ids: torch.Tensor) -> list[str]:
         keys = (ids * base ** torch.arange(ids.shape[1] - 1, -1, -1, device=ids.device)).sum(1)  # [B]
         _, first, inverse = _unique_rows(keys)
         distinct = ids[first]  # [U, L]
-    else:
-        distinct, inverse = torch.unique(ids, dim=0, return_inverse=True)  # [U, L], [B]
-    rows = distinct.tolist()
+        rows, inverse = distinct.tolist(), inverse.tolist()
+    else:  # long rows: one dict over the rows' tuples (a 2-D torch.unique sorts them, ~5x slower at [512, 30])
+        index: dict[tuple, int] = {}
+        inverse = [index.setdefault(row, len(index)) for row in map(tuple, ids.tolist())]
+        rows = list(index)
     if type(tokenizer)._decode is TokenizersBackend._decode and not tokenizer.clean_up_tokenization_spaces:
         texts = tokenizer.backend_tokenizer.decode_batch(rows, skip_special_tokens=True)  # what batch_decode does,
     else:  # without its per-token Python checks (`to_py_obj`)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
-    return [texts[k] for k in inverse.tolist()]
+    return [texts[k] for k in inverse]
 
 
 _STOP_ENDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -220,12 +237,12 @@ class _FusedStep:
 
 
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
-                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False):
+                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False, sampler="multinomial"):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
     the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
     its rows. With `fused` (`fused_qwen2.model_weights(model)`), `_FusedStep` computes the logits instead of
     `model`'s modules (its attention by the native kernel with `native`), with its KV cache in `buffers` (a
-    `fused_qwen2.KVBuffers` the caller reuses across chunks). Returns (tokens, valid, logprobs, entropies), each
+    `fused_qwen2.KVBuffers` the caller reuses across chunks). `sampler` is one of `SAMPLERS`. Returns (tokens, valid, logprobs, entropies), each
     [b, T]."""
     b = expand.shape[0]
     device = ids.device
@@ -238,12 +255,15 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
     ents = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
     rows = torch.arange(b, device=device)  # [r] chunk row of each running row
-    seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
-    pos = mask_positions(attn)  # [r, L]
+    seq, attn = ids[expand], mask[expand]  # [r, L] the tokens so far (cached: the newest) / every key's mask
+    pos = mask_positions(attn)  # [r, L] (cached: the newest)
     cache = transformers.DynamicCache(config=model.config) if use_cache and fused is None else None
     runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers, native)
     step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
+    uniforms = None  # [b, T] "inverse-cdf"'s draw of each chunk row and position
+    if not greedy and sampler == "inverse-cdf":
+        uniforms = torch.rand((b, max_new_tokens), generator=gen, device=device)
     for t in range(max_new_tokens):
         if runner is not None:
             last = runner.prefill(ids, mask, expand) if t == 0 else runner.step(step_ids, step_pos, attn)  # [r, V]
@@ -267,7 +287,8 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
             tok = logits.max(-1).indices  # [r] argmax's tokens (first of ties), at half its cost on CPU
         else:
             weights = _top_p_filter(probs, top_p) if top_p < 1.0 else probs  # [r, V]
-            tok = torch.multinomial(weights, 1, generator=gen).squeeze(-1)  # [r]
+            tok = (torch.multinomial(weights, 1, generator=gen).squeeze(-1) if uniforms is None
+                   else inverse_cdf_tokens(weights, uniforms[rows, t]))  # [r]
         live = ~done  # [r]
         tok = torch.where(live, tok, torch.full_like(tok, pad))  # [r]
         tokens[rows, t] = tok
@@ -287,9 +308,11 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
         n_done = int(done.sum())  # the one host sync per step
         if n_done == len(rows):
             break
-        seq = torch.cat([seq, tok[:, None]], dim=1)  # [r, L+1]
         attn = torch.cat([attn, live[:, None]], dim=1)  # [r, L+1]
-        pos = torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
+        if use_cache:  # a cached forward sees only the newest token
+            seq, pos = tok[:, None], pos[:, -1:] + 1  # [r, 1]
+        else:
+            seq, pos = torch.cat([seq, tok[:, None]], dim=1), torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
         if n_done >= max(1, COMPACT_FRACTION * len(rows)):
             keep = torch.nonzero(~done).squeeze(-1)  # [r']
             rows, seq, attn, pos, done = rows[keep], seq[keep], attn[keep], pos[keep], done[keep]
@@ -297,15 +320,18 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
                 runner.select(keep)
             elif use_cache:
                 cache.batch_select_indices(keep)
-        step_ids, step_pos = (seq[:, -1:], pos[:, -1:]) if use_cache else (seq, pos)
+        step_ids, step_pos = seq, pos
     return tokens, valid, logps, ents
 
 
 def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
-              stop=None, seed=0, batch_size=512, use_cache=True, forward="hf") -> Rollouts:
+              stop=None, seed=0, batch_size=512, use_cache=True, forward="hf", sampler="multinomial",
+              fused=None) -> Rollouts:
     """`generate` with a switch for the KV cache (`use_cache=False` recomputes the full prefix every step)."""
     if forward not in FORWARDS:
         raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     if forward != "hf":
         check_fusable(model, f"generate(forward={forward!r})")
         if not use_cache:
@@ -337,7 +363,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     parts = []
     try:
         with torch.no_grad():
-            fused = None if forward == "hf" else model_weights(model)
+            fused = None if forward == "hf" else model_weights(model) if fused is None else fused
             buffers = None if fused is None else KVBuffers()  # one KV cache storage for every chunk
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
@@ -347,7 +373,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
                     max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache,
-                    fused=fused, buffers=buffers, native=forward == "native"))
+                    fused=fused, buffers=buffers, native=forward == "native", sampler=sampler))
     finally:
         model.train(was_training)
     lp = max(p[0].shape[1] for p in parts)
@@ -374,7 +400,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
 
 
 def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
-             stop=None, seed=0, batch_size=512, forward="hf") -> Rollouts:
+             stop=None, seed=0, batch_size=512, forward="hf", sampler="multinomial", fused=None) -> Rollouts:
     """Sample `n` completions per prompt (or decode greedily), `batch_size` rows per forward batch.
 
     Rows stop at an EOS (kept as their last token) or once their text contains `stop` (kept in the text);
@@ -383,10 +409,14 @@ def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gree
     deterministic for a given `seed` and `batch_size` (one torch generator, stream "generate"). `forward`
     "fused" (a float32 Qwen2 only) computes the logits with `models.fused_qwen2` instead of the model's modules:
     faster on small models, equal to "hf" up to float rounding (tests/test_generation_fused.py); "native" is that
-    forward with `models.native`'s attention kernel (equal to "hf" up to float rounding too).
+    forward with `models.native`'s attention kernel (equal to "hf" up to float rounding too). `sampler` (one of
+    `SAMPLERS`) draws the sampled tokens: "multinomial" (`torch.multinomial`) or "inverse-cdf" (one uniform per
+    token: the same distribution, other samples). `fused` is `fused_qwen2.model_weights(model)` computed by a
+    caller that samples the same weights in several calls (forward "fused" or "native"; None computes it here).
     """
     return _generate(model, tokenizer, prompts, n=n, temperature=temperature, top_p=top_p, greedy=greedy,
-                     max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward)
+                     max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward,
+                     sampler=sampler, fused=fused)
 
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
