@@ -108,10 +108,11 @@ def _snapshots(model, count: int, scale: float) -> list:
     return out
 
 
-SNAPSHOT_PATHS = {"before": ("fused", "multinomial"), "native": ("native", "multinomial"),
-                  "native + inverse-cdf": ("native", "inverse-cdf")}
-"""(`EvalSpec.forward`, `EvalSpec.sampler`) of the evaluations compared: the tiny preset's (fused, multinomial: the
-code path of 094992b) and the speed options."""
+SNAPSHOT_PATHS = {"before": ("fused", "multinomial", False), "native": ("native", "multinomial", False),
+                  "native + shared prefixes": ("native", "multinomial", True),
+                  "native + shared prefixes + inverse-cdf": ("native", "inverse-cdf", True)}
+"""(`EvalSpec.forward`, `EvalSpec.sampler`, `EvalSpec.share_prefixes`) of the evaluations compared: the tiny
+preset's (fused, multinomial, unshared: the code path of 094992b) and the speed options."""
 
 
 def snapshots(args) -> list[str]:
@@ -133,10 +134,10 @@ def snapshots(args) -> list[str]:
     out = {}
 
     def run(path):
-        forward, sampler = SNAPSHOT_PATHS[path]
+        forward, sampler, share = SNAPSHOT_PATHS[path]
         out[path] = [evaluate(m, tok, task, examples, n=spec.n_samples, temperature=spec.temperature, ks=spec.ks,
-                              greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward, sampler=sampler)
-                     for m in models]
+                              greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward, sampler=sampler,
+                              share_prefixes=share) for m in models]
 
     t = _best({path: (lambda p=path: run(p)) for path in SNAPSHOT_PATHS}, args.repeats)
     scale = args.snapshots / len(models)

@@ -70,6 +70,11 @@ class EvalSpec:
     sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
     """How the samples are drawn (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`) or "inverse-cdf" (one
     uniform per token; the same distribution, faster, other samples). Part of the evaluation's identity."""
+    share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
+    """With forward "fused" or "native": forward each distinct running prefix once per decode step
+    (`generate(..., share_prefixes=True)`): the same draws, and bit-identical samples, log-probs and entropies in
+    every comparison made (tests/test_generation_sampler.py), but the gemms run on other shapes, which float
+    rounding may feel, so it is part of the identity when on."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -79,6 +84,8 @@ class EvalSpec:
         check(self, "temperature", self.temperature > 0, "must be > 0")
         check(self, "forward", self.forward in FORWARDS, f"must be one of {FORWARDS}")
         check(self, "sampler", self.sampler in SAMPLERS, f"must be one of {SAMPLERS}")
+        check(self, "share_prefixes", isinstance(self.share_prefixes, bool) and (
+            not self.share_prefixes or self.forward != "hf"), "must be a bool, False with forward 'hf'")
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,8 @@ def _verdict(task, text: str, example: dict) -> tuple:
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True, backend="local", forward="hf", sampler="multinomial") -> EvalResult:
+             progress=True, backend="local", forward="hf", sampler="multinomial",
+             share_prefixes=False) -> EvalResult:
     """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
@@ -210,8 +218,9 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
-    `forward` and `sampler` are "local"'s `generate(..., forward=..., sampler=...)` (`EvalSpec.forward`: "hf",
-    "fused" or "native"; `EvalSpec.sampler`: "multinomial" or "inverse-cdf").
+    `forward`, `sampler` and `share_prefixes` are "local"'s `generate(..., forward=..., sampler=...,
+    share_prefixes=...)` (`EvalSpec.forward`: "hf", "fused" or "native"; `EvalSpec.sampler`: "multinomial" or
+    "inverse-cdf"; `EvalSpec.share_prefixes`).
     The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
     if backend not in ("local", "vllm"):
@@ -237,7 +246,8 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
     fused = None if forward == "hf" else model_weights(model)  # folded once for every chunk
-    sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused)
+    sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused,
+                                share_prefixes=share_prefixes)
     if backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 

@@ -148,7 +148,8 @@ def test_finite_rows_zeroes_only_rows_with_a_non_finite_logit():
 
 def test_eval_spec_forward_field_keeps_stored_identities():
     spec = EvalSpec(n_problems=300)
-    old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("forward", "sampler")}}
+    added = ("forward", "sampler", "share_prefixes")  # fields added after runs were stored
+    old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in added}}
     assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
     fused = stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
     assert fused["eval"]["forward"] == "fused"

@@ -105,7 +105,8 @@ def test_tiny_evaluation_counts_agree_within_noise(habit_countdown):
 
 def test_sampler_fields_keep_stored_identities_and_are_checked(tiny):
     spec = EvalSpec(n_problems=300)
-    old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("forward", "sampler")}}
+    added = ("forward", "sampler", "share_prefixes")  # fields added after runs were stored
+    old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in added}}
     assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
     assert stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, sampler="inverse-cdf")})[
         "eval"]["sampler"] == "inverse-cdf"
@@ -120,3 +121,33 @@ def test_sampler_fields_keep_stored_identities_and_are_checked(tiny):
         generate(*tiny, ["1"], sampler="x")
     with pytest.raises(ValueError, match="sampler must be one of .* got 'inverse-cdf'"):
         evaluate(*tiny, _Paren(), [{"id": 0}], backend="vllm", sampler="inverse-cdf")
+
+
+@pytest.mark.parametrize("forward", ["fused", "native"])
+@pytest.mark.parametrize("sampler", ["multinomial", "inverse-cdf", "greedy"])
+def test_shared_prefixes_decode_bit_identically(habit_countdown, forward, sampler):
+    """`share_prefixes` (one cache row per distinct running prefix) gives the unshared decode's completions,
+    log-probs and entropies bit for bit on the tiny evaluation's shapes (24 problems x 32 samples at T = 0.6, rows
+    stopping and compacted at different steps), the draws being dealt to the same rows."""
+    model, tok, task = habit_countdown
+    prompts = [task.prompt(e, tok) for e in task.examples("test", n=24, seed=0)]
+    kw = dict(n=1, greedy=True) if sampler == "greedy" else dict(n=32, temperature=0.6, sampler=sampler)
+    a, b = (generate(model, tok, prompts, max_new_tokens=task.max_new_tokens, stop=task.stop, seed=3, forward=forward,
+                     batch_size=256, share_prefixes=share, **kw) for share in (False, True))
+    assert a.completions == b.completions
+    for name in ("completion_ids", "completion_mask", "logprobs", "entropies"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_evaluate_with_shared_prefixes_is_unchanged(habit_countdown):
+    model, tok, task = habit_countdown
+    examples = task.examples("test", n=16, seed=0)
+    kw = dict(n=16, temperature=0.6, ks=(1, 16), seed=0, progress=False, forward="native", sampler="inverse-cdf")
+    a, b = evaluate(model, tok, task, examples, **kw), evaluate(model, tok, task, examples, share_prefixes=True, **kw)
+    assert a.table.equals(b.table) and a.samples.equals(b.samples)
+    assert "share_prefixes" not in stored_config("eval", {"eval": EvalSpec()})["eval"]
+    assert stored_config("eval", {"eval": EvalSpec(forward="native", share_prefixes=True)})["eval"]["share_prefixes"]
+    with pytest.raises(ValueError, match="EvalSpec.share_prefixes must be a bool, False with forward 'hf'"):
+        EvalSpec(share_prefixes=True)
+    with pytest.raises(ValueError, match="share_prefixes needs forward 'fused' or 'native'"):
+        generate(model, tok, ["1>"], share_prefixes=True)

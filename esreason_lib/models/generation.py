@@ -213,12 +213,15 @@ class _FusedStep:
         self.net = FusedQwen2(model, fused, capacity, buffers=buffers, native=native)
 
     def prefill(self, ids, mask, expand) -> torch.Tensor:
-        """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded."""
+        """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded
+        (`expand` None: the distinct prompts' logits [u, V], one cache row each)."""
         lp = ids.shape[1]
         causal = torch.ones(lp, lp, dtype=torch.bool, device=ids.device).tril()  # [Lp, Lp]
         full = None if bool(mask.all()) else causal & mask[:, None, None, :]  # [u, 1, Lp, Lp]
         logits = self.net(ids[None], mask_positions(mask)[None], full, None)[0]  # [u, V]
         self.net.length = lp
+        if expand is None:
+            return logits
         self.net.select(expand[None])
         return logits[expand]
 
@@ -235,13 +238,17 @@ class _FusedStep:
 
 
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
-                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False, sampler="multinomial"):
+                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False, sampler="multinomial",
+                  share_prefixes=False):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
     the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
     its rows. With `fused` (`fused_qwen2.model_weights(model)`), `_FusedStep` computes the logits instead of
     `model`'s modules (its attention by the native kernel with `native`), with its KV cache in `buffers` (a
-    `fused_qwen2.KVBuffers` the caller reuses across chunks). `sampler` is one of `SAMPLERS`. Returns (tokens, valid, logprobs, entropies), each
-    [b, T]."""
+    `fused_qwen2.KVBuffers` the caller reuses across chunks). `sampler` is one of `SAMPLERS`. With `fused` and
+    `share_prefixes`, the cache holds one row per distinct running prefix (prompt and tokens so far): each step
+    forwards the distinct prefixes' newest tokens and hands every running row its prefix's logits (`slot`), so the
+    rows, their draws and their compaction are those of the unshared decode. Returns (tokens, valid, logprobs,
+    entropies), each [b, T]."""
     b = expand.shape[0]
     device = ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
@@ -257,14 +264,18 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     pos = mask_positions(attn)  # [r, L] (cached: the newest)
     cache = transformers.DynamicCache(config=model.config) if use_cache and fused is None else None
     runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers, native)
-    step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
+    step_ids, step_pos, step_attn = seq, pos, attn  # [r, L] what the next forward sees
+    slot = expand if runner is not None and share_prefixes else None  # [r] each running row's cache row
+    slots = ids.shape[0]  # cache rows while sharing prefixes
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
     uniforms = None  # [b, T] "inverse-cdf"'s draw of each chunk row and position
     if not greedy and sampler == "inverse-cdf":
         uniforms = torch.rand((b, max_new_tokens), generator=gen, device=device)
     for t in range(max_new_tokens):
         if runner is not None:
-            last = runner.prefill(ids, mask, expand) if t == 0 else runner.step(step_ids, step_pos, attn)  # [r, V]
+            last = (runner.prefill(ids, mask, None if slot is not None else expand) if t == 0
+                    else runner.step(step_ids, step_pos, step_attn))  # [r or distinct prefixes, V]
+            last = last if slot is None else last[slot]  # [r, V]
         elif use_cache and t == 0:  # prefill the distinct prompts, then give each row its prompt's cache
             out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), **with_cache(cache),
                         use_cache=True, logits_to_keep=1)
@@ -314,17 +325,26 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
         if n_done >= max(1, COMPACT_FRACTION * len(rows)):
             keep = torch.nonzero(~done).squeeze(-1)  # [r']
             rows, seq, attn, pos, done = rows[keep], seq[keep], attn[keep], pos[keep], done[keep]
-            if runner is not None:
+            if slot is not None:
+                slot = slot[keep]
+            elif runner is not None:
                 runner.select(keep)
             elif use_cache:
                 cache.batch_select_indices(keep)
-        step_ids, step_pos = seq, pos
+        step_ids, step_pos, step_attn = seq, pos, attn
+        if slot is not None:  # the running rows' distinct prefixes: (their prefix's cache row, the newest token)
+            _, first, inverse = _unique_rows(slot * last.shape[-1] + seq[:, 0])  # [u'] one row of each, [r]
+            parents = slot[first]  # [u'] the cache row each distinct prefix extends
+            if len(parents) != slots or not torch.equal(parents, torch.arange(slots, device=device)):
+                runner.select(parents)  # no copy when every prefix has exactly one continuation
+            slots, slot = len(parents), inverse
+            step_ids, step_pos, step_attn = seq[first], pos[first], attn[first]
     return tokens, valid, logps, ents
 
 
 def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
               stop=None, seed=0, batch_size=512, use_cache=True, forward="hf", sampler="multinomial",
-              fused=None) -> Rollouts:
+              fused=None, share_prefixes=False) -> Rollouts:
     """`generate` with a switch for the KV cache (`use_cache=False` recomputes the full prefix every step)."""
     if forward not in FORWARDS:
         raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
@@ -334,6 +354,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
         check_fusable(model, f"generate(forward={forward!r})")
         if not use_cache:
             raise ValueError(f"forward={forward!r} decodes with its own KV cache: use_cache must be True")
+    elif share_prefixes:
+        raise ValueError("share_prefixes needs forward 'fused' or 'native' (their KV cache rows are selectable)")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     if not greedy and not temperature > 0:
@@ -371,7 +393,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
                     max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache,
-                    fused=fused, buffers=buffers, native=forward == "native", sampler=sampler))
+                    fused=fused, buffers=buffers, native=forward == "native", sampler=sampler,
+                    share_prefixes=share_prefixes))
     finally:
         model.train(was_training)
     lp = max(p[0].shape[1] for p in parts)
@@ -398,7 +421,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
 
 
 def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
-             stop=None, seed=0, batch_size=512, forward="hf", sampler="multinomial", fused=None) -> Rollouts:
+             stop=None, seed=0, batch_size=512, forward="hf", sampler="multinomial", fused=None,
+             share_prefixes=False) -> Rollouts:
     """Sample `n` completions per prompt (or decode greedily), `batch_size` rows per forward batch.
 
     Rows stop at an EOS (kept as their last token) or once their text contains `stop` (kept in the text);
@@ -411,10 +435,13 @@ def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gree
     `SAMPLERS`) draws the sampled tokens: "multinomial" (`torch.multinomial`) or "inverse-cdf" (one uniform per
     token: the same distribution, other samples). `fused` is `fused_qwen2.model_weights(model)` computed by a
     caller that samples the same weights in several calls (forward "fused" or "native"; None computes it here).
+    `share_prefixes` (forward "fused" or "native") forwards each distinct running prefix once per step (a prompt's
+    samples share their first tokens: ~10% of the tiny evaluation's row-steps are distinct) and gives its rows
+    its logits: the same draws, equal to the unshared decode up to float rounding (other gemm shapes).
     """
     return _generate(model, tokenizer, prompts, n=n, temperature=temperature, top_p=top_p, greedy=greedy,
                      max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward,
-                     sampler=sampler, fused=fused)
+                     sampler=sampler, fused=fused, share_prefixes=share_prefixes)
 
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
