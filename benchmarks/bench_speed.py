@@ -60,15 +60,17 @@ def ratio(args) -> list[str]:
 
 
 GRPO_PATHS = {"before": {}, "native + shared prompts": dict(forward="native", shared_prompts=True),
-              "native + shared prompts + inverse-cdf": dict(forward="native", shared_prompts=True,
-                                                           sampler="inverse-cdf")}
+              "native + shared prefixes and prompts": dict(forward="native", share_prefixes=True, shared_prompts=True),
+              "native + shared prefixes and prompts + inverse-cdf": dict(forward="native", share_prefixes=True,
+                                                                        shared_prompts=True, sampler="inverse-cdf")}
 """The GRPO iterations compared: the tiny preset's (rollouts on the model's modules, `torch.multinomial`, every
 row's prompt forwarded in the update: the code path of 094992b, issue 34's "today") and the speed options."""
 
 
 def grpo(args) -> list[str]:
     """A tiny-preset GRPO iteration (`grpo_step`: 128 prompts x 8 samples, the update, scoring) as the preset runs
-    it and with the speed options of `GRPO_PATHS` (`GRPOConfig.forward`, `shared_prompts`, `sampler`)."""
+    it and with the speed options of `GRPO_PATHS` (`GRPOConfig.forward`, `shared_prompts`, `share_prefixes`,
+    `sampler`)."""
     from esreason_lib.grpo.loop import grpo_step, rollout_sampler
     from esreason_lib.paper.studies.presets import get_preset
 

@@ -215,7 +215,8 @@ def test_grpo_forward_field_keeps_stored_identities_and_is_checked():
     assert config_hash(GRPOConfig(forward="hf")) == config_hash(GRPOConfig())  # stored runs keep their hash
     assert config_hash(GRPOConfig(forward="fused")) != config_hash(GRPOConfig())  # other samples, another run
     assert rollout_sampler(GRPOConfig()) is generate
-    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native", "sampler": "multinomial"}
+    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native", "sampler": "multinomial",
+                                                                       "share_prefixes": False}
     with pytest.raises(ValueError, match="GRPOConfig.forward must be one of"):
         GRPOConfig(forward="compiled")
     with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with backend='vllm'"):

@@ -103,3 +103,12 @@ def test_shared_prompts_default_leaves_the_identity():
     assert "shared_prompts" not in canonical_config(GRPOConfig())
     assert canonical_config(GRPOConfig(shared_prompts=True))["shared_prompts"] is True
     assert config_hash(GRPOConfig(shared_prompts=True)) != config_hash(GRPOConfig())
+
+
+def test_shared_prefix_rollouts_leave_the_iterations_unchanged():
+    """`GRPOConfig.share_prefixes`: the rollouts' samples, and so two iterations' weights, bit for bit (native)."""
+    want, m_want = _two_iterations(beta=0.0, forward="native")
+    got, m_got = _two_iterations(beta=0.0, forward="native", share_prefixes=True)
+    assert all(torch.equal(got[k], want[k]) for k in want) and m_got[1]["reward/mean"] == m_want[1]["reward/mean"]
+    with pytest.raises(ValueError, match=r"GRPOConfig\.share_prefixes must be False with forward='hf'"):
+        GRPOConfig(share_prefixes=True)

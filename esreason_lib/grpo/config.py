@@ -79,6 +79,9 @@ class GRPOConfig(RunSettings):
     sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
     """How backend "local" draws the rollouts' tokens (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`)
     or "inverse-cdf" (one uniform per token: the same distribution, other samples, so part of the identity)."""
+    share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
+    """With forward "fused" or "native": the rollouts forward each distinct running prefix once per decode step
+    (`generate(..., share_prefixes=True)`; the same draws, bit-identical samples wherever compared)."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
     check_every: int = field(default=1, metadata=execution())
@@ -105,6 +108,9 @@ class GRPOConfig(RunSettings):
         check_choice(self, "sampler", SAMPLERS)
         check(self, "sampler", self.backend == "local" or self.sampler == "multinomial",
               f"must be 'multinomial' with backend={self.backend!r} (the engine draws its own samples)")
+        check_bool(self, "share_prefixes")
+        check(self, "share_prefixes", not self.share_prefixes or self.forward != "hf",
+              "must be False with forward='hf' (the modules' KV cache rows are not selectable)")
         check(self, "forward", self.backend == "local" or self.forward == "hf",
               f"must be 'hf' with backend={self.backend!r} (the engine computes its own logits)")
         check(self, "forward", self.dtype == "float32" or self.forward == "hf",

@@ -238,8 +238,8 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate` (with `config.forward` and `config.sampler` when they are not
-    the defaults), or a
+    """What samples `config`'s rollouts: `generate` (with `config.forward`, `sampler` and `share_prefixes` when they
+    are not the defaults), or a
     `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
@@ -250,7 +250,8 @@ def rollout_sampler(config: GRPOConfig):
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     if config.forward == "hf" and config.sampler == "multinomial":
         return generate
-    return functools.partial(generate, forward=config.forward, sampler=config.sampler)
+    return functools.partial(generate, forward=config.forward, sampler=config.sampler,
+                             share_prefixes=config.share_prefixes)
 
 
 def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:
