@@ -1,11 +1,11 @@
 """Issue 34's speed figures, side by side in one run (a script, not a test):
 
     .venv/bin/python benchmarks/bench_speed.py ratio          # plain batched inference of N x P rows / population step
-    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration, rollouts hf vs fused/native
-    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: forward fused vs native
+    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration: the preset's vs the speed options
+    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: the preset's vs the speed options
     .venv/bin/python benchmarks/bench_speed.py across_models  # the fused forward per model with 1, 4, 8 models batched
 
-Same inputs as `bench_es.py` (qwen2-s-habit, Countdown train prompts, antithetic populations, one thread). Timings
+With no argument, every benchmark in turn. Same inputs as `bench_es.py` (qwen2-s-habit, Countdown train prompts, antithetic populations, one thread). Timings
 are process CPU time, the compared paths alternated and each path's best of `--repeats` kept.
 """
 
@@ -15,6 +15,7 @@ import argparse
 import copy
 import dataclasses
 
+import numpy as np
 import torch
 from bench_es import _best, _inputs, _population
 
@@ -57,9 +58,18 @@ def ratio(args) -> list[str]:
     return rows
 
 
+GRPO_PATHS = {"before": {}, "native + shared prompts": dict(forward="native", shared_prompts=True),
+              "native + shared prefixes and prompts": dict(forward="native", share_prefixes=True, shared_prompts=True),
+              "native + shared prefixes and prompts + inverse-cdf": dict(forward="native", share_prefixes=True,
+                                                                        shared_prompts=True, sampler="inverse-cdf")}
+"""The GRPO iterations compared: the tiny preset's (rollouts on the model's modules, `torch.multinomial`, every
+row's prompt forwarded in the update: the code path of 094992b, issue 34's "today") and the speed options."""
+
+
 def grpo(args) -> list[str]:
-    """A tiny-preset GRPO iteration (`grpo_step`: 128 prompts x 8 samples, the update, scoring) with rollouts on the
-    model's modules (`GRPOConfig.forward` "hf", the preset's) and on the fused / native forward."""
+    """A tiny-preset GRPO iteration (`grpo_step`: 128 prompts x 8 samples, the update, scoring) as the preset runs
+    it and with the speed options of `GRPO_PATHS` (`GRPOConfig.forward`, `shared_prompts`, `share_prefixes`,
+    `sampler`)."""
     from esreason_lib.grpo.loop import grpo_step, rollout_sampler
     from esreason_lib.paper.studies.presets import get_preset
 
@@ -69,18 +79,20 @@ def grpo(args) -> list[str]:
     state = {k: v.clone() for k, v in model.state_dict().items()}
     metrics = {}
 
-    def step(forward):
-        config = dataclasses.replace(base, forward=forward)
+    def step(path):
+        config = dataclasses.replace(base, **GRPO_PATHS[path])
         opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
-        metrics[forward] = grpo_step(model, None, opt, tok, task, ex, prompts, config, 0,
-                                     rollout=rollout_sampler(config))
+        metrics[path] = grpo_step(model, None, opt, tok, task, ex, prompts, config, 0,
+                                  rollout=rollout_sampler(config))
         model.load_state_dict(state)  # every round steps from the same weights
 
-    t = _best({f: (lambda f=f: step(f)) for f in ("hf", "fused", "native")}, args.repeats)
-    return [f"| grpo | tiny GRPO iteration (P={base.prompts_per_step}, G={base.group_size}), rollouts hf / {f} "
-            f"(rollout {metrics['hf']['time/rollout_s']:.3f} / {metrics[f]['time/rollout_s']:.3f} s; reward/mean "
-            f"{metrics['hf']['reward/mean']:.4f} / {metrics[f]['reward/mean']:.4f}) | {t['hf']:.3f} s / {t[f]:.3f} s | "
-            f"**{t['hf'] / t[f]:.2f}x** | {GOALS['grpo']} |" for f in ("fused", "native")]
+    t = _best({path: (lambda p=path: step(p)) for path in GRPO_PATHS}, args.repeats)
+    m0 = metrics["before"]
+    return [f"| grpo | tiny GRPO iteration (P={base.prompts_per_step}, G={base.group_size}), the preset's / {path} "
+            f"(rollout {m0['time/rollout_s']:.3f} / {m['time/rollout_s']:.3f} s; reward/mean {m0['reward/mean']:.4f} / "
+            f"{m['reward/mean']:.4f}; policy/grad_norm {m0['policy/grad_norm']:.4f} / {m['policy/grad_norm']:.4f}) | "
+            f"{t['before']:.3f} s / {t[path]:.3f} s | **{t['before'] / t[path]:.2f}x** | {GOALS['grpo']} |"
+            for path, m in metrics.items() if path != "before"]
 
 
 def _snapshots(model, count: int, scale: float) -> list:
@@ -97,10 +109,18 @@ def _snapshots(model, count: int, scale: float) -> list:
     return out
 
 
+SNAPSHOT_PATHS = {"before": ("fused", "multinomial", False), "native": ("native", "multinomial", False),
+                  "native + shared prefixes": ("native", "multinomial", True),
+                  "native + shared prefixes + inverse-cdf": ("native", "inverse-cdf", True)}
+"""(`EvalSpec.forward`, `EvalSpec.sampler`, `EvalSpec.share_prefixes`) of the evaluations compared: the tiny
+preset's (fused, multinomial, unshared: the code path of 094992b) and the speed options."""
+
+
 def snapshots(args) -> list[str]:
     """Evaluating `--snapshots` models as notebook 01 evaluates each snapshot (the tiny preset's evaluation spec: its
-    test and selection problems, 64 samples, greedy), `--timed` of them timed per forward and the time scaled to the
-    whole set; with how far the forwards' results agree."""
+    test and selection problems, 64 samples at T = 0.6, greedy), `--timed` of them timed per path of
+    `SNAPSHOT_PATHS` and the time scaled to the whole set; with how far the paths' results agree (correct samples,
+    summed over problems and snapshots, and the greedy verdicts)."""
     from esreason_lib.evaluate import evaluate
     from esreason_lib.paper.studies.comparison import evaluation_spec
     from esreason_lib.paper.studies.presets import get_preset
@@ -114,18 +134,27 @@ def snapshots(args) -> list[str]:
     models = _snapshots(base, args.timed, 0.02)
     out = {}
 
-    def run(forward):
-        out[forward] = [evaluate(m, tok, task, examples, n=spec.n_samples, temperature=spec.temperature, ks=spec.ks,
-                                 greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward) for m in models]
+    def run(path):
+        forward, sampler, share = SNAPSHOT_PATHS[path]
+        out[path] = [evaluate(m, tok, task, examples, n=spec.n_samples, temperature=spec.temperature, ks=spec.ks,
+                              greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward, sampler=sampler,
+                              share_prefixes=share) for m in models]
 
-    t = _best({f: (lambda f=f: run(f)) for f in ("fused", "native")}, args.repeats)
-    moved = sum(int((a.table["c"] - b.table["c"]).abs().sum()) for a, b in zip(out["fused"], out["native"]))
-    total = sum(int(a.table["c"].sum()) for a in out["fused"])
+    t = _best({path: (lambda p=path: run(p)) for path in SNAPSHOT_PATHS}, args.repeats)
     scale = args.snapshots / len(models)
-    return [f"| snapshots | evaluation of {args.snapshots} snapshots (scaled from {len(models)}; P={len(examples)} x "
-            f"{spec.n_samples} samples at T={spec.temperature:g} + greedy each), forward fused (the tiny preset's) / "
-            f"native; correct samples moved {moved} of {total} | {t['fused'] * scale:.1f} s / "
-            f"{t['native'] * scale:.1f} s | **{t['fused'] / t['native']:.2f}x** | {GOALS['snapshots']} |"]
+    correct = {path: sum(int(r.table["c"].sum()) for r in results) for path, results in out.items()}
+    rows = []
+    for path in list(SNAPSHOT_PATHS)[1:]:
+        greedy = np.mean([(a.table["greedy_correct"] == b.table["greedy_correct"]).mean()
+                          for a, b in zip(out["before"], out[path])])
+        moved = sum(int((a.table["c"] - b.table["c"]).abs().sum()) for a, b in zip(out["before"], out[path]))
+        rows.append(f"| snapshots | evaluation of {args.snapshots} snapshots (scaled from {len(models)}; "
+                    f"P={len(examples)} x {spec.n_samples} samples at T={spec.temperature:g} + greedy each), the "
+                    f"preset's (fused) / {path}; correct samples {correct['before']} / {correct[path]} of "
+                    f"{len(models) * len(examples) * spec.n_samples} (per problem moved {moved}), greedy verdicts "
+                    f"equal {greedy:.4f} | {t['before'] * scale:.1f} s / {t[path] * scale:.1f} s | "
+                    f"**{t['before'] / t[path]:.2f}x** | {GOALS['snapshots']} |")
+    return rows
 
 
 def across_models(args) -> list[str]:
@@ -168,7 +197,8 @@ BENCHMARKS = {"ratio": ratio, "grpo": grpo, "snapshots": snapshots, "across_mode
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("which", choices=sorted(BENCHMARKS))
+    ap.add_argument("which", nargs="?", default="all", choices=["all", *sorted(BENCHMARKS)],
+                    help="one benchmark, or all of them (the default)")
     ap.add_argument("--model", default="qwen2-s-habit")
     ap.add_argument("--prompts", type=int, default=128, help="P: prompts per population step")
     ap.add_argument("--populations", type=int, nargs="+", default=[8, 16, 32], help="N values of ratio")
@@ -184,7 +214,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     from bench_es import print_rows
 
-    print_rows(BENCHMARKS, parser().parse_args(argv))
+    args = parser().parse_args(argv)
+    chosen = BENCHMARKS if args.which == "all" else {args.which: BENCHMARKS[args.which]}
+    print_rows({"all": lambda a: [row for fn in chosen.values() for row in fn(a)]}, argparse.Namespace(
+        **{**vars(args), "which": "all"}))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from esreason_lib import metrics
-from esreason_lib.models.generation import FORWARDS, generate
+from esreason_lib.models.fused_qwen2 import model_weights
+from esreason_lib.models.generation import FORWARDS, SAMPLERS, generate
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.tasks.base import score_completion
@@ -72,6 +73,14 @@ class EvalSpec:
     """Who draws the samples: "local" (the library's `generate`) or "vllm" (one vLLM engine holding the model's
     weights, extra `vllm`; `forward` must then be "hf"). Part of the evaluation's identity: vLLM's sampler draws
     other random numbers."""
+    sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
+    """How the samples are drawn (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`) or "inverse-cdf" (one
+    uniform per token; the same distribution, faster, other samples). Part of the evaluation's identity."""
+    share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
+    """With forward "fused" or "native": forward each distinct running prefix once per decode step
+    (`generate(..., share_prefixes=True)`): the same draws, and bit-identical samples, log-probs and entropies in
+    every comparison made (tests/test_generation_sampler.py), but the gemms run on other shapes, which float
+    rounding may feel, so it is part of the identity when on."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -82,6 +91,11 @@ class EvalSpec:
         check(self, "forward", self.forward in FORWARDS, f"must be one of {FORWARDS}")
         check(self, "backend", self.backend in EVAL_BACKENDS, f"must be one of {EVAL_BACKENDS}")
         check(self, "forward", self.backend == "local" or self.forward == "hf", "must be 'hf' with backend 'vllm'")
+        check(self, "sampler", self.sampler in SAMPLERS, f"must be one of {SAMPLERS}")
+        check(self, "sampler", self.backend == "local" or self.sampler == "multinomial",
+              "must be 'multinomial' with backend 'vllm'")
+        check(self, "share_prefixes", isinstance(self.share_prefixes, bool) and (
+            not self.share_prefixes or self.forward != "hf"), "must be a bool, False with forward 'hf'")
 
 
 @dataclass(frozen=True)
@@ -198,7 +212,8 @@ def _verdict(task, text: str, example: dict) -> tuple:
 
 def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
              greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True, backend="local", forward="hf") -> EvalResult:
+             progress=True, backend="local", forward="hf", sampler="multinomial",
+             share_prefixes=False) -> EvalResult:
     """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
@@ -213,13 +228,17 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
-    `forward` is "local"'s `generate(..., forward=...)` (`EvalSpec.forward`: "hf", "fused" or "native").
+    `forward`, `sampler` and `share_prefixes` are "local"'s `generate(..., forward=..., sampler=...,
+    share_prefixes=...)` (`EvalSpec.forward`: "hf", "fused" or "native"; `EvalSpec.sampler`: "multinomial" or
+    "inverse-cdf"; `EvalSpec.share_prefixes`).
     The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
     if backend not in EVAL_BACKENDS:
         raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
     if forward not in FORWARDS or (backend == "vllm" and forward != "hf"):
         raise ValueError(f"forward must be one of {FORWARDS} ('hf' with backend='vllm'), got {forward!r}")
+    if sampler not in SAMPLERS or (backend == "vllm" and sampler != "multinomial"):
+        raise ValueError(f"sampler must be one of {SAMPLERS} ('multinomial' with backend='vllm'), got {sampler!r}")
     examples = list(examples)
     if not examples:
         raise ValueError("examples must not be empty")
@@ -236,7 +255,9 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
         return cached
     max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
-    sampler = functools.partial(generate, forward=forward)
+    fused = None if forward == "hf" else model_weights(model)  # folded once for every chunk
+    sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused,
+                                share_prefixes=share_prefixes)
     if backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 

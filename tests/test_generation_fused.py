@@ -147,7 +147,7 @@ def test_finite_rows_zeroes_only_rows_with_a_non_finite_logit():
 
 def test_eval_spec_forward_field_keeps_stored_identities():
     spec = EvalSpec(n_problems=300)
-    added = ("forward", "backend")  # fields added after runs were stored
+    added = ("forward", "backend", "sampler", "share_prefixes")  # fields added after runs were stored
     old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in added}}
     assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
     fused = stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
@@ -214,7 +214,8 @@ def test_grpo_forward_field_keeps_stored_identities_and_is_checked():
     assert config_hash(GRPOConfig(forward="hf")) == config_hash(GRPOConfig())  # stored runs keep their hash
     assert config_hash(GRPOConfig(forward="fused")) != config_hash(GRPOConfig())  # other samples, another run
     assert rollout_sampler(GRPOConfig()) is generate
-    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native"}
+    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native", "sampler": "multinomial",
+                                                                       "share_prefixes": False}
     with pytest.raises(ValueError, match="GRPOConfig.forward must be one of"):
         GRPOConfig(forward="compiled")
     with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with backend='vllm'"):

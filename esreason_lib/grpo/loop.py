@@ -47,6 +47,8 @@ memory), spent only where the loss can have a gradient:
   are the full batch's.
   A minibatch with no row left still takes its optimiser step, from zero gradients (AdamW's momentum moves on).
 - Each forward is cut to its rows' longest prompt and completion (the cut columns are padding for every row).
+- With `GRPOConfig.shared_prompts`, each distinct prompt is forwarded once and its rows' completions on its KV
+  cache (`grpo.logprobs.shared_prompt_logprobs`).
 Mathematically the loss and gradient are those of the full batch; in floating point they differ from a forward
 over all rows in rounding only (a different number of rows changes the gemm shapes and the order of the sums).
 """
@@ -63,7 +65,7 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
-from esreason_lib.grpo.logprobs import chunked_completion_logprobs
+from esreason_lib.grpo.logprobs import chunked_completion_logprobs, shared_prompt_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
 from esreason_lib.grpo.memory import check_grpo_fits
 from esreason_lib.guards import check_finite_step
@@ -132,7 +134,9 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
         lp_width, lc = int(p_mask[index].sum(1).max()), max(int(lens[index].max()), 1)
         args = (net, p_ids[index, -lp_width:], p_mask[index, -lp_width:], c_ids[index, :lc], c_mask[index, :lc])
         with torch.set_grad_enabled(grad):
-            if c.logit_chunk is not None:
+            if c.shared_prompts:
+                lp = shared_prompt_logprobs(*args, temperature=c.temperature)
+            elif c.logit_chunk is not None:
                 lp = chunked_completion_logprobs(*args, temperature=c.temperature, chunk=c.logit_chunk)
             else:
                 lp, _ = completion_logprobs(*args, temperature=c.temperature)
@@ -240,7 +244,8 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate` (with `config.forward` when it is not "hf"), or a
+    """What samples `config`'s rollouts: `generate` (with `config.forward`, `sampler` and `share_prefixes` when they
+    are not the defaults), or a
     `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
@@ -249,7 +254,10 @@ def rollout_sampler(config: GRPOConfig):
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
                             check_every=config.check_every, sleep=config.engine_sleep,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
-    return generate if config.forward == "hf" else functools.partial(generate, forward=config.forward)
+    if config.forward == "hf" and config.sampler == "multinomial":
+        return generate
+    return functools.partial(generate, forward=config.forward, sampler=config.sampler,
+                             share_prefixes=config.share_prefixes)
 
 
 def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:

@@ -24,6 +24,13 @@ from esreason_lib.seeding import torch_generator
 FORWARDS = ("hf", "fused", "native")
 """How `generate` computes logits: the model's own modules, `models.fused_qwen2`'s forward (float32 Qwen2), or that
 forward with its attention in the C kernel of `models.native`."""
+SAMPLERS = ("multinomial", "inverse-cdf")
+"""How `generate` draws a sampled token from the (top-p cut) next-token distribution: "multinomial" is
+`torch.multinomial` (one exponential draw per vocabulary entry of every running row, dealt out in running-row order,
+so a row's draws depend on which rows still run); "inverse-cdf" draws one uniform u per row and position for the
+whole chunk up front and takes the first token whose cumulative probability exceeds u x the total (one draw per
+token instead of one per vocabulary entry, and a row's draws fixed by its place in the chunk alone). Both sample the
+same distribution; their samples differ."""
 COMPACT_FRACTION = 0.25
 """Drop finished rows from the running batch (and its KV cache) once this fraction of it is finished."""
 
@@ -103,6 +110,14 @@ def right_pad(seqs: list[list[int]], pad: int, device, width: int = 1) -> tuple[
 def mask_positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids [B, L] from an attention mask [B, L]: index among real tokens (pads clamp to 0)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def inverse_cdf_tokens(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """[r] the token of each row of `weights` [r, V] (non-negative, unnormalised, a positive sum) for uniforms `u`
+    [r] in [0, 1): the first whose cumulative weight exceeds u x the row's total (a zero-weight token never)."""
+    cdf = weights.cumsum(-1)  # [r, V]
+    tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)  # [r]
+    return tok.clamp_(max=weights.shape[-1] - 1)  # u x total rounding up to the total: the last token
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -198,12 +213,15 @@ class _FusedStep:
         self.net = FusedQwen2(model, fused, capacity, buffers=buffers, native=native)
 
     def prefill(self, ids, mask, expand) -> torch.Tensor:
-        """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded."""
+        """Last-position logits [r, V] of each row's prompt: `ids`, `mask` [u, Lp] prefilled once, then expanded
+        (`expand` None: the distinct prompts' logits [u, V], one cache row each)."""
         lp = ids.shape[1]
         causal = torch.ones(lp, lp, dtype=torch.bool, device=ids.device).tril()  # [Lp, Lp]
         full = None if bool(mask.all()) else causal & mask[:, None, None, :]  # [u, 1, Lp, Lp]
         logits = self.net(ids[None], mask_positions(mask)[None], full, None)[0]  # [u, V]
         self.net.length = lp
+        if expand is None:
+            return logits
         self.net.select(expand[None])
         return logits[expand]
 
@@ -220,13 +238,17 @@ class _FusedStep:
 
 
 def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, top_p, max_new_tokens, stop,
-                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False):
+                  pad, eos, gen, use_cache=True, fused=None, buffers=None, native=False, sampler="multinomial",
+                  share_prefixes=False):
     """Generate for one chunk. `ids`, `mask` [u, Lp]: the chunk's distinct left-padded prompts; `expand` [b]:
     the prompt of each row. With the cache, each distinct prompt is prefilled once and its cache copied to
     its rows. With `fused` (`fused_qwen2.model_weights(model)`), `_FusedStep` computes the logits instead of
     `model`'s modules (its attention by the native kernel with `native`), with its KV cache in `buffers` (a
-    `fused_qwen2.KVBuffers` the caller reuses across chunks). Returns (tokens, valid, logprobs, entropies), each
-    [b, T]."""
+    `fused_qwen2.KVBuffers` the caller reuses across chunks). `sampler` is one of `SAMPLERS`. With `fused` and
+    `share_prefixes`, the cache holds one row per distinct running prefix (prompt and tokens so far): each step
+    forwards the distinct prefixes' newest tokens and hands every running row its prefix's logits (`slot`), so the
+    rows, their draws and their compaction are those of the unshared decode. Returns (tokens, valid, logprobs,
+    entropies), each [b, T]."""
     b = expand.shape[0]
     device = ids.device
     eos_t = torch.tensor(sorted(eos), device=device)  # [E]
@@ -238,15 +260,22 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
     ents = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)  # [b, T]
     rows = torch.arange(b, device=device)  # [r] chunk row of each running row
-    seq, attn = ids[expand], mask[expand]  # [r, L] all tokens so far / their attention mask
-    pos = mask_positions(attn)  # [r, L]
+    seq, attn = ids[expand], mask[expand]  # [r, L] the tokens so far (cached: the newest) / every key's mask
+    pos = mask_positions(attn)  # [r, L] (cached: the newest)
     cache = transformers.DynamicCache(config=model.config) if use_cache and fused is None else None
     runner = None if fused is None else _FusedStep(model, fused, ids.shape[1] + max_new_tokens, buffers, native)
-    step_ids, step_pos = seq, pos  # [r, L] what the next uncached forward sees
+    step_ids, step_pos, step_attn = seq, pos, attn  # [r, L] what the next forward sees
+    slot = expand if runner is not None and share_prefixes else None  # [r] each running row's cache row
+    slots = ids.shape[0]  # cache rows while sharing prefixes
     done = torch.zeros(b, dtype=torch.bool, device=device)  # [r]
+    uniforms = None  # [b, T] "inverse-cdf"'s draw of each chunk row and position
+    if not greedy and sampler == "inverse-cdf":
+        uniforms = torch.rand((b, max_new_tokens), generator=gen, device=device)
     for t in range(max_new_tokens):
         if runner is not None:
-            last = runner.prefill(ids, mask, expand) if t == 0 else runner.step(step_ids, step_pos, attn)  # [r, V]
+            last = (runner.prefill(ids, mask, None if slot is not None else expand) if t == 0
+                    else runner.step(step_ids, step_pos, step_attn))  # [r or distinct prefixes, V]
+            last = last if slot is None else last[slot]  # [r, V]
         elif use_cache and t == 0:  # prefill the distinct prompts, then give each row its prompt's cache
             out = model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), **with_cache(cache),
                         use_cache=True, logits_to_keep=1)
@@ -267,7 +296,8 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
             tok = logits.max(-1).indices  # [r] argmax's tokens (first of ties), at half its cost on CPU
         else:
             weights = _top_p_filter(probs, top_p) if top_p < 1.0 else probs  # [r, V]
-            tok = torch.multinomial(weights, 1, generator=gen).squeeze(-1)  # [r]
+            tok = (torch.multinomial(weights, 1, generator=gen).squeeze(-1) if uniforms is None
+                   else inverse_cdf_tokens(weights, uniforms[rows, t]))  # [r]
         live = ~done  # [r]
         tok = torch.where(live, tok, torch.full_like(tok, pad))  # [r]
         tokens[rows, t] = tok
@@ -287,29 +317,45 @@ def _decode_chunk(model, tokenizer, ids, mask, expand, *, greedy, temperature, t
         n_done = int(done.sum())  # the one host sync per step
         if n_done == len(rows):
             break
-        seq = torch.cat([seq, tok[:, None]], dim=1)  # [r, L+1]
         attn = torch.cat([attn, live[:, None]], dim=1)  # [r, L+1]
-        pos = torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
+        if use_cache:  # a cached forward sees only the newest token
+            seq, pos = tok[:, None], pos[:, -1:] + 1  # [r, 1]
+        else:
+            seq, pos = torch.cat([seq, tok[:, None]], dim=1), torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [r, L+1]
         if n_done >= max(1, COMPACT_FRACTION * len(rows)):
             keep = torch.nonzero(~done).squeeze(-1)  # [r']
             rows, seq, attn, pos, done = rows[keep], seq[keep], attn[keep], pos[keep], done[keep]
-            if runner is not None:
+            if slot is not None:
+                slot = slot[keep]
+            elif runner is not None:
                 runner.select(keep)
             elif use_cache:
                 cache.batch_select_indices(keep)
-        step_ids, step_pos = (seq[:, -1:], pos[:, -1:]) if use_cache else (seq, pos)
+        step_ids, step_pos, step_attn = seq, pos, attn
+        if slot is not None:  # the running rows' distinct prefixes: (their prefix's cache row, the newest token)
+            _, first, inverse = _unique_rows(slot * last.shape[-1] + seq[:, 0])  # [u'] one row of each, [r]
+            parents = slot[first]  # [u'] the cache row each distinct prefix extends
+            if len(parents) != slots or not torch.equal(parents, torch.arange(slots, device=device)):
+                runner.select(parents)  # no copy when every prefix has exactly one continuation
+            slots, slot = len(parents), inverse
+            step_ids, step_pos, step_attn = seq[first], pos[first], attn[first]
     return tokens, valid, logps, ents
 
 
 def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
-              stop=None, seed=0, batch_size=512, use_cache=True, forward="hf") -> Rollouts:
+              stop=None, seed=0, batch_size=512, use_cache=True, forward="hf", sampler="multinomial",
+              fused=None, share_prefixes=False) -> Rollouts:
     """`generate` with a switch for the KV cache (`use_cache=False` recomputes the full prefix every step)."""
     if forward not in FORWARDS:
         raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     if forward != "hf":
         check_fusable(model, f"generate(forward={forward!r})")
         if not use_cache:
             raise ValueError(f"forward={forward!r} decodes with its own KV cache: use_cache must be True")
+    elif share_prefixes:
+        raise ValueError("share_prefixes needs forward 'fused' or 'native' (their KV cache rows are selectable)")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     if not greedy and not temperature > 0:
@@ -337,7 +383,7 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
     parts = []
     try:
         with torch.no_grad():
-            fused = None if forward == "hf" else model_weights(model)
+            fused = None if forward == "hf" else model_weights(model) if fused is None else fused
             buffers = None if fused is None else KVBuffers()  # one KV cache storage for every chunk
             for start in range(0, n_rows, batch_size):
                 which = np.arange(start, min(start + batch_size, n_rows)) // n  # [b] prompt of each row
@@ -347,7 +393,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
                 parts.append((ids[expand], mask[expand]) + _decode_chunk(
                     model, tokenizer, ids, mask, expand, greedy=greedy, temperature=temperature, top_p=top_p,
                     max_new_tokens=max_new_tokens, stop=stop, pad=pad, eos=eos, gen=gen, use_cache=use_cache,
-                    fused=fused, buffers=buffers, native=forward == "native"))
+                    fused=fused, buffers=buffers, native=forward == "native", sampler=sampler,
+                    share_prefixes=share_prefixes))
     finally:
         model.train(was_training)
     lp = max(p[0].shape[1] for p in parts)
@@ -374,7 +421,8 @@ def _generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gre
 
 
 def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, greedy=False, max_new_tokens=32,
-             stop=None, seed=0, batch_size=512, forward="hf") -> Rollouts:
+             stop=None, seed=0, batch_size=512, forward="hf", sampler="multinomial", fused=None,
+             share_prefixes=False) -> Rollouts:
     """Sample `n` completions per prompt (or decode greedily), `batch_size` rows per forward batch.
 
     Rows stop at an EOS (kept as their last token) or once their text contains `stop` (kept in the text);
@@ -383,10 +431,17 @@ def generate(model, tokenizer, prompts, *, n=1, temperature=1.0, top_p=1.0, gree
     deterministic for a given `seed` and `batch_size` (one torch generator, stream "generate"). `forward`
     "fused" (a float32 Qwen2 only) computes the logits with `models.fused_qwen2` instead of the model's modules:
     faster on small models, equal to "hf" up to float rounding (tests/test_generation_fused.py); "native" is that
-    forward with `models.native`'s attention kernel (equal to "hf" up to float rounding too).
+    forward with `models.native`'s attention kernel (equal to "hf" up to float rounding too). `sampler` (one of
+    `SAMPLERS`) draws the sampled tokens: "multinomial" (`torch.multinomial`) or "inverse-cdf" (one uniform per
+    token: the same distribution, other samples). `fused` is `fused_qwen2.model_weights(model)` computed by a
+    caller that samples the same weights in several calls (forward "fused" or "native"; None computes it here).
+    `share_prefixes` (forward "fused" or "native") forwards each distinct running prefix once per step (a prompt's
+    samples share their first tokens: ~10% of the tiny evaluation's row-steps are distinct) and gives its rows
+    its logits: the same draws, equal to the unshared decode up to float rounding (other gemm shapes).
     """
     return _generate(model, tokenizer, prompts, n=n, temperature=temperature, top_p=top_p, greedy=greedy,
-                     max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward)
+                     max_new_tokens=max_new_tokens, stop=stop, seed=seed, batch_size=batch_size, forward=forward,
+                     sampler=sampler, fused=fused, share_prefixes=share_prefixes)
 
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,

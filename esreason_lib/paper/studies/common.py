@@ -40,7 +40,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
         result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
                           top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
                           seed=spec.seed, run=run, name="eval", progress=progress, forward=spec.forward,
-                          backend=spec.backend)
+                          backend=spec.backend, sampler=spec.sampler, share_prefixes=spec.share_prefixes)
         if not run.is_complete():
             run.finish(**{k: float(v) for k, v in result.summary().items()})
     finally:
