@@ -176,16 +176,18 @@ def _two_tests(paper, control):
 
 def test_pair_meaning_and_tests_in_the_result_cell(tmp_path):
     assert claims.pair_meaning("reproduced", "smaller than delta") == (
-        "holds as the paper tests it; explained by the control's alternative (a smaller move, any update, ...)")
-    assert claims.pair_meaning("reproduced", "reproduced") == "holds as the paper tests it and survives the control"
-    assert claims.pair_meaning("undecidable at this design", None) == (
-        "the paper's test cannot go either way at this design")
+        "holds as the paper tests it; under the control, smaller than delta (the alternative leaves no effect of "
+        "interest)")
+    assert claims.pair_meaning("reproduced", "reproduced") == "holds as the paper tests it; survives the control"
+    assert claims.pair_meaning("not reproduced", "undecidable at this design") == (
+        "fails as the paper tests it; the control cannot go either way here")
+    assert claims.pair_meaning("undecidable at this design", None) == "the paper's test cannot go either way here"
     home = tmp_path / "runs"
     claims.record_finding("01_passk_es_vs_grpo", _two_tests("reproduced", "smaller than delta"), preset="tiny",
                           home=home)
     table = claims.render_claims(home)
     assert ("paper test (as the paper): **reproduced**; control test (matched): **smaller than delta**; holds as the "
-            "paper tests it; explained by" in table)
+            "paper tests it; under the control, smaller than delta" in table)
 
 
 def test_a_record_without_tests_renders_as_before(tmp_path):

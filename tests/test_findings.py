@@ -177,9 +177,15 @@ def test_undecidable_when_construction_fixes_it_or_the_design_cannot_reach_repro
     fixed = check(0.1, 0.2, delta=0.05, fixed="base Pass@16 >= 0.95 on sorting: a ceiling")
     assert fixed.status == UNDECIDABLE and fixed.reason == ("base Pass@16 >= 0.95 on sorting: a ceiling (the "
                                                             "interval alone: reproduced)")
-    weak = check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.01))  # a failure a real effect would give too
+    weak = check(-0.01, 0.1, delta=0.05, oc=(0.3, 0.02, 0.01))  # not resolved where a real effect would be too
     assert weak.status == UNDECIDABLE and weak.reason.startswith("P(reproduced | effect = delta) = 0.30 < 0.5")
+    assert check(-0.01, 0.1, delta=0.05, oc=(0.6, 0.02, 0.01)).status == "not resolved"  # it could have passed
+    # a failure counts when a real effect rarely gives it, however low the power to pass ...
+    assert check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.01)).status == "not reproduced"
     assert check(-0.3, -0.1, delta=0.05, oc=(0.9, 0.02, 0.0)).status == "not reproduced"
+    wrong = check(-0.3, -0.1, delta=0.05, oc=(0.3, 0.02, 0.2))  # ... not when a real effect gives it too
+    assert wrong.status == UNDECIDABLE and wrong.reason.startswith("P(not reproduced | effect = delta) = 0.20 > 0.1")
+    assert check(-0.02, 0.04, delta=0.05, oc=(0.1, 0.02, 0.0)).status == "smaller than delta"  # excludes delta
     assert check(0.1, 0.2, delta=0.05, oc=(0.3, 0.02, 0.0)).status == "reproduced"  # a pass no null would give
     loose = check(0.1, 0.2, delta=0.05, oc=(0.9, 0.4, 0.0))  # a pass no effect would give too
     assert loose.status == UNDECIDABLE and loose.reason.startswith("P(reproduced | effect = 0) = 0.40 > 0.1")
@@ -204,8 +210,10 @@ def test_operating_characteristic_tells_a_real_effect_from_none():
     assert big.oc == operating_characteristic(big)  # deterministic in the check's name
     small = effect_check("two arms", a, b, delta=0.01)  # a delta the design cannot reach ...
     assert small.oc[0] < 0.5 and small.status == "reproduced"  # ... but this pass fails under the null: it counts
-    missed = effect_check("two arms", b, a, delta=0.01)  # a failure a real effect of 0.01 would give too
-    assert missed.status == UNDECIDABLE
+    wrong_side = effect_check("two arms", b, a, delta=0.01)  # an effect of -0.1: rare when the truth is +0.01
+    assert wrong_side.oc[0] < 0.5 and wrong_side.oc[2] <= 0.1 and wrong_side.status == "not reproduced"
+    near = effect_check("two arms", a - 0.1, b, delta=0.01)  # no effect, unresolved: a real 0.01 would be too
+    assert near.status in ("not resolved", UNDECIDABLE) and (near.status == UNDECIDABLE) == (near.oc[0] < 0.5)
     paired = effect_check("paired", a, b, paired_seeds=True, delta=0.1)
     one_arm = effect_check("one arm", a - b, delta=0.1)
     base = effect_check("base", a, b[:1], delta=0.1)

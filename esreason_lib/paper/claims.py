@@ -86,24 +86,24 @@ records (smoke, tiny-exact: `esreason compare-findings`) are kept in the store a
 DESIGN_SETTINGS = tuple(s for settings in DESIGNS.values() for s in settings)
 """The presets that are settings of a multi-setting design (their records name their registration commit)."""
 PAPER_SAYS = {"reproduced": "holds as the paper tests it", "not reproduced": "fails as the paper tests it",
-              "smaller than delta": "as the paper tests it, the effect is on its side but smaller than delta",
-              "not resolved": "is not resolved as the paper tests it",
-              "undecidable at this design": "the paper's test cannot go either way at this design"}
+              "smaller than delta": "as the paper tests it, smaller than delta",
+              "not resolved": "not resolved as the paper tests it",
+              "undecidable at this design": "the paper's test cannot go either way here"}
 """What the paper's test's status says, as the first half of `pair_meaning`."""
-CONTROL_SAYS = {"reproduced": "and survives the control", "not reproduced": "the control explains it away",
-                "smaller than delta": "explained by the control's alternative (a smaller move, any update, ...)",
+CONTROL_SAYS = {"reproduced": "survives the control", "not reproduced": "the control goes against it",
+                "smaller than delta": "under the control, smaller than delta (the alternative leaves no effect "
+                                      "of interest)",
                 "not resolved": "the control cannot tell", "undecidable at this design":
-                "the control cannot go either way at this design"}
+                "the control cannot go either way here"}
 """What the control's status adds, as the second half of `pair_meaning`."""
 
 
 def pair_meaning(paper: str, control: str | None) -> str:
     """One sentence on what the paper's test and the control mean together, e.g. "holds as the paper tests it;
-    explained by the control's alternative (a smaller move, any update, ...)"."""
+    under the control, smaller than delta (the alternative leaves no effect of interest)"."""
     if control is None:
         return PAPER_SAYS[paper]
-    joint = " " if control == "reproduced" else "; "
-    return PAPER_SAYS[paper] + joint + CONTROL_SAYS[control]
+    return PAPER_SAYS[paper] + "; " + CONTROL_SAYS[control]
 
 
 def test_statuses(rec: dict | None) -> dict[str, str]:

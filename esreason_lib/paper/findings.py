@@ -12,10 +12,13 @@ declared in advance, with secondary checks shown beside it) and the sanity check
     delta the design cannot reach, regression to the mean), or its operating characteristic (`Check.oc`,
     simulated by `operating_characteristic` from its own variance components at the design it ran) says the
     outcome it got could not have gone the other way: a pass (`reproduced` by the interval) that the simplest
-    alternative, a true effect of 0, would also give more than `MAX_FALSE_PASS` of the time, or any other outcome
-    where a real effect (= delta) would reach `reproduced` less than `MIN_POWER` of the time. Such a check
-    neither supports nor contradicts the paper (the reason quotes what the interval alone says). A pass is
-    informative when it fails under the alternative, a failure when it could have passed (issue 31's principle);
+    alternative, a true effect of 0, would also give more than `MAX_FALSE_PASS` of the time; a failure (`not
+    reproduced`) that a real effect (= delta) would also give more than `MAX_FALSE_PASS` of the time; or a `not
+    resolved` where a real effect would reach `reproduced` less than `MIN_POWER` of the time. Such a check
+    neither supports nor contradicts the paper (the reason quotes what the interval alone says). Each outcome
+    counts when it is rare under the hypothesis it rules out (issue 31's principle): a low-powered design that
+    still puts the whole interval on the other side has contradicted the paper, and says so; `smaller than
+    delta` excludes delta by its interval (a true effect of delta gives it ~2.5% of the time) and counts too;
     `power_report` marks a design whose checks cannot reach `reproduced` at all;
   - `not resolved` when fewer than `MIN_SEEDS` training seeds back a check with a seed axis, or the estimate
     is not finite;
@@ -62,11 +65,12 @@ ROLES = ("paper", "control")
 MIN_SEEDS = 3
 """Training seeds a check with a seed axis needs before it can be `reproduced` or `not reproduced`."""
 MIN_POWER = 0.5
-"""A check that did not pass, whose P(`reproduced` | effect = delta) at its design is below this, is `undecidable at
-this design`: a real effect would not have passed either."""
+"""A `not resolved` check whose P(`reproduced` | effect = delta) at its design is below this is `undecidable at this
+design`: a real effect would not have passed either."""
 MAX_FALSE_PASS = 0.1
-"""A check that passed, whose P(`reproduced` | effect = 0) at its design is above this, is `undecidable at this
-design`: no effect would have passed too (a nominal 95% one-sided interval gives 0.025)."""
+"""A check that passed, whose P(`reproduced` | effect = 0) at its design is above this, or failed (`not
+reproduced`), whose P(`not reproduced` | effect = delta) is above this, is `undecidable at this design`: the
+hypothesis it would rule out gives that outcome too (a nominal 95% one-sided interval gives 0.025)."""
 OC_SIMS = 200
 """Simulated replications per true effect behind a check's operating characteristic (SE of a rate <= 0.035)."""
 Z_95, Z_POWER_80 = 1.959964, 0.841621
@@ -190,15 +194,18 @@ def interval_status(check: Check) -> tuple[str, str]:
 
 def status_and_reason(check: Check) -> tuple[str, str]:
     """The status of `check` and the reason for it: `undecidable at this design` when its construction fixes it or
-    its operating characteristic says its outcome could not have gone the other way (module docstring), else
-    `interval_status`."""
+    its operating characteristic says its outcome is as likely under the hypothesis it would rule out (module
+    docstring), else `interval_status`."""
     status, reason = interval_status(check)
     if check.fixed:
         return UNDECIDABLE, f"{check.fixed} (the interval alone: {status})"
     if check.oc is not None and status == "reproduced" and check.oc[1] > MAX_FALSE_PASS:
         return UNDECIDABLE, (f"P(reproduced | effect = 0) = {check.oc[1]:.2f} > {MAX_FALSE_PASS:g} at this design: "
                              f"no effect would pass too (the interval alone: {status})")
-    if check.oc is not None and status != "reproduced" and check.oc[0] < MIN_POWER:
+    if check.oc is not None and status == "not reproduced" and check.oc[2] > MAX_FALSE_PASS:
+        return UNDECIDABLE, (f"P(not reproduced | effect = delta) = {check.oc[2]:.2f} > {MAX_FALSE_PASS:g} at this "
+                             f"design: a real effect would fail too (the interval alone: {status})")
+    if check.oc is not None and status == "not resolved" and check.oc[0] < MIN_POWER:
         return UNDECIDABLE, (f"P(reproduced | effect = delta) = {check.oc[0]:.2f} < {MIN_POWER:g} at this design "
                              f"(the interval alone: {status})")
     return status, reason

@@ -134,7 +134,8 @@ def report(preset, home=None) -> str:
                            SIZING_DESIGN)):
         table = oc_table(objects, design)
         lines += [f"operating characteristic {title} (simulated from each check's stored components; a check "
-                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction is undecidable):",
+                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction cannot go either way: only an interval on "
+                  f"the other side, rare when the effect is real, would still count):",
                   table.round(2).to_string(index=False),
                   f"{(table['undecidable'] == '').sum()} of {len(table)} checks can go either way"]
     return "\n".join(lines)
