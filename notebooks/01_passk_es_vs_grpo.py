@@ -193,8 +193,10 @@ verdict_table(result)
 # is `reproduced` (CI on the paper's side and reaching delta), `not reproduced` (CI on the other side),
 # `smaller than delta` (short of the pre-set delta, on the paper's side or around 0), `not resolved` (the CI holds
 # both 0 and delta), or `undecidable at this design` when its construction fixes the outcome or its operating
-# characteristic, simulated from its own variance components at this design, gives P(reproduced | effect = delta)
-# below 0.5: such a verdict could not have gone either way and says nothing about the paper. The finding's status
+# characteristic, simulated from its own variance components at this design, says the outcome is not rare under
+# the hypothesis it would rule out (a pass an effect of 0 gives over 10% of the time, a failure an effect of delta
+# gives over 10% of the time, an open interval where an effect of delta passes under half the time): such a
+# verdict says nothing about the paper. The finding's status
 # is the paper's test's.
 #
 # **What this run shows.** The paper's test compares the final ES with the final GRPO tuned for Pass@1 on the
