@@ -102,6 +102,9 @@ def test_bernoulli_kl_pass_k_and_slope():
     assert np.isfinite(est.bernoulli_kl(0.5, 0.0)) and est.bernoulli_kl(0.5, 0.0) > 10
     np.testing.assert_allclose(est.bernoulli_kl([0.1, 0.3], [0.1, 0.3]), [0.0, 0.0])
     assert est.pass_k(0.5, 2) == pytest.approx(0.75)
+    assert est.pass_k(1.0 + 2.2e-16, 1) == 1.0 and est.pass_k(-1e-17, 3) == 0.0  # rounding of stored estimates
+    with pytest.raises(ValueError, match="p must lie"):
+        est.pass_k(1.01, 2)
     x = np.array([1e-4, 1e-3, 1e-2])
     assert est.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
     np.testing.assert_allclose(est.loglog_slope(x, np.stack([x, 5 * x**3])), [1.0, 3.0])  # rows: [2, S] -> [2]

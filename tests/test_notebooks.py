@@ -119,8 +119,8 @@ def test_an_interrupted_or_failed_notebook_leaves_no_executed_notebook(tmp_path,
         run_notebook(source, out_dir=out)
     assert list(out.iterdir()) == []
     monkeypatch.undo()
-    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nraise ValueError("boom")\n')
-    with pytest.raises(NotebookError, match="99_x.py failed in cell 2: ValueError: boom"):
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nraise ValueError("boom, got\\n  1.0])")\n')
+    with pytest.raises(NotebookError, match=r"99_x.py failed in cell 2: ValueError: boom, got$"):  # its first line
         run_notebook(source, out_dir=out)
     assert list(out.iterdir()) == []
 

@@ -128,6 +128,8 @@ def test_lemma3_identity_random_batches():
     assert diff.shape == (50,)
     np.testing.assert_allclose(diff, ncov, atol=1e-12)
     np.testing.assert_allclose(T.weighted_pass(p, w), (w * p).sum(-1))
+    ones, w3 = np.ones(4), np.array([0.56, 0.02, 0.32, 0.1])  # these sum to 1 + 1 ulp: p_w stays 1, not above
+    assert w3.sum() > 1.0 and T.weighted_pass(ones, w3) == 1.0
 
 
 def test_lemma3_validation():

@@ -74,8 +74,8 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
     the notebook's own). The notebook runs with the repository root as working directory, so relative paths
     resolve the same as in `make reproduce`. `progress` draws papermill's cell bar on stderr (off by default: two
     notebooks run side by side would interleave theirs). The notebook executes into a temporary file in `out_dir`,
-    renamed to `<stem>.ipynb` when it completes: a notebook that raises is a `NotebookError` carrying its own error
-    line, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the staged input).
+    renamed to `<stem>.ipynb` when it completes: a notebook that raises is a `NotebookError` carrying the first
+    line of its own error, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the staged input).
     """
     import jupytext
     import papermill
@@ -103,7 +103,7 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
         os.replace(partial, output)
     except PapermillExecutionError as err:
         raise NotebookError(f"notebook {source.name} failed in cell {err.exec_count}: {err.ename}: "
-                            f"{(str(err.evalue).strip().splitlines() or [''])[-1]}") from None
+                            f"{(str(err.evalue).strip().splitlines() or [''])[0]}") from None
     finally:
         staged.unlink(missing_ok=True)
         partial.unlink(missing_ok=True)

@@ -139,9 +139,12 @@ def _weights(p, w) -> tuple[np.ndarray, np.ndarray]:
 
 
 def weighted_pass(p, w):
-    """p_w = sum_i w_i p_i over the last (member) axis: [N] -> float, [P, N] -> [P]; w on the simplex."""
+    """p_w = sum_i w_i p_i over the last (member) axis: [N] -> float, [P, N] -> [P]; w on the simplex.
+
+    A convex combination lies between the smallest and largest p_i; the sum is clipped to that range, so weights
+    summing to 1 + 1 ulp cannot put p_w above 1."""
     p, w = _weights(p, w)
-    return _out((w * p).sum(axis=-1))
+    return _out(np.clip((w * p).sum(axis=-1), p.min(axis=-1), p.max(axis=-1)))
 
 
 def lemma3_identity(p, w):

@@ -124,8 +124,14 @@ def bernoulli_kl(a, b, floor: float = 1e-12):
 
 
 def pass_k(p, k: int):
-    """Plug-in Pass@K 1 - (1 - p)^K of per-prompt success probabilities p (any shape)."""
-    return 1.0 - (1.0 - np.asarray(p, dtype=np.float64)) ** k
+    """Plug-in Pass@K 1 - (1 - p)^K of per-prompt success probabilities p (any shape).
+
+    p within 1e-9 of [0, 1] is clipped into it (stored self-normalised estimates can sit 1 ulp above 1); further
+    out raises."""
+    p = np.asarray(p, dtype=np.float64)
+    if np.any(~((p >= -1e-9) & (p <= 1 + 1e-9))):
+        raise ValueError(f"p must lie in [0, 1], got {p!r}")
+    return 1.0 - (1.0 - np.clip(p, 0.0, 1.0)) ** k
 
 
 def loglog_slope(x, y):
