@@ -252,7 +252,7 @@ def _summary(args) -> int:
 
 
 def _compare_findings(args) -> int:
-    from esreason_lib.paper.claims import render_comparison
+    from esreason_lib.paper.compare import render_comparison
 
     print(render_comparison(args.a, args.b))
     return 0

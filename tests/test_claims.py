@@ -1,7 +1,7 @@
 import pytest
 
 from esreason_lib import paths
-from esreason_lib.paper import claims
+from esreason_lib.paper import claims, compare
 from esreason_lib.paper.findings import Check, make_finding
 
 
@@ -122,15 +122,15 @@ def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_
 def test_compare_findings_puts_two_presets_checks_side_by_side(tmp_path, capsys):
     home = tmp_path / "runs"
     with pytest.raises(ValueError, match="share no stored check"):
-        claims.render_comparison("tiny", "tiny-exact", home)
+        compare.render_comparison("tiny", "tiny-exact", home)
     claims.record_finding("01_passk_es_vs_grpo", _finding("a", 0.1, 0.2), preset="tiny", home=home)
     claims.record_finding("01_passk_es_vs_grpo", _finding("b", -0.3, 0.2), preset="tiny-exact", home=home)
     assert claims.record_path("01_passk_es_vs_grpo", "tiny-exact", home).parent.name == "tiny-exact"
-    table = claims.render_comparison("tiny", "tiny-exact", home)
+    table = compare.render_comparison("tiny", "tiny-exact", home)
     assert "| 01 | effect | +0.150 [+0.100, +0.200] | reproduced | -0.050 [-0.300, +0.200] | not resolved |" in table
     assert table.endswith("0 of 1 checks have the same status under both.\n")
     claims.record_finding("01_passk_es_vs_grpo", _finding("c", 0.1, 0.2), preset="smoke", home=home)
-    assert claims.render_comparison("tiny", "tiny-exact", home) == table  # smoke's run is kept apart from tiny's
+    assert compare.render_comparison("tiny", "tiny-exact", home) == table  # smoke's run is kept apart from tiny's
 
 
 def test_compare_findings_command(tmp_path, monkeypatch, capsys):
@@ -217,6 +217,12 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_the_x_of_y_line(tmp_
     assert "- `01_passk_es_vs_grpo`: the paper's test holds in 2 of 3 settings, the control in 1 of 3" in text
     assert "- `05_forgetting`: the paper's test holds in 0 of 0 settings, the control in 0 of 0 (not run)" in text
     assert text in claims.render_claims(home)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- claims:start -->\n<!-- claims:end -->\n")
+    claims.write_claims(home, tmp_path / "claims.md", readme)
+    assert "- `01_passk_es_vs_grpo`: the paper's test holds in 2 of 3 settings, the control in 1 of 3" in \
+        readme.read_text()  # the X-of-Y lines reach the README; the per-setting rows stay in claims.md
+    assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in readme.read_text()
 
 
 def test_each_claim_has_a_few_words_for_the_readme():

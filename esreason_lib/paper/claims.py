@@ -233,8 +233,12 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
                         "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
-    designs = "".join("\n" + render_design(name, home) for name in DESIGNS if _design_ran(name, home))
-    return "\n".join(full) + tallies + designs, "\n".join(short) + tallies
+    ran = [name for name in DESIGNS if _design_ran(name, home)]
+    designs = "".join("\n" + render_design(name, home) for name in ran)
+    readme_designs = "".join(f"\nThe `{name}` design (settings {', '.join(f'`{s}`' for s in DESIGNS[name])}; "
+                             "each setting's rows in papers/claims.md):\n\n" + "\n".join(design_tally(name, home))
+                             + "\n" for name in ran)
+    return "\n".join(full) + tallies + designs, "\n".join(short) + tallies + readme_designs
 
 
 def headline(rec: dict | None, role: str = "paper") -> str:
@@ -272,50 +276,33 @@ def render_design(design: str, home: str | Path | None = None) -> str:
     """The claims of a multi-setting design (`presets.DESIGNS`): one row per claim and setting with the paper's
     test, the control and what the pair means; per claim the line "the paper's test holds in X of Y settings,
     the control in Z of Y" (Y: the settings that ran it; a test holds when `reproduced`)."""
-    settings = DESIGNS[design]
     lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`):", "",
              "| finding | setting | paper's test | control | what the pair means |", "|---|---|---|---|---|"]
-    summary = []
-    for c in CLAIMS:
-        if c.kind != "claim":
-            continue
-        ran = {s: test_statuses(read_record(c.id, s, home)) for s in settings}
-        ran = {s: r for s, r in ran.items() if r}
+    for c, ran in _design_records(design, home):
         for s, r in ran.items():
             lines.append(f"| `{c.id}` | `{s}` | {r.get('paper', '-')} | {r.get('control', '-')} | "
                          f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'} |")
+    return "\n".join(lines + [""] + design_tally(design, home)) + "\n"
+
+
+def _design_records(design: str, home) -> list[tuple]:
+    """[(claim, {setting: {role: status}})] for each claim of `design`, over the settings that ran it."""
+    out = []
+    for c in (c for c in CLAIMS if c.kind == "claim"):
+        ran = {s: test_statuses(read_record(c.id, s, home)) for s in DESIGNS[design]}
+        out.append((c, {s: r for s, r in ran.items() if r}))
+    return out
+
+
+def design_tally(design: str, home: str | Path | None = None) -> list[str]:
+    """Per claim of `design`, "the paper's test holds in X of Y settings, the control in Z of Y" (Y: the settings
+    that ran it; a test holds when `reproduced`); the README shows these lines."""
+    summary = []
+    for c, ran in _design_records(design, home):
         held = {role: sum(r.get(role) == "reproduced" for r in ran.values()) for role in ("paper", "control")}
         summary.append(f"- `{c.id}`: the paper's test holds in {held['paper']} of {len(ran)} settings, the control "
                        f"in {held['control']} of {len(ran)}" + ("" if ran else " (not run)"))
-    return "\n".join(lines + [""] + summary) + "\n"
-
-
-def _cell(check: dict) -> str:
-    """A stored check's "effect [95% CI] | status" cells."""
-    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}] | {check['status']}"
-
-
-def render_comparison(a: str, b: str, home: str | Path | None = None) -> str:
-    """Every check stored under both presets `a` and `b` (e.g. "tiny" and "tiny-exact": one design computed two ways)
-    as a Markdown table: finding, check, then each preset's effect [95% CI] and status; a last line counts the
-    checks whose status agrees. ValueError when the two share no check."""
-    rows, same = [], 0
-    for c in CLAIMS:
-        ra, rb = read_record(c.id, a, home), read_record(c.id, b, home)
-        if ra is None or rb is None or (ra["preset"], rb["preset"]) != (a, b):  # an old store's mixed records
-            continue
-        by_name = {x["name"]: x for x in rb.get("checks", [])}
-        for x in ra.get("checks", []):
-            y = by_name.get(x["name"])
-            if y is None:
-                continue
-            same += x["status"] == y["status"]
-            rows.append(f"| {c.id[:2]} | {x['name'].replace('|', '/')} | {_cell(x)} | {_cell(y)} |")
-    if not rows:
-        raise ValueError(f"presets {a!r} and {b!r} share no stored check (run both: `make reproduce PRESET=...`)")
-    return "\n".join([f"| nb | check | {a}: effect [95% CI] | status | {b}: effect [95% CI] | status |",
-                      "|---|---|---|---|---|---|", *rows, "",
-                      f"{same} of {len(rows)} checks have the same status under both."]) + "\n"
+    return summary
 
 
 def _shown(path: Path | None) -> set[str]:
