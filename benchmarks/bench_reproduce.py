@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GOALS = {"tiny": "<= 20 min"}
+GOALS = {"tiny": "<= 15 min"}
 
 
 def reproduce(presets: list[str], keep: Path | None = None) -> list[str]:
