@@ -75,7 +75,8 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
     resolve the same as in `make reproduce`. `progress` draws papermill's cell bar on stderr (off by default: two
     notebooks run side by side would interleave theirs). The notebook executes into a temporary file in `out_dir`,
     renamed to `<stem>.ipynb` when it completes: a notebook that raises is a `NotebookError` carrying the first
-    line of its own error, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the staged input).
+    line of its own error, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the
+    staged input).
     """
     import jupytext
     import papermill
