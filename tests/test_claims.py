@@ -220,8 +220,8 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_the_x_of_y_line(tmp_
     readme = tmp_path / "README.md"
     readme.write_text("<!-- claims:start -->\n<!-- claims:end -->\n")
     claims.write_claims(home, tmp_path / "claims.md", readme)
-    assert "- `01_passk_es_vs_grpo`: the paper's test holds in 2 of 3 settings, the control in 1 of 3" in \
-        readme.read_text()  # the X-of-Y lines reach the README; the per-setting rows stay in claims.md
+    assert ("for claims 01-06, the paper's test holds in 2/0/0/0/0/0 of 3/0/0/0/0/0 settings, the control in "
+            "1/0/0/0/0/0 (papers/claims.md).") in readme.read_text()  # X of Y per claim; the rows stay in claims.md
     assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in readme.read_text()
 
 

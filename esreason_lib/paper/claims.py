@@ -235,9 +235,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
     ran = [name for name in DESIGNS if _design_ran(name, home)]
     designs = "".join("\n" + render_design(name, home) for name in ran)
-    readme_designs = "".join(f"\nThe `{name}` design (settings {', '.join(f'`{s}`' for s in DESIGNS[name])}; "
-                             "each setting's rows in papers/claims.md):\n\n" + "\n".join(design_tally(name, home))
-                             + "\n" for name in ran)
+    readme_designs = "".join("\n" + design_line(name, home) + "\n" for name in ran)
     return "\n".join(full) + tallies + designs, "\n".join(short) + tallies + readme_designs
 
 
@@ -294,9 +292,21 @@ def _design_records(design: str, home) -> list[tuple]:
     return out
 
 
+def design_line(design: str, home: str | Path | None = None) -> str:
+    """`design_tally` in one line for the README: per claim 01-06, in how many of the settings that ran it the
+    paper's test and the control hold (each setting's rows are in papers/claims.md)."""
+    records = _design_records(design, home)
+    held = {role: "/".join(str(sum(r.get(role) == "reproduced" for r in ran.values())) for _, ran in records)
+            for role in ("paper", "control")}
+    runs = "/".join(str(len(ran)) for _, ran in records)
+    return (f"The `{design}` design ({', '.join(f'`{s}`' for s in DESIGNS[design])}): for claims "
+            f"{'-'.join(c.id[:2] for c in (records[0][0], records[-1][0]))}, the paper's test holds in {held['paper']} "
+            f"of {runs} settings, the control in {held['control']} (papers/claims.md).")
+
+
 def design_tally(design: str, home: str | Path | None = None) -> list[str]:
     """Per claim of `design`, "the paper's test holds in X of Y settings, the control in Z of Y" (Y: the settings
-    that ran it; a test holds when `reproduced`); the README shows these lines."""
+    that ran it; a test holds when `reproduced`)."""
     summary = []
     for c, ran in _design_records(design, home):
         held = {role: sum(r.get(role) == "reproduced" for r in ran.values()) for role in ("paper", "control")}
