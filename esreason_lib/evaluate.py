@@ -4,22 +4,22 @@ Each problem gets `n` samples (temperature / top-p) and, optionally, one greedy 
 table counts correct samples `c` (the input of the unbiased Pass@k estimator), distinct correct answers
 (coverage of the solution space), mean reward, token entropy and length; the curve holds Pass@k with
 bootstrap-over-problems confidence intervals from `esreason_lib.metrics`. The per-sample table keeps every
-sample's extracted answer and correctness, from which `EvalResult.maj_curve` computes Maj@k. `EvalSpec` is the
-protocol (problems, samples, K values, temperature) a preset gives each study.
+sample's extracted answer and correctness (stored a row per problem, `eval_samples`), from which
+`EvalResult.maj_curve` computes Maj@k. `EvalSpec` is the protocol (problems, samples, K values, temperature) a
+preset gives each study.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import json
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from esreason_lib import metrics
+from esreason_lib import eval_samples, metrics
 from esreason_lib.models.fused_qwen2 import model_weights
 from esreason_lib.models.generation import FORWARDS, SAMPLERS, generate
 from esreason_lib.seeding import derive_seed
@@ -185,23 +185,11 @@ def _reload(run, name: str, ids: list[str], n: int, ks: list[int]) -> EvalResult
     curve["k"] = curve["k"].astype(np.int64)
     samples = run.read_table(f"{name}_samples")
     if samples is not None:
-        if len(samples) != n * len(ids):
+        samples = eval_samples.decode(samples, ids, n)
+        if samples is None:
             return None
-        samples = _decode_samples(samples, ids, n)
     return EvalResult(table=_normalise_table(table), curve=curve.astype({c: np.float64 for c in CURVE_COLUMNS[1:]}),
                       samples=samples)
-
-
-def _encode_samples(samples: pd.DataFrame) -> pd.DataFrame:
-    """Answers as JSON strings for CSV ("007" and "7" stay apart; None is JSON null, read back as missing)."""
-    return samples.assign(answer=[json.dumps(a) if a is not None else None for a in samples["answer"]])
-
-
-def _decode_samples(stored: pd.DataFrame, ids: list[str], n: int) -> pd.DataFrame:
-    """The inverse of `_encode_samples`, with the problem ids of the table (read_csv may have parsed them)."""
-    answers = [None if pd.isna(a) else json.loads(a) for a in stored["answer"]]
-    return pd.DataFrame({"problem_id": np.repeat(ids, n), "sample": stored["sample"].astype(np.int64).to_numpy(),
-                         "answer": answers, "correct": stored["correct"].astype(bool).to_numpy()})
 
 
 def _verdict(task, text: str, example: dict) -> tuple:
@@ -345,7 +333,7 @@ def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature,
                             "correct": [ok for row in sample_correct for ok in row]})
     result = EvalResult(table=table, curve=curve, samples=samples)
     if run is not None:
-        run.write_table(f"{name}_samples", _encode_samples(samples))
+        run.write_table(f"{name}_samples", eval_samples.encode(samples, n))
         run.write_table(f"{name}_problems", table)
         run.write_table(f"{name}_curve", curve)
     return result
