@@ -257,11 +257,15 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------- Lemma 2
 
 
-def _as_prob(name: str, p) -> np.ndarray:
+def as_probability(name: str, p, *, tol: float = 0.0) -> np.ndarray:
+    """`p` (any shape) as a float64 array of probabilities. Values within `tol` of [0, 1] are clipped into it (a
+    stored self-normalised estimate can sit an ulp above 1); ValueError naming `name` and the first offending
+    values for any beyond (NaN included)."""
     arr = np.asarray(p, dtype=np.float64)
-    if np.any(~((arr >= 0) & (arr <= 1))):
-        raise ValueError(f"{name} must lie in [0, 1], got {arr[~((arr >= 0) & (arr <= 1))][:5].tolist()}")
-    return arr
+    bad = ~((arr >= -tol) & (arr <= 1 + tol))
+    if np.any(bad):
+        raise ValueError(f"{name} must lie in [0, 1], got {arr[bad][:5].tolist()}")
+    return np.clip(arr, 0.0, 1.0) if tol else arr
 
 
 def _out(x: np.ndarray):
@@ -270,27 +274,27 @@ def _out(x: np.ndarray):
 
 def binary_entropy(p):
     """h(p) = -p log p - (1-p) log(1-p) in nats, elementwise, with h(0) = h(1) = 0."""
-    p = _as_prob("p", p)
+    p = as_probability("p", p)
     return _out(entr(p) - xlog1py(1 - p, -p))  # -(1-p) log(1-p) via log1p: exact for small p
 
 
 def js_success(p):
     """Success-level JS diversity h(mean_i p_i) - mean_i h(p_i) over the last axis.
     `p`: [N] -> float, or [P, N] -> [P] (per-member success probabilities per problem)."""
-    p = _as_prob("p", p)
+    p = as_probability("p", p)
     return _out(binary_entropy(p.mean(axis=-1)) - np.mean(binary_entropy(p), axis=-1))
 
 
 def pass_population(p):
     """P_pop = 1 - prod_i (1 - p_i) over the last axis: [N] -> float, [P, N] -> [P]."""
-    return _out(1.0 - np.prod(1.0 - _as_prob("p", p), axis=-1))
+    return _out(1.0 - np.prod(1.0 - as_probability("p", p), axis=-1))
 
 
 def pass_same(p_bar, N: int):
     """P_same = 1 - (1 - p_bar)^N: N independent draws from one policy with success p_bar."""
     if N < 1:
         raise ValueError(f"N must be >= 1, got {N}")
-    return _out(1.0 - (1.0 - _as_prob("p_bar", p_bar)) ** N)
+    return _out(1.0 - (1.0 - as_probability("p_bar", p_bar)) ** N)
 
 
 def pass_gap_approx(p):
@@ -301,7 +305,7 @@ def pass_gap_approx(p):
     ~= (N/2) (1 - p_bar)^(N-2) V; and JS_succ ~= V / (2 p_bar (1 - p_bar)) since h'' = -1/(p(1-p)).
     Eliminating V gives N p_bar (1 - p_bar)^(N-1) JS_succ, i.e. the issue's formula holds as stated.
     """
-    p = _as_prob("p", p)
+    p = as_probability("p", p)
     n_members, p_bar = p.shape[-1], p.mean(axis=-1)
     return _out(n_members * p_bar * (1 - p_bar) ** (n_members - 1) * np.asarray(js_success(p)))
 
@@ -330,7 +334,7 @@ def js_policy(logp_members, *, per_prompt: bool = False):
 
 def js_policy_exact(probs):
     """Exact JS_pol for categorical members: `probs` [N, V] (rows sum to 1) -> float, or [..., N, V] -> [...]."""
-    pr = _as_prob("probs", probs)
+    pr = as_probability("probs", probs)
     if pr.ndim < 2 or not np.allclose(pr.sum(axis=-1), 1.0, atol=1e-6):
         raise ValueError(f"probs must have shape [..., N, V] with rows summing to 1, got shape {pr.shape}")
     mix = pr.mean(axis=-2, keepdims=True)  # [..., 1, V]

@@ -234,3 +234,14 @@ def test_maj_at_k_resample_is_fast_enough_for_the_paper_protocol():
     per_k = [M.maj_at_k(answers, correct, k, random_state=k) for k in range(1, 33)]
     assert time.perf_counter() - t0 < 5.0  # 500 problems x 32 K at paper scale: well under a minute
     np.testing.assert_allclose(per_k[0], np.mean(correct, axis=1), atol=0.15)  # Maj@1 = a random sample's accuracy
+
+
+def test_as_probability_clips_within_tol_and_names_the_field_beyond():
+    np.testing.assert_array_equal(M.as_probability("p", [0.0, 0.5, 1.0]), [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(M.as_probability("p_w", [1 + 2e-16, -1e-12], tol=1e-9), [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"p_w must lie in \[0, 1\], got \[1.1\]"):
+        M.as_probability("p_w", [0.5, 1.1], tol=1e-9)
+    with pytest.raises(ValueError, match="q must lie in"):
+        M.as_probability("q", [1 + 2e-16])  # tol 0: an ulp above 1 is refused
+    with pytest.raises(ValueError, match="nan"):
+        M.as_probability("p", [float("nan")], tol=1e-9)

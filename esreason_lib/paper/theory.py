@@ -30,6 +30,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from esreason_lib.metrics import as_probability
+
 
 def _out(x):
     return float(x) if np.ndim(x) == 0 else x
@@ -123,10 +125,8 @@ def categorical_fisher_trace(logits) -> float:
 
 
 def _weights(p, w) -> tuple[np.ndarray, np.ndarray]:
-    p = np.asarray(p, dtype=np.float64)
+    p = as_probability("p", p)
     w = np.asarray(w, dtype=np.float64)
-    if np.any(~((p >= 0) & (p <= 1))):
-        raise ValueError(f"p must lie in [0, 1], got {p!r}")
     try:
         p, w = np.broadcast_arrays(p, w)
     except ValueError:
@@ -165,9 +165,7 @@ def _prop1_inputs(kl_eps, k, **pass_values):
     if np.any(~(k_arr >= 1)):
         raise ValueError(f"k must be >= 1, got {k!r}")
     for name, v in pass_values.items():
-        v = np.asarray(v, dtype=np.float64)
-        if np.any(~((v >= 0) & (v <= 1))):
-            raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+        as_probability(name, v)
     return eps, k_arr
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from esreason_lib.es.noise import noise
-from esreason_lib.metrics import js_success
+from esreason_lib.metrics import as_probability, js_success
 from esreason_lib.models.generation import completion_logprobs
 from esreason_lib.paper.findings import Check, mde_from_ci
 from esreason_lib.paper.intervals import crossed_resample
@@ -128,10 +128,7 @@ def pass_k(p, k: int):
 
     p within 1e-9 of [0, 1] is clipped into it (stored self-normalised estimates can sit 1 ulp above 1); further
     out raises."""
-    p = np.asarray(p, dtype=np.float64)
-    if np.any(~((p >= -1e-9) & (p <= 1 + 1e-9))):
-        raise ValueError(f"p must lie in [0, 1], got {p!r}")
-    return 1.0 - (1.0 - np.clip(p, 0.0, 1.0)) ** k
+    return 1.0 - (1.0 - as_probability("p", p, tol=1e-9)) ** k
 
 
 def loglog_slope(x, y):
