@@ -96,17 +96,8 @@ print(result.status, "-", verdict_lead(result))
 verdict_table(result)
 
 # %% [markdown]
-# **How to read the status.** Each claim is tested twice (`esreason_lib/paper/studies/registry.py`): the paper's
-# test (its design, in its words) and the control (the alternative that could explain it away), each with one
-# primary check declared before the run; secondary checks are printed beside it and never enter a status. A check
-# is `reproduced` (CI on the paper's side and reaching delta), `not reproduced` (CI on the other side),
-# `smaller than delta` (short of the pre-set delta, on the paper's side or around 0), `not resolved` (the CI holds
-# both 0 and delta), or `undecidable at this design` when its construction fixes the outcome or its operating
-# characteristic, simulated from its own variance components at this design, says the outcome is not rare under
-# the hypothesis it would rule out (a pass an effect of 0 gives over 10% of the time, a failure an effect of delta
-# gives over 10% of the time, an open interval where an effect of delta passes under half the time): such a
-# verdict says nothing about the paper. The finding's status
-# is the paper's test's.
+# **How to read the status**: [docs/statuses.md](../docs/statuses.md) (the two tests per claim, the five
+# statuses, and when a check is `undecidable at this design`).
 #
 # **What this run shows.** The paper's test pools the held-out tasks (and K) whose base score is below 0.95: ES's
 # held-out Pass@K minus the base's must stay above -margin. A task on the ceiling (sorting's base solves nearly
