@@ -58,12 +58,16 @@ def ratio(args) -> list[str]:
     return rows
 
 
-GRPO_PATHS = {"before": {}, "native + shared prompts": dict(forward="native", shared_prompts=True),
+GRPO_PATHS = {"before": dict(forward="hf", sampler="multinomial", share_prefixes=False, shared_prompts=False),
+              "fused + shared prefixes and prompts + inverse-cdf (tiny's path)": dict(
+                  forward="fused", share_prefixes=True, shared_prompts=True, sampler="inverse-cdf"),
+              "native + shared prompts": dict(forward="native", shared_prompts=True),
               "native + shared prefixes and prompts": dict(forward="native", share_prefixes=True, shared_prompts=True),
               "native + shared prefixes and prompts + inverse-cdf": dict(forward="native", share_prefixes=True,
                                                                         shared_prompts=True, sampler="inverse-cdf")}
-"""The GRPO iterations compared: the tiny preset's (rollouts on the model's modules, `torch.multinomial`, every
-row's prompt forwarded in the update: the code path of 094992b, issue 34's "today") and the speed options."""
+"""The GRPO iterations compared: before (rollouts on the model's modules, `torch.multinomial`, every row's prompt
+forwarded in the update: the code path of 094992b, issue 34's "today", still `powered`'s and the frontier's), the
+tiny preset's path since (`presets._FAST_PATHS`) and the other speed options."""
 
 
 def grpo(args) -> list[str]:
@@ -88,7 +92,7 @@ def grpo(args) -> list[str]:
 
     t = _best({path: (lambda p=path: step(p)) for path in GRPO_PATHS}, args.repeats)
     m0 = metrics["before"]
-    return [f"| grpo | tiny GRPO iteration (P={base.prompts_per_step}, G={base.group_size}), the preset's / {path} "
+    return [f"| grpo | tiny GRPO iteration (P={base.prompts_per_step}, G={base.group_size}), before / {path} "
             f"(rollout {m0['time/rollout_s']:.3f} / {m['time/rollout_s']:.3f} s; reward/mean {m0['reward/mean']:.4f} / "
             f"{m['reward/mean']:.4f}; policy/grad_norm {m0['policy/grad_norm']:.4f} / {m['policy/grad_norm']:.4f}) | "
             f"{t['before']:.3f} s / {t[path]:.3f} s | **{t['before'] / t[path]:.2f}x** | {GOALS['grpo']} |"
@@ -109,11 +113,14 @@ def _snapshots(model, count: int, scale: float) -> list:
     return out
 
 
-SNAPSHOT_PATHS = {"before": ("fused", "multinomial", False), "native": ("native", "multinomial", False),
+SNAPSHOT_PATHS = {"before": ("fused", "multinomial", False),
+                  "fused + shared prefixes + inverse-cdf (tiny's path)": ("fused", "inverse-cdf", True),
+                  "native": ("native", "multinomial", False),
                   "native + shared prefixes": ("native", "multinomial", True),
                   "native + shared prefixes + inverse-cdf": ("native", "inverse-cdf", True)}
-"""(`EvalSpec.forward`, `EvalSpec.sampler`, `EvalSpec.share_prefixes`) of the evaluations compared: the tiny
-preset's (fused, multinomial, unshared: the code path of 094992b) and the speed options."""
+"""(`EvalSpec.forward`, `EvalSpec.sampler`, `EvalSpec.share_prefixes`) of the evaluations compared: before (fused,
+multinomial, unshared: the code path of 094992b, still `powered`'s and the frontier's), the tiny preset's path since
+(`presets._FAST_PATHS`) and the other speed options."""
 
 
 def snapshots(args) -> list[str]:
@@ -150,7 +157,7 @@ def snapshots(args) -> list[str]:
         moved = sum(int((a.table["c"] - b.table["c"]).abs().sum()) for a, b in zip(out["before"], out[path]))
         rows.append(f"| snapshots | evaluation of {args.snapshots} snapshots (scaled from {len(models)}; "
                     f"P={len(examples)} x {spec.n_samples} samples at T={spec.temperature:g} + greedy each), the "
-                    f"preset's (fused) / {path}; correct samples {correct['before']} / {correct[path]} of "
+                    f"before (fused, multinomial) / {path}; correct samples {correct['before']} / {correct[path]} of "
                     f"{len(models) * len(examples) * spec.n_samples} (per problem moved {moved}), greedy verdicts "
                     f"equal {greedy:.4f} | {t['before'] * scale:.1f} s / {t[path] * scale:.1f} s | "
                     f"**{t['before'] / t[path]:.2f}x** | {GOALS['snapshots']} |")

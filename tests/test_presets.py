@@ -9,6 +9,7 @@ batching) is the paper preset's own. Nothing is written outside `tmp_path` (ESRE
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -17,7 +18,14 @@ import torch
 from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.paper.studies.presets import _FULL_OVERRIDES, PRESETS, Preset, get_preset
+from esreason_lib.paper.studies.presets import (
+    _FAST_PATHS,
+    _FULL_OVERRIDES,
+    FRONTIER_SETTINGS,
+    PRESETS,
+    Preset,
+    get_preset,
+)
 from esreason_lib.store.identity import config_hash
 
 
@@ -61,7 +69,21 @@ def test_full_is_tiny_with_the_full_overrides():
     changed = {f"{k}.{sub}" for k in tiny if isinstance(tiny[k], dict)
                for sub in tiny[k] if tiny[k][sub] != full[k][sub]}
     changed |= {k for k in tiny if not isinstance(tiny[k], dict) and tiny[k] != full[k]}
-    assert changed == {"name"} | {k.rsplit(".", 1)[0] if k.count(".") > 1 else k for k in _FULL_OVERRIDES}
+    assert changed == {"name"} | {k.rsplit(".", 1)[0] if k.count(".") > 1 else k
+                                  for k in {**_FULL_OVERRIDES, **_FAST_PATHS}}
+
+
+@pytest.mark.parametrize("name", ["full", "powered", "tiny-exact", *FRONTIER_SETTINGS])
+def test_only_tiny_takes_the_fast_paths(name):
+    """The presets derived from tiny keep the paths their stored runs were computed with (their identities)."""
+    tiny, other = get_preset("tiny"), get_preset(name)
+    assert (tiny.grpo.forward, tiny.grpo.sampler, tiny.grpo.share_prefixes, tiny.grpo.shared_prompts) == (
+        "fused", "inverse-cdf", True, True)
+    assert (other.grpo.forward, other.grpo.sampler, other.grpo.share_prefixes, other.grpo.shared_prompts) == (
+        "hf", "multinomial", False, False)
+    for spec in ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval"):
+        t, o = (functools.reduce(getattr, spec.split("."), p) for p in (tiny, other))
+        assert (t.sampler, t.share_prefixes, o.sampler, o.share_prefixes) == ("inverse-cdf", True, "multinomial", False)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -2,9 +2,10 @@
 
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
 - `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`. Its ES
-  populations and evaluations run the fused float32 forward (`models.fused_qwen2`: ES `backend="fast"`,
-  `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding.
-- `full`: `tiny` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
+  populations, GRPO rollouts and evaluations run the fused float32 forward (`models.fused_qwen2`: ES
+  `backend="fast"`, `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding, and GRPO
+  and the evaluations draw with shared prefixes and the one-uniform sampler (`_FAST_PATHS`).
+- `full`: `tiny` (without `_FAST_PATHS`, as every preset below) with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
 - `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs, about
   32 min from an empty store on this machine).
 - `frontier-habit`, `frontier-clean`, `frontier-m`, `frontier-multi`: the settings of the multi-setting design
@@ -343,13 +344,15 @@ _POWERED_OVERRIDES: dict[str, Any] = {
 (run: `make reproduce PRESET=powered`, results in papers/claims.md)."""
 PRESETS["powered"] = replace(get_preset("tiny", **_POWERED_OVERRIDES), name="powered")
 
+_EVAL_SPECS = ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")
+"""The dotted names of a preset's `EvalSpec`s."""
 _EXACT_OVERRIDES: dict[str, Any] = {
     "es.backend": "auto",  # `batched`: every member's rewards bit-identical to the sequential path's
-    **{f"{spec}.forward": "hf" for spec in ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")},
+    **{f"{spec}.forward": "hf" for spec in _EVAL_SPECS},
 }
-"""`tiny-exact` = `tiny` computed with the model's own modules and the bit-exact batched ES backend (what `tiny`
-was until issue 23): the same design, other float rounding. Measured: all 33 checks of its findings have the same
-status as `tiny`'s, effects within 0.005 (`papers/exact_vs_fused.md`)."""
+"""`tiny-exact` = `tiny`'s design computed with the model's own modules and the bit-exact batched ES backend (what
+`tiny` was until issue 23): the same design, other float rounding. Measured against `tiny` as it was before
+`_FAST_PATHS`: all 33 checks of its findings had the same status, effects within 0.005 (`papers/exact_vs_fused.md`)."""
 PRESETS["tiny-exact"] = replace(get_preset("tiny", **_EXACT_OVERRIDES), name="tiny-exact")
 
 SMOKE_PRESETS = ("smoke",)
@@ -413,3 +416,15 @@ for _name, _changes in FRONTIER_SETTINGS.items():
     PRESETS[_name] = replace(get_preset("tiny", **{**_FRONTIER_OVERRIDES, **_changes}), name=_name)
 DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS)}
 """Multi-setting designs: name -> its settings (presets whose records live apart, `paper.claims.DESIGN_SETTINGS`)."""
+
+_FAST_PATHS: dict[str, Any] = {
+    "grpo.forward": "fused", "grpo.share_prefixes": True, "grpo.shared_prompts": True, "grpo.sampler": "inverse-cdf",
+    **{f"{spec}.{field}": value for spec in _EVAL_SPECS
+       for field, value in (("share_prefixes", True), ("sampler", "inverse-cdf"))},
+}
+"""`tiny` runs its GRPO rollouts and updates and every evaluation on the fast torch paths (issue 34; no C compiler
+needed): the fused forward with shared prefixes, shared-prompt log-probs, and the one-uniform sampler (the same
+distribution, other draws; `docs/speed.md`). Applied after the presets above were derived: `full`, `powered`,
+`tiny-exact` and the `frontier` settings keep the model's-modules GRPO and multinomial evaluations their stored
+results ran with (their run identities), so only `tiny`'s runs changed."""
+PRESETS["tiny"] = replace(get_preset("tiny", **_FAST_PATHS), name="tiny")
