@@ -10,7 +10,8 @@
 # build/notebooks/<preset>/: the library keys them by preset), and its claims leave tiny's rows as they are.
 # `make results` bundles the store's tables (no weights, every preset it holds) into papers/results/runs.tar.xz;
 # `make figures` unpacks that bundle into the store first (never over a run that is there), so a fresh clone
-# redraws the committed presets' figures and claims without training;
+# redraws the committed presets' figures and claims without training (`make reproduce` unpacks it after its
+# notebooks, before the claims, so the presets it did not run keep their committed rows);
 # it first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and refuses a mismatch.
 PYTHON ?= python3
 VENV := .venv
@@ -25,6 +26,9 @@ LONGEST_FIRST := 01 03 02 04 06 00 05
 ORDERED := $(foreach n,$(LONGEST_FIRST),$(filter notebooks/$(n)_%,$(NOTEBOOKS)))
 EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(ORDERED) $(filter-out $(ORDERED),$(NOTEBOOKS)))
 RESULTS := papers/results
+# The committed bundle into the store (never over a run or record that is there): before `make figures` redraws, and
+# before `make reproduce` writes the claims, so that the presets this run did not compute keep their committed rows.
+IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results --require-sha256 $(RESULTS); fi
 # One thread per process, also for a notebook left alone when the other finished: the thread count changes the
 # float rounding of GRPO's gradients (esreason_lib/threads.py; measured up to 1e-5 apart at 1 and 2 threads), so a
 # second thread granted by timing would make the committed results depend on which notebook finished first (and a
@@ -118,11 +122,12 @@ reproduce: bases
 	$(MAKE) -j2 prefill-0 prefill-1
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
+	$(IMPORT_COMMITTED)
 	$(PY) -m esreason_lib claims --preset $(PRESET)
 	$(PY) -m esreason_lib summary --preset $(PRESET)
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
-	if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib import-results --require-sha256 $(RESULTS); fi
+	$(IMPORT_COMMITTED)
 	rm -f $(EXECUTED)
 	ESREASON_STORED_ONLY=1 $(MAKE) -j2 executed
 	$(PY) -m esreason_lib claims --preset $(PRESET)
