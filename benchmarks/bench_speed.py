@@ -84,7 +84,7 @@ def grpo(args) -> list[str]:
     metrics = {}
 
     def step(path):
-        config = dataclasses.replace(base, **GRPO_PATHS[path])
+        config = dataclasses.replace(base, **{**GRPO_PATHS["before"], **GRPO_PATHS[path]})  # unset options: before's
         opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
         metrics[path] = grpo_step(model, None, opt, tok, task, ex, prompts, config, 0,
                                   rollout=rollout_sampler(config))
