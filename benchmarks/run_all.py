@@ -77,18 +77,28 @@ SPEED_DOC = Path(__file__).resolve().parents[1] / "docs" / "speed.md"
 """Where the headline rows go (between its `speed` markers); the README links to it."""
 
 
-HEADLINE = ("reproduce", "cli", "fast", "flops", "overhead")
-"""The benchmarks whose rows with a goal (`fast` at N = 32 only; every `make reproduce` row) docs/speed.md shows;
-the others stay in RESULTS.md."""
+HEADLINE = ("reproduce", "cli", "fast", "flops", "overhead", "grpo", "snapshots", "ratio")
+"""The benchmarks whose rows with a goal docs/speed.md shows (`fast` at N = 32 only; `grpo` and `snapshots` on the
+tiny preset's path only; `ratio` for the tiny preset's `fast` population; every `make reproduce` row); the others
+stay in RESULTS.md."""
+
+
+def _headline(c: list[str]) -> bool:
+    """Whether the row of cells `c` is a headline row (`HEADLINE`)."""
+    name, what = c[0].strip(), c[1]
+    if name not in HEADLINE or (name != "reproduce" and c[4].strip() in ("none (a cost)", "none (an ablation)")):
+        return False
+    if name == "fast":
+        return "N=8," not in what and "N=16," not in what
+    if name in ("grpo", "snapshots"):
+        return "(tiny's path)" in what
+    return name != "ratio" or "/ fast population step" in what
 
 
 def write_speed_block(rows: list[str], date: str, doc: Path) -> None:
     """Replace the block between the `speed` markers of `doc` (`SPEED_DOC`) with the headline rows' benchmark, what,
     ratio and goal columns (the measured seconds and the other rows stay in RESULTS.md) and the run's date."""
-    cells = [row.strip("|").split(" | ") for row in rows]
-    other_n = lambda c: c[0].strip() == "fast" and ("N=8," in c[1] or "N=16," in c[1])  # noqa: E731
-    cells = [c for c in cells if c[0].strip() in HEADLINE and not other_n(c)
-             and (c[0].strip() == "reproduce" or c[4].strip() not in ("none (a cost)", "none (an ablation)"))]
+    cells = [c for c in (row.strip("|").split(" | ") for row in rows) if _headline(c)]
     table = ["| benchmark | what | ratio | goal |", "|---|---|---:|---|",
              *(f"| {c[0].strip()} | {c[1]} | {c[3]} | {c[4].strip()} |" for c in cells),
              "", f"Measured {date} (`benchmarks/RESULTS.md` has the machine, load and seconds)."]

@@ -17,7 +17,11 @@ def test_speed_block_keeps_what_ratio_and_goal(tmp_path):
             "| fast | sequential / fast (N=16, P=128) | 0.8 s / 0.3 s | **2.60x** | >= 4 at N=32 |",
             "| reproduce | `make reproduce PRESET=tiny` | 1190 s | **19.8 min** | <= 20 min |",
             "| training | tiny GRPO: s / iteration | 0.46 s x 150 | **1.2 min** | none (a cost) |",
-            "| evaluation | tiny evaluation | 4.1 s / 3.3 s | **1.24x** | none (a cost) |"]
+            "| evaluation | tiny evaluation | 4.1 s / 3.3 s | **1.24x** | none (a cost) |",
+            "| grpo | tiny GRPO iteration, before / fused (tiny's path) | 0.37 s / 0.22 s | **1.71x** | >= 1.5 |",
+            "| grpo | tiny GRPO iteration, before / native | 0.37 s / 0.20 s | **1.85x** | >= 1.5 |",
+            "| ratio | plain inference / fast population step (N=8, P=128) | 0.16 s / 0.15 s | **1.061** | >= 0.9 |",
+            "| ratio | plain inference / native population step (N=8, P=128) | 0.14 s / 0.12 s | **1.146** | >= 0.9 |"]
     run_all.write_speed_block(rows, "2026-12-04 20:00 UTC", readme)
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("<!-- speed:end -->\nrest\n")
@@ -27,6 +31,8 @@ def test_speed_block_keeps_what_ratio_and_goal(tmp_path):
     assert "training" not in text and "evaluation" not in text  # costs without a goal stay in RESULTS.md
     assert "| overhead | sequential ES step (N=16, P=128) / (N x plain) | **1.028** | <= 1.03 |" in text
     assert "sequential / fast (N=16" not in text
+    assert "(tiny's path) | **1.71x**" in text and "before / native" not in text  # the preset's path only
+    assert "fast population step (N=8, P=128) | **1.061**" in text and "native population" not in text
 
 
 def test_the_speed_doc_has_the_speed_block():
