@@ -276,11 +276,12 @@ def render_design(design: str, home: str | Path | None = None) -> str:
     the control in Z of Y" (Y: the settings that ran it; a test holds when `reproduced`)."""
     lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`):", "",
              "| finding | setting | paper's test | control | what the pair means |", "|---|---|---|---|---|"]
-    for c, ran in _design_records(design, home):
+    records = _design_records(design, home)
+    for c, ran in records:
         for s, r in ran.items():
             lines.append(f"| `{c.id}` | `{s}` | {r.get('paper', '-')} | {r.get('control', '-')} | "
                          f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'} |")
-    return "\n".join(lines + [""] + design_tally(design, home)) + "\n"
+    return "\n".join(lines + [""] + _tally_lines(records)) + "\n"
 
 
 def _design_records(design: str, home) -> list[tuple]:
@@ -293,26 +294,26 @@ def _design_records(design: str, home) -> list[tuple]:
 
 
 def design_line(design: str, home: str | Path | None = None) -> str:
-    """`design_tally` in one line for the README: per claim 01-06, in how many of the settings that ran it the
+    """The design's X-of-Y tally (`render_design`) in one line for the README: per claim 01-06, in how many of the settings that ran it the
     paper's test and the control hold (each setting's rows are in papers/claims.md)."""
     records = _design_records(design, home)
-    held = {role: "/".join(str(sum(r.get(role) == "reproduced" for r in ran.values())) for _, ran in records)
-            for role in ("paper", "control")}
+    held = {role: "/".join(str(_held(ran, role)) for _, ran in records) for role in ("paper", "control")}
     runs = "/".join(str(len(ran)) for _, ran in records)
     return (f"The `{design}` design ({', '.join(f'`{s}`' for s in DESIGNS[design])}): for claims "
             f"{'-'.join(c.id[:2] for c in (records[0][0], records[-1][0]))}, the paper's test holds in {held['paper']} "
             f"of {runs} settings, the control in {held['control']} (papers/claims.md).")
 
 
-def design_tally(design: str, home: str | Path | None = None) -> list[str]:
-    """Per claim of `design`, "the paper's test holds in X of Y settings, the control in Z of Y" (Y: the settings
-    that ran it; a test holds when `reproduced`)."""
-    summary = []
-    for c, ran in _design_records(design, home):
-        held = {role: sum(r.get(role) == "reproduced" for r in ran.values()) for role in ("paper", "control")}
-        summary.append(f"- `{c.id}`: the paper's test holds in {held['paper']} of {len(ran)} settings, the control "
-                       f"in {held['control']} of {len(ran)}" + ("" if ran else " (not run)"))
-    return summary
+def _held(ran: dict, role: str) -> int:
+    """In how many of the settings `ran` ({setting: {role: status}}) the test `role` is `reproduced`."""
+    return sum(r.get(role) == "reproduced" for r in ran.values())
+
+
+def _tally_lines(records: list[tuple]) -> list[str]:
+    """Per claim of `_design_records`, "the paper's test holds in X of Y settings, the control in Z of Y" (Y: the
+    settings that ran it; a test holds when `reproduced`)."""
+    return [f"- `{c.id}`: the paper's test holds in {_held(ran, 'paper')} of {len(ran)} settings, the control in "
+            f"{_held(ran, 'control')} of {len(ran)}" + ("" if ran else " (not run)") for c, ran in records]
 
 
 def _shown(path: Path | None) -> set[str]:

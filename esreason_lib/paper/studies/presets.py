@@ -5,7 +5,8 @@
   populations, GRPO rollouts and evaluations run the fused float32 forward (`models.fused_qwen2`: ES
   `backend="fast"`, `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding, and GRPO
   and the evaluations draw with shared prefixes and the one-uniform sampler (`_FAST_PATHS`).
-- `full`: `tiny` (without `_FAST_PATHS`, as every preset below) with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
+- `full`: `tiny` (without `_FAST_PATHS`, as every preset below) with `_FULL_OVERRIDES`: the powered study designs
+  that do not fit tiny's budget (CPU, hours).
 - `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs, about
   32 min from an empty store on this machine).
 - `frontier-habit`, `frontier-clean`, `frontier-m`, `frontier-multi`: the settings of the multi-setting design
