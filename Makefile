@@ -5,6 +5,7 @@
 # writes papers/claims.md. Heavy work inside a notebook is cached in the run store, so a re-run redraws.
 # `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
 # is trained or evaluated, and a missing result fails naming the run it needed.
+# `make reproduce-design` (DESIGN=frontier) runs every setting of a multi-setting design, two at a time.
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
 # tiny keeps its figures, finding records and executed notebooks apart (figures/<preset>/, findings/<preset>/,
 # build/notebooks/<preset>/: the library keys them by preset), and its claims leave tiny's rows as they are.
@@ -36,7 +37,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup resolve-gpu test test-vllm test-lowest reproduce figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup resolve-gpu test test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -118,13 +119,28 @@ executed: $(EXECUTED)
 prefill-%: | setup  ## no such file: always runs (complete runs are reused, so this is quick)
 	$(PY) -m esreason_lib prefill --preset $(PRESET) --shard $*/2
 
-reproduce: bases
+computed: bases  ## the preset's training and notebooks (what `reproduce` does before the claims)
 	$(MAKE) -j2 prefill-0 prefill-1
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
+
+reproduce: computed
 	$(IMPORT_COMMITTED)
 	$(PY) -m esreason_lib claims --preset $(PRESET)
 	$(PY) -m esreason_lib summary --preset $(PRESET)
+
+# A multi-setting design (DESIGN=frontier: `presets.DESIGNS`) in one command: every setting's training and notebooks,
+# two settings at a time (each as `make computed`, two processes: up to four one-thread processes on the two cores,
+# so that neither core idles while one setting's last notebook runs alone), then the committed bundle and the claims.
+DESIGN ?= frontier
+SETTINGS = $(shell $(PY) -c 'from esreason_lib.paper.studies.presets import DESIGNS; print(*DESIGNS["$(DESIGN)"])')
+
+reproduce-design: setup  ## every setting of DESIGN (default frontier), two at a time, then the claims
+	for s in $(SETTINGS); do $(MAKE) --no-print-directory bases PRESET=$$s || exit 1; done
+	printf '%s\n' $(SETTINGS) | xargs -P 2 -I {} $(MAKE) --no-print-directory computed PRESET={}
+	$(IMPORT_COMMITTED)
+	$(PY) -m esreason_lib claims
+	for s in $(SETTINGS); do $(PY) -m esreason_lib summary --preset $$s || exit 1; done
 
 figures: setup  ## redraw figures and claims from stored results (and a committed bundle); fails naming a missing run
 	$(IMPORT_COMMITTED)
