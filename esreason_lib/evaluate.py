@@ -78,9 +78,9 @@ class EvalSpec:
     uniform per token; the same distribution, faster, other samples). Part of the evaluation's identity."""
     share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
     """With forward "fused" or "native": forward each distinct running prefix once per decode step
-    (`generate(..., share_prefixes=True)`): the same draws, and bit-identical samples, log-probs and entropies in
-    every comparison made (tests/test_generation_sampler.py), but the gemms run on other shapes, which float
-    rounding may feel, so it is part of the identity when on."""
+    (`generate(..., share_prefixes=True)`): the same draws and samples in every comparison made
+    (tests/test_generation_sampler.py), log-probs and entropies to float rounding (the gemms run on fewer rows, and
+    CPU BLAS picks kernels by row count), so it is part of the identity when on."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -125,18 +126,21 @@ def test_sampler_fields_keep_stored_identities_and_are_checked(tiny):
 
 @pytest.mark.parametrize("forward", ["fused", "native"])
 @pytest.mark.parametrize("sampler", ["multinomial", "inverse-cdf", "greedy"])
-def test_shared_prefixes_decode_bit_identically(habit_countdown, forward, sampler):
-    """`share_prefixes` (one cache row per distinct running prefix) gives the unshared decode's completions,
-    log-probs and entropies bit for bit on the tiny evaluation's shapes (24 problems x 32 samples at T = 0.6, rows
-    stopping and compacted at different steps), the draws being dealt to the same rows."""
+def test_shared_prefixes_decode_the_same_samples(habit_countdown, forward, sampler):
+    """`share_prefixes` (one cache row per distinct running prefix) gives the unshared decode's completions, with
+    log-probs and entropies equal to float rounding, on the tiny evaluation's shapes (24 problems x 32 samples at
+    T = 0.6, rows stopping and compacted at different steps), the draws being dealt to the same rows. Not bit for
+    bit: the shared forward runs its gemms on fewer rows, and CPU BLAS picks kernels by row count (torch 2.13 on an
+    AVX-512 machine rounds a gemm of <= 3 rows otherwise: entropies then differ by < 1e-9 at such a step)."""
     model, tok, task = habit_countdown
     prompts = [task.prompt(e, tok) for e in task.examples("test", n=24, seed=0)]
     kw = dict(n=1, greedy=True) if sampler == "greedy" else dict(n=32, temperature=0.6, sampler=sampler)
     a, b = (generate(model, tok, prompts, max_new_tokens=task.max_new_tokens, stop=task.stop, seed=3, forward=forward,
                      batch_size=256, share_prefixes=share, **kw) for share in (False, True))
     assert a.completions == b.completions
-    for name in ("completion_ids", "completion_mask", "logprobs", "entropies"):
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.completion_mask, b.completion_mask)
+    for name in ("logprobs", "entropies"):
+        torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=1e-6, atol=1e-7, msg=name)
 
 
 def test_evaluate_with_shared_prefixes_is_unchanged(habit_countdown):
@@ -144,7 +148,9 @@ def test_evaluate_with_shared_prefixes_is_unchanged(habit_countdown):
     examples = task.examples("test", n=16, seed=0)
     kw = dict(n=16, temperature=0.6, ks=(1, 16), seed=0, progress=False, forward="native", sampler="inverse-cdf")
     a, b = evaluate(model, tok, task, examples, **kw), evaluate(model, tok, task, examples, share_prefixes=True, **kw)
-    assert a.table.equals(b.table) and a.samples.equals(b.samples)
+    assert a.samples.equals(b.samples)  # the same completions and verdicts; the entropies to float rounding
+    pd.testing.assert_frame_equal(b.table, a.table, check_exact=False, rtol=1e-6)
+    assert a.table.drop(columns="mean_entropy").equals(b.table.drop(columns="mean_entropy"))
     assert "share_prefixes" not in stored_config("eval", {"eval": EvalSpec()})["eval"]
     assert stored_config("eval", {"eval": EvalSpec(forward="native", share_prefixes=True)})["eval"]["share_prefixes"]
     with pytest.raises(ValueError, match="EvalSpec.share_prefixes must be a bool, False with forward 'hf'"):

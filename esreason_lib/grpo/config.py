@@ -87,7 +87,7 @@ class GRPOConfig(RunSettings):
     or "inverse-cdf" (one uniform per token: the same distribution, other samples, so part of the identity)."""
     share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
     """With forward "fused" or "native": the rollouts forward each distinct running prefix once per decode step
-    (`generate(..., share_prefixes=True)`; the same draws, bit-identical samples wherever compared)."""
+    (`generate(..., share_prefixes=True)`; the same draws and samples wherever compared)."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
     check_every: int = field(default=1, metadata=execution())
