@@ -73,17 +73,27 @@ def test_full_is_tiny_with_the_full_overrides():
                                   for k in {**_FULL_OVERRIDES, **_FAST_PATHS}}
 
 
-@pytest.mark.parametrize("name", ["full", "powered", "tiny-exact", *FRONTIER_SETTINGS])
-def test_only_tiny_takes_the_fast_paths(name):
-    """The presets derived from tiny keep the paths their stored runs were computed with (their identities)."""
-    tiny, other = get_preset("tiny"), get_preset(name)
-    assert (tiny.grpo.forward, tiny.grpo.sampler, tiny.grpo.share_prefixes, tiny.grpo.shared_prompts) == (
-        "fused", "inverse-cdf", True, True)
-    assert (other.grpo.forward, other.grpo.sampler, other.grpo.share_prefixes, other.grpo.shared_prompts) == (
-        "hf", "multinomial", False, False)
-    for spec in ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval"):
-        t, o = (functools.reduce(getattr, spec.split("."), p) for p in (tiny, other))
-        assert (t.sampler, t.share_prefixes, o.sampler, o.share_prefixes) == ("inverse-cdf", True, "multinomial", False)
+def _paths(preset) -> list[tuple]:
+    """The GRPO and evaluation path fields `_FAST_PATHS` sets, in one list."""
+    specs = [functools.reduce(getattr, spec.split("."), preset) for spec in EVAL_FIELDS]
+    return [(preset.grpo.forward, preset.grpo.sampler, preset.grpo.share_prefixes, preset.grpo.shared_prompts),
+            *((s.sampler, s.share_prefixes) for s in specs)]
+
+
+FAST = [("fused", "inverse-cdf", True, True), *[("inverse-cdf", True)] * len(EVAL_FIELDS)]
+
+
+@pytest.mark.parametrize("name", ["tiny", *FRONTIER_SETTINGS])
+def test_tiny_and_the_frontier_take_the_fast_paths(name):
+    """Issue 34: tiny's and the frontier design's GRPO and every evaluation on the fast torch paths (the frontier's
+    own whole-`EvalSpec` overrides for notebooks 04 and 05 included)."""
+    assert _paths(get_preset(name)) == FAST
+
+
+@pytest.mark.parametrize("name", ["full", "powered", "tiny-exact"])
+def test_the_presets_derived_before_keep_the_module_paths(name):
+    """The presets derived from tiny before `_FAST_PATHS` keep the paths their stored runs were computed with."""
+    assert _paths(get_preset(name)) == [("hf", "multinomial", False, False), *[("multinomial", False)] * 4]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

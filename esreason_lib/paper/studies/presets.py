@@ -5,14 +5,15 @@
   populations, GRPO rollouts and evaluations run the fused float32 forward (`models.fused_qwen2`: ES
   `backend="fast"`, `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding, and GRPO
   and the evaluations draw with shared prefixes and the one-uniform sampler (`_FAST_PATHS`).
-- `full`: `tiny` (without `_FAST_PATHS`, as every preset below) with `_FULL_OVERRIDES`: the powered study designs
-  that do not fit tiny's budget (CPU, hours).
+- `full`: `tiny` (without `_FAST_PATHS`, as `powered` and `tiny-exact`) with `_FULL_OVERRIDES`: the powered study
+  designs that do not fit tiny's budget (CPU, hours).
 - `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs, about
   32 min from an empty store on this machine).
 - `frontier-habit`, `frontier-clean`, `frontier-m`, `frontier-multi`: the settings of the multi-setting design
   (`DESIGNS["frontier"]`, issue 31): `tiny` with `_FRONTIER_OVERRIDES` (the paper's KL beta, the step-size
   frontier, snapshots every 10 iterations, K = 16 and 32 at T = 0.6 everywhere, every free test problem), on the
-  default base, the clean base, the larger base and a task whose problems have several correct answers.
+  default base, the clean base, the larger base and a task whose problems have several correct answers; on tiny's
+  fast paths (`_FAST_PATHS`). `make reproduce-design` runs all four (3 h 6 min here, `docs/speed.md`).
 - `tiny-exact`: `tiny` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
@@ -413,8 +414,6 @@ FRONTIER_SETTINGS: dict[str, dict[str, Any]] = {
 """The settings of the `frontier` design: the default base (its designed 40% habit), the clean base, the larger
 base, and Countdown restricted to problems with at least 2 distinct correct expressions (coverage can then mean
 more than "solved once")."""
-for _name, _changes in FRONTIER_SETTINGS.items():
-    PRESETS[_name] = replace(get_preset("tiny", **{**_FRONTIER_OVERRIDES, **_changes}), name=_name)
 DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS)}
 """Multi-setting designs: name -> its settings (presets whose records live apart, `paper.claims.DESIGN_SETTINGS`)."""
 
@@ -423,9 +422,12 @@ _FAST_PATHS: dict[str, Any] = {
     **{f"{spec}.{field}": value for spec in _EVAL_SPECS
        for field, value in (("share_prefixes", True), ("sampler", "inverse-cdf"))},
 }
-"""`tiny` runs its GRPO rollouts and updates and every evaluation on the fast torch paths (issue 34; no C compiler
-needed): the fused forward with shared prefixes, shared-prompt log-probs, and the one-uniform sampler (the same
-distribution, other draws; `docs/speed.md`). Applied after the presets above were derived: `full`, `powered`,
-`tiny-exact` and the `frontier` settings keep the model's-modules GRPO and multinomial evaluations their stored
-results ran with (their run identities), so only `tiny`'s runs changed."""
+"""`tiny` and the `frontier` settings run their GRPO rollouts and updates and every evaluation on the fast torch paths
+(issue 34; no C compiler needed): the fused forward with shared prefixes, shared-prompt log-probs, and the
+one-uniform sampler (the same distribution, other draws; `docs/speed.md`). Applied after `full`, `powered` and
+`tiny-exact` were derived, so they keep the model's-modules GRPO and multinomial evaluations their stored results
+ran with (their run identities); applied to each `frontier` setting after its own overrides (which replace whole
+`EvalSpec`s)."""
+for _name, _changes in FRONTIER_SETTINGS.items():
+    PRESETS[_name] = replace(get_preset("tiny", **{**_FRONTIER_OVERRIDES, **_changes, **_FAST_PATHS}), name=_name)
 PRESETS["tiny"] = replace(get_preset("tiny", **_FAST_PATHS), name="tiny")
