@@ -7,8 +7,8 @@
     .venv/bin/python benchmarks/bench_es.py lowrank    # full-rank batched vs low-rank (EGGROLL) population step, N=32
 
 Default base `qwen2-s-habit` (pretrained into $ESREASON_HOME on first use), Countdown train prompts, antithetic
-populations, greedy decoding, one thread. Timings (process CPU time) alternate the compared paths and keep each path's best of
-`--repeats`, so a loaded machine slows both alike; every line ends with the ratio against the issue's goal.
+populations, greedy decoding, one thread. Timings (process CPU time) alternate the compared paths and keep each path's
+best of `--repeats`, so a loaded machine slows both alike; every line ends with the ratio against the issue's goal.
 """
 
 from __future__ import annotations

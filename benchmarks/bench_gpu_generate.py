@@ -40,10 +40,12 @@ def bare():
     mask = enc["attention_mask"]
     for _ in range(T - 1):
         mask = torch.cat([mask, torch.ones_like(nxt)], 1)
-        out = model(input_ids=nxt, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=nxt, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True,
+                    logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
 with torch.no_grad():
     bare()
     b = timed(bare)
-print(f"ms per decoding step, batch 2, Qwen2.5-1.5B shape bf16: esreason greedy first call {first:.1f}, again {ours:.1f}, esreason sampled {ours_s:.1f}, "
+print(f"ms per decoding step, batch 2, Qwen2.5-1.5B shape bf16: esreason greedy first call {first:.1f}, "
+      f"again {ours:.1f}, esreason sampled {ours_s:.1f}, "
       f"transformers generate {hf:.1f}, bare cached forward loop {b:.1f}")

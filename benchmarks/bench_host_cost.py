@@ -5,8 +5,8 @@
 
 For weight sets of `--sizes` million bfloat16 parameters (1024 x 1024 tensors) it times, best of `--repeats`:
 - drift before: `_drift` as it was (a float64 host copy of every parameter per iteration), on this machine;
-- drift now: `models.weights.relative_drift` (float64 on the parameters' device; here the device is the CPU, so the same work
-  without the device-to-host copy, which a CPU run does not have) divided by `--drift-every`;
+- drift now: `models.weights.relative_drift` (float64 on the parameters' device; here the device is the CPU, so the same
+  work without the device-to-host copy, which a CPU run does not have) divided by `--drift-every`;
 - checksum: `weights_checksum` (blake2b of the bytes, on the host) divided by `--check-every`.
 It fits seconds per parameter at the largest size, extrapolates to Qwen2.5-1.5B's 1.54e9 parameters, and, given
 `--population-s` (the measured population-scoring seconds of one iteration on the target machine), prints the

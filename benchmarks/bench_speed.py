@@ -1,12 +1,15 @@
 """Issue 34's speed figures, side by side in one run (a script, not a test):
 
     .venv/bin/python benchmarks/bench_speed.py ratio          # plain batched inference of N x P rows / population step
-    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration: the preset's vs the speed options
-    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: the preset's vs the speed options
+    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration: the preset's vs the speed
+                                                              # options
+    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: the preset's vs the speed
+                                                              # options
     .venv/bin/python benchmarks/bench_speed.py across_models  # the fused forward per model with 1, 4, 8 models batched
 
-With no argument, every benchmark in turn. Same inputs as `bench_es.py` (qwen2-s-habit, Countdown train prompts, antithetic populations, one thread). Timings
-are process CPU time, the compared paths alternated and each path's best of `--repeats` kept.
+With no argument, every benchmark in turn. Same inputs as `bench_es.py` (qwen2-s-habit, Countdown train prompts,
+antithetic populations, one thread). Timings are process CPU time, the compared paths alternated and each path's best of
+`--repeats` kept.
 """
 
 from __future__ import annotations
@@ -179,7 +182,8 @@ def across_models(args) -> list[str]:
         for n in (1, 4, 8):
             fused = [t.expand(n, *t.shape[1:]).contiguous() if isinstance(t, torch.Tensor)
                      else tuple(x.expand(n, *x.shape[1:]).contiguous() for x in t) for t in one]
-            ids = torch.randint(3, model.config.vocab_size, (n, rows, length), generator=torch.Generator().manual_seed(0))
+            ids = torch.randint(3, model.config.vocab_size, (n, rows, length),
+                                generator=torch.Generator().manual_seed(0))
             pos = torch.arange(length).expand(n, rows, length)
             buffers = KVBuffers()
 

@@ -1,6 +1,7 @@
 """Run every speed benchmark of `bench_es.py`, `bench_fast.py`, `bench_speed.py` and `bench_cli.py` in one process
-and print one table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table). `--reproduce tiny powered`
-first times `make reproduce` for those presets in a fresh clone (`bench_reproduce.py`: tens of minutes).
+and print one table; `--write` also writes `benchmarks/RESULTS.md` (machine, versions, date, the table).
+`--reproduce tiny powered` first times `make reproduce` for those presets in a fresh clone (`bench_reproduce.py`: tens
+of minutes).
 
     ESREASON_HOME=/tmp/bench-home .venv/bin/python benchmarks/run_all.py --write --reproduce tiny powered
 """
@@ -48,7 +49,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     header = [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
               f"- machine: {_machine()}",
-              f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
+              f"- python {platform.python_version()}, torch {torch.__version__}, "
+              f"transformers {transformers.__version__}",
               f"- command: `python benchmarks/run_all.py{' --write' if args.write else ''} --repeats {args.repeats}"
               f"{' --reproduce ' + ' '.join(args.reproduce) if args.reproduce else ''}` (each row: "
               "`python benchmarks/bench_es.py <benchmark>`, `bench_fast.py <benchmark>`, `bench_speed.py <benchmark>`, "

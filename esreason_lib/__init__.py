@@ -25,7 +25,8 @@ from esreason_lib.version import __version__  # noqa: F401 (eager: the store rec
 # transformers and no torch beyond what metrics itself needs.
 _API = {
     "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
-    "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config", "train_grpo": "esreason_lib.grpo.loop",
+    "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config",
+    "train_grpo": "esreason_lib.grpo.loop",
     "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
     "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluate",
 }

@@ -358,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("b", type=preset_name, metavar="PRESET")
     cmp.set_defaults(func=_compare_findings)
     pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
-                                      "characteristic (P(reproduced | delta), P(reproduced | 0), P(not reproduced | delta))")
+                                      "characteristic (P(reproduced | delta), P(reproduced | 0), "
+                                      "P(not reproduced | delta))")
     pw.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
     pw.set_defaults(func=_power)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "

@@ -22,7 +22,8 @@ PACKAGE = Path(__file__).resolve().parent
 PRESET_SUMMARIES: dict[str, str] = {
     "smoke": "seconds per run, a 50k-parameter model: for the test suite only (its numbers mean nothing)",
     "tiny": "the CPU default (minutes): Countdown on a 130k-parameter Qwen2 from the zoo (qwen2-s-habit)",
-    "frontier-habit": "the multi-setting design (papers/preregistration.md) on the default base qwen2-s-habit (CPU hours)",
+    "frontier-habit": "the multi-setting design (papers/preregistration.md) on the default base qwen2-s-habit "
+                      "(CPU hours)",
     "frontier-clean": "the multi-setting design on the clean base qwen2-s",
     "frontier-m": "the multi-setting design on the larger base qwen2-m (998k parameters)",
     "frontier-multi": "the multi-setting design on Countdown problems with >= 2 distinct correct expressions",

@@ -251,9 +251,9 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
 
         sampler = VLLMRollouts(engine_seed=seed, batch_size=batch_size)
     try:
-        return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature, top_p=top_p,
-                         ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                         run=run, name=name, progress=progress)
+        return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature,
+                         top_p=top_p, ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed,
+                         batch_size=batch_size, run=run, name=name, progress=progress)
     finally:
         if backend == "vllm":
             sampler.close()

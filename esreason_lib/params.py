@@ -11,8 +11,8 @@ def named_params(model_or_params) -> dict[str, torch.Tensor]:
     """The tensors ES perturbs, by name: a module's `named_parameters()` (tied weights appear once) or a dict.
 
     A dict whose entries overlap in memory (e.g. a `state_dict()` with tied embeddings) is rejected, since the
-    shared elements would be perturbed twice; disjoint views of one tensor are accepted (`es.backends.vllm_engines` names the q, k
-    and v rows of a fused qkv weight this way).
+    shared elements would be perturbed twice; disjoint views of one tensor are accepted (`es.backends.vllm_engines`
+    names the q, k and v rows of a fused qkv weight this way).
     """
     if isinstance(model_or_params, torch.nn.Module):
         return dict(model_or_params.named_parameters())

@@ -258,14 +258,16 @@ def check_inputs(config, model, tokenizer, task, examples) -> None:
     """Check a run's loaded inputs against each other before its directory exists; ValueError naming the field:
     the tokenizer encodes every character of the train prompts and of the examples' other text (answers), which
     it would otherwise drop silently; every prompt encodes to tokens; the longest prompt plus the generation
-    budget (`max_new_tokens`, else the task's default) fits the model's context; and the rollouts one step holds (population_size x prompts_per_step
-    for ES, prompts_per_step x group_size for GRPO, `_BYTES_PER_TOKEN` per token of the context, plus one weight
-    copy per member for the batched ES backend) fit the device's memory (`_memory_bytes`)."""
+    budget (`max_new_tokens`, else the task's default) fits the model's context; and the rollouts one step holds
+    (population_size x prompts_per_step for ES, prompts_per_step x group_size for GRPO, `_BYTES_PER_TOKEN` per token of
+    the context, plus one weight copy per member for the batched ES backend) fit the device's memory
+    (`_memory_bytes`)."""
     from esreason_lib.models.generation import encode_texts
 
     cls = type(config).__name__
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
-    texts = prompts + [str(v) for ex in examples for k, v in ex.items() if k != "id" and isinstance(v, (str, int, float))]
+    texts = prompts + [str(v) for ex in examples for k, v in ex.items()
+                       if k != "id" and isinstance(v, (str, int, float))]
     lost = [ch for ch in sorted(set().union(*map(set, texts))) if not _encodes(tokenizer, ch)]
     if lost:
         raise ValueError(f"{cls}.task={config.task!r}: the tokenizer of {cls}.model={config.model!r} cannot encode "
@@ -281,7 +283,8 @@ def check_inputs(config, model, tokenizer, task, examples) -> None:
     if context is not None and max(lengths) + budget > context:
         raise ValueError(f"{cls}.{field_name}={budget} plus the longest train prompt ({max(lengths)} tokens) exceeds "
                          f"the context of {cls}.model={config.model!r} ({context} positions); set max_new_tokens "
-                         f"<= {max(0, context - max(lengths))}, shorter prompts (task_kwargs) or a longer-context model")
+                         f"<= {max(0, context - max(lengths))}, shorter prompts (task_kwargs) "
+                         f"or a longer-context model")
     rows = config.prompts_per_step * getattr(config, "population_size", getattr(config, "group_size", 1))
     need = rows * (context or max(lengths) + budget) * _BYTES_PER_TOKEN
     if hasattr(config, "population_size") and config.backend in ("auto", "batched") and config.noise != "lowrank":

@@ -125,7 +125,8 @@ display_cols = [c for c in ("pass@1", "pass@K", "maj@K", "greedy", "eval_entropy
 tables["seeds"].groupby("arm", sort=False)[display_cols].mean().round(3)
 
 # %%
-tables["side"].groupby(["temperature", "arm"], sort=False)[["pass@1", "pass@K", "greedy", "eval_entropy"]].mean().round(3)
+(tables["side"].groupby(["temperature", "arm"], sort=False)[["pass@1", "pass@K", "greedy", "eval_entropy"]]
+ .mean().round(3))
 
 # %% [markdown]
 # **Pass@K.** The base and each method's best-Pass@K arm. Thick lines: the mean over training seeds of the

@@ -131,9 +131,9 @@ verdict_table(result)
 
 # %% [markdown]
 # **What this run shows.** The printed status, sentence and table are computed from the tables above. The status is the
-# functional-sparsity claim: `reproduced` when the ES reset keeps a gain over the base, keeps three quarters of its gain,
-# and beats the random reset of the same count and the noise-injection control, at every seed; `not reproduced` when a
-# check's CI lies on the wrong side; `not resolved` when the CI contains the threshold or the seeds disagree,
+# functional-sparsity claim: `reproduced` when the ES reset keeps a gain over the base, keeps three quarters of its
+# gain, and beats the random reset of the same count and the noise-injection control, at every seed; `not reproduced`
+# when a check's CI lies on the wrong side; `not resolved` when the CI contains the threshold or the seeds disagree,
 # e.g. when the unreset model is itself barely better than the base (there is then little gain to keep, and the
 # sweep cannot show sparsity either way), or when the cheap sweep evaluation (`sparsity.eval`: 100 problems x 16
 # samples on `tiny`) is too noisy for effects of a point or two (compare the MDE with the effect).

@@ -104,8 +104,8 @@ verdict_table(result)
 # every problem) cannot show forgetting or a difference, so it leaves the pool and its own checks are
 # `undecidable at this design`. The control is ES against GRPO on the same pool (any post-training forgets this
 # little?); GRPO against the margin is printed beside it. The MDE beside each check says how large a loss this
-# design can detect, at the preset's configurations. The LM loss on the pretraining mixture measures the same thing without sampling: a tuned model
-# whose loss rises above the base's has moved away from what it was pretrained on (part of a Countdown rise can be
-# intended: the base of `tiny` was pretrained with a habitual wrong answer that training is meant to unlearn; the
-# addition and sorting families are the clean forgetting signal). The KL numbers say how far each policy moved
-# from the base where it was trained (Countdown) and where it was not (held-out tasks).
+# design can detect, at the preset's configurations. The LM loss on the pretraining mixture measures the same thing
+# without sampling: a tuned model whose loss rises above the base's has moved away from what it was pretrained on (part
+# of a Countdown rise can be intended: the base of `tiny` was pretrained with a habitual wrong answer that training is
+# meant to unlearn; the addition and sorting families are the clean forgetting signal). The KL numbers say how far each
+# policy moved from the base where it was trained (Countdown) and where it was not (held-out tasks).

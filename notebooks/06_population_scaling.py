@@ -141,7 +141,8 @@ for ax in axes.ravel():
     ax.xaxis.get_major_locator().set_params(integer=True)
 fig.tight_layout()
 _ = save_figure(fig, "06_normalization", preset=preset)
-tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "update_norm"]].agg(["mean", "std"]).round(4)
+(tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "update_norm"]]
+ .agg(["mean", "std"]).round(4))
 
 # %%
 result = finding(tables)
@@ -160,5 +161,6 @@ verdict_table(result)
 # model to need less of, and the test is `undecidable at this design`. The control is the normalization ablation:
 # z-score's best alpha against rank's (raw fitness beside it). In `tiny` the population grid runs
 # few iterations (N has little room to matter there; the `powered` preset runs it for 100), so an `undecidable` or
-# `not resolved` gap says the design cannot tell. Read the gap with the base accuracies in the sentence: where the larger model is not
-# more capable (qwen2-m to qwen2-l), the study says nothing about "more capable models need smaller populations".
+# `not resolved` gap says the design cannot tell. Read the gap with the base accuracies in the sentence: where the
+# larger model is not more capable (qwen2-m to qwen2-l), the study says nothing about "more capable models need smaller
+# populations".

@@ -179,7 +179,8 @@ class Checker:
 
         model = self.fresh()
         t0 = time.perf_counter()
-        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2, greedy=True, max_new_tokens=self.args.max_new_tokens)
+        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2, greedy=True,
+                      max_new_tokens=self.args.max_new_tokens)
         if self.cuda:
             torch.cuda.synchronize()
         rec = device_record(next(model.parameters()).device)
@@ -193,8 +194,10 @@ class Checker:
         config = self.preset.config(method, **{**self.small, **kw})
         run = trainer(method)(config, model=self.fresh(), tokenizer=self.tokenizer, progress=False)
         row = run.metrics().iloc[-1]
-        times = {k.removeprefix("time/"): float(row[k]) for k in row.index if k.startswith("time/") and k != "time/step_s"}
-        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"]), **times}
+        times = {k.removeprefix("time/"): float(row[k]) for k in row.index
+                 if k.startswith("time/") and k != "time/step_s"}
+        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"]),
+                **times}
 
     def s_es(self) -> dict:
         out = self._train("es", population_size=self.args.population)

@@ -113,7 +113,8 @@ def test_claims_against_a_store_without_findings_refuses_and_writes_nothing(tmp_
     monkeypatch.setattr(claims.write_claims, "__defaults__", (tmp_path / "empty", table, readme))
     assert main(["claims"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("esreason: error: the run store's findings") and "00_base_models" in err[0]
+    assert (len(err) == 1 and err[0].startswith("esreason: error: the run store's findings")
+            and "00_base_models" in err[0])
     assert (readme.read_text(), table.read_text()) == before
     monkeypatch.setattr(claims.write_claims, "__defaults__", (home, table, readme))  # the store that holds it
     assert main(["claims"]) == 0 and "greedy 0.30" in table.read_text() and "00_base_models" in readme.read_text()

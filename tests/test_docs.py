@@ -41,7 +41,8 @@ def test_readme_is_short_and_its_links_resolve():
     text = README.read_text()
     assert len(text.splitlines()) <= 105  # a five-minute read; the rest lives in docs/ (docs/usage.md)
     links = re.findall(r"\]\(([^)#]+)\)", text)
-    assert links and all((ROOT / link).exists() for link in links), [link for link in links if not (ROOT / link).exists()]
+    assert links and all((ROOT / link).exists() for link in links), [
+        link for link in links if not (ROOT / link).exists()]
     assert text.index("](figures/summary.png)") < text.index("<!-- claims:start -->")  # the summary figure heads it
     assert "](docs/usage.md)" in text and "](papers/claims.md)" in text
 

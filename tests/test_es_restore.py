@@ -230,4 +230,5 @@ def test_counter_noise_does_not_depend_on_the_chunking():
     # the CPU keeps torch.randn, skipping `start` numbers of the same stream (the low-rank B after A)
     gen = torch.Generator().manual_seed(9)
     a, b = torch.randn((4, 2), generator=gen), torch.randn((3, 2), generator=gen)
-    assert torch.equal(standard_normal(9, (3, 2), "cpu", start=8), b) and torch.equal(standard_normal(9, (4, 2), "cpu"), a)
+    assert (torch.equal(standard_normal(9, (3, 2), "cpu", start=8), b)
+            and torch.equal(standard_normal(9, (4, 2), "cpu"), a))

@@ -28,7 +28,8 @@ def _arm(arm, test_c, sel_c=(), entropy=1.0, seeds=(0, 1, 2)):
     return pd.concat([pd.DataFrame({
         "problem_id": ids, "n": N, "c": cs, "greedy_correct": [c > N // 2 for c in cs],
         "distinct_correct": [min(c, 2) for c in cs], "mean_reward": np.asarray(cs) / N, "mean_entropy": entropy,
-        "mean_length": 5.0, "arm": arm, "seed": s, "split": ["test"] * len(ids[:4 * REPEAT]) + ["selection"] * len(sel_c),
+        "mean_length": 5.0, "arm": arm, "seed": s,
+        "split": ["test"] * len(ids[:4 * REPEAT]) + ["selection"] * len(sel_c),
         "method": method, "step_size": step}) for s in seeds], ignore_index=True)
 
 
@@ -73,8 +74,8 @@ def test_finding_reproduced_when_every_statement_holds():
     es_k4 = 1 - 1 / 70  # 1 - C(4, 4) / C(8, 4)
     assert effects[f"ES ({ES}) Pass@4 above GRPO (grpo lr=0.0001) at ES's Pass@1"] == pytest.approx(es_k4 - 0.65)
     assert all(c.delta is not None for c in f.checks) and all(c.n_seeds == 3 for c in f.checks)
-    assert "reported beside, in no test" in f.sentence and "GRPO matched at Pass@1 0.500 between its steps 0-2 (w 0.60" \
-        in f.sentence
+    assert ("reported beside, in no test" in f.sentence
+            and "GRPO matched at Pass@1 0.500 between its steps 0-2 (w 0.60" in f.sentence)
 
 
 def test_es_equal_to_its_noise_control_is_not_evidence():
@@ -254,7 +255,8 @@ def test_compute_trains_every_arm_for_every_seed_and_evaluates_both_splits(table
     es, grpo = preset.es, preset.grpo
     per_it = {"es": es.population_size * es.prompts_per_step, "grpo": grpo.group_size * grpo.prompts_per_step}
     assert cost["generations"].tolist() == [per_it[m] * 3 for m in cost["method"]]
-    trained = [json.loads((p / "config.json").read_text()) for p in store.glob("es-*") if not p.name.startswith("es-noise")]
+    trained = [json.loads((p / "config.json").read_text()) for p in store.glob("es-*")
+               if not p.name.startswith("es-noise")]
     assert sorted((c["alpha"], c["seed"]) for c in trained) == [(1e-3, 0), (1e-3, 1), (2e-3, 0), (2e-3, 1)]
     problems = tables["problems"]
     n_test, n_sel = preset.eval.n_problems, preset.comparison.selection_problems

@@ -125,7 +125,8 @@ def test_grid_bootstrap_resamples_populations_and_shares_prompts():
     assert estimate == 0.5 and set(np.unique(draws)) == {0.0, 0.5, 1.0}
     assert np.mean(draws == 0.5) == pytest.approx(0.5, abs=0.03)  # 2 of the 4 equally likely pairs
     by_prompt = np.tile(np.arange(3.0), (2, 2, 1))  # [S=2, R=2, P=3]: value = prompt index
-    _, draws = est.grid_bootstrap([by_prompt], lambda g: g[..., 0, :].mean(-1).mean(-1) - g[..., 1, :].mean(-1).mean(-1))
+    _, draws = est.grid_bootstrap([by_prompt],
+                                  lambda g: g[..., 0, :].mean(-1).mean(-1) - g[..., 1, :].mean(-1).mean(-1))
     assert np.all(draws == 0)  # every population sees the same resampled prompts
     _, draws = est.grid_bootstrap([by_prompt, 2 * by_prompt], lambda a, b: (b - 2 * a).sum(axis=(-3, -2, -1)))
     assert np.all(draws == 0)  # several grids share each resample

@@ -92,7 +92,8 @@ def test_a_sequence_equal_to_its_first_stage_is_not_evidence():
     tables["problems"] = pd.concat([tables["problems"][~first], seq.assign(arm=S.first_stage("grpo->es"))])
     f = S.finding(tables)
     stage = f.tests[1].secondary[0]
-    assert stage.name == "grpo->es pass@4 above its own first stage" and stage.status == "smaller than delta", f.sentence
+    assert (stage.name == "grpo->es pass@4 above its own first stage"
+            and stage.status == "smaller than delta"), f.sentence
     assert f.tests[0].status == "reproduced"  # the combination check alone passes: the paper's test holds
 
 
@@ -129,7 +130,8 @@ def test_arm_cost(tmp_path):
 def smoke_store(isolated_store):
     """(preset, run store, default store): smoke with different per-method budgets (ES 2, GRPO 4 iterations) and
     two preset seeds; ESREASON_HOME is a second folder that must stay empty."""
-    return get_preset("smoke", **{"sequential.grpo_budget": 4, "seeds": (0, 1)}), isolated_store.store, isolated_store.default
+    return (get_preset("smoke", **{"sequential.grpo_budget": 4, "seeds": (0, 1)}), isolated_store.store,
+            isolated_store.default)
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +195,8 @@ def test_compute_on_the_smoke_preset(tables, smoke_store):
     curves = tables["curves"]
     curves = curves[curves["arm"].isin(S.ARMS)]
     assert curves.groupby("arm", sort=False)["k"].apply(list).to_dict() == {a: ks for a in S.ARMS}
-    assert ((curves["ci_low"] <= curves["pass_at_k"] + 1e-12) & (curves["pass_at_k"] <= curves["ci_high"] + 1e-12)).all()
+    assert ((curves["ci_low"] <= curves["pass_at_k"] + 1e-12)
+            & (curves["pass_at_k"] <= curves["ci_high"] + 1e-12)).all()
     points = tables["points"].set_index("arm")
     points = points.loc[list(S.ARMS)]
     assert points["n_seeds"].tolist() == [1] + [len(seeds)] * 4

@@ -154,7 +154,8 @@ def _tables(problems, drift=None, checked=("q=0.9",)):
 
 def test_reset_checks_hand_computed():
     checks = sp.reset_checks(_tables(_problems(reset=0.10, unreset=0.11, rand=0.02)), "es")
-    assert [c.name for c in checks] == ["ES reset q=0.9 - base Pass@1", "ES reset q=0.9 keeps >= 75% of the gain, Pass@1",
+    assert [c.name for c in checks] == ["ES reset q=0.9 - base Pass@1",
+                                        "ES reset q=0.9 keeps >= 75% of the gain, Pass@1",
                                         "ES reset q=0.9 - random reset of the same count, Pass@1"]
     # keeps: reset - 0.75 unreset - 0.25 base = 0.10 - 0.75 * 0.11 (the margin is a quarter of the 0.11 gain)
     assert [c.effect for c in checks] == pytest.approx([0.10, 0.10 - 0.0825, 0.08])

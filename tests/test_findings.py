@@ -160,7 +160,8 @@ def test_delta_status_rules(low, high, direction, threshold, status):
 
 
 def test_delta_reasons_seed_rules_and_errors():
-    assert check(0.01, 0.04, delta=0.05).reason == "CI on the claimed side, excluding every effect of at least delta 0.05"
+    assert check(0.01, 0.04, delta=0.05).reason == ("CI on the claimed side, excluding every effect of at least "
+                                                    "delta 0.05")
     assert "around the threshold" in check(-0.01, 0.04, delta=0.05).reason
     assert check(-0.02, 0.06, delta=0.05).reason == "CI contains the threshold and threshold + delta"
     assert check(-0.06, 0.02, direction="less", delta=0.05).reason.endswith("threshold - delta")

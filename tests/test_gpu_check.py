@@ -33,7 +33,8 @@ def test_cpu_run_of_the_checks(tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
-                           "--allow-skip", "es-vllm,grpo-vllm,ray-vllm-kill", "--prompts", "2", "--population", "2", "--max-new-tokens", "8", "--eval-samples", "2",
+                           "--allow-skip", "es-vllm,grpo-vllm,ray-vllm-kill", "--prompts", "2", "--population", "2",
+                           "--max-new-tokens", "8", "--eval-samples", "2",
                            "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "gpu_check: ok" in proc.stdout and "peak GPU memory n/a (cpu)" in proc.stdout
@@ -48,7 +49,8 @@ def test_cpu_run_of_the_checks(tmp_path):
     assert by["versions"]["transformers"] and by["versions"]["tokens"] > 0
     assert 0 < by["es"]["step_s"] <= by["es"]["wall_s"] and 0.0 <= by["grpo"]["reward_mean"] <= 1.0
     assert by["grpo"]["micro_batch_size"] == 16 and by["grpo"]["estimate_gib"] > 0
-    assert by["evaluate"]["backend"] in ("local", "vllm") and by["evaluate"]["samples"] == 2 and 0.0 <= by["evaluate"]["pass_at_1"] <= 1.0
+    assert (by["evaluate"]["backend"] in ("local", "vllm") and by["evaluate"]["samples"] == 2
+            and 0.0 <= by["evaluate"]["pass_at_1"] <= 1.0)
 
 
 def test_a_skipped_section_fails_unless_allowed():

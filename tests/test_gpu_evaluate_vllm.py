@@ -64,7 +64,8 @@ def test_eval_spec_backend_is_validated_and_left_out_of_old_identities():
         EvalSpec(backend="tpu")
     with pytest.raises(ValueError, match="EvalSpec.forward must be 'hf' with backend 'vllm', got 'fused'"):
         EvalSpec(backend="vllm", forward="fused")
-    with pytest.raises(ValueError, match="EvalSpec.sampler must be 'multinomial' with backend 'vllm', got 'inverse-cdf'"):
+    with pytest.raises(ValueError,
+                       match="EvalSpec.sampler must be 'multinomial' with backend 'vllm', got 'inverse-cdf'"):
         EvalSpec(backend="vllm", sampler="inverse-cdf")
 
 

@@ -50,7 +50,8 @@ def test_chunked_logprobs_equal_the_full_ones_with_gradients(rollout, chunk):
         torch.testing.assert_close(p.grad, want[k], rtol=1e-4, atol=1e-6, msg=k)
     model.zero_grad(set_to_none=True)
     with torch.no_grad():
-        torch.testing.assert_close(chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk), got.detach())
+        torch.testing.assert_close(chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk),
+                                   got.detach())
     with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):
         chunked_completion_logprobs(model, *args, chunk=0)
 
@@ -139,7 +140,8 @@ def test_total_is_the_resident_memory_plus_the_largest_phase():
     n = 1_543_714_304  # Qwen2.5-1.5B's parameters (tied embeddings)
     assert est["step"] == pytest.approx(4 * n / GIB) and est["gradients"] == pytest.approx(2 * n / GIB)
     backward = est["gradients"] + est["activations"] + est["logits"]
-    assert est["total"] == pytest.approx(est["weights"] + est["optimizer"] + max(est["rollouts"], backward, est["step"]))
+    assert est["total"] == pytest.approx(est["weights"] + est["optimizer"]
+                                         + max(est["rollouts"], backward, est["step"]))
 
 
 def _qwen25(size: str):

@@ -142,7 +142,8 @@ def test_paper_presets_use_the_paper_setup():
         assert p.sparsity.taus == (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3) and p.sparsity.quantiles == ()
     assert easy.es.greedy and not hard.es.greedy and hard.es.temperature == 0.6
     # DeepScaleR has no test split: paper-hard evaluates on MATH-500; elsewhere the test split is the task's own
-    assert hard.test_task_kwargs() == {"dataset": "math500"} and easy.test_task_kwargs() == {"protocol": "artifact"}  # the artifact's grading
+    assert (hard.test_task_kwargs() == {"dataset": "math500"}
+            and easy.test_task_kwargs() == {"protocol": "artifact"})  # the artifact's grading
     tiny = get_preset("tiny")
     assert tiny.test_task_kwargs() == tiny.task_kwargs and tiny.es.prompt_order == tiny.grpo.prompt_order == "random"
     assert tiny.grpo.minibatch_size is None and tiny.sparsity.taus == ()

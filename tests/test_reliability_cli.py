@@ -117,7 +117,8 @@ def test_esreason_home_read_only(tmp_path, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------------------------- on a trained smoke run
-_ARGV = ["train", "es", "--preset", "smoke", "--set", "iterations=2", "--set", "checkpoint_every=1", "--keep-checkpoints"]
+_ARGV = ["train", "es", "--preset", "smoke", "--set", "iterations=2", "--set", "checkpoint_every=1",
+         "--keep-checkpoints"]
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ from esreason_lib.store.identity import config_hash
 from esreason_lib.store.integrity import RunStoreWarning, sha256_file
 
 _ES = ESConfig(model="smoke", population_size=4, sigma=0.05, alpha=1e-2, iterations=4, prompts_per_step=2,
-               antithetic=True, greedy=False, reward_formatted=0.5, train_size=16, checkpoint_every=1, device="cpu", keep_checkpoints=True)
+               antithetic=True, greedy=False, reward_formatted=0.5, train_size=16, checkpoint_every=1, device="cpu",
+               keep_checkpoints=True)
 _GRPO = GRPOConfig(model="smoke", group_size=2, lr=1e-3, beta=0.0, prompts_per_step=2, iterations=3,
                    train_size=16, checkpoint_every=1, device="cpu", max_new_tokens=8)
 

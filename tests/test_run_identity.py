@@ -66,7 +66,8 @@ def test_runs_stored_under_the_old_identity_are_still_found(tmp_path):
     from esreason_lib.store.identity import stored_config
 
     old = stored_config("es", config, legacy=True)
-    old_path = tmp_path / f"es-{hashlib.sha256(json.dumps(old, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:10]}"
+    old_path = tmp_path / ("es-" + hashlib.sha256(json.dumps(old, sort_keys=True, separators=(',', ':')).encode())
+                           .hexdigest()[:10])
     assert old_path != run.path
     run.path.rename(old_path)
     (old_path / "config.json").write_text(json.dumps(old))

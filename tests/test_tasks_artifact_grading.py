@@ -64,7 +64,8 @@ def test_regex_prediction():
 def test_numeric_form():
     assert ag.numeric_form("18.0") == "18" and ag.numeric_form(" 1,080 ") == "1080" and ag.numeric_form("2.5") == "2.5"
     assert ag.numeric_form("\\$18") == "18" and ag.numeric_form("$18") == "$18" and ag.numeric_form("1e3") == "1000"
-    assert ag.numeric_form("0.5") == "\\frac{1}{2}" and ag.numeric_form("inf") == "inf" and ag.numeric_form("AB") == "ab"
+    assert (ag.numeric_form("0.5") == "\\frac{1}{2}" and ag.numeric_form("inf") == "inf"
+            and ag.numeric_form("AB") == "ab")
 
 
 def test_gsm8k_correct_math_verify_then_fallback():
@@ -85,7 +86,8 @@ def test_gsm8k_correct_overrun_falls_back(monkeypatch):
 def test_tinyzero_equation():
     assert ag.tinyzero_equation("<answer>1</answer> <answer> 2+3 </answer>") == "2+3"
     assert ag.tinyzero_equation("<answer>1</answer>\nthen nothing") is None  # only the last line counts
-    assert ag.tinyzero_equation("<answer>a</answer></answer>") == "a" and ag.tinyzero_equation("<answer></answer>") == ""
+    assert (ag.tinyzero_equation("<answer>a</answer></answer>") == "a"
+            and ag.tinyzero_equation("<answer></answer>") == "")
     assert ag.tinyzero_equation("<answer><answer>x</answer>") == "<answer>x" and ag.tinyzero_equation("1+2") is None
 
 
@@ -121,7 +123,8 @@ def test_protocol_field_validated_and_passed_by_get_task():
     assert get_task("gsm8k").protocol == "strict" and get_task("countdown").protocol == "strict"
     task = config_task(ESConfig(task="gsm8k", task_kwargs={"protocol": "artifact"}))
     assert task.protocol == "artifact"
-    assert config_hash(ESConfig(task="gsm8k")) != config_hash(ESConfig(task="gsm8k", task_kwargs={"protocol": "artifact"}))
+    assert (config_hash(ESConfig(task="gsm8k"))
+            != config_hash(ESConfig(task="gsm8k", task_kwargs={"protocol": "artifact"})))
     assert ESConfig(task="gsm8k").task_kwargs == ()  # the default adds nothing to a run's identity
 
 

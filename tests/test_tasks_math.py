@@ -103,8 +103,8 @@ def test_true_positives_for_one_half(answer):
     assert math_equal("\\frac{1}{2}", answer)
 
 
-@pytest.mark.parametrize("answer", ["0.5000000000000001", "0.50000000000000000001", "a=1/2", "x = \\frac{1}{2}", "0.49", "2", "\\frac{1}{3}", "1/2x",
-                                    "0.5000001"])
+@pytest.mark.parametrize("answer", ["0.5000000000000001", "0.50000000000000000001", "a=1/2", "x = \\frac{1}{2}", "0.49",
+                                    "2", "\\frac{1}{3}", "1/2x", "0.5000001"])
 def test_no_false_positives_for_one_half(answer):
     assert not math_equal("\\frac{1}{2}", answer)
 

@@ -1,4 +1,5 @@
-"""esreason_lib.threads: the thread count from the flag, the environment and the idle usable cores; the CLI applies it."""
+"""esreason_lib.threads: the thread count from the flag, the environment and the idle usable cores; the CLI
+applies it."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Noise is never stored: member `seed` and a tensor's `name` give that tensor's Gaussian noise through
 `derive_seed(seed, name)`, drawn in float32 on the tensor's device (`standard_normal`: on the CPU its own seeded
-`torch.Generator`; on a GPU the counter-based `counter_normal`, whose numbers do not depend on the GPU model). Each tensor
-therefore gets an independent stream (Qiu et al.'s reference code seeds every tensor with the same member seed,
+`torch.Generator`; on a GPU the counter-based `counter_normal`, whose numbers do not depend on the GPU model). Each
+tensor therefore gets an independent stream (Qiu et al.'s reference code seeds every tensor with the same member seed,
 which makes same-shaped layers receive *identical* noise; we do not). The numbers are a pure function of
 (seed, name, shape, device type), so any process can regenerate any member's perturbation, and GPUs of different
 models draw the same numbers.
@@ -21,8 +21,8 @@ fraction grows with sigma relative to the weights (measured on the tiny random Q
 and bfloat16 alike: ~1% at sigma=1e-4, ~5% at 1e-3, ~23% at 1e-2, ~67% at 0.1); a tensor whose list would
 outgrow a plain copy of it keeps the copy instead, so the held memory never exceeds one copy of the weights.
 
-`weights_checksum` fingerprints a set of named weights; the remote backends (`es.backends.ray_actors`, `es.backends.vllm_engines`) compare
-their replicas with the driver's through it.
+`weights_checksum` fingerprints a set of named weights; the remote backends (`es.backends.ray_actors`,
+`es.backends.vllm_engines`) compare their replicas with the driver's through it.
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ def _shape(model) -> dict:
 
 def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None = None) -> dict[str, float]:
     """{term: GiB} of the estimate (module docstring) and "total", for `config` (a `GRPOConfig`) on `model`
-    (parameters may be on the meta device), prompts of `prompt_tokens` tokens; `device_bytes` (the device's memory) sizes the vLLM engine's share."""
+    (parameters may be on the meta device), prompts of `prompt_tokens` tokens; `device_bytes` (the device's memory)
+    sizes the vLLM engine's share."""
     s = _shape(model)
     n = sum(p.numel() for p in model.parameters())
     width = next(model.parameters()).element_size()

@@ -3,8 +3,8 @@
 `load_model` takes a zoo name (pretrained into the run store on first use, reused afterwards), a local
 directory written by `save_pretrained` (or a run directory holding `model/`), or a Hugging Face hub id such as
 "Qwen/Qwen2.5-1.5B-Instruct" (needs network or a local HF cache). The implementation lives in
-`esreason_lib.models.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.models.pretrain` (the training loop); import
-those names from there. Load zoo directories with `load_model` / `load_tokenizer`, never with
+`esreason_lib.models.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.models.pretrain` (the training loop);
+import those names from there. Load zoo directories with `load_model` / `load_tokenizer`, never with
 `AutoTokenizer` (transformers 5 forces Qwen2Tokenizer there, which drops every space of the char format).
 
 What the zoo models reach (steps, loss, greedy accuracy and Pass@K per size) is recorded in notebook 00 and

@@ -269,9 +269,9 @@ def pretrain(spec_or_name: ZooSpec | str, *, home: Path | str | None = None, pro
 
     With `shipped`, a shipped model of this very spec (`shipped_model_dir`) is returned as is, and nothing is
     written into the store. A complete run in the store is reused as is (no training). An incomplete one
-    (interrupted) is retrained from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every `log_every` steps;
-    the manifest records the steps done, the seconds taken (wall time, which depends on the machine's load; the
-    weights do not), the parameter count, the final loss and `weights_sha256`.
+    (interrupted) is retrained from scratch. Logs `train/loss`, `train/lr`, `time/step_s` and `time/elapsed_s` every
+    `log_every` steps; the manifest records the steps done, the seconds taken (wall time, which depends on the machine's
+    load; the weights do not), the parameter count, the final loss and `weights_sha256`.
     """
     from esreason_lib.store.runs import Run
 

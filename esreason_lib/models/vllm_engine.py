@@ -179,7 +179,8 @@ class Engine:
         model.generation_config.save_pretrained(root)
         tokenizer.save_pretrained(root / "tokenizer")  # apart from config.json, so it loads as saved
         kwargs = {"model": str(root), "tokenizer": str(root / "tokenizer"), "load_format": "dummy",
-                  "dtype": str(dtype).removeprefix("torch."), "seed": int(seed), "enable_prefix_caching": bool(prefix_caching),
+                  "dtype": str(dtype).removeprefix("torch."), "seed": int(seed),
+                  "enable_prefix_caching": bool(prefix_caching),
                   "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}"}
         if sleep_mode:
             if device != "cuda":

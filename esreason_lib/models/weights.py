@@ -1,7 +1,7 @@
 """A model's weights (`esreason_lib.params.named_params`): their bitwise
 checksum (`weights_checksum`, on the host), a cheap fingerprint computed where they live (`weights_fingerprint`,
-what the remote backends compare in their hot path), and their drift from a start (`relative_drift`), shared by the ES backends and loop,
-the vLLM engine, the noise control and the run store's guards."""
+what the remote backends compare in their hot path), and their drift from a start (`relative_drift`), shared by the ES
+backends and loop, the vLLM engine, the noise control and the run store's guards."""
 
 from __future__ import annotations
 

@@ -62,18 +62,19 @@ class Claim:
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("00_base_models", "The base model solves some problems greedily and many more when sampled (latent capability).",
-          "setup (base models)", "The base solves more when sampled than greedily", kind="setup"),
-    Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token entropy "
-          "collapses, ES's does not.", "main results: Pass@K curves, entropy",
+    Claim("00_base_models", "The base model solves some problems greedily and many more when sampled "
+          "(latent capability).", "setup (base models)", "The base solves more when sampled than greedily",
+          kind="setup"),
+    Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token "
+          "entropy collapses, ES's does not.", "main results: Pass@K curves, entropy",
           "ES: Pass@1 up, Pass@K above GRPO's, entropy kept"),
     Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
           "Lemma 2, and Proposition 1 bounds an update's Pass@K (the paper's account of ES's Pass@K gain).",
           "Lemmas 1-3, Proposition 1", "ES's diversity and coverage follow Lemmas 1-2 and Prop. 1"),
     Claim("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
           "sequential training", "GRPO then ES combines Pass@1 and Pass@K gains"),
-    Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain (functional sparsity).",
-          "functional sparsity", "Resetting ES's small updates keeps the gain (sparsity)"),
+    Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain "
+          "(functional sparsity).", "functional sparsity", "Resetting ES's small updates keeps the gain (sparsity)"),
     Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
           "ES does not forget held-out tasks"),
     Claim("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
@@ -217,7 +218,8 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         status, result = "not run", "not run yet (`make reproduce`)"
         if rec is not None:
             status = rec.get("status", "not run")
-            result = (f"{tests_text(rec)}{rec.get('sentence', rec.get('result', ''))} (preset `{rec['preset']}`, {rec['time'][:10]})"
+            result = (f"{tests_text(rec)}{rec.get('sentence', rec.get('result', ''))} "
+                      f"(preset `{rec['preset']}`, {rec['time'][:10]})"
                       + _origin(rec))
         if setup:
             status, result = setup + status, "setup check, not a claim of the paper (not counted): " + result
@@ -225,9 +227,10 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         lines.append(f"| {c.claim} | {c.where} | `notebooks/{c.id}.py` | {c.figure} | **{status}** | {pstatus} | "
                      f"{result.replace('|', '/')} |")
         if powered is not None:
-            powered_rows.append(f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
-                                f"{(tests_text(powered) + powered.get('sentence', powered.get('result', ''))).replace('|', '/')} "
-                                f"({powered['time'][:10]}){_origin(powered)} |")
+            powered_rows.append(
+                f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
+                f"{(tests_text(powered) + powered.get('sentence', powered.get('result', ''))).replace('|', '/')} "
+                f"({powered['time'][:10]}){_origin(powered)} |")
     full, short = lines, readme_table(home)
     if powered_rows:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
@@ -294,8 +297,8 @@ def _design_records(design: str, home) -> list[tuple]:
 
 
 def design_line(design: str, home: str | Path | None = None) -> str:
-    """The design's X-of-Y tally (`render_design`) in one line for the README: per claim 01-06, in how many of the settings that ran it the
-    paper's test and the control hold (each setting's rows are in papers/claims.md)."""
+    """The design's X-of-Y tally (`render_design`) in one line for the README: per claim 01-06, in how many of the
+    settings that ran it the paper's test and the control hold (each setting's rows are in papers/claims.md)."""
     records = _design_records(design, home)
     held = {role: "/".join(str(_held(ran, role)) for _, ran in records) for role in ("paper", "control")}
     runs = "/".join(str(len(ran)) for _, ran in records)
@@ -343,7 +346,8 @@ def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIM
     table, short = _render(home)
     atomic_write_bytes(Path(claims_path), (
         "# Findings: the paper's claims and this project's measurements\n\n"
-        "Generated by `make claims` (`esreason_lib.paper.claims`) from the records the notebooks write; do not edit.\n\n"
+        "Generated by `make claims` (`esreason_lib.paper.claims`) from the records the notebooks write; "
+        "do not edit.\n\n"
         + table).encode())
     if readme is not None and readme.is_file():
         text = readme.read_text()

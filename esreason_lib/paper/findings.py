@@ -347,7 +347,8 @@ def _estimate(a: np.ndarray, b: np.ndarray | None, *, seed_axis: bool, method: s
             "seed_effects": seed_effects, "n_seeds": n_seeds}
 
 
-def operating_characteristic(check: Check, *, n_sims: int = OC_SIMS, seed: int = 0) -> tuple[float, float, float] | None:
+def operating_characteristic(check: Check, *, n_sims: int = OC_SIMS,
+                             seed: int = 0) -> tuple[float, float, float] | None:
     """(P(`reproduced` | effect = delta), P(`reproduced` | effect = 0), P(`not reproduced` | effect = delta)) of
     `check` at the design it ran (its seeds and problems), simulated from its own variance components
     (`power.simulated_arms`, true effect at threshold +- delta and at the threshold) through the same interval

@@ -165,8 +165,9 @@ def power_table(components_by_check: Mapping[str, Components], deltas: Mapping[s
                 designs: Iterable[tuple[int, int]], cost: Cost, *, alpha: float = 0.05,
                 power: float = 0.8) -> pd.DataFrame:
     """One row per design x check, cheapest design first: columns check, n_seeds, n_problems, cost, se, df, mde,
-    ci_width (2 t_{1-alpha/2, df} se), delta, decided (ci_width < delta: the CI cannot hold both 0 and delta). `components_by_check` and `deltas` are keyed by check name (same keys);
-    `designs`: (R seeds per arm, P problems) pairs."""
+    ci_width (2 t_{1-alpha/2, df} se), delta, decided (ci_width < delta: the CI cannot hold both 0 and delta).
+    `components_by_check` and `deltas` are keyed by check name (same keys); `designs`: (R seeds per arm, P problems)
+    pairs."""
     if set(components_by_check) != set(deltas):
         raise ValueError(f"deltas must have the checks of components_by_check as keys, got {sorted(deltas)} "
                          f"for {sorted(components_by_check)}")
@@ -192,7 +193,8 @@ def cheapest_design(components_by_check: Mapping[str, Components], deltas: Mappi
                     designs: Iterable[tuple[int, int]], cost: Cost, *, alpha: float = 0.05,
                     power: float = 0.8) -> Plan:
     """The cheapest design of `designs` that decides (`power_table`'s `decided`) every check some design decides,
-    and the checks no design decides (arguments as `power_table`; ties in cost go to fewer seeds, then fewer problems)."""
+    and the checks no design decides (arguments as `power_table`; ties in cost go to fewer seeds, then
+    fewer problems)."""
     table = power_table(components_by_check, deltas, designs, cost, alpha=alpha, power=power)
     decidable = table.groupby("check", sort=False)["decided"].any()
     undecidable = tuple(name for name in components_by_check if not decidable[name])

@@ -123,7 +123,8 @@ def report(preset, home=None) -> str:
         lines.append("no candidate design brings every decidable MDE below its delta at once")
     else:
         lines.append(f"cheapest design deciding every decidable check: {plan.n_seeds} seeds x {plan.n_problems} "
-                     f"problems, {plan.cost:,.0f} completions per arm (~{plan.cost / COMPLETIONS_PER_CORE_SECOND / 3600:.2f}"
+                     f"problems, {plan.cost:,.0f} completions per arm "
+                     f"(~{plan.cost / COMPLETIONS_PER_CORE_SECOND / 3600:.2f}"
                      f" CPU h)")
     if plan.undecidable:
         lines.append("no candidate design decides (CI width >= delta everywhere; widen the task or accept): "
@@ -134,8 +135,8 @@ def report(preset, home=None) -> str:
                            SIZING_DESIGN)):
         table = oc_table(objects, design)
         lines += [f"operating characteristic {title} (simulated from each check's stored components; a check "
-                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction cannot go either way: only an interval on "
-                  f"the other side, rare when the effect is real, would still count):",
+                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction cannot go either way: only an interval "
+                  f"on the other side, rare when the effect is real, would still count):",
                   table.round(2).to_string(index=False),
                   f"{(table['undecidable'] == '').sum()} of {len(table)} checks can go either way"]
     return "\n".join(lines)

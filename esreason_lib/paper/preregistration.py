@@ -43,9 +43,11 @@ def design_completions(preset: Preset) -> dict[str, float]:
 
 
 def _settings_table(presets: list[Preset]) -> list[str]:
-    rows = ["| setting | base | task | seeds | test / selection problems | samples, K, T |", "|---|---|---|---|---|---|"]
+    rows = ["| setting | base | task | seeds | test / selection problems | samples, K, T |",
+            "|---|---|---|---|---|---|"]
     for p in presets:
-        rows.append(f"| `{p.name}` | `{p.base_model}` | {p.task} {p.task_kwargs or ''} | {', '.join(map(str, p.seeds))} "
+        rows.append(f"| `{p.name}` | `{p.base_model}` | {p.task} {p.task_kwargs or ''} | "
+                    f"{', '.join(map(str, p.seeds))} "
                     f"| {p.eval.n_problems} / {p.comparison.selection_problems} | n = {p.eval.n_samples}, K in "
                     f"{list(p.eval.ks)}, T = {p.comparison.temperature} |")
     return rows

@@ -279,7 +279,8 @@ class DirectoryLock:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.release()
                     raise BlockingIOError(errno.EWOULDBLOCK, f"{self.path.parent} is being written by another "
-                                          f"process (PID {holder}, lock file {self.path}); waited {timeout} s") from None
+                                          f"process (PID {holder}, lock file {self.path}); "
+                                          f"waited {timeout} s") from None
                 if not warned:
                     warnings.warn(f"{self.path.parent} is locked by PID {holder}; waiting for it to finish",
                                   RunStoreWarning, stacklevel=3)

@@ -2,7 +2,8 @@
 
 Tiny-model format (no chat template): prompt `"03 12 07>022="` (numbers zero-padded to the width of `high`,
 target to the width of `max_target`, so every prompt of a task has the same length) and completion the bare
-expression, e.g. `"3+7+12"`, then EOS (numbers written without leading zeros: "03" does not parse). Chat models are asked for `<answer>expression</answer>`.
+expression, e.g. `"3+7+12"`, then EOS (numbers written without leading zeros: "03" does not parse). Chat models are
+asked for `<answer>expression</answer>`.
 
 Reward tiers (paper default 1.0 / 0.1 / 0.0): *correct* = the expression parses, uses the multiset of given
 numbers exactly (no number reused, missing or invented, no digits glued together), and equals the target

@@ -23,10 +23,10 @@ below) and never raises:
      wrong). An answer that is a relation (`a=1/2`) never equals a gold that is not one.
 Verdicts are cached per (gold, answer, timeout_s); a check that raised or was interrupted is never cached, and the
 worker matches replies to requests (see `_math_worker`), so an interrupt never shifts later verdicts.
-`timeout_s` must be a finite number of seconds in (0, 3600] (a ValueError naming it otherwise). Measured on this project's 2-core machine under load
-(load average 13): a cached verdict 0.5 us, a refused answer 17 us, two plain numbers 43 us, a worker check
-19-64 ms on average (1.5 s at most over the fuzz corpus), the first check 3.1 s (the worker starts), and the
-check after a kill 3.1 s (the restarted worker imports math_verify first).
+`timeout_s` must be a finite number of seconds in (0, 3600] (a ValueError naming it otherwise). Measured on this
+project's 2-core machine under load (load average 13): a cached verdict 0.5 us, a refused answer 17 us, two plain
+numbers 43 us, a worker check 19-64 ms on average (1.5 s at most over the fuzz corpus), the first check 3.1 s (the
+worker starts), and the check after a kill 3.1 s (the restarted worker imports math_verify first).
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def test_engine_layout_by_hand():
-    shapes = {"m.l.0.attn.q_proj.weight": (4, 2), "m.l.0.attn.k_proj.weight": (2, 2), "m.l.0.attn.v_proj.weight": (2, 2),
+    shapes = {"m.l.0.attn.q_proj.weight": (4, 2), "m.l.0.attn.k_proj.weight": (2, 2),
+              "m.l.0.attn.v_proj.weight": (2, 2),
               "m.l.0.attn.q_proj.bias": (4,), "m.l.0.attn.k_proj.bias": (2,), "m.l.0.attn.v_proj.bias": (2,),
               "m.l.0.mlp.gate_proj.weight": (3, 2), "m.l.0.mlp.up_proj.weight": (3, 2), "m.norm.weight": (2,)}
     assert engine_layout(shapes) == {

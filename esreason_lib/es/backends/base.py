@@ -30,7 +30,8 @@ class Evaluation:
     correct: np.ndarray
     """[N, P] float64: each member's fraction of correct completions per prompt (0/1 with one greedy sample)."""
     fixup_frac: float = 0.0
-    """Mean over members of the fraction of weights the exact restore had to fix up (remote backends report their workers' fractions)."""
+    """Mean over members of the fraction of weights the exact restore had to fix up (remote backends report their
+    workers' fractions)."""
     generations: int = 0
     """Completions generated for this evaluation."""
 

@@ -199,7 +199,8 @@ class _Qwen2Population:
     def _attention(self, att, q, kv, mask) -> torch.Tensor:
         """HF's SDPA attention for every row; `mask` is None, a bool mask, or (bool mask, rows that get None)."""
         if isinstance(mask, tuple):  # mixed: compute both kernel paths and pick per row (rows are independent)
-            both = [sdpa_attention_forward(att, q, *kv, m, dropout=0.0, scaling=att.scaling)[0] for m in (None, mask[0])]
+            both = [sdpa_attention_forward(att, q, *kv, m, dropout=0.0, scaling=att.scaling)[0]
+                    for m in (None, mask[0])]
             o = torch.where(mask[1][:, None, None, None], both[0], both[1])  # [N*R, L, heads, D]
         else:
             o = sdpa_attention_forward(att, q, *kv, mask, dropout=0.0, scaling=att.scaling)[0]

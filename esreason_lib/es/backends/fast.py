@@ -61,7 +61,8 @@ class NativeBackend(FastBackend):
     native = True
 
 
-def agreement(completions: list[list[str]], reference: list[list[str]], rewards, reference_rewards) -> tuple[float, float]:
+def agreement(completions: list[list[str]], reference: list[list[str]], rewards,
+              reference_rewards) -> tuple[float, float]:
     """(fraction of [N][P] completions equal to `reference`'s, Spearman rank correlation of the members' rewards
     with `reference_rewards`; 1.0 when both are constant and equal): the figures `FastBackend` is held to."""
     from scipy.stats import spearmanr

@@ -82,7 +82,8 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
         gpus = float(gpus_per_worker)
     if gpus > 0:
         if gpus <= 1:  # the driver's GPU holds floor((1 - driver_share) / gpus) of them
-            fits = actors_per_gpu(gpus) * (math.floor(gpus_total) - 1) + int(math.floor((1 - driver_share) / gpus + 1e-9))
+            fits = (actors_per_gpu(gpus) * (math.floor(gpus_total) - 1)
+                    + int(math.floor((1 - driver_share) / gpus + 1e-9)))
         else:
             fits = math.floor((gpus_total - driver_share) / gpus)
         if workers > fits:

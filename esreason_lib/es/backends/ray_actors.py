@@ -39,8 +39,8 @@ itself (a task bug) is not a worker failure and propagates.
 
 Generation. With `engine="local"` (the default) an actor generates with the library's own code on its replica;
 with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
-(`es.backends.vllm_engines.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with `follow` and
-every reload with `forget`, so the engine follows the replica and is checked against its checksum.
+(`es.backends.vllm_engines.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with
+`follow` and every reload with `forget`, so the engine follows the replica and is checked against its checksum.
 `score_center` decodes the unperturbed model on the first actor (on its engine with "vllm"), so the driver
 generates nothing: `es.loop.es_step` logs its rewards as reward/center.
 
@@ -153,7 +153,8 @@ class RayBackend:
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
     when the driver's model is on CUDA, else 0; fractions share a GPU). `engine`: how an actor generates, "local"
     (the library's generation on its replica) or "vllm" (one vLLM engine per actor following its replica,
-    `es.backends.vllm_engines.VLLMBackend`); `gpu_memory_utilization`: each engine's share of its GPU (`placement.plan_placement`)."""
+    `es.backends.vllm_engines.VLLMBackend`); `gpu_memory_utilization`: each engine's share of its GPU
+    (`placement.plan_placement`)."""
 
     def __init__(self, config: ESConfig, task, tokenizer, *, workers: int, check_every: int = 1,
                  fitness_shaping: Callable | None = None, cpus_per_worker: float = 1.0,

@@ -107,7 +107,8 @@ def evaluate_models(preset: Preset, refs: Mapping[tuple[str, int], str], *, home
             on_test = t["split"] == "test"
             test_only = EvalResult(table=result.table[on_test], curve=result.curve,
                                    samples=result.samples[result.samples["problem_id"].isin(test_ids)])
-            t = t.assign(**{"maj@K": float(test_only.maj_curve([maj_k], n_boot=20, seed=spec.seed)["maj_at_k"].iloc[0])})
+            t = t.assign(**{
+                "maj@K": float(test_only.maj_curve([maj_k], n_boot=20, seed=spec.seed)["maj_at_k"].iloc[0])})
         tables.append(t)
     return pd.concat(tables, ignore_index=True)
 

@@ -60,6 +60,7 @@ def format_spread(table: pd.DataFrame, columns, label: str = "arm", digits: int 
     """A display copy of a `spread` table: each column as "mean [min, max]" (just "mean" when min == max)."""
     out = table[[label]].copy()
     for c in columns:
-        out[c] = [f"{m:.{digits}f}" if (lo == hi or pd.isna(m)) else f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        out[c] = [f"{m:.{digits}f}" if (lo == hi or pd.isna(m))
+                  else f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
                   for m, lo, hi in zip(table[c], table[f"{c}_min"], table[f"{c}_max"])]
     return out

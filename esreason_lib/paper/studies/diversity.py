@@ -241,7 +241,8 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
         es = {k: v for k, v in asdict(config).items() if not (k == "ray_address" and v is None)}  # added later:
         key = {"es": es, "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
                "scheme": scheme, "probe_seed": preset.eval.seed, "version": 3,
-               **({"independent": True} if preset.prop1.independent_link else {})}  # at its default, old runs keep their key
+               # at its default, old runs keep their key
+               **({"independent": True} if preset.prop1.independent_link else {})}
 
         def compute(config=config) -> dict[str, pd.DataFrame]:
             model, tokenizer = load_model(config.model, device=resolve_device(config.device),
@@ -304,7 +305,8 @@ def prop1_summary(table: pd.DataFrame) -> pd.DataFrame:
     those and overall."""
     g = table.assign(rose_given_condition=table["condition"] & table["rose"]).groupby("k")
     return pd.DataFrame({"iterations": g.size(), "condition": g["condition"].sum(),
-                         "rose_given_condition": g["rose_given_condition"].sum(), "rose": g["rose"].sum()}).reset_index()
+                         "rose_given_condition": g["rose_given_condition"].sum(),
+                         "rose": g["rose"].sum()}).reset_index()
 
 
 def lemma_checks(cells: pd.DataFrame, n_boot: int = 2000) -> list:

@@ -196,7 +196,8 @@ def probe_rows(p_members, w, p_theta, p_plus, p_next) -> pd.DataFrame:
     `p_members` [P, N] (members), `w` [N] simplex weights, `p_theta`, `p_plus`, `p_next` [P] (the centre before
     the update, theta+ by importance sampling from the centre's samples, theta+ from fresh samples). Columns:
     prompt, p_theta, p_bar, p_w, p_plus, p_next, kl = KL(Bern(p_w) || Bern(p_plus)), lift = p_w - p_bar,
-    lemma3_err = |p_w - p_bar - N Cov(w, p)| and js_succ (the members' JS diversity of success, `metrics.js_success`)."""
+    lemma3_err = |p_w - p_bar - N Cov(w, p)| and js_succ (the members' JS diversity of success,
+    `metrics.js_success`)."""
     p_members, p_theta, p_plus = (np.asarray(a, dtype=np.float64) for a in (p_members, p_theta, p_plus))
     w = np.broadcast_to(w, p_members.shape)  # [P, N]
     lhs, rhs = lemma3_identity(p_members, w)  # [P], [P]

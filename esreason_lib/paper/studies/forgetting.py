@@ -175,7 +175,8 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
             kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
             task = get_task(task_name, **dict(kwargs))
             prompts = [task.prompt(ex, tokenizer)
-                       for ex in task.examples("test", n=preset.forgetting.kl_prompts, seed=derive_seed(0, "kl") % 2**31)]
+                       for ex in task.examples("test", n=preset.forgetting.kl_prompts,
+                                               seed=derive_seed(0, "kl") % 2**31)]
             kl = 0.0 if base is model else kl_to_base(
                 model, base, tokenizer, prompts, n=preset.forgetting.kl_samples, max_new_tokens=task.max_new_tokens,
                 stop=task.stop, seed=derive_seed(0, "forgetting", "kl", task_name))

@@ -27,9 +27,9 @@ Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
 
-A `Preset` nests one frozen spec per study (`studies.specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`, `SequentialSpec`,
-`ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value explicit
-(no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
+A `Preset` nests one frozen spec per study (`studies.specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`,
+`SequentialSpec`, `ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value
+explicit (no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
 configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
@@ -241,7 +241,8 @@ PRESETS: dict[str, Preset] = {
                             shaping_alphas=_TINY_SHAPING_ALPHAS, **_SCALING_DELTAS),
         splits=COUNTDOWN),
     "paper-easy": _make(
-        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k", task_kwargs={"protocol": "artifact"},
+        "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k",
+        task_kwargs={"protocol": "artifact"},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
         es=dict(iterations=234, greedy=True, max_new_tokens=_ARTIFACT_TOKENS, **_PAPER_ES),
         grpo=dict(iterations=234, max_new_tokens=_ARTIFACT_TOKENS, micro_batch_size=16, **_PAPER_GRPO),

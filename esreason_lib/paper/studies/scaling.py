@@ -120,7 +120,8 @@ def training_configs(preset: Preset) -> dict[tuple, ESConfig]:
 
     cells = {("cell", m, n, s): config(s, model=m, population_size=n, iterations=spec.iterations)
              for m in spec.models for n in spec.populations for s in preset.seeds}
-    labels = {shaping_label(n, a): {"normalization": n, "alpha": a} for n, alphas in spec.shaping_alphas for a in alphas}
+    labels = {shaping_label(n, a): {"normalization": n, "alpha": a}
+              for n, alphas in spec.shaping_alphas for a in alphas}
     labels.update({k: {"alpha": preset.es.alpha, **v} for k, v in EXTRAS.items()})
     variants = {("ablation", label, s): config(s, model=preset.base_model, population_size=preset.es.population_size,
                                                 iterations=spec.ablation_iterations, **{**PLAIN, **changes})
@@ -137,7 +138,8 @@ def compute(preset: Preset, *, home=None, progress: bool = True) -> dict[str, pd
     """
     check_task_kwargs(preset)
     spec = preset.scaling
-    runs = {key: trainer("es")(config, home=home, progress=progress) for key, config in training_configs(preset).items()}
+    runs = {key: trainer("es")(config, home=home, progress=progress)
+            for key, config in training_configs(preset).items()}
     cells = {key[1:]: run for key, run in runs.items() if key[0] == "cell"}
     variants = {key[1:]: run for key, run in runs.items() if key[0] == "ablation"}
     params = {}
@@ -247,7 +249,8 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     gap = {m: _by_seed(probs, model=m, N=ns[-1]) - _by_seed(probs, model=m, N=ns[0]) for m in (small, large)}
     best = best_alphas(tables)
     acc = {v: _by_seed(abl, variant=v) for v in dict.fromkeys(abl["variant"])}
-    population, own = population_check(gap[small], gap[large], f"gap N={ns[-1]} - N={ns[0]} on {large} minus on {small}")
+    population, own = population_check(gap[small], gap[large],
+                                       f"gap N={ns[-1]} - N={ns[0]} on {large} minus on {small}")
     shaping = {v: effect_check(f"z-score ({best['zscore']}) above {best[v]}, best alphas", acc[best["zscore"]],
                                acc[best[v]], delta=float(settings["delta_shaping"])) for v in best if v != "zscore"}
     rival = "rank" if "rank" in shaping else next(iter(shaping))
@@ -271,6 +274,7 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
                 + "; not claims of the paper, not in the status: "
                 + "; ".join(f"{c.name} {c.effect:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (MDE {c.mde:.3f})"
                             for c in extras))
-    sanity = ("update norms (mean es/update_norm): " + ", ".join(f"{v} {u:.3g}" for v, u in mean["update_norm"].items()),
+    sanity = ("update norms (mean es/update_norm): "
+              + ", ".join(f"{v} {u:.3g}" for v, u in mean["update_norm"].items()),
               f"equal iterations: N={ns[-1]} used {gens[ns[-1]] / gens[ns[0]]:.0f}x the generations of N={ns[0]}")
     return make_finding(sentence, (), sanity, tests=tests)
