@@ -1,10 +1,8 @@
 """Issue 34's speed figures, side by side in one run (a script, not a test):
 
     .venv/bin/python benchmarks/bench_speed.py ratio          # plain batched inference of N x P rows / population step
-    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration: the preset's vs the speed
-                                                              # options
-    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: the preset's vs the speed
-                                                              # options
+    .venv/bin/python benchmarks/bench_speed.py grpo           # a tiny-preset GRPO iteration: preset vs speed options
+    .venv/bin/python benchmarks/bench_speed.py snapshots      # evaluating a set of snapshots: preset vs speed options
     .venv/bin/python benchmarks/bench_speed.py across_models  # the fused forward per model with 1, 4, 8 models batched
 
 With no argument, every benchmark in turn. Same inputs as `bench_es.py` (qwen2-s-habit, Countdown train prompts,

@@ -12,13 +12,12 @@ so that `es.loop.es_step` scores no member with the library's own generation.
 
 Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the backend keeps the last call's
 (population, rewards) (or what `follow` was given), and at the next iteration the worker replays
-`ES(config, views).tell(
-population, rewards)`; a call at any other iteration or with another model (a resumed run) copies the driver's
-weights again, and calls at the same iteration leave the engine as it is. After every `check_every`-th sync the
-engine's `weights_fingerprint` is compared with the driver's; a difference reloads the driver's weights with a
-RuntimeWarning (counted in `resyncs`, logged as es/resyncs), and a difference after the reload raises. The replay is
-bit-identical only on the driver's device type (noise is a function of it), so the engine must run on the driver's
-device type.
+`ES(config, views).tell(population, rewards)`; a call at any other iteration or with another model (a resumed run)
+copies the driver's weights again, and calls at the same iteration leave the engine as it is. After every
+`check_every`-th sync the engine's `weights_fingerprint` is compared with the driver's; a difference reloads the
+driver's weights with a RuntimeWarning (counted in `resyncs`, logged as es/resyncs), and a difference after the reload
+raises. The replay is bit-identical only on the driver's device type (noise is a function of it), so the engine must run
+on the driver's device type.
 
 Limits. One engine (tensor parallel size 1); for several GPUs, `es.backends.ray_actors.RayBackend(engine="vllm")`
 (`backend="ray-vllm"`) runs one engine per actor, each following its actor's replica. Greedy rewards equal
