@@ -5,9 +5,9 @@
 
 Needs the `bench` extra (`pip install -e .[bench]`: trl). Both trainers start from the same saved zoo model and
 tokenizer (`qwen2-s-habit`, loaded by `models.load_model`, never `AutoTokenizer`), and see the same Countdown prompts:
-step t of both is the 128 prompts `training.prompt_indices` draws for this project's step t (TRL gets them as an
-unshuffled dataset in that order). Both: group size 8, at most 24 new tokens, temperature 1, lr 1e-4 constant, AdamW
-without weight decay, grad-norm clip 1, beta 0, clip epsilon 0.2, the paper's "seq-mean-token-mean" loss (TRL
+step t of both is the 128 prompts `training.settings.prompt_indices` draws for this project's step t (TRL gets them
+as an unshuffled dataset in that order). Both: group size 8, at most 24 new tokens, temperature 1, lr 1e-4 constant,
+AdamW without weight decay, grad-norm clip 1, beta 0, clip epsilon 0.2, the paper's "seq-mean-token-mean" loss (TRL
 `loss_type="grpo"`), group-std advantages, one optimiser step per rollout batch of 1,024 completions, float32 on CPU
 (`use_cpu=True`, `bf16=False`), one torch thread, and the same reward (`Task.reward` of the completion cut at the
 task's stop string). The two step in alternation (a trainer callback runs this project's step after each TRL step),
@@ -81,7 +81,8 @@ def run_seed(args, seed: int) -> pd.DataFrame:
     from esreason_lib.models.load import load_model
     from esreason_lib.models.optim import master_weight_adamw
     from esreason_lib.paper.studies.presets import get_preset
-    from esreason_lib.training import prompt_indices, training_inputs
+    from esreason_lib.training.inputs import training_inputs
+    from esreason_lib.training.settings import prompt_indices
 
     config = replace(get_preset("tiny").config("grpo"), model=args.model, group_size=args.group,
                      prompts_per_step=args.prompts, max_new_tokens=args.max_new_tokens, lr=args.lr, beta=0.0,

@@ -432,7 +432,7 @@ def test_snapshot_refs_name_exactly_the_saved_snapshots(tiny, tmp_path):
     """The steps come from the config, and they are the folders `save_snapshot` wrote (so an imported run
     without weights names the same snapshots)."""
     from esreason_lib.es.loop import train_es
-    from esreason_lib.training import SNAPSHOTS, snapshot_refs, snapshot_steps
+    from esreason_lib.training.run_entry import SNAPSHOTS, snapshot_refs, snapshot_steps
 
     assert list(snapshot_steps(2, 5)) == [2, 4] and list(snapshot_steps(25, 150)) == [25, 50, 75, 100, 125]
     assert not snapshot_steps(0, 5) and not snapshot_steps(5, 5)

@@ -121,10 +121,13 @@ def test_store_imports_no_model_code():
 
 
 def test_light_modules_load_no_transformers():
+    """Each in a fresh interpreter: the metrics, ES's ask/tell, and the run configs (`ESConfig` and the settings
+    every run shares) load no model code."""
     import subprocess
     import sys
 
-    for module in ("esreason_lib.metrics", "esreason_lib.es.core"):
+    for module in ("esreason_lib.metrics", "esreason_lib.es.core", "esreason_lib.es.config",
+                   "esreason_lib.training.settings"):
         code = f"import sys, {module}; print('transformers' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              cwd=PACKAGE.parent).stdout.strip()

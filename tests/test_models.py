@@ -14,7 +14,6 @@ from esreason_lib.models import load as models
 from esreason_lib.models.load import load_model, load_tokenizer
 from esreason_lib.models.zoo import (
     ALPHABET,
-    DEFAULT_BASE,
     ZOO,
     ZooSpec,
     build_char_tokenizer,
@@ -22,6 +21,7 @@ from esreason_lib.models.zoo import (
     num_parameters,
     tiny_random_qwen2,
 )
+from esreason_lib.training.settings import DEFAULT_BASE
 
 TEXT = st.text(alphabet=st.sampled_from(ALPHABET), max_size=60)
 

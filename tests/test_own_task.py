@@ -14,7 +14,7 @@ from esreason_lib import tasks
 from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalResult, results_table
 from esreason_lib.tasks import Countdown, Task, get_task, register_task, task_version
-from esreason_lib.training import run_identity
+from esreason_lib.training.run_entry import run_identity
 
 
 class Parity(Task):

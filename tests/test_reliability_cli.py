@@ -257,7 +257,7 @@ def test_a_broken_base_is_one_line_and_leaves_no_run_directory(kind, pattern, ho
 
 def test_the_tasks_default_budget_is_checked_against_the_models_context():
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-    from esreason_lib.training import check_inputs
+    from esreason_lib.training.inputs import check_inputs
 
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok))

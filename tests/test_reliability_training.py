@@ -182,7 +182,7 @@ def test_a_nan_reward_stops_train_es_and_marks_the_run_failed(tmp_path):
     from esreason_lib.guards import NonFiniteError
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
     from esreason_lib.store.runs import Run
-    from esreason_lib.training import run_identity
+    from esreason_lib.training.run_entry import run_identity
 
     class NanReward:
         name, stop, max_new_tokens = "nan-reward", None, 3

@@ -12,7 +12,7 @@ from esreason_lib.store.identity import config_hash
 from esreason_lib.tasks import Countdown, get_task
 from esreason_lib.tasks import artifact_grading as ag
 from esreason_lib.tasks._math_worker import MathWorker
-from esreason_lib.training import config_task
+from esreason_lib.training.inputs import config_task
 
 GOLD = {"id": "g", "question": "q", "answer": "18", "solution": "6*3=18\n#### 18"}
 CD = {"id": "c", "numbers": [80, 81, 71], "target": 72}

@@ -11,7 +11,8 @@ import torch
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.training import DTYPES, prompt_indices, resolve_device, training_inputs
+from esreason_lib.training.inputs import resolve_device, training_inputs
+from esreason_lib.training.settings import DTYPES, prompt_indices
 
 
 def test_resolve_device():
@@ -97,7 +98,7 @@ def test_prompt_order_is_a_validated_config_field():
 def test_open_training_run_checks_first_and_returns_no_inputs_for_a_complete_run(tmp_path):
     from esreason_lib.es.loop import train_es
     from esreason_lib.paper.studies.presets import get_preset
-    from esreason_lib.training import open_training_run
+    from esreason_lib.training.run_entry import open_training_run
 
     config = get_preset("smoke").config("es", iterations=1)
     with pytest.raises(ValueError, match="device"):

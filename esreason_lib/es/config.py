@@ -11,7 +11,7 @@ from esreason_lib.es.backends.placement import check_gpus_per_worker, check_memo
 from esreason_lib.es.lowrank import NOISES
 from esreason_lib.es.shaping import FITNESS_SHAPING
 from esreason_lib.store.identity import ADDED_OPTION, execution
-from esreason_lib.training import RunSettings
+from esreason_lib.training.settings import RunSettings
 from esreason_lib.validation import (
     check,
     check_bool,

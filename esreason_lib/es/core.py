@@ -16,7 +16,7 @@ With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) i
 
 Noise, the update kernel and the bit-exact perturb/restore live in `es.noise`; seeds of every stream derive
 from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
-for the step's prompts (`training.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
+for the step's prompts (`training.settings.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
 checkpoint ends bit-identical to an uninterrupted one.
 """
 

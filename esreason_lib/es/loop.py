@@ -16,7 +16,8 @@ from esreason_lib.es.core import ES
 from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.models.device import record_device
 from esreason_lib.models.weights import relative_drift
-from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
+from esreason_lib.training.run_entry import open_training_run, save_snapshot
+from esreason_lib.training.settings import prompt_indices
 
 
 def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: PopulationEvaluator, *,
@@ -24,7 +25,7 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
             before_tell: Callable | None = None) -> tuple[dict[str, float], Evaluation]:
     """One ES iteration (the loop body of Algorithm 1) at `es.iteration`, updating `model` in place.
 
-    Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.prompt_indices` in the
+    Draws the step's P = `prompts_per_step` train prompts from `examples` (`training.settings.prompt_indices` in the
     config's `prompt_order`), scores the unperturbed centre on them with the members' sampling seed (with
     `backend.score_center` when the backend has one: the vLLM engines and Ray actors decode it where they decode
     the members; else in this process, `base.score_center`), asks for the population, scores it with `backend`,
@@ -75,8 +76,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     `model`/`tokenizer` override loading `config.model` (the model is updated in place; it is the base theta_0);
     `task` (a `Task`) overrides `get_task(config.task, ...)` and its own reward shaping is then used; `backend`
     overrides `make_backend(config, ..., model=model)` (a backend made here is closed at the end, one passed in is
-    not). A complete run of the same identity (`training.run_identity`: the config, and the code of a task that is
-    not built in) is returned as it is, saying so on stderr when `progress`, and `model` is left untouched. With
+    not). A complete run of the same identity (`training.run_entry.run_identity`: the config, and the code of a task
+    that is not built in) is returned as it is, saying so on stderr when `progress`, and `model` is left untouched. With
     `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
     without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
     iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed

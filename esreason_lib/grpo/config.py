@@ -8,7 +8,7 @@ from esreason_lib.es.backends.placement import check_memory_share
 from esreason_lib.grpo.loss import AGGREGATIONS, SCALES
 from esreason_lib.models.generation import FORWARDS, SAMPLERS
 from esreason_lib.store.identity import ADDED_OPTION, execution
-from esreason_lib.training import RunSettings
+from esreason_lib.training.settings import RunSettings
 from esreason_lib.validation import (
     check,
     check_bool,

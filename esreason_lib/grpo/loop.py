@@ -30,7 +30,7 @@ Deviations from the paper (all deliberate, all visible in `GRPOConfig`):
   copy and the model gets it rounded to bf16, so updates far below bf16's resolution (lr 1e-6 against
   weights ~1e-2) accumulate instead of being rounded away; checkpoints keep the masters.
 - Prompts: `prompt_order` "random" draws each iteration's prompts afresh; "epoch" (the paper presets) shows
-  every train example once per epoch (`training.prompt_indices`).
+  every train example once per epoch (`training.settings.prompt_indices`).
 - Compute, not maths: the update (`policy_update`, below) forwards each distinct (prompt, completion,
   advantage) row once, weighted by its multiplicity, and with beta = 0 skips the rows whose advantage is 0 (their
   loss and gradient are exactly 0; they stay in the normaliser), so the loss and gradient are the full batch's up
@@ -78,7 +78,8 @@ from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
-from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
+from esreason_lib.training.run_entry import open_training_run, save_snapshot
+from esreason_lib.training.settings import prompt_indices
 
 
 def forward_rows(p_ids, p_mask, c_ids, c_mask, adv, *, skip_zero_advantage: bool):

@@ -209,10 +209,6 @@ ZOO: dict[str, ZooSpec] = {
 """Named base models: "smoke" (~14k params, seconds, tests only), "qwen2-s" (130k), "qwen2-s-habit" (130k,
 40% habit answers), "qwen2-m" (1.0M), "qwen2-l" (3.3M). Measured numbers: `esreason_lib.models.load` docstring."""
 
-DEFAULT_BASE = "qwen2-s"
-"""The default base model of the CPU studies."""
-
-
 def zoo_versions() -> dict[str, str]:
     """{name: hash of its spec} of every zoo model: what a run's identity records of the zoo models its config
     names (`store.identity.with_zoo_versions`; the package registers it there, `esreason_lib/__init__.py`)."""

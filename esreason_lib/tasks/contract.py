@@ -1,7 +1,7 @@
 """A task's verifier held to its contract (`Task.is_correct` returns a bool, `Task.reward` a finite number within
 the task's reward shaping, both in bounded time), where training and evaluation call it.
 
-`held_to_contract(task)` wraps a task once: ES and GRPO get it through `training.training_inputs`, `evaluate`
+`held_to_contract(task)` wraps a task once: ES and GRPO get it through `training.inputs.training_inputs`, `evaluate`
 wraps what it is given. A user's task whose `is_correct` returns 0.5 or None, or whose `reward` returns NaN, an
 infinity (`guards.NonFiniteError`) or a value outside [min, max] of its `shaping`'s tiers ([0, 1] without one),
 is a one-line `ValueError` naming the task and the value (a bool reward is one too: it is no number); a trainer

@@ -21,7 +21,7 @@ from esreason_lib.paper.findings import Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
-from esreason_lib.training import resolve_device
+from esreason_lib.training.inputs import resolve_device
 
 LATENT_MARGIN = 0.10
 """"Many more when sampled": Pass@K must exceed greedy accuracy by more than this (absolute)."""

@@ -13,7 +13,7 @@ from esreason_lib.evaluate import EvalResult, EvalSpec, evaluate
 from esreason_lib.models.load import load_model
 from esreason_lib.store.runs import Run
 from esreason_lib.tasks import get_task
-from esreason_lib.training import resolve_device
+from esreason_lib.training.inputs import resolve_device
 
 
 def model_ref(run_or_name: Run | str | Path) -> str:

@@ -11,9 +11,9 @@ The design (a fair comparison):
 - Each method's best-Pass@1 and best-Pass@K arm is chosen by its seed mean on the *selection* problems; every
   verdict is computed on the disjoint *test* problems. With `selection_problems = 0` (paper presets) the choice
   is made on the test problems and favours the chosen arms.
-- Paths: every run keeps a snapshot every `snapshot_every` iterations (`training.save_snapshot`); each snapshot
-  is evaluated like the final models, at `comparison.temperature` (T = 0.6, the paper's), which is the evidence;
-  the final models are also evaluated at `comparison.side_temperatures` (T = 1) and greedily, shown beside.
+- Paths: every run keeps a snapshot every `snapshot_every` iterations (`training.run_entry.save_snapshot`); each
+  snapshot is evaluated like the final models, at `comparison.temperature` (T = 0.6, the paper's), which is the
+  evidence; the final models are also evaluated at `comparison.side_temperatures` (T = 1) and greedily, shown beside.
 - The control (`controls.noise_control`): for each ES run, an "ES" with random directions and the run's own
   per-iteration update norms; it drifts as far and uses no reward.
 - Evidence (`finding`; arms and matching rule there and in `ComparisonSpec`, deltas in the preset): ES's Pass@1
@@ -55,7 +55,8 @@ from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
 from esreason_lib.tasks import get_task
-from esreason_lib.training import resolve_device, snapshot_refs
+from esreason_lib.training.inputs import resolve_device
+from esreason_lib.training.run_entry import snapshot_refs
 
 BASE_SEED = -1
 """The `seed` value of the base model's rows (it has no training seed)."""

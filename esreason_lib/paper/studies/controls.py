@@ -25,7 +25,8 @@ from esreason_lib.params import named_params
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.cache import stored_run
 from esreason_lib.store.runs import Run
-from esreason_lib.training import DTYPES, save_snapshot
+from esreason_lib.training.run_entry import save_snapshot
+from esreason_lib.training.settings import DTYPES
 
 CONTROL_KIND = "es-noise"
 """The run kind of a noise-injection control."""

@@ -58,7 +58,7 @@ from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed, numpy_rng
 from esreason_lib.store.cache import cached
 from esreason_lib.tasks import get_task
-from esreason_lib.training import config_task, resolve_device
+from esreason_lib.training.inputs import config_task, resolve_device
 
 
 def _sample(model, tokenizer, task, prompts, n, seed):

@@ -41,7 +41,7 @@ from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.cache import cached
 from esreason_lib.tasks import get_task
-from esreason_lib.training import resolve_device
+from esreason_lib.training.inputs import resolve_device
 
 LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
 """The note shown when the base is a hub model."""

@@ -35,7 +35,7 @@ from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.store.runs import Run
-from esreason_lib.training import resolve_device
+from esreason_lib.training.inputs import resolve_device
 
 EXTRAS: dict[str, dict] = {"antithetic": {"normalization": "zscore", "antithetic": True},
                            "lowrank": {"normalization": "zscore", "noise": "lowrank", "rank": 1, "backend": "auto"}}

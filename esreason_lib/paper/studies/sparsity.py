@@ -55,7 +55,7 @@ from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.cache import cached, stored_run
 from esreason_lib.store.runs import Run
-from esreason_lib.training import resolve_device
+from esreason_lib.training.inputs import resolve_device
 
 MODES = ("magnitude", "random")
 """The two resets compared: smallest-|delta| coordinates vs a uniformly random set of equal count."""
