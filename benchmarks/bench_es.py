@@ -66,7 +66,7 @@ def overhead(args) -> list[str]:
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     es, pop = _population(args.n, args.sigma, model)
-    seq = SequentialBackend(task, tok, sigma=args.sigma)
+    seq = SequentialBackend(task, tok)
     plain = lambda: score_examples(model, tok, task, ex, greedy=True, temperature=1.0,  # noqa: E731
                                    max_new_tokens=task.max_new_tokens, seed=0)
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -101,7 +101,7 @@ def speedup(args) -> list[str]:
     from esreason_lib.es.backends.sequential import SequentialBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
-    seq, bat = SequentialBackend(task, tok, sigma=args.sigma), BatchedBackend(task, tok, sigma=args.sigma)
+    seq, bat = SequentialBackend(task, tok), BatchedBackend(task, tok)
     rows = []
     for n in args.populations:
         _, pop = _population(n, args.sigma, model)
@@ -125,8 +125,8 @@ def lowrank(args) -> list[str]:
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     n, state = max(args.populations), {k: v.clone() for k, v in model.state_dict().items()}
-    backends = {"full": BatchedBackend(task, tok, sigma=args.sigma),
-                "lowrank": LowRankBackend(task, tok, sigma=args.sigma, rank=args.rank)}
+    backends = {"full": BatchedBackend(task, tok),
+                "lowrank": LowRankBackend(task, tok, rank=args.rank)}
     es = {k: ES(ESConfig(population_size=n, antithetic=True, sigma=args.sigma, noise=k, rank=args.rank), model)
           for k in backends}
     pop = es["full"].ask()  # the same seeds for both
@@ -157,7 +157,7 @@ def flops(args) -> list[str]:
     from esreason_lib.es.backends.batched import BatchedBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
-    bat = BatchedBackend(task, tok, sigma=args.sigma)
+    bat = BatchedBackend(task, tok)
     _, pop = _population(max(args.populations), args.sigma, model)
     with FlopCounterMode(display=False) as counter:
         bat(model, pop, ex, iteration=0)
@@ -192,7 +192,7 @@ def _rss_child(args) -> None:
         score_examples(model, tok, task, ex * n, greedy=True, temperature=1.0, max_new_tokens=task.max_new_tokens,
                        seed=0)
     else:
-        backend = (BatchedBackend if args.rss_of == "batched" else SequentialBackend)(task, tok, sigma=args.sigma)
+        backend = (BatchedBackend if args.rss_of == "batched" else SequentialBackend)(task, tok)
         es.tell(pop, backend(model, pop, ex, iteration=0).rewards)
     running[0] = False
     sampler.join()

@@ -39,8 +39,8 @@ def fast(args) -> list[str]:
     from esreason_lib.params import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
-    seq = SequentialBackend(task, tok, sigma=args.sigma)
-    paths = {"fast": FastBackend(task, tok, sigma=args.sigma), "native": NativeBackend(task, tok, sigma=args.sigma)}
+    seq = SequentialBackend(task, tok)
+    paths = {"fast": FastBackend(task, tok), "native": NativeBackend(task, tok)}
     rows = []
     for n in args.populations:
         _, pop = _population(n, args.sigma, model)
@@ -69,7 +69,7 @@ def flops(args) -> list[str]:
     from esreason_lib.es.backends.fast import FastBackend, NativeBackend
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
-    paths = {"fast": FastBackend(task, tok, sigma=args.sigma), "native": NativeBackend(task, tok, sigma=args.sigma)}
+    paths = {"fast": FastBackend(task, tok), "native": NativeBackend(task, tok)}
     _, pop = _population(max(args.populations), args.sigma, model)
     with FlopCounterMode(display=False) as counter:
         paths["fast"](model, pop, ex, iteration=0)
@@ -89,7 +89,7 @@ def threads(args) -> list[str]:
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     _, pop = _population(16, args.sigma, model)
-    bat, fst = BatchedBackend(task, tok, sigma=args.sigma), FastBackend(task, tok, sigma=args.sigma)
+    bat, fst = BatchedBackend(task, tok), FastBackend(task, tok)
     prompts = [task.prompt(e, tok) for e in ex]
     sample = lambda: generate(model, tok, prompts, n=8, max_new_tokens=task.max_new_tokens, stop=task.stop)  # noqa: E731
     ro = sample()

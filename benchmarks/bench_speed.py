@@ -35,9 +35,9 @@ def ratio(args) -> list[str]:
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     prompts = [task.prompt(e, tok) for e in ex]
-    paths = {"fast": (FastBackend(task, tok, sigma=args.sigma), "fused"),
-             "native": (NativeBackend(task, tok, sigma=args.sigma), "native"),
-             f"low-rank r={args.rank}": (LowRankBackend(task, tok, sigma=args.sigma, rank=args.rank), "hf")}
+    paths = {"fast": (FastBackend(task, tok), "fused"),
+             "native": (NativeBackend(task, tok), "native"),
+             f"low-rank r={args.rank}": (LowRankBackend(task, tok, rank=args.rank), "hf")}
     rows = []
     for n in args.populations:
         _, full = _population(n, args.sigma, model)

@@ -201,7 +201,10 @@ def test_tell_accepts_plain_seeds_a_callable_shaping_and_checks_lengths():
     with pytest.raises(ValueError, match="fitness shaping must map 3 rewards"):
         bad.tell(np.array([1, 2, 3]), [0.0, 1.0, 2.0])
     with pytest.raises(ValueError, match="signs"):
-        Population([1, 2], [1, 0])
+        Population([1, 2], [1, 0], 0.1)
+    for sigma in (0, -0.1, float("nan"), 2.0):
+        with pytest.raises(ValueError, match=r"Population\.sigma must be a finite float in \(0, 1\.0\]"):
+            Population([1, 2], [1, 1], sigma)
 
 
 def test_all_equal_rewards_leave_theta_unchanged():
@@ -293,9 +296,10 @@ def test_sequential_backend_scores_members_and_restores(tiny):
     tok, make = tiny
     model, task = make(), Paren()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    backend = SequentialBackend(task, tok, sigma=0.05, greedy=True)
+    backend = SequentialBackend(task, tok, greedy=True)
     assert isinstance(backend, PopulationEvaluator)
-    pop = ES(ESConfig(population_size=6, antithetic=True), model).ask()
+    pop = ES(ESConfig(population_size=6, antithetic=True, sigma=0.05), model).ask()
+    assert pop.sigma == 0.05  # the strategy's sigma travels with its population: the backend keeps none
     ev = backend(model, pop, task.examples("train", 5), iteration=0)
     assert isinstance(ev, Evaluation) and ev.rewards.shape == (6,) and ev.correct.shape == (6, 5)
     np.testing.assert_array_equal(ev.rewards, ev.correct.mean(axis=1))
@@ -304,8 +308,6 @@ def test_sequential_backend_scores_members_and_restores(tiny):
     r, c = score_examples(model, tok, task, task.examples("train", 5), greedy=True, temperature=1.0,
                           max_new_tokens=4, seed=sample_seed(0, 0))
     assert r.shape == c.shape == (5,)
-    with pytest.raises(ValueError, match="sigma"):
-        SequentialBackend(task, tok, sigma=0)
 
 
 def test_train_es_learns_the_sanity_objective(tiny, tmp_path):

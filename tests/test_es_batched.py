@@ -81,7 +81,7 @@ def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):
     cfg = ESConfig(population_size=6, antithetic=True, sigma=sigma, alpha=0.05)
     es = ES(cfg, model)
     examples = task.examples()
-    sequential, batched = SequentialBackend(task, tok, sigma=sigma), BatchedBackend(task, tok, sigma=sigma)
+    sequential, batched = SequentialBackend(task, tok), BatchedBackend(task, tok)
     for it in range(3):
         pop = es.ask()
         before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -112,10 +112,8 @@ def test_make_backend_and_config_choice(setup):
         ESConfig(backend="tpu-pods")
     with pytest.raises(ValueError, match="greedy"):
         ESConfig(backend="batched", greedy=False)
-    with pytest.raises(ValueError, match="sigma"):
-        BatchedBackend(task, tok, sigma=0.0)
     with pytest.raises(TypeError, match="Qwen2ForCausalLM"):
-        BatchedBackend(task, tok, sigma=0.1).completions(torch.nn.Linear(2, 2), ES(ESConfig(), {}).ask(), [])
+        BatchedBackend(task, tok).completions(torch.nn.Linear(2, 2), ES(ESConfig(), {}).ask(), [])
     assert dataclasses.replace(ESConfig(), backend="batched").backend == "batched"
 
 

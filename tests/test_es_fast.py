@@ -29,7 +29,7 @@ FAST = [FastBackend, NativeBackend]
 def test_fast_agrees_with_sequential_over_es_steps(setup, backend):
     model, tok, task, examples = setup
     sigma = 1e-2
-    seq, fast = SequentialBackend(task, tok, sigma=sigma), backend(task, tok, sigma=sigma)
+    seq, fast = SequentialBackend(task, tok), backend(task, tok)
     es = ES(ESConfig(population_size=8, antithetic=True, sigma=sigma, alpha=5e-3), model)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     same, rhos = {1: [], -1: []}, []
@@ -84,10 +84,10 @@ def test_fast_agrees_with_sequential_on_padded_prompts(setup, backend):
     for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):
         with perturbed(named_params(model), s, sign, sigma):
             reference.append(_greedy(model, tok, ragged, examples))
-    fast = backend(ragged, tok, sigma=sigma)
+    fast = backend(ragged, tok)
     same, rho = agreement(fast.completions(model, pop, examples), reference,
                           fast(model, pop, examples, iteration=0).rewards,
-                          SequentialBackend(ragged, tok, sigma=sigma)(model, pop, examples, iteration=0).rewards)
+                          SequentialBackend(ragged, tok)(model, pop, examples, iteration=0).rewards)
     assert same >= 0.995 and rho >= 0.99, (same, rho)
 
 

@@ -92,7 +92,7 @@ def test_backend_completions_equal_generation_by_the_materialised_models(tiny):
     model, task, sigma, rank = make(), Paren(), 0.5, 2
     before = {k: v.clone() for k, v in model.state_dict().items()}
     pop = ES(ESConfig(population_size=4, antithetic=True, sigma=sigma, noise="lowrank", rank=rank), model).ask()
-    backend = LowRankBackend(task, tok, sigma=sigma, rank=rank)
+    backend = LowRankBackend(task, tok, rank=rank)
     examples = task.examples("train")
     fast = backend.completions(model, pop, examples)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the model is never perturbed
@@ -110,7 +110,7 @@ def test_update_equals_the_explicit_sum_and_pairs_cancel():
     base = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), "b": torch.tensor([0.5, -0.5, 1.0])}
     cfg = ESConfig(population_size=4, alpha=0.3, noise="lowrank", rank=2, normalization="none")
     params = {k: v.clone() for k, v in base.items()}
-    pop = Population([11, 11, 12, 13], [1, -1, 1, 1])
+    pop = Population([11, 11, 12, 13], [1, -1, 1, 1], cfg.sigma)
     rewards = np.array([1.0, 0.25, -2.0, 0.5])
     norm = ES(cfg, params).tell(pop, rewards)["es/update_norm"]
     a11, b11 = lowrank_factors(11, "w", base["w"], 2)
@@ -126,7 +126,7 @@ def test_update_equals_the_explicit_sum_and_pairs_cancel():
     assert apply_lowrank_update(again, [11, 12, 13], [0.75, -2.0, 0.5], 0.3 / 4, 2) == pytest.approx(norm)
     assert all(torch.equal(again[k], params[k]) for k in base)
     tied = {k: v.clone() for k, v in base.items()}  # antithetic pairs whose two members score alike cancel
-    pairs = Population([11, 11, 12, 12], [1, -1, 1, -1])
+    pairs = Population([11, 11, 12, 12], [1, -1, 1, -1], cfg.sigma)
     ES(dataclasses.replace(cfg, normalization="zscore"), tied).tell(pairs, np.array([1.0, 1.0, 0.0, 0.0]))
     assert all(torch.equal(tied[k], base[k]) for k in base)
     full = {k: v.clone() for k, v in base.items()}
@@ -147,7 +147,7 @@ def test_config_validation_and_backend_choice(tiny):
         with pytest.raises(ValueError, match=match):
             ESConfig(**bad)
     with pytest.raises(ValueError, match="rank"):
-        LowRankBackend(Paren(), tok, sigma=0.1, rank=0)
+        LowRankBackend(Paren(), tok, rank=0)
 
 
 def test_lowrank_es_learns_the_sanity_objective(tiny, tmp_path):

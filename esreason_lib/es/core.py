@@ -1,9 +1,9 @@
 """Evolution Strategies for LLM fine-tuning, in evosax's ask/tell shape (Qiu et al. 2025's ES, the paper's
 Algorithm 1).
 
-One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds; a backend
-(`es.backends`) scores each member theta + sigma * eps_i on those prompts; `tell(population, rewards)` shapes the
-rewards into z_i and updates, in place,
+One iteration is `es_step`: draw the step's prompts, score the centre, `ask()` draws N member seeds (a `Population`,
+which carries sigma); a backend (`es.backends`) scores each member theta + sigma * eps_i on those prompts;
+`tell(population, rewards)` shapes the rewards into z_i and updates, in place,
 
     theta <- theta + (alpha / N) * sum_i z_i * eps_i        (eps_i regenerated from seed i, never stored)
 
@@ -16,8 +16,8 @@ With `noise="lowrank"`, eps of each 2-D weight is EGGROLL's A B^T / sqrt(rank) i
 
 Noise, the update kernel and the bit-exact perturb/restore live in `es.noise`; seeds of every stream derive
 from `ESConfig.seed` by name: ("es", "ask", it) for member seeds, ("es", "prompts", it) or ("es", "epoch", e)
-for the step's prompts (`training.settings.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed from a
-checkpoint ends bit-identical to an uninterrupted one.
+for the step's prompts (`training.settings.prompt_indices`), ("es", "sample", it) for sampling. So a run resumed
+from a checkpoint ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from esreason_lib.es.shaping import FITNESS_SHAPING
 from esreason_lib.guards import NonFiniteError
 from esreason_lib.params import named_params
 from esreason_lib.seeding import numpy_rng
+from esreason_lib.validation import check_step_size
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +45,9 @@ class Population:
     """[N] int64 noise seeds; with antithetic sampling rows 2k and 2k+1 share a seed."""
     signs: np.ndarray
     """[N] int64 in {+1, -1} (all +1 without antithetic sampling)."""
+    sigma: float
+    """The perturbation scale the strategy asked for (`ESConfig.sigma`): a backend scores the members with it, so
+    no backend keeps a copy of its own."""
     iteration: int = -1
     """The ES iteration that asked for it (-1 when built by hand)."""
 
@@ -55,6 +59,7 @@ class Population:
                              f"signs {signs.tolist()!r:.80}")
         object.__setattr__(self, "seeds", seeds)
         object.__setattr__(self, "signs", signs)
+        check_step_size(self, "sigma")
 
     def __len__(self) -> int:
         return int(self.seeds.size)
@@ -62,8 +67,8 @@ class Population:
 
 class ES:
     """Ask/tell ES over named tensors (a model's parameters or a dict), updated in place by `tell`; `config` is an
-    `es.config.ESConfig` (or anything with its population_size, seed, antithetic, normalization, alpha, matched_step,
-    noise and rank).
+    `es.config.ESConfig` (or anything with its population_size, sigma, seed, antithetic, normalization, alpha,
+    matched_step, noise and rank).
 
     `fitness_shaping` (rewards [N] -> z [N]) overrides `FITNESS_SHAPING[config.normalization]`; `iteration`
     is where the member-seed stream starts (restored from a checkpoint with `load_state_dict`)."""
@@ -76,17 +81,18 @@ class ES:
 
     def ask(self) -> Population:
         """This iteration's members, from the stream (seed, "es", "ask", iteration)."""
-        n = self.config.population_size
+        n, sigma = self.config.population_size, self.config.sigma
         rng = numpy_rng(self.config.seed, "es", "ask", self.iteration)
         seeds = rng.integers(0, 2**63 - 1, size=n // 2 if self.config.antithetic else n, dtype=np.int64)
         if self.config.antithetic:
-            return Population(np.repeat(seeds, 2), np.tile([1, -1], n // 2), self.iteration)  # [N], [N]
-        return Population(seeds, np.ones(n, dtype=np.int64), self.iteration)
+            return Population(np.repeat(seeds, 2), np.tile([1, -1], n // 2), sigma, self.iteration)  # [N], [N]
+        return Population(seeds, np.ones(n, dtype=np.int64), sigma, self.iteration)
 
     def tell(self, population, rewards) -> dict[str, float]:
         """Shape `rewards` [N] and update the parameters in place; advances `iteration`. `population` is a
         `Population` or a plain array of seeds (all signs +1). Returns reward and update statistics."""
-        pop = population if isinstance(population, Population) else Population(population, np.ones(len(population)))
+        pop = (population if isinstance(population, Population)
+               else Population(population, np.ones(len(population)), self.config.sigma))
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)  # [N]
         if r.size != len(pop):
             raise ValueError(f"tell: got {r.size} rewards for a population of {len(pop)}")

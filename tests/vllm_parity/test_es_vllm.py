@@ -143,14 +143,14 @@ def test_a_driver_that_moved_without_tell_is_detected(setup):
     model, tok, task, config, backend = setup
     model = copy.deepcopy(model)
     batch = task.examples("train", n=2, seed=2)
-    backend(model, Population([5, 5], [1, -1]), batch, iteration=0)
+    backend(model, Population([5, 5], [1, -1], config.sigma), batch, iteration=0)
     with torch.no_grad():
         model.model.norm.weight.add_(1.0)  # an update the engine cannot replay
     before = backend.resyncs
     with pytest.warns(RuntimeWarning, match="drifted from the driver's at iteration 1"):
-        backend(model, Population([6, 6], [1, -1]), batch, iteration=1)  # reloaded, not fatal
+        backend(model, Population([6, 6], [1, -1], config.sigma), batch, iteration=1)  # reloaded, not fatal
     assert backend.resyncs == before + 1
-    backend(model, Population([6, 6], [1, -1]), batch, iteration=7)  # a jump reloads the driver's weights
+    backend(model, Population([6, 6], [1, -1], config.sigma), batch, iteration=7)  # a jump reloads the driver's weights
 
 
 def test_forget_reloads_and_follow_replays_a_tell(setup):

@@ -294,10 +294,8 @@ class BatchedBackend:
     """Score every member of a population in one batched greedy decode (see the module docstring); the same
     rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
 
-    def __init__(self, task, tokenizer, *, sigma: float, max_new_tokens: int | None = None, batch_size: int = 512):
-        if not sigma > 0:
-            raise ValueError(f"BatchedBackend: sigma must be > 0, got {sigma!r}")
-        self.task, self.tokenizer, self.sigma = task, tokenizer, float(sigma)
+    def __init__(self, task, tokenizer, *, max_new_tokens: int | None = None, batch_size: int = 512):
+        self.task, self.tokenizer = task, tokenizer
         self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
         self.batch_size = int(batch_size)
         """Prompts per decoded chunk (all members together): `generation.generate`'s default, so that prompt
@@ -309,11 +307,11 @@ class BatchedBackend:
         if not config.greedy:
             raise ValueError("BatchedBackend: ESConfig.greedy must be True (sampling cannot match the sequential "
                              "path's generator stream)")
-        return cls(task, tokenizer, sigma=config.sigma, max_new_tokens=config.max_new_tokens)
+        return cls(task, tokenizer, max_new_tokens=config.max_new_tokens)
 
     def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
         """name -> every member's version of the tensor for the batched forward: `member_weights` stacks."""
-        return member_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma)
+        return member_weights(params, population.seeds.tolist(), population.signs.tolist(), population.sigma)
 
     def check_model(self, model) -> None:
         """Raise unless `model` is one this backend's forward implements (`supports`)."""

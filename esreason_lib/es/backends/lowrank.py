@@ -27,9 +27,8 @@ class LowRankBackend(BatchedBackend):
     """`BatchedBackend` scoring each member at theta + sign * sigma * E(seed), E the low-rank direction: the
     population decodes greedily in one batched forward with the low-rank term (module docstring)."""
 
-    def __init__(self, task, tokenizer, *, sigma: float, rank: int, max_new_tokens: int | None = None,
-                 batch_size: int = 512):
-        super().__init__(task, tokenizer, sigma=sigma, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    def __init__(self, task, tokenizer, *, rank: int, max_new_tokens: int | None = None, batch_size: int = 512):
+        super().__init__(task, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LowRankBackend: rank must be a positive int, got {rank!r}")
         self.rank = rank
@@ -39,10 +38,11 @@ class LowRankBackend(BatchedBackend):
         """The backend an `ESConfig` with noise="lowrank" describes (it must decode greedily)."""
         if not config.greedy:
             raise ValueError("LowRankBackend: ESConfig.greedy must be True (the batched decode is greedy only)")
-        return cls(task, tokenizer, sigma=config.sigma, rank=config.rank, max_new_tokens=config.max_new_tokens)
+        return cls(task, tokenizer, rank=config.rank, max_new_tokens=config.max_new_tokens)
 
     def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
-        return lowrank_weights(params, population.seeds.tolist(), population.signs.tolist(), self.sigma, self.rank)
+        return lowrank_weights(params, population.seeds.tolist(), population.signs.tolist(), population.sigma,
+                               self.rank)
 
 
 @dataclass(frozen=True)

@@ -112,9 +112,11 @@ class Replica:
         """(wall-clock time the replica began building, time it was ready); a call returns once it is ready."""
         return self.created_at, self.ready_at
 
-    def evaluate(self, seed: int, sign: int, examples: list[dict], iteration: int) -> tuple[float, np.ndarray, float]:
-        """Member (seed, sign)'s (mean reward, correct [P], fix-up fraction); the replica is restored exactly."""
-        ev = self.scorer(self.model, Population([seed], [sign]), examples, iteration=iteration)
+    def evaluate(self, seed: int, sign: int, sigma: float, examples: list[dict],
+                 iteration: int) -> tuple[float, np.ndarray, float]:
+        """Member (seed, sign)'s (mean reward, correct [P], fix-up fraction) at scale `sigma` (its population's); the
+        replica is restored exactly."""
+        ev = self.scorer(self.model, Population([seed], [sign], sigma), examples, iteration=iteration)
         return float(ev.rewards[0]), ev.correct[0], ev.fixup_frac
 
     def score_center(self, examples: list[dict], iteration: int) -> tuple[np.ndarray, np.ndarray, float]:
@@ -147,7 +149,8 @@ _REMOTE_REPLICA = ray.remote(Replica)
 class RayBackend:
     """Score the population on `workers` Ray actors (see the module docstring for the protocol and its checks).
 
-    `config` gives the scoring (sigma, greedy, temperature, max_new_tokens, seed, as `SequentialBackend`) and the
+    `config` gives the scoring (greedy, temperature, max_new_tokens, seed, as `SequentialBackend`; sigma comes with
+    each population) and the
     update the replicas replay (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one).
     `check_every`: compare weight checksums every this many calls. `max_restarts`: dead workers replaced within
     one call before it raises. `cpus_per_worker` / `gpus_per_worker`: Ray resources per actor (GPUs default to 1
@@ -233,7 +236,8 @@ class RayBackend:
         while todo or running:
             while todo and idle:
                 w, i = idle.popleft(), todo.popleft()
-                running[self._actors[w].evaluate.remote(seeds[i], signs[i], batch, iteration)] = (w, i)
+                member = self._actors[w].evaluate.remote(seeds[i], signs[i], population.sigma, batch, iteration)
+                running[member] = (w, i)
             (ref,), _ = ray.wait(list(running), num_returns=1)
             w, i = running.pop(ref)
             try:

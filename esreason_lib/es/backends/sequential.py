@@ -12,20 +12,19 @@ from esreason_lib.params import named_params
 
 
 class SequentialBackend:
-    """Evaluate members one after another on the single in-memory model (perturb, generate, score, restore)."""
+    """Evaluate members one after another on the single in-memory model (perturb by the population's sigma,
+    generate, score, restore)."""
 
-    def __init__(self, task, tokenizer, *, sigma: float, greedy: bool = True, temperature: float = 1.0,
+    def __init__(self, task, tokenizer, *, greedy: bool = True, temperature: float = 1.0,
                  max_new_tokens: int | None = None, seed: int = 0):
-        if not sigma > 0:
-            raise ValueError(f"SequentialBackend: sigma must be > 0, got {sigma!r}")
-        self.task, self.tokenizer, self.sigma = task, tokenizer, float(sigma)
+        self.task, self.tokenizer = task, tokenizer
         self.greedy, self.temperature, self.seed = bool(greedy), float(temperature), int(seed)
         self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
 
     @classmethod
     def from_config(cls, config: Any, task, tokenizer) -> "SequentialBackend":
         """The backend an `ESConfig` describes."""
-        return cls(task, tokenizer, sigma=config.sigma, greedy=config.greedy, temperature=config.temperature,
+        return cls(task, tokenizer, greedy=config.greedy, temperature=config.temperature,
                    max_new_tokens=config.max_new_tokens, seed=config.seed)
 
     def score(self, model, examples: list[dict], *, iteration: int) -> tuple[np.ndarray, np.ndarray]:
@@ -39,7 +38,7 @@ class SequentialBackend:
         n, p = len(population), len(examples)
         rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
         for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
-            with perturbed(params, seed, int(sign), self.sigma) as fx:
+            with perturbed(params, seed, int(sign), population.sigma) as fx:
                 r, c = self.score(model, examples, iteration=iteration)  # [P], [P]
             rewards[i], correct[i], fix[i] = r.mean(), c, fx.fraction
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)

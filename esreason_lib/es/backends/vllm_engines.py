@@ -76,9 +76,10 @@ def es_tell(worker, config: ESConfig, population: Population, rewards: np.ndarra
 class VLLMBackend:
     """Score the population with one vLLM engine (see the module docstring for the protocol and its checks).
 
-    `config` gives the scoring (sigma, greedy, temperature, max_new_tokens, seed) and the update the engine
-    replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one). `check_every`:
-    compare weight checksums every this many weight syncs (a copy of the driver's weights or a replayed tell).
+    `config` gives the scoring (greedy, temperature, max_new_tokens, seed; sigma comes with each population) and the
+    update the engine replays (alpha, normalization, or `fitness_shaping` when the driver's `ES` was given one).
+    `check_every`: compare weight checksums every this many weight syncs (a copy of the driver's weights or a
+    replayed tell).
     `engine_kwargs` are passed to `vllm.LLM` over the defaults (float dtype of the driver, dummy load, no prefix
     caching, `seed`, the context `vllm_settings.engine_max_model_len` of the generation budget, eager on CPU,
     `GPU_MEMORY_UTILIZATION` on CUDA)."""
@@ -135,7 +136,7 @@ class VLLMBackend:
         n, p = len(population), len(examples)
         rewards, correct, fix = np.zeros(n), np.zeros((n, p)), np.zeros(n)  # [N], [N, P], [N]
         for i, (seed, sign) in enumerate(zip(population.seeds.tolist(), population.signs.tolist())):
-            fix[i] = self.engine.rpc(es_perturb, int(seed), int(sign), float(self.config.sigma))
+            fix[i] = self.engine.rpc(es_perturb, int(seed), int(sign), float(population.sigma))
             try:
                 texts = self._generate(prompts, iteration=iteration)  # [P]
             finally:
