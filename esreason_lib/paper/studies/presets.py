@@ -1,20 +1,23 @@
-"""Named presets: every hyperparameter of every notebook, as data.
+"""Named presets: every hyperparameter of every notebook, as data, each written once.
+
+Four presets are written out in full (`_BASES`); every registered preset is one of them with a table of dotted-key
+overrides (`DERIVATIONS`: name -> (base, overrides)), so what `get_preset(name)` returns is what its line says:
 
 - `smoke`: seconds per notebook; a 50k-parameter model; for the test suite only (numbers mean nothing).
-- `tiny`: the CPU default (2 cores, minutes); tuned from the sweep recorded in `papers/sweeps.md`. Its ES
-  populations, GRPO rollouts and evaluations run the fused float32 forward (`models.fused_qwen2`: ES
-  `backend="fast"`, `EvalSpec.forward="fused"`), equal to the model's own modules up to float rounding, and GRPO
-  and the evaluations draw with shared prefixes and the one-uniform sampler (`_FAST_PATHS`).
-- `full`: `tiny` (without `_FAST_PATHS`, as `powered` and `tiny-exact`) with `_FULL_OVERRIDES`: the powered study
-  designs that do not fit tiny's budget (CPU, hours).
-- `powered`: `tiny` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs, about
-  32 min from an empty store on this machine).
+- `tiny`: the CPU default (2 cores, minutes): the base `tiny-design` (tuned from the sweep recorded in
+  `papers/sweeps.md`; ES populations and evaluations on the fused float32 forward, `models.fused_qwen2`: ES
+  `backend="fast"`, `EvalSpec.forward="fused"`, equal to the model's own modules up to float rounding) with
+  `_FAST_PATHS` (GRPO on the fused forward too, and GRPO and the evaluations drawing with shared prefixes and the
+  one-uniform sampler).
+- `full`: `tiny-design` with `_FULL_OVERRIDES`: the powered study designs that do not fit tiny's budget (CPU, hours).
+- `powered`: `tiny-design` with `_POWERED_OVERRIDES`: the design `esreason power` sizes (13 min after `tiny`'s runs,
+  about 32 min from an empty store on this machine).
 - `frontier-habit`, `frontier-clean`, `frontier-m`, `frontier-multi`: the settings of the multi-setting design
-  (`DESIGNS["frontier"]`, issue 31): `tiny` with `_FRONTIER_OVERRIDES` (the paper's KL beta, the step-size
-  frontier, snapshots every 10 iterations, K = 16 and 32 at T = 0.6 everywhere, every free test problem), on the
-  default base, the clean base, the larger base and a task whose problems have several correct answers; on tiny's
-  fast paths (`_FAST_PATHS`). `make reproduce-design` runs all four (3 h 6 min here, `docs/speed.md`).
-- `tiny-exact`: `tiny` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
+  (`DESIGNS["frontier"]`): `tiny-design` with `_FRONTIER_OVERRIDES` (the paper's KL beta, the step-size frontier,
+  snapshots every 10 iterations, K = 16 and 32 at T = 0.6 everywhere, every free test problem), on the default base,
+  the clean base, the larger base and a task whose problems have several correct answers; on tiny's fast paths
+  (`_FAST_PATHS`). `make reproduce-design` runs all four (3 h 6 min here, `docs/speed.md`).
+- `tiny-exact`: `tiny-design` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
   and chat prompt (`GSM8K(protocol="artifact")`: the instruction as the system turn) and generation budget (2048
@@ -27,9 +30,8 @@ Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
 
-A `Preset` nests one frozen spec per study (`studies.specs`: `ComparisonSpec`, `LemmaSpec`, `Prop1Spec`,
-`SequentialSpec`, `ScalingSpec`, `SparsitySpec`, `ForgettingSpec`; evaluations are `evaluate.EvalSpec`), every value
-explicit (no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
+A `Preset` (`preset_spec`) nests one frozen spec per study (`studies.specs`; evaluations are `evaluate.EvalSpec`),
+every value explicit (no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
 configs (`get_preset("tiny", **{"es.sigma": 0.002, "scaling.iterations": 4})`), and an unknown name or key is a
@@ -38,14 +40,12 @@ clear error.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalSpec
-from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper.splits import COUNTDOWN, NONE, SMOKE, Splits
+from esreason_lib.paper.studies.preset_spec import Preset, build_preset, with_overrides
 from esreason_lib.paper.studies.specs import (
     ComparisonSpec,
     ForgettingSpec,
@@ -55,95 +55,6 @@ from esreason_lib.paper.studies.specs import (
     SequentialSpec,
     SparsitySpec,
 )
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
-
-    name: str
-    """The preset's name (`smoke`, `tiny`, `full`, `paper-easy`, `paper-hard`)."""
-    base_model: str
-    """The base model every method starts from: a zoo name, a local directory or a hub id."""
-    control_model: str | None
-    """A second base shown beside the first as a control (the clean zoo model beside the habit one), or None."""
-    task: str
-    """Training and evaluation task (`esreason_lib.tasks.get_task`)."""
-    task_kwargs: dict[str, Any]
-    """Keyword arguments of the task."""
-    heldout_tasks: tuple[str, ...]
-    """Tasks the training never sees (base models and forgetting studies)."""
-    es: ESConfig
-    """ES hyperparameters (its `model` and `task` fields are set from this preset)."""
-    grpo: GRPOConfig
-    """GRPO hyperparameters (its `model` and `task` fields are set from this preset)."""
-    eval: EvalSpec
-    """The evaluation protocol shared by every method."""
-    seeds: tuple[int, ...]
-    """Training seeds of every verdict that compares trained models (at least `findings.MIN_SEEDS` to resolve one)."""
-    device: str
-    """Torch device for evaluation ("auto" picks CUDA when available)."""
-    comparison: ComparisonSpec
-    """Notebook 01."""
-    lemma: LemmaSpec
-    """Notebook 02, Lemmas 1-2."""
-    prop1: Prop1Spec
-    """Notebook 02, Lemma 3 and Proposition 1."""
-    sequential: SequentialSpec
-    """Notebook 03."""
-    sparsity: SparsitySpec
-    """Notebook 04."""
-    forgetting: ForgettingSpec
-    """Notebook 05."""
-    scaling: ScalingSpec
-    """Notebook 06."""
-    splits: Splits
-    """Disjoint test / selection / tuning index ranges of the task's held-out pool (`splits`)."""
-
-    eval_task_kwargs: dict[str, Any] | None = None
-    """Keyword arguments of the task whose test split is evaluated (None = `task_kwargs`): paper-hard trains on
-    DeepScaleR, which has no test split, and evaluates on MATH-500. Read it through `test_task_kwargs()`."""
-
-    def __post_init__(self):
-        if not self.seeds:
-            raise ValueError("Preset.seeds must name at least one seed, got ()")
-        if self.comparison.selection_problems and self.eval.n_problems is None:
-            raise ValueError("Preset.comparison.selection_problems must be 0 when eval.n_problems is None (the "
-                             "whole test split is evaluated, so no held-out problems are left to choose on)")
-        if not all(t > 0 for t in self.sparsity.taus):
-            raise ValueError(f"Preset.sparsity.taus must all be > 0, got {self.sparsity.taus!r}")
-        for name, cfg in (("es", self.es), ("grpo", self.grpo)):
-            if cfg.model != self.base_model or cfg.task != self.task:
-                raise ValueError(f"Preset.{name} must use the preset's base_model and task "
-                                 f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
-
-    def zoo_bases(self) -> list[str]:
-        """The base and control models that are zoo names (what every notebook loads), sorted."""
-        from esreason_lib.models.zoo import ZOO
-
-        return sorted({m for m in (self.base_model, self.control_model) if m in ZOO})
-
-    def test_task_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""
-        return dict(self.task_kwargs if self.eval_task_kwargs is None else self.eval_task_kwargs)
-
-    def config(self, method: str, **changes) -> ESConfig | GRPOConfig:
-        """The preset's ES or GRPO config with `changes` applied (validated)."""
-        if method not in ("es", "grpo"):
-            raise ValueError(f"method must be 'es' or 'grpo', got {method!r}")
-        config = getattr(self, method)
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(config)})
-        if unknown:
-            raise ValueError(f"{type(config).__name__} has no field(s) {unknown}")
-        return replace(config, **changes)
-
-
-def _make(name: str, *, base_model: str, task: str, task_kwargs: dict, es: dict, grpo: dict, **rest) -> Preset:
-    es_cfg = ESConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **es)
-    grpo_cfg = GRPOConfig(model=base_model, task=task, task_kwargs=dict(task_kwargs), **grpo)
-    return Preset(name=name, base_model=base_model, task=task, task_kwargs=dict(task_kwargs), es=es_cfg,
-                  grpo=grpo_cfg, **rest)
-
 
 _BINARY = dict(reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0)
 _CPU = dict(device="cpu", **_BINARY)  # the smoke and tiny ES and GRPO configs
@@ -192,8 +103,8 @@ _PAPER_TAUS = (2.5e-4, 5e-4, 1e-3, 1.5e-3, 2e-3)
 _DEEPSCALER_EPOCH = 630
 """One epoch of DeepScaleR-Preview (40,315 problems) at 64 prompts per iteration: ceil(40315 / 64)."""
 
-PRESETS: dict[str, Preset] = {
-    "smoke": _make(
+_BASES: dict[str, Preset] = {
+    "smoke": build_preset(
         "smoke", base_model="smoke", control_model=None, task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=4, sigma=3e-3, alpha=1e-3, iterations=3, prompts_per_step=4, antithetic=True,
@@ -216,8 +127,8 @@ PRESETS: dict[str, Preset] = {
                             shaping_alphas=(("zscore", (1e-3, 2e-3)), ("rank", (3e-3,)), ("none", (3e-2,))),
                             **_SCALING_DELTAS),
         splits=SMOKE),
-    "tiny": _make(
-        "tiny", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
+    "tiny-design": build_preset(
+        "tiny-design", base_model="qwen2-s-habit", control_model="qwen2-s", task="countdown", task_kwargs={},
         heldout_tasks=("addition", "sorting"),
         es=dict(population_size=16, sigma=1e-2, alpha=2.4e-3, iterations=150, prompts_per_step=128,
                 antithetic=True, checkpoint_every=25, snapshot_every=25, backend="fast", **_CPU),
@@ -240,7 +151,7 @@ PRESETS: dict[str, Preset] = {
                             eval=EvalSpec(n_problems=500, n_samples=1, ks=(1,), n_boot=100, forward="fused"),
                             shaping_alphas=_TINY_SHAPING_ALPHAS, **_SCALING_DELTAS),
         splits=COUNTDOWN),
-    "paper-easy": _make(
+    "paper-easy": build_preset(
         "paper-easy", base_model="Qwen/Qwen2.5-1.5B-Instruct", control_model=None, task="gsm8k",
         task_kwargs={"protocol": "artifact"},
         heldout_tasks=("math", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
@@ -259,7 +170,7 @@ PRESETS: dict[str, Preset] = {
                             eval=EvalSpec(n_problems=None, n_samples=1, ks=(1,), max_new_tokens=_ARTIFACT_TOKENS),
                             shaping_alphas=_PAPER_SHAPING_ALPHAS, **_SCALING_DELTAS),
         **_GPU_STUDIES),
-    "paper-hard": _make(
+    "paper-hard": build_preset(
         "paper-hard", base_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", control_model=None, task="math",
         task_kwargs={"dataset": "deepscaler"}, heldout_tasks=("gsm8k", "commonsenseqa", "gpqa", "hotpotqa", "mbpp"),
         es=dict(iterations=_DEEPSCALER_EPOCH, greedy=False, temperature=0.6, max_new_tokens=4096, **_PAPER_ES),
@@ -279,6 +190,9 @@ PRESETS: dict[str, Preset] = {
                             shaping_alphas=_PAPER_SHAPING_ALPHAS, **_SCALING_DELTAS),
         **_GPU_STUDIES),
 }
+"""The presets written out in full; every registered preset derives from one (`DERIVATIONS`). `tiny-design` is not
+registered itself: `tiny` and the frontier settings compute it on the fast paths, `full`, `powered` and `tiny-exact`
+on the paths their stored runs used."""
 
 
 _FULL_OVERRIDES: dict[str, Any] = {
@@ -292,45 +206,11 @@ _FULL_OVERRIDES: dict[str, Any] = {
     # notebooks 04 and 05: more problems and samples behind the reset and forgetting checks (MDE not yet measured)
     "sparsity.eval.n_problems": 500, "sparsity.eval.n_samples": 32, "forgetting.eval.n_problems": 960,
 }
-"""`full` = `tiny` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
-
-
-def _set_field(obj, key: str, value, where: str):
-    if not dataclasses.is_dataclass(obj):  # e.g. "seeds.x": the value at `where` has no fields to set
-        raise ValueError(f"{where}: cannot set {key!r} on a {type(obj).__name__} value {obj!r} (it has no fields)")
-    names = {f.name for f in dataclasses.fields(obj)}
-    head, _, rest = key.partition(".")
-    if head not in names:
-        raise ValueError(f"{where}: unknown field {head!r}; valid fields: {sorted(names)}")
-    if rest:
-        return replace(obj, **{head: _set_field(getattr(obj, head), rest, value, f"{where}.{head}")})
-    return replace(obj, **{head: value})
-
-
-def get_preset(name: str, **overrides) -> Preset:
-    """The named preset with dotted-key `overrides` applied (e.g. `**{"es.sigma": 2e-3, "seeds": (0,)}`).
-
-    Changing `base_model` or `task` propagates to the ES and GRPO configs.
-    """
-    if name not in PRESETS:
-        raise ValueError(f"preset {name!r} is not one of {sorted(PRESETS)}")
-    preset = PRESETS[name]
-    for key, value in overrides.items():
-        key = key.replace("__", ".")
-        if key in ("base_model", "task", "task_kwargs"):
-            target = {"base_model": "model"}.get(key, key)
-            preset = replace(preset, **{key: value, "es": replace(preset.es, **{target: value}),
-                                        "grpo": replace(preset.grpo, **{target: value})})
-        else:
-            preset = _set_field(preset, key, value, f"preset {name!r}")
-    return preset
-
-
-PRESETS["full"] = replace(get_preset("tiny", **_FULL_OVERRIDES), name="full")
+"""`full` = `tiny-design` with these dotted-key overrides: the powered designs that do not fit tiny's CPU budget."""
 
 _POWERED_OVERRIDES: dict[str, Any] = {
-    # notebooks 05 and 06: problems, not seeds, are the lever (~80% of the variance is problem-to-problem, issue 21
-    # item 8). Sized by `esreason power` from the tiny CIs (MDE ~ 0.016-0.024 at 3 seeds x 200 problems -> below
+    # notebooks 05 and 06: problems, not seeds, are the lever (~80% of the variance is problem-to-problem in tiny's
+    # components). Sized by `esreason power` from the tiny CIs (MDE ~ 0.016-0.024 at 3 seeds x 200 problems -> below
     # delta 0.01 needs ~4-6x the problems); held-out tasks have their own pools: 960 problems each, the whole
     # test pool of addition (2 digits). The first powered run asked for 1000 and notebook 05 failed before any
     # result of it existed (addition has only 960 test problems); tests/test_presets.py now checks the pools.
@@ -343,9 +223,8 @@ _POWERED_OVERRIDES: dict[str, Any] = {
     # notebook 02: Proposition 1 followed along 30 iterations on 64 probes
     "prop1.iterations": 30, "prop1.probe_prompts": 64,
 }
-"""`powered` = `tiny` with these overrides: the design the power analysis asks for within this task's problem pools
-(run: `make reproduce PRESET=powered`, results in papers/claims.md)."""
-PRESETS["powered"] = replace(get_preset("tiny", **_POWERED_OVERRIDES), name="powered")
+"""`powered` = `tiny-design` with these overrides: the design the power analysis asks for within this task's problem
+pools (run: `make reproduce PRESET=powered`, results in papers/claims.md)."""
 
 _EVAL_SPECS = ("eval", "sparsity.eval", "forgetting.eval", "scaling.eval")
 """The dotted names of a preset's `EvalSpec`s."""
@@ -353,20 +232,10 @@ _EXACT_OVERRIDES: dict[str, Any] = {
     "es.backend": "auto",  # `batched`: every member's rewards bit-identical to the sequential path's
     **{f"{spec}.forward": "hf" for spec in _EVAL_SPECS},
 }
-"""`tiny-exact` = `tiny`'s design computed with the model's own modules and the bit-exact batched ES backend (what
-`tiny` was until issue 23): the same design, other float rounding. Measured against `tiny` as it was before
-`_FAST_PATHS`: all 33 checks of its findings had the same status, effects within 0.005 (`papers/exact_vs_fused.md`)."""
-PRESETS["tiny-exact"] = replace(get_preset("tiny", **_EXACT_OVERRIDES), name="tiny-exact")
-
-SMOKE_PRESETS = ("smoke",)
-"""Presets that only test that the code runs: whatever they show is marked, their numbers mean nothing."""
-
-
-def preset_label(name: str) -> str:
-    """How a preset is named where its results show (a figure's corner, the CLI): the name, and for a smoke preset
-    that it is a smoke test."""
-    return f"{name} (smoke test: numbers mean nothing)" if name in SMOKE_PRESETS else name
-
+"""`tiny-exact` = `tiny-design` computed with the model's own modules and the bit-exact batched ES backend (what
+`tiny` was before it took the fused forward): the same design, other float rounding. Measured against `tiny` as it
+was before `_FAST_PATHS`: all 33 checks of its findings had the same status, effects within 0.005
+(`papers/exact_vs_fused.md`)."""
 
 FRONTIER_PROBLEMS = 770
 """Test problems of every `frontier` evaluation: the whole free Countdown test pool (1,070 minus the selection and
@@ -397,7 +266,8 @@ _FRONTIER_OVERRIDES: dict[str, Any] = {
     "prop1.delta_change": 0.02 / 30, "prop1.delta_link": 0.1, "sequential.delta_stage": 0.01,
     "sequential.delta_pass1": 0.01, "sequential.delta_passk": 0.02, "scaling.delta_shaping": 0.01,
 }
-"""Every `frontier` setting = `tiny` with these overrides (then its base and task, `FRONTIER_SETTINGS`)."""
+"""Every `frontier` setting = `tiny-design` with these overrides (then its base and task, `FRONTIER_SETTINGS`, then
+`_FAST_PATHS`)."""
 MULTI_POOL = 116
 """Test problems of Countdown with at least 2 distinct correct expressions (3 numbers in 1..15, the zoo bases'
 task: 116 test and 1,189 train problems; 3 or more: 30 and 351). Far below `FRONTIER_PROBLEMS`: its checks are
@@ -424,11 +294,47 @@ _FAST_PATHS: dict[str, Any] = {
        for field, value in (("share_prefixes", True), ("sampler", "inverse-cdf"))},
 }
 """`tiny` and the `frontier` settings run their GRPO rollouts and updates and every evaluation on the fast torch paths
-(issue 34; no C compiler needed): the fused forward with shared prefixes, shared-prompt log-probs, and the
-one-uniform sampler (the same distribution, other draws; `docs/speed.md`). Applied after `full`, `powered` and
-`tiny-exact` were derived, so they keep the model's-modules GRPO and multinomial evaluations their stored results
-ran with (their run identities); applied to each `frontier` setting after its own overrides (which replace whole
-`EvalSpec`s)."""
-for _name, _changes in FRONTIER_SETTINGS.items():
-    PRESETS[_name] = replace(get_preset("tiny", **{**_FRONTIER_OVERRIDES, **_changes, **_FAST_PATHS}), name=_name)
-PRESETS["tiny"] = replace(get_preset("tiny", **_FAST_PATHS), name="tiny")
+(no C compiler needed): the fused forward with shared prefixes, shared-prompt log-probs, and the one-uniform sampler
+(the same distribution, other draws; `docs/speed.md`). `full`, `powered` and `tiny-exact` do not take them: they
+keep the model's-modules GRPO and multinomial evaluations their stored results ran with (their run identities). A
+`frontier` setting takes them after its own overrides (which replace whole `EvalSpec`s)."""
+
+DERIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "smoke": ("smoke", {}),
+    "tiny": ("tiny-design", _FAST_PATHS),
+    "paper-easy": ("paper-easy", {}),
+    "paper-hard": ("paper-hard", {}),
+    "full": ("tiny-design", _FULL_OVERRIDES),
+    "powered": ("tiny-design", _POWERED_OVERRIDES),
+    "tiny-exact": ("tiny-design", _EXACT_OVERRIDES),
+    **{name: ("tiny-design", {**_FRONTIER_OVERRIDES, **changes, **_FAST_PATHS})
+       for name, changes in FRONTIER_SETTINGS.items()},
+}
+"""Every registered preset: name -> (the base in `_BASES` it starts from, the dotted-key overrides applied to it in
+their order)."""
+
+PRESETS: dict[str, Preset] = {
+    name: replace(with_overrides(_BASES[base], changes, f"preset {name!r}"), name=name)
+    for name, (base, changes) in DERIVATIONS.items()
+}
+"""The registered presets, by name (`get_preset`)."""
+
+
+def get_preset(name: str, **overrides) -> Preset:
+    """The named preset with dotted-key `overrides` applied (e.g. `**{"es.sigma": 2e-3, "seeds": (0,)}`).
+
+    Changing `base_model`, `task` or `task_kwargs` propagates to the ES and GRPO configs.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r} is not one of {sorted(PRESETS)}")
+    return with_overrides(PRESETS[name], overrides, f"preset {name!r}")
+
+
+SMOKE_PRESETS = ("smoke",)
+"""Presets that only test that the code runs: whatever they show is marked, their numbers mean nothing."""
+
+
+def preset_label(name: str) -> str:
+    """How a preset is named where its results show (a figure's corner, the CLI): the name, and for a smoke preset
+    that it is a smoke test."""
+    return f"{name} (smoke test: numbers mean nothing)" if name in SMOKE_PRESETS else name
