@@ -39,12 +39,9 @@ GOAL = "<= 0.5"
 def plot_reward_curves(table: pd.DataFrame, ax=None):
     """Mean reward per step of each trainer (`table` columns: trainer, seed, step, reward): the seed mean as a thick
     line, each seed as a thin one. Returns (fig, ax)."""
-    import matplotlib.pyplot as plt
+    from esreason_lib.paper.plots import axes_or_new, color_for
 
-    from esreason_lib.paper.plots import color_for
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 3.8))
+    _, ax = axes_or_new(ax)
     for i, (name, rows) in enumerate(table.groupby("trainer", sort=False)):
         color = color_for(name, i)
         for _, seed_rows in rows.groupby("seed"):

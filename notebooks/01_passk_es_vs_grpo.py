@@ -60,6 +60,7 @@ from esreason_lib.paper.plots import (
     plot_pass_plane,
     register_arms,
     save_figure,
+    use_paper_style,
 )
 from esreason_lib.paper.studies.comparison import (
     compute,
@@ -72,6 +73,8 @@ from esreason_lib.paper.studies.comparison import (
 )
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.summary import verdict_lead, verdict_table
+
+use_paper_style()
 
 config = get_preset(preset)
 evidence = evaluation_spec(config)  # the protocol every check and figure below is computed with (T = 0.6)

@@ -50,7 +50,7 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 
 from esreason_lib.paper.claims import record_finding
-from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure
+from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure, use_paper_style
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.studies.scaling import (
     best_alphas,
@@ -63,6 +63,8 @@ from esreason_lib.paper.studies.scaling import (
     table6,
 )
 from esreason_lib.paper.summary import verdict_lead, verdict_table
+
+use_paper_style()
 
 config = get_preset(preset)
 tables = compute(config)

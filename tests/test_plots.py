@@ -160,3 +160,20 @@ def test_figure_legend_puts_one_legend_under_a_multi_panel_figure():
     assert all(ax.get_legend() is None for ax in axes) and len(fig.legends) == 1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["base", "es"]
 
+
+
+def test_importing_plots_changes_no_style_until_plotting_starts():
+    """In a fresh interpreter: the import leaves matplotlib's settings as they were; `use_paper_style` (and a figure
+    `axes_or_new` makes) sets seaborn's white grid."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt\n"
+            "before = dict(plt.rcParams)\n"
+            "from esreason_lib.paper import plots\n"
+            "print(dict(plt.rcParams) == before, plt.rcParams['axes.grid'])\n"
+            "plots.axes_or_new(None)\n"
+            "print(plt.rcParams['axes.grid'], plt.rcParams['axes.facecolor'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=paths.REPO_ROOT).stdout.split()
+    assert out == ["True", "False", "True", "white"]

@@ -1,10 +1,12 @@
 """Plot functions: each takes tidy tables, returns `(fig, ax)` and never saves. `save_figure` writes PNG + PDF.
 
-Style: seaborn's colorblind palette, one colour per arm in every figure (`arm_style`: the method's colour from
-`METHOD_COLORS`, a darker or lighter shade of it per step size once `register_arms` has seen a method's arms, a
-sequence's first stage lighter and dashed), the noise-injection controls grey and dotted and labelled as controls
-(`arm_label`), CIs as bands, legends beside the axes (off the data) or below a multi-panel figure
-(`figure_legend`), the preset's name in each saved figure's corner (`save_figure`).
+Style (`use_paper_style`, called where plotting starts: a notebook's first cell, `axes_or_new` for a figure it
+makes; importing this module changes no matplotlib setting): seaborn's white grid and colorblind palette, one colour
+per arm in every figure (`arm_style`: the method's colour from `METHOD_COLORS`, a darker or lighter shade of it per
+step size once `register_arms` has seen a method's arms, a sequence's first stage lighter and dashed), the
+noise-injection controls grey and dotted and labelled as controls (`arm_label`), CIs as bands, legends beside the
+axes (off the data) or below a multi-panel figure (`figure_legend`), the preset's name in each saved figure's corner
+(`save_figure`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import seaborn as sns
 from esreason_lib.paper.studies.presets import preset_label
 from esreason_lib.paths import figures_dir
 
-sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
 PALETTE = sns.color_palette("colorblind")
 """seaborn's colorblind palette: every colour of every figure comes from it (or is grey)."""
 METHOD_COLORS = {"base": PALETTE[7], "grpo": PALETTE[0], "es": PALETTE[1], "grpo->es": PALETTE[2],
@@ -147,9 +148,17 @@ def save_figure(fig, name: str, *, preset: str, directory: str | Path | None = N
     return paths
 
 
+def use_paper_style() -> None:
+    """Seaborn's theme for every figure made after the call: a white grid, the colorblind palette, the notebook
+    context (matplotlib's global settings, so a figure made before keeps its own look)."""
+    sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
+
+
 def axes_or_new(ax, figsize=(5.5, 3.8)):
-    """`(figure, ax)` of the given axes, or of a new figure of `figsize` inches when `ax` is None."""
+    """`(figure, ax)` of the given axes, or of a new figure of `figsize` inches in the paper's style
+    (`use_paper_style`) when `ax` is None."""
     if ax is None:
+        use_paper_style()
         fig, ax = plt.subplots(figsize=figsize)
     return ax.figure, ax
 

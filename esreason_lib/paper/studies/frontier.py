@@ -23,12 +23,6 @@ BASE = "base"
 """The arm label of the base model (step 0 of every path)."""
 
 
-def path_means(paths: pd.DataFrame, columns, split: str = "test") -> pd.DataFrame:
-    """Per arm, seed and step: the mean over `split`'s problems of each of `columns` (base rows once)."""
-    sub = paths[paths["split"] == split]
-    return sub.groupby(["arm", "seed", "step"], sort=False)[list(columns)].mean().reset_index()
-
-
 def _wide(rows: pd.DataFrame, column: str) -> tuple[np.ndarray, list]:
     """{step: per-problem values} of one seed's rows as ([steps, P], steps ascending), problems sorted by id."""
     wide = rows.pivot(index="step", columns="problem_id", values=column).sort_index().sort_index(axis=1)
