@@ -16,7 +16,7 @@ declared in advance, with secondary checks shown beside it) and the sanity check
     reproduced`) that a real effect (= delta) would also give more than `MAX_FALSE_PASS` of the time; or a `not
     resolved` where a real effect would reach `reproduced` less than `MIN_POWER` of the time. Such a check
     neither supports nor contradicts the paper (the reason quotes what the interval alone says). Each outcome
-    counts when it is rare under the hypothesis it rules out (issue 31's principle): a low-powered design that
+    counts when it is rare under the hypothesis it rules out: a low-powered design that
     still puts the whole interval on the other side has contradicted the paper, and says so; `smaller than
     delta` excludes delta by its interval (a true effect of delta gives it ~2.5% of the time) and counts too;
     `power_report` marks a design whose checks cannot reach `reproduced` at all;

@@ -40,7 +40,8 @@ SIZING_DESIGN = (3, 770)
 
 def stored_check_objects(preset: str, home=None) -> dict[str, Check]:
     """{"<finding>: <check>": the stored `Check`} for every stored check of a claim with a delta (status fields and
-    keys a `Check` does not have are dropped; records written before issue 31 lack `fixed` and `oc`)."""
+    keys a `Check` does not have are dropped; records written before checks carried an operating characteristic
+    lack `fixed` and `oc`)."""
     fields = set(Check.__dataclass_fields__)
     out = {}
     for path in sorted(Path(records_dir(preset, home)).glob("*.json")):

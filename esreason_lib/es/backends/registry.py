@@ -33,16 +33,12 @@ def make_backend(config: Any, task, tokenizer, *, model=None) -> "PopulationEval
     if name not in BACKENDS:
         raise ValueError(f"ESConfig.backend must be one of {BACKENDS}, got {config.backend!r}")
     if name in ("ray", "ray-vllm"):
-        from esreason_lib.es.backends.ray_actors import (
-            RayBackend,  # here: es.backends.ray_actors imports es, which imports this module
-        )
+        from esreason_lib.es.backends.ray_actors import RayBackend  # here: it needs the optional `ray` extra
 
         return RayBackend.from_config(config, task, tokenizer, workers=config.workers,
                                       engine="vllm" if name == "ray-vllm" else "local")
     if name == "vllm":
-        from esreason_lib.es.backends.vllm_engines import (
-            VLLMBackend,  # here: es.backends.vllm_engines imports es, which imports this module
-        )
+        from esreason_lib.es.backends.vllm_engines import VLLMBackend  # here: it needs the optional `vllm` extra
 
         return VLLMBackend.from_config(config, task, tokenizer)
     if name in ("fast", "native"):

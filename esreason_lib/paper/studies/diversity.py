@@ -335,7 +335,7 @@ DELTAS = {"delta_change": 3e-4, "delta_condition": 3e-4, "delta_link": 0.1}
 
 
 SHARED_SAMPLES = ("JS_succ(t) and the Pass@K change share the samples of theta_t: regression to the mean makes "
-                  "the correlation negative whatever the true change (issue 31 item 1)")
+                  "the correlation negative whatever the true change")
 """Why the diversity link on shared samples is `undecidable at this design` (`Check.fixed`)."""
 
 

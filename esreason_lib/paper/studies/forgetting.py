@@ -255,7 +255,7 @@ def _arm(p: pd.DataFrame, method: str, task: str, column: str) -> np.ndarray:
 CEILING = 0.95
 """A held-out task and K whose base score is at least this are on the ceiling: ES - GRPO cannot reach a delta of
 0.02 there and ES - base cannot fall much below 0 from 1, so they are left out of the pooled checks and their own
-checks are `undecidable at this design` (issue 31 item 3: sorting's base Pass@16 was 1.000 on every problem)."""
+checks are `undecidable at this design` (sorting's base Pass@16 was 1.000 on every problem)."""
 
 
 def off_ceiling(tables: ForgettingTables) -> dict[str, str]:

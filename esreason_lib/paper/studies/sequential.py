@@ -12,7 +12,7 @@ evaluated like notebook 01 (`comparison.evaluate_models`, shared cache); generat
 reported so the reader can check the budget in compute.
 
 Controls. Any interpolation between the two single-method endpoints passes "Pass@1 above ES-only and Pass@K
-above GRPO-only" (issue 21: GRPO alone at half budget does), so those two checks are joined by two that such an
+above GRPO-only" (GRPO alone at half budget does), so those two checks are joined by two that such an
 explanation fails: the sequence against its *own first stage* (the cached stage run, paired by seed: the second
 stage must add its method's gain, Pass@K for an ES stage, Pass@1 for a GRPO stage), and the sequence's Pass@K
 against GRPO-only's *path* at the sequence's Pass@1 (`frontier.matched` on GRPO-only's snapshots: a sequence
