@@ -8,8 +8,8 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import grpo_step, rollout_sampler
-from esreason_lib.grpo.rollouts_vllm import rollouts_from_tokens
 from esreason_lib.models.generation import generate
+from esreason_lib.models.rollouts_vllm import rollouts_from_tokens
 from esreason_lib.store.identity import config_hash
 from esreason_lib.tasks import get_task
 

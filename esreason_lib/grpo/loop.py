@@ -204,7 +204,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
               rollout=generate) -> dict:
     """One GRPO iteration: draw prompts, sample G completions each with `rollout` (`generate` or a callable that
-    takes its arguments, e.g. `grpo.rollouts_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
+    takes its arguments, e.g. `models.rollouts_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
 
     Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
     report them: `policy/ratio_mean` is absent from a step with no row to forward).
@@ -246,9 +246,9 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 def rollout_sampler(config: GRPOConfig):
     """What samples `config`'s rollouts: `generate` (with `config.forward`, `sampler` and `share_prefixes` when they
     are not the defaults), or a
-    `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    `models.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
-        from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+        from esreason_lib.models.rollouts_vllm import VLLMRollouts
 
         share = config.gpu_memory_utilization
         return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
