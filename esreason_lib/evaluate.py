@@ -249,7 +249,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     if backend == "vllm":
         from esreason_lib.models.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 
-        sampler = VLLMRollouts(engine_seed=seed, batch_size=batch_size)
+        sampler = VLLMRollouts(engine_seed=seed)
     try:
         return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature,
                          top_p=top_p, ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed,

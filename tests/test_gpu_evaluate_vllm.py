@@ -20,7 +20,7 @@ class Standin:
 
     made: list = []
 
-    def __init__(self, *, engine_seed, batch_size):
+    def __init__(self, *, engine_seed):
         self.calls, self.closed = 0, False
         Standin.made.append(self)
 
