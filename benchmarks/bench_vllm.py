@@ -27,9 +27,9 @@ from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.backends.vllm_engines import VLLMBackend  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES
-from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
+from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 
 

@@ -213,7 +213,7 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     without `<name>_samples` (written before samples were stored) reloads with `samples` None.
 
     `backend` "vllm" (extra `vllm`) samples with one vLLM engine holding `model`'s weights
-    (`grpo.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
+    (`models.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
     `forward`, `sampler` and `share_prefixes` are "local"'s `generate(..., forward=..., sampler=...,
@@ -247,9 +247,9 @@ def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1
     sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused,
                                 share_prefixes=share_prefixes)
     if backend == "vllm":
-        from esreason_lib.grpo.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
+        from esreason_lib.models.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 
-        sampler = VLLMRollouts(engine_seed=seed, batch_size=batch_size)
+        sampler = VLLMRollouts(engine_seed=seed)
     try:
         return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature,
                          top_p=top_p, ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed,

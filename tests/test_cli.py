@@ -288,7 +288,7 @@ def test_eval_runs_on_vllm_when_the_training_sampled_on_vllm(home, monkeypatch):
     from test_gpu_evaluate_vllm import Standin
 
     from esreason_lib.es.loop import train_es
-    from esreason_lib.grpo import rollouts_vllm
+    from esreason_lib.models import rollouts_vllm
 
     assert cli.eval_backend([ESConfig(backend="ray-vllm")]) == "vllm"
     assert cli.eval_backend([ESConfig(backend="ray"), GRPOConfig(backend="vllm")]) == "vllm"

@@ -10,7 +10,7 @@ import pytest
 from test_evaluate import FirstCharTask
 
 from esreason_lib.evaluate import evaluate
-from esreason_lib.grpo import rollouts_vllm
+from esreason_lib.models import rollouts_vllm
 from esreason_lib.models.generation import generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
@@ -20,7 +20,7 @@ class Standin:
 
     made: list = []
 
-    def __init__(self, *, engine_seed, batch_size):
+    def __init__(self, *, engine_seed):
         self.calls, self.closed = 0, False
         Standin.made.append(self)
 

@@ -1,4 +1,4 @@
-"""GRPO that fits a GPU: chunked log-probs (grpo.logprobs), gradient checkpointing, the memory estimate and its
+"""GRPO that fits a GPU: chunked log-probs (models.logprobs), gradient checkpointing, the memory estimate and its
 refusal (grpo.memory). The estimate is compared with no measured GPU peak here (no GPU): scripts/gpu_check.py
 prints both on a GPU machine."""
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.logprobs import chunked_completion_logprobs
 from esreason_lib.grpo.loop import fit_check
 from esreason_lib.grpo.memory import GIB, HEADROOM, check_grpo_fits, grpo_memory
 from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.hf_compat import is_checkpointing, set_checkpointing
+from esreason_lib.models.logprobs import Chunks, completion_scores
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
 
@@ -42,7 +42,7 @@ def test_chunked_logprobs_equal_the_full_ones_with_gradients(rollout, chunk):
     full.sum().backward()
     want = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    got = chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk)
+    got, _ = completion_scores(model, *args, temperature=0.7, chunks=Chunks(positions=chunk))
     got.sum().backward()
     torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-5)
     assert (got[~ro.completion_mask] == 0).all()
@@ -50,10 +50,10 @@ def test_chunked_logprobs_equal_the_full_ones_with_gradients(rollout, chunk):
         torch.testing.assert_close(p.grad, want[k], rtol=1e-4, atol=1e-6, msg=k)
     model.zero_grad(set_to_none=True)
     with torch.no_grad():
-        torch.testing.assert_close(chunked_completion_logprobs(model, *args, temperature=0.7, chunk=chunk),
-                                   got.detach())
-    with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):
-        chunked_completion_logprobs(model, *args, chunk=0)
+        torch.testing.assert_close(completion_scores(model, *args, temperature=0.7,
+                                                     chunks=Chunks(positions=chunk))[0], got.detach())
+    with pytest.raises(ValueError, match="Chunks.positions must be None or a positive int, got 0"):
+        Chunks(positions=0)
 
 
 def test_checkpointing_and_chunks_give_the_same_update(tmp_path):

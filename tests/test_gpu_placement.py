@@ -1,4 +1,4 @@
-"""es/backends/placement and the RayBackend's resource check before any actor starts, against fake clusters
+"""models/placement and the RayBackend's resource check before any actor starts, against fake clusters
 (`ray.cluster_resources` monkeypatched; no actor is started). The GPU placement itself needs a GPU: untested here."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 from esreason_lib.cli import gpu_settings
-from esreason_lib.es.backends import placement
-from esreason_lib.es.backends.placement import actors_per_gpu, check_gpus_per_worker, check_memory_share, plan_placement
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.models import placement
+from esreason_lib.models.placement import actors_per_gpu, check_gpus_per_worker, check_memory_share, plan_placement
 from esreason_lib.store.identity import canonical_config
 
 ONE_GPU = {"CPU": 16.0, "GPU": 1.0}

@@ -8,8 +8,9 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import grpo_step, rollout_sampler
-from esreason_lib.grpo.rollouts_vllm import rollouts_from_tokens
 from esreason_lib.models.generation import generate
+from esreason_lib.models.logprobs import Chunks
+from esreason_lib.models.rollouts_vllm import rollouts_from_tokens
 from esreason_lib.store.identity import config_hash
 from esreason_lib.tasks import get_task
 
@@ -28,7 +29,7 @@ def test_rollouts_from_tokens_equals_generates_rollouts(tiny, greedy):
                   stop="=", seed=5)
     assert {len(t) for t in _tokens(ro)} != {12}  # some rows stopped early (stop string or EOS): padding is tested
     got = rollouts_from_tokens(model, tok, prompts, 3, _tokens(ro), temperature=1.0 if greedy else 0.7, stop="=",
-                               batch_size=5)
+                               chunks=Chunks(rows=5, positions=4, vocab=7))
     assert got.prompts == ro.prompts and got.n == 3 and got.completions == ro.completions
     for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
         assert torch.equal(getattr(got, name), getattr(ro, name)), name

@@ -80,8 +80,6 @@ def test_graph_parser_sees_function_level_and_relative_imports(tmp_path):
     assert cycles(graph) == [["esreason_lib.a", "esreason_lib.sub.b"]]
 
 
-
-
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
@@ -145,3 +143,70 @@ def test_package_api_is_lazy_and_keeps_its_names():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent).stdout.strip()
     assert out == "True esreason_lib.es.config"
+
+
+GROUND = ("paths", "seeding", "validation", "progress", "guards", "metrics", "params", "version", "threads",
+          "eval_samples", "cli_help")
+"""The ground floor's modules: they import nothing of the package (checked below), and anything may import them."""
+
+FLOORS = (("tasks", "store"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",), ("paper",),
+          ("cli",), ("__main__",))
+"""The rooms above the ground floor, bottom up (docs/modules.md): a module imports only rooms on lower floors, never
+a room beside it on its own floor (es/ and grpo/ are siblings), never one above."""
+
+
+def room(module: str) -> str:
+    """"esreason_lib.es.backends.batched" -> "es"; the package itself (the lazy public API) -> ""."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def floor(module: str) -> int:
+    """The floor of `module`'s room: 0 for the ground floor, len(FLOORS) + 1 for the package itself (the API,
+    above everything); KeyError for a room on no floor."""
+    name = room(module)
+    if name == "":
+        return len(FLOORS) + 1
+    if name in GROUND:
+        return 0
+    return 1 + next(i for i, rooms in enumerate(FLOORS) if name in rooms)
+
+
+def arrows_against_the_floors(graph: dict[str, set[str]]) -> list[str]:
+    """Every import `a -> b` between two rooms where b's floor is above a's, or where both share a floor above the
+    ground (siblings), as "a -> b"."""
+    out = []
+    for a, deps in sorted(graph.items()):
+        for b in sorted(deps):
+            if room(a) == room(b):
+                continue
+            if floor(b) > floor(a) or (floor(b) == floor(a) > 0):
+                out.append(f"{a} -> {b}")
+    return out
+
+
+def test_floors_checker_flags_climbs_and_siblings():
+    graph = {"esreason_lib.es.loop": {"esreason_lib.grpo.loss", "esreason_lib.models.zoo", "esreason_lib.es.core"},
+             "esreason_lib.models.zoo": {"esreason_lib.training", "esreason_lib.seeding"},
+             "esreason_lib.seeding": set(), "esreason_lib.grpo.loss": set(), "esreason_lib.es.core": set(),
+             "esreason_lib.training": set()}
+    assert arrows_against_the_floors(graph) == ["esreason_lib.es.loop -> esreason_lib.grpo.loss",
+                                                "esreason_lib.models.zoo -> esreason_lib.training"]
+    assert floor("esreason_lib") > floor("esreason_lib.cli") > floor("esreason_lib.paper.plots")
+    assert floor("esreason_lib.paper.plots") > floor("esreason_lib.es.x") > floor("esreason_lib.seeding") == 0
+
+
+def test_every_room_has_a_floor():
+    rooms = {room(m) for m in import_graph()} - {""}
+    assert sorted(rooms - set(GROUND) - {r for rooms_ in FLOORS for r in rooms_}) == []
+
+
+def test_ground_floor_imports_nothing_of_the_package():
+    graph = import_graph()
+    assert {m: sorted(d) for m, d in graph.items() if room(m) in GROUND and d} == {}
+
+
+def test_no_import_climbs_against_the_floors_and_es_grpo_are_siblings():
+    """Function-level imports included: es/ never imports grpo/ nor grpo/ es/ (what both need, vLLM rollouts and
+    GPU placement, lives in models/), and no module imports a room above its own."""
+    assert arrows_against_the_floors(import_graph()) == []

@@ -20,9 +20,9 @@ import torch
 ray = pytest.importorskip("ray", reason="the Ray cluster tests need the `ray` extra (pip install 'esreason[ray]')")
 
 from esreason_lib.es.backends import ray_cluster  # noqa: E402
-from esreason_lib.es.backends.placement import plan_placement, start_one_by_one  # noqa: E402
 from esreason_lib.es.backends.ray_cluster import actor_bundles, cluster_address, package_runtime_env  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
+from esreason_lib.models.placement import plan_placement, start_one_by_one  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -78,7 +78,7 @@ def standin(monkeypatch):
 
 
 def test_rollouts_size_the_engine_for_the_first_calls_budget(standin):
-    from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+    from esreason_lib.models.rollouts_vllm import VLLMRollouts
 
     model, tok = standin
     sampler = VLLMRollouts()

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from esreason_lib.es.backends.base import BACKENDS, EXACT_BACKENDS
-from esreason_lib.es.backends.placement import check_gpus_per_worker, check_memory_share
 from esreason_lib.es.lowrank import NOISES
 from esreason_lib.es.shaping import FITNESS_SHAPING
+from esreason_lib.models.placement import check_gpus_per_worker, check_memory_share
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training.settings import RunSettings
 from esreason_lib.validation import (
@@ -71,7 +71,7 @@ class ESConfig(RunSettings):
     gpus_per_worker: float | None = field(default=None, metadata=execution())
     """Ray GPUs per actor ("ray", "ray-vllm" with the model on CUDA): a fraction shares a GPU (0.125: eight actors
     and their engines on one), a whole number > 1 gives an actor several; None picks the largest share with which
-    every worker fits (`es.backends.placement`). Placement only: the rewards do not depend on it."""
+    every worker fits (`models.placement`). Placement only: the rewards do not depend on it."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of its GPU's memory one vLLM engine takes ("vllm", "ray-vllm"); None: 0.5 split among the engines on
     one GPU. Placement only: the rewards do not depend on it."""

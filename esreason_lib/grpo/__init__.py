@@ -1,1 +1,1 @@
-"""GRPO, the gradient baseline: config, the pure loss functions, vLLM rollouts, and the loop (update, step, run)."""
+"""GRPO, the gradient baseline: config, the pure loss functions, and the loop (update, step, run)."""

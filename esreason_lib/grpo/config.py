@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from esreason_lib.es.backends.placement import check_memory_share
 from esreason_lib.grpo.loss import AGGREGATIONS, SCALES
 from esreason_lib.models.generation import FORWARDS, SAMPLERS
+from esreason_lib.models.placement import check_memory_share
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training.settings import RunSettings
 from esreason_lib.validation import (
@@ -24,7 +24,7 @@ from esreason_lib.validation import (
 
 ROLLOUT_BACKENDS = ("local", "vllm")
 """Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
-the policy's weights after each iteration's optimizer steps (`grpo.rollouts_vllm.VLLMRollouts`, extra `vllm`)."""
+the policy's weights after each iteration's optimizer steps (`models.rollouts_vllm.VLLMRollouts`, extra `vllm`)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class GRPOConfig(RunSettings):
     """Sequences per forward/backward chunk (exact gradient accumulation); None = the whole batch at once."""
     backend: str = field(default="local", metadata=ADDED_OPTION)
     """Rollout sampler (`ROLLOUT_BACKENDS`): "local" (the library's `generate`) or "vllm" (one vLLM engine synced
-    with the policy before each rollout; its samples differ from "local"'s, see `grpo.rollouts_vllm`)."""
+    with the policy before each rollout; its samples differ from "local"'s, see `models.rollouts_vllm`)."""
     gradient_checkpointing: bool = field(default=False, metadata=execution())
     """Recompute each decoder block in backward instead of keeping its activations (transformers' non-reentrant
     checkpointing): activation memory per micro-batch drops from ~layers x a block's to ~one block's."""

@@ -65,14 +65,15 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
-from esreason_lib.grpo.logprobs import chunked_completion_logprobs, shared_prompt_logprobs
+from esreason_lib.grpo.logprobs import shared_prompt_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
-from esreason_lib.grpo.memory import check_grpo_fits
+from esreason_lib.grpo.memory import check_grpo_fits, scoring_chunks
 from esreason_lib.guards import check_finite_step
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models.device import record_device
 from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.hf_compat import set_checkpointing
+from esreason_lib.models.logprobs import Chunks, completion_scores
 from esreason_lib.models.optim import master_weight_adamw, optimizer_step
 from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.progress import progress_bar
@@ -138,7 +139,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
             if c.shared_prompts:
                 lp = shared_prompt_logprobs(*args, temperature=c.temperature)
             elif c.logit_chunk is not None:
-                lp = chunked_completion_logprobs(*args, temperature=c.temperature, chunk=c.logit_chunk)
+                lp, _ = completion_scores(*args, temperature=c.temperature, chunks=Chunks(positions=c.logit_chunk))
             else:
                 lp, _ = completion_logprobs(*args, temperature=c.temperature)
         return lp.float()  # [u, lc]
@@ -205,7 +206,7 @@ def policy_update(model, ref, opt, p_ids, p_mask, c_ids, c_mask, adv, config: GR
 def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOConfig, iteration: int, *,
               rollout=generate) -> dict:
     """One GRPO iteration: draw prompts, sample G completions each with `rollout` (`generate` or a callable that
-    takes its arguments, e.g. `grpo.rollouts_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
+    takes its arguments, e.g. `models.rollouts_vllm.VLLMRollouts`), score, and take the `policy_update` steps.
 
     Returns the metrics for this iteration (see `train_grpo`; the policy metrics are means over the steps that
     report them: `policy/ratio_mean` is absent from a step with no row to forward).
@@ -247,12 +248,12 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 def rollout_sampler(config: GRPOConfig):
     """What samples `config`'s rollouts: `generate` (with `config.forward`, `sampler` and `share_prefixes` when they
     are not the defaults), or a
-    `grpo.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
+    `models.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
-        from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
+        from esreason_lib.models.rollouts_vllm import VLLMRollouts
 
         share = config.gpu_memory_utilization
-        return VLLMRollouts(engine_seed=config.seed, batch_size=config.micro_batch_size or 512,
+        return VLLMRollouts(engine_seed=config.seed, chunks=scoring_chunks(config),
                             check_every=config.check_every, sleep=config.engine_sleep,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
     if config.forward == "hf" and config.sampler == "multinomial":

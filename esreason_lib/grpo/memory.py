@@ -7,6 +7,10 @@ The estimate (bytes; `grpo_memory` returns GiB per term) is what stays resident 
   engine sleeps through the update (`engine_sleep`: then its share counts in the sampling phase);
 - sampling, with the local sampler: its KV cache (up to 512 rows x the sequence x layers x 2 x kv width x 2 bytes,
   "rollouts");
+- scoring, with backend "vllm": the no-grad log-prob / entropy pass over the engine's tokens
+  (`models.logprobs.completion_scores`, cut by `scoring_chunks`): one head call's logits
+  (`models.logprobs.logit_bytes`) plus one row chunk's decoder (its hidden states and one block's activations,
+  "scoring");
 - backward: one gradient per parameter in the model's dtype ("gradients"); activations of one micro-batch
   (`micro_batch_size` rows of prompt + completion tokens) kept for backward, per token and layer
   2 bytes x (6 d + q + 2 kv + 4 ffn) (the block's inputs, norms, projections and the SwiGLU intermediates; SDPA keeps
@@ -15,7 +19,7 @@ The estimate (bytes; `grpo_memory` returns GiB per term) is what stays resident 
   its gradient) for the whole micro-batch, or for `logit_chunk` positions of it ("logits", `grpo.logprobs`);
 - step: a bfloat16 model's float32 gradients, 4 bytes per parameter ("step"; `optim.optimizer_step` frees each
   bfloat16 gradient as its copy is made, and CUDA's fused AdamW makes no all-parameter temporaries).
-"total" is resident + max(sampling, backward, step).
+"total" is resident + max(sampling, scoring, backward, step).
 Deviations: the activation formula is a per-layer count for Qwen2-style blocks, not a measurement; allocator
 fragmentation and CUDA context (~0.5-1 GiB) are covered only by `HEADROOM`. Measured on an H200 (docs/gpus.md):
 the first GPU check found a peak 5.7 GiB (one float32 copy of the weights) above the estimate, from float32
@@ -26,6 +30,8 @@ counts the step as its own phase.
 from __future__ import annotations
 
 import dataclasses
+
+from esreason_lib.models.logprobs import SCORING, Chunks, logit_bytes
 
 GIB = 2**30
 HEADROOM = 0.9
@@ -55,17 +61,29 @@ def grpo_memory(config, model, *, prompt_tokens: int, device_bytes: int | None =
     block = 2 * (6 * s["d"] + s["q"] + 2 * s["kv"] + 4 * s["ffn"])  # bytes per token of one layer
     acts = tokens * (s["layers"] * 2 * s["d"] + block) if config.gradient_checkpointing else \
         tokens * s["layers"] * block
-    logit_tokens = rows * min(config.logit_chunk or seq, seq)
+    completion = config.max_new_tokens or 512
+    logits = logit_bytes(Chunks(positions=config.logit_chunk), rows=rows, positions=seq, vocab=s["vocab"], grad=True)
+    scoring = 0
     if config.backend == "vllm":
         rollout = (config.gpu_memory_utilization or 0.5) * (device_bytes or 0)
+        chunks = scoring_chunks(config)
+        scoring = (logit_bytes(chunks, rows=rows_all, positions=completion, vocab=s["vocab"])
+                   + min(rows_all, chunks.rows) * seq * (block + 2 * s["d"]))
     else:
         rollout = min(config.prompts_per_step * config.group_size, ROLLOUT_ROWS) * seq * s["layers"] * 2 * s["kv"] * 2
     out = {"weights": n * width * (2 if config.beta > 0 else 1), "optimizer": n * (8 + (4 if width < 4 else 0)),
-           "rollouts": rollout, "gradients": n * width, "activations": acts,
-           "logits": logit_tokens * s["vocab"] * 10, "step": n * 4 if width < 4 else 0}
+           "rollouts": rollout, "scoring": scoring, "gradients": n * width, "activations": acts,
+           "logits": logits, "step": n * 4 if width < 4 else 0}
     out = {k: v / GIB for k, v in out.items()}
     out["total"] = _total(config, out)
     return out
+
+
+def scoring_chunks(config) -> Chunks:
+    """The bounds of the no-grad log-prob / entropy pass over a `GRPOConfig`'s vLLM rollouts: `micro_batch_size`
+    rows and `logit_chunk` positions when set, else `models.logprobs.SCORING`'s; `SCORING`'s vocabulary chunk."""
+    return Chunks(rows=config.micro_batch_size or SCORING.rows, positions=config.logit_chunk or SCORING.positions,
+                  vocab=SCORING.vocab)
 
 
 def _total(config, out: dict[str, float]) -> float:
@@ -73,7 +91,7 @@ def _total(config, out: dict[str, float]) -> float:
     through the update (`GRPOConfig.engine_sleep`), when it counts in the sampling phase only."""
     awake = config.backend == "vllm" and not getattr(config, "engine_sleep", False)
     resident = out["weights"] + out["optimizer"] + (out["rollouts"] if awake else 0.0)
-    phases = (0.0 if awake else out["rollouts"],
+    phases = (0.0 if awake else out["rollouts"], out.get("scoring", 0.0),
               out["gradients"] + out["activations"] + out["logits"] + out.get("gathered", 0.0), out["step"])
     return resident + max(phases)
 

@@ -4,7 +4,7 @@
 weights are read from disk) with `WorkerExtension` mixed into its worker (`worker_extension_cls`, the hook
 vLLM's RLHF examples and TRL's weight sync use), then copies the driver's weights into it. The ES population
 backend (`es.backends.vllm_engines.VLLMBackend`: members perturbed and restored in place) and the GRPO rollout engine
-(`grpo.rollouts_vllm.VLLMRollouts`: weights copied in after each optimizer step) both drive an engine through
+(`models.rollouts_vllm.VLLMRollouts`: weights copied in after each optimizer step) both drive an engine through
 `Engine.rpc`, one collective RPC into the worker with a cloudpickled payload.
 
 Weights by Hugging Face name. vLLM fuses q/k/v into one `qkv_proj` tensor and gate/up into `gate_up_proj`, and

@@ -74,11 +74,11 @@ from ray.util.placement_group import remove_placement_group  # noqa: E402
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: E402
 
 from esreason_lib.es.backends.base import Evaluation, score_center
-from esreason_lib.es.backends.placement import check_memory_share, plan_placement, start_one_by_one
 from esreason_lib.es.backends.ray_cluster import actor_bundles, driver_gpu_share, reserve_bundles, start_ray
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
+from esreason_lib.models.placement import check_memory_share, plan_placement, start_one_by_one
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 

@@ -49,10 +49,9 @@ def cluster_address(address: str | None = None) -> str | None:
 
 def package_runtime_env() -> dict:
     """The Ray `runtime_env` that ships this package to every node of a joined cluster: `esreason_lib` as a
-    `py_modules` folder, without byte-code caches."""
-    import esreason_lib
-
-    return {"py_modules": [str(Path(esreason_lib.__file__).parent)], "excludes": ["__pycache__", "*.pyc"]}
+    `py_modules` folder (this file's grandparent: the package, found without importing it), without byte-code
+    caches."""
+    return {"py_modules": [str(Path(__file__).parents[2])], "excludes": ["__pycache__", "*.pyc"]}
 
 
 def start_ray(address: str | None = None, **kwargs) -> None:

@@ -112,9 +112,9 @@ class VLLMBackend:
         """The unperturbed model's (rewards [P], correct [P], mean token entropy) on `examples`, decoded by the
         engine at the driver's weights (synced first) with the members' sampling seeds: `es.loop.es_step`'s
         reward/center and policy/entropy. vLLM reports no entropy: it comes from one no-grad forward of `model`
-        over the engine's tokens (`grpo.rollouts_vllm.rollouts_from_tokens`; greedy at T = 1, as `generate`)."""
-        from esreason_lib.grpo.rollouts_vllm import rollouts_from_tokens
+        over the engine's tokens (`models.rollouts_vllm.rollouts_from_tokens`; greedy at T = 1, as `generate`)."""
         from esreason_lib.metrics import mean_token_entropy
+        from esreason_lib.models.rollouts_vllm import rollouts_from_tokens
 
         iteration, t0 = int(iteration), time.perf_counter()
         self._sync(model, iteration)

@@ -9,7 +9,8 @@ engine's `weights_fingerprint` (on the device) with the policy's and raises on a
 The engine returns token ids only; `rollouts_from_tokens` turns them into the `generation.Rollouts` that the
 library's own `generate` returns (prompts left-padded, completions right-padded with the EOS that stopped a row
 kept, the text decoded by the library and cut after the stop string) and fills the per-token log-probs and
-entropies with one no-grad forward of the policy in chunks of `batch_size` rows: vLLM reports neither the
+entropies with one no-grad pass of the policy, bounded in rows, positions and vocabulary entries
+(`models.logprobs.completion_scores` with `chunks`, `logprobs.SCORING` by default): vLLM reports neither the
 entropy nor the full distribution. Given the same tokens the two paths build the same `Rollouts`
 (tests/test_grpo_vllm.py); with greedy decoding the engine's tokens equal `generate`'s (tests/vllm_parity).
 
@@ -33,11 +34,12 @@ Deviations from the in-process path:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from esreason_lib.models.generation import (
     Rollouts,
-    completion_logprobs,
     cut_at_stop,
     decode_rows,
     encode_texts,
@@ -45,15 +47,16 @@ from esreason_lib.models.generation import (
     right_pad,
     special_ids,
 )
+from esreason_lib.models.logprobs import SCORING, Chunks, completion_scores
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
 
 def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completion_tokens: list[list[int]], *,
-                         temperature: float = 1.0, stop: str | None = None, batch_size: int = 512) -> Rollouts:
+                         temperature: float = 1.0, stop: str | None = None, chunks: Chunks = SCORING) -> Rollouts:
     """The `Rollouts` of `n` completions per prompt given as token ids ([B] lists, row i -> prompt i // n, each
     ending with the EOS that stopped it when one did), with log-probs and entropies of the `temperature`-scaled
-    policy `model` (no grad, `batch_size` rows per forward)."""
+    policy `model` (no grad, cut by `chunks`)."""
     prompt_tokens = encode_texts(tokenizer, prompts, "prompts")
     if len(completion_tokens) != len(prompt_tokens) * n:
         raise ValueError(f"completion_tokens: {len(completion_tokens)} rows for {len(prompt_tokens)} prompts x n={n}")
@@ -61,23 +64,18 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
     device = model.device
     p_ids, p_mask = left_pad([prompt_tokens[i // n] for i in range(len(completion_tokens))], pad, device)  # [B, Lp]
     c_ids, c_mask = right_pad(completion_tokens, pad, device)  # [B, Lc]
-    logprobs = torch.zeros(c_ids.shape, device=device)  # [B, Lc]
-    entropies = torch.zeros(c_ids.shape, device=device)  # [B, Lc]
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            for s in range(0, len(completion_tokens), batch_size):
-                rows = slice(s, s + batch_size)
-                lp, ent = completion_logprobs(model, p_ids[rows], p_mask[rows], c_ids[rows], c_mask[rows],
-                                              temperature=temperature, with_entropy=True)  # [b, Lc] each
-                logprobs[rows], entropies[rows] = lp.float(), ent.float()
+            logprobs, entropies = completion_scores(model, p_ids, p_mask, c_ids, c_mask, temperature=temperature,
+                                                    with_entropy=True, chunks=chunks)  # [B, Lc] each
     finally:
         model.train(was_training)
     texts = decode_rows(tokenizer, c_ids)
     return Rollouts(prompts=list(prompts), n=n, completions=[cut_at_stop(t, stop) for t in texts],
                     prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                    logprobs=logprobs, entropies=entropies)
+                    logprobs=logprobs.float(), entropies=entropies.float())
 
 
 class VLLMRollouts:
@@ -86,15 +84,15 @@ class VLLMRollouts:
     The engine starts on the first call (from that model and tokenizer, its context sized for that call's
     `max_new_tokens`; a later call with a larger budget starts a new one); each later call copies the model's
     weights in first.
-    `check_every`: compare weight checksums every this many calls. `batch_size`: rows per forward of the entropy
-    pass. `sleep`: the engine sleeps once its tokens are drawn (before the entropy pass and the update) and wakes
-    before the next call's weight copy (`GRPOConfig.engine_sleep`, CUDA only). `engine_seed` seeds the engine;
-    `engine_kwargs` go to `vllm.LLM`."""
+    `check_every`: compare weight checksums every this many calls. `chunks`: the bounds of the log-prob / entropy
+    pass (`models.logprobs.Chunks`). `sleep`: the engine sleeps once its tokens are drawn (before the entropy pass
+    and the update) and wakes before the next call's weight copy (`GRPOConfig.engine_sleep`, CUDA only).
+    `engine_seed` seeds the engine; `engine_kwargs` go to `vllm.LLM`."""
 
-    def __init__(self, *, engine_seed: int = 0, check_every: int = 1, batch_size: int = 512, sleep: bool = False,
+    def __init__(self, *, engine_seed: int = 0, check_every: int = 1, chunks: Chunks = SCORING, sleep: bool = False,
                  engine_kwargs: dict | None = None):
-        self.engine_seed, self.check_every, self.batch_size, self.sleep = engine_seed, check_every, batch_size, sleep
-        check_positive_int(self, "check_every", "batch_size")
+        self.engine_seed, self.check_every, self.chunks, self.sleep = engine_seed, check_every, chunks, sleep
+        check_positive_int(self, "check_every")
         self.engine_kwargs = dict(engine_kwargs or {})
         self.engine = None
         self.max_new_tokens = None
@@ -105,8 +103,8 @@ class VLLMRollouts:
     def __call__(self, model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, max_new_tokens: int = 32, stop: str | None = None,
                  seed: int = 0, batch_size: int | None = None) -> Rollouts:
-        """`generate`'s arguments and result; `batch_size` (default the constructor's) only sizes the no-grad
-        log-prob / entropy forward (the engine batches its requests itself)."""
+        """`generate`'s arguments and result; `batch_size` only caps the rows per decoder forward of the no-grad
+        log-prob / entropy pass below `chunks.rows` (the engine batches its requests itself)."""
         from vllm import SamplingParams
 
         from esreason_lib.models.vllm_engine import Engine
@@ -133,8 +131,11 @@ class VLLMRollouts:
         tokens = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows, params)]  # [B]
         if self.sleep:
             self.engine.sleep()
+        chunks = self.chunks
+        if batch_size is not None:
+            chunks = dataclasses.replace(chunks, rows=min(batch_size, chunks.rows or batch_size))
         return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=1.0 if greedy else temperature,
-                                    stop=stop, batch_size=batch_size or self.batch_size)
+                                    stop=stop, chunks=chunks)
 
     def close(self) -> None:
         """Shut the engine down (a later call starts a new one)."""

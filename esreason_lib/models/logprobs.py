@@ -1,0 +1,164 @@
+"""Every log-prob and entropy pass over completions, bounded: rows per decoder forward, positions and vocabulary
+entries per output-head call.
+
+`generation.completion_logprobs` takes the logits of every completion position at once and casts them to float32:
+[rows, Lc, V], plus, for the entropy, its log-softmax, exp and their product (~16 bytes per token per vocabulary
+entry; at Qwen2.5's 151,936 entries, 39 MB per completion token per tensor: ~90 GB for 64 rows of 512 tokens).
+`completion_scores` runs the decoder on `Chunks.rows` rows at a time, then applies the output head to
+`Chunks.positions` completion positions at a time; without gradients it also walks the vocabulary `Chunks.vocab`
+entries at a time, keeping a running max, sum of exponentials and their logit-weighted sum (an online logsumexp:
+log pi = z_target - logZ, entropy = logZ - E_pi[z]). Its largest logit tensor is rows x positions x vocab entries,
+whatever the vocabulary and the length (`logit_bytes` counts it for `grpo.memory` and `models.placement`).
+With gradients (GRPO's update) each position chunk runs under activation checkpointing: no chunk's logits are kept
+for backward, they are recomputed one chunk at a time (the vocabulary walked whole: rows x positions x V).
+
+Every no-grad pass over completions uses it with `SCORING`: ES's centre scoring on an engine
+(`es.backends.vllm_engines.VLLMBackend.score_center`), GRPO's vLLM rollouts and evaluation on vLLM (both through
+`models.rollouts_vllm.rollouts_from_tokens`); GRPO's update uses it with `GRPOConfig.logit_chunk`. Values equal
+`completion_logprobs`'s up to float rounding (the head's matmul runs on other shapes, the entropy's sums in
+another order; tests/test_logprobs_bounded.py); with every bound None it is `completion_logprobs` itself.
+`model` is a causal LM with `base_model` (the decoder: last hidden states) and `get_output_embeddings()` (the
+head, applied as is: Qwen2, Llama, GPT-2; not a model that post-processes its logits, e.g. Gemma's soft-capping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from esreason_lib.models.generation import completion_logprobs, mask_positions
+from esreason_lib.validation import check_optional_positive_int
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """How a log-prob / entropy pass is cut; None leaves that axis whole."""
+
+    rows: int | None = None
+    """Rows per decoder forward (the decoder's no-grad activations scale with rows x sequence)."""
+    positions: int | None = None
+    """Completion positions per output-head call."""
+    vocab: int | None = None
+    """Vocabulary entries per output-head slice (no-grad passes only: under gradients the head runs whole)."""
+
+    def __post_init__(self):
+        check_optional_positive_int(self, "rows", "positions", "vocab")
+
+    @property
+    def whole(self) -> bool:
+        """No axis cut: `completion_logprobs` itself."""
+        return self.rows is None and self.positions is None and self.vocab is None
+
+
+SCORING = Chunks(rows=16, positions=256, vocab=16384)
+"""The bounds of every no-grad scoring pass: 16 x 256 x 16,384 float32 logits (256 MiB per tensor, ~0.9 GiB with
+the entropy's temporaries, `logit_bytes`) however long the completions and large the vocabulary."""
+
+NO_GRAD_BYTES = 14
+"""Bytes per (row, position, vocabulary entry) at a no-grad head call's peak: the head's output (2 in bfloat16, 4
+in float32), its float32 copy scaled by 1 / T, exp(z - max) and its product with z (4 each)."""
+GRAD_BYTES = 10
+"""Bytes per (row, position, vocabulary entry) under gradients: bfloat16 logits, their float32 copy and its
+gradient (`grpo.memory`'s "logits" term)."""
+
+
+def logit_bytes(chunks: Chunks, *, rows: int, positions: int, vocab: int, grad: bool = False) -> int:
+    """The peak bytes of one output-head call of a pass over `rows` rows of `positions` completion positions with a
+    `vocab`-entry vocabulary cut by `chunks` (each axis the smaller of the whole and its chunk)."""
+    b = min(rows, chunks.rows or rows)
+    c = min(positions, chunks.positions or positions)
+    v = vocab if grad else min(vocab, chunks.vocab or vocab)
+    return b * c * v * (GRAD_BYTES if grad else NO_GRAD_BYTES)
+
+
+def _head_block(hidden, targets, weight, bias, temperature: float, with_entropy: bool):
+    """(log pi(targets) [b, c], entropy [b, c] or None) of hidden states [b, c, d] through the whole head (weight
+    [V, d], bias [V] or None)."""
+    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature  # [b, c, V]
+    log_z = torch.logsumexp(logits, dim=-1)  # [b, c]
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z
+    if not with_entropy:
+        return logp, None
+    return logp, log_z - (torch.exp(logits - log_z[..., None]) * logits).sum(-1)
+
+
+def _head_block_by_vocab(hidden, targets, weight, bias, temperature: float, with_entropy: bool, vocab: int):
+    """`_head_block`'s values, the head applied `vocab` entries at a time with an online logsumexp (no grad)."""
+    shape = hidden.shape[:-1]  # [b, c]
+    top = torch.full(shape, -torch.inf, device=hidden.device)  # running max of z
+    total = torch.zeros(shape, device=hidden.device)  # sum exp(z - top)
+    weighted = torch.zeros(shape, device=hidden.device)  # sum exp(z - top) z
+    picked = torch.zeros(shape, device=hidden.device)  # z at the target
+    for v0 in range(0, weight.shape[0], vocab):
+        v1 = min(v0 + vocab, weight.shape[0])
+        z = torch.nn.functional.linear(hidden, weight[v0:v1], None if bias is None else bias[v0:v1])
+        z = z.float() / temperature  # [b, c, v]
+        inside = (targets >= v0) & (targets < v1)
+        at = z.gather(-1, (targets - v0).clamp(0, v1 - v0 - 1)[..., None]).squeeze(-1)
+        picked = torch.where(inside, at, picked)
+        new_top = torch.maximum(top, z.amax(-1))
+        scale = torch.exp(top - new_top)
+        e = torch.exp(z - new_top[..., None])  # [b, c, v]
+        total = total * scale + e.sum(-1)
+        if with_entropy:
+            weighted = weighted * scale + (e * z).sum(-1)
+        top = new_top
+    log_z = top + torch.log(total)
+    return picked - log_z, (log_z - weighted / total) if with_entropy else None
+
+
+def _rows_scores(model, ids, mask, targets, lc: int, *, temperature: float, with_entropy: bool, chunks: Chunks):
+    """(log-probs [b, Lc], entropies [b, Lc] or None) of one row block: the decoder once, the head by chunks."""
+    out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), use_cache=False)
+    hidden = out.last_hidden_state[:, -(lc + 1): -1]  # [b, Lc, d] the states that predict each completion token
+    head = model.get_output_embeddings()
+    grad = torch.is_grad_enabled()
+    logps, ents = [], []
+    for s in range(0, lc, chunks.positions or max(lc, 1)):
+        block = (hidden[:, s: s + (chunks.positions or lc)], targets[:, s: s + (chunks.positions or lc)],
+                 head.weight, head.bias, float(temperature), with_entropy)
+        if grad:
+            lp, ent = checkpoint(_head_block, *block, use_reentrant=False)
+        elif chunks.vocab is None:
+            lp, ent = _head_block(*block)
+        else:
+            lp, ent = _head_block_by_vocab(*block, chunks.vocab)
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if with_entropy else None)
+
+
+def completion_scores(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
+                      with_entropy: bool = False, chunks: Chunks = Chunks()):
+    """Per-token log pi(completion token) [B, Lc] (and entropies [B, Lc], else None), 0 where `completion_mask` is
+    False: `generation.completion_logprobs`'s values (differentiable when grad is enabled), cut by `chunks`
+    (module docstring). Shapes: prompt_ids, prompt_mask [B, Lp] (left-padded); completion_ids, completion_mask
+    [B, Lc]."""
+    if chunks.whole:
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   temperature=temperature, with_entropy=with_entropy)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
+        raise ValueError(f"ids/mask shapes differ: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
+                         f"completion {tuple(completion_ids.shape)} vs {tuple(completion_mask.shape)}")
+    if torch.is_grad_enabled() and chunks.vocab is not None:
+        raise ValueError(f"Chunks.vocab cuts no-grad passes only (under gradients the head runs whole), got "
+                         f"{chunks.vocab!r}")
+    device = model.device
+    lc = completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1).to(device)  # [B, Lp+Lc]
+    mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device)  # [B, Lp+Lc]
+    targets = completion_ids.to(device)  # [B, Lc]
+    logps, ents = [], []
+    step = chunks.rows or max(len(ids), 1)
+    for r in range(0, len(ids), step):
+        lp, ent = _rows_scores(model, ids[r: r + step], mask[r: r + step], targets[r: r + step], lc,
+                               temperature=temperature, with_entropy=with_entropy, chunks=chunks)
+        logps.append(lp)
+        ents.append(ent)
+    cmask = completion_mask.bool().to(device)  # [B, Lc]
+    logp = torch.where(cmask, torch.cat(logps), 0.0)
+    return logp, (torch.where(cmask, torch.cat(ents), 0.0) if with_entropy else None)
