@@ -80,6 +80,7 @@ from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
+from esreason_lib.tasks.base import score_completion
 from esreason_lib.training import open_training_run, prompt_indices, save_snapshot
 
 
@@ -224,7 +225,7 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
     scored: dict[tuple[int, str], tuple[float, bool]] = {}  # a group's repeated completions are scored once
     for i, s in enumerate(ro.completions):
         if (i // G, s) not in scored:
-            scored[i // G, s] = task.score(s, examples[idx[i // G]])  # (reward, verified correct)
+            scored[i // G, s] = score_completion(task, s, examples[idx[i // G]])  # (reward, correct)
     rewards = np.array([scored[i // G, s][0] for i, s in enumerate(ro.completions)])  # [B]
     correct = np.array([scored[i // G, s][1] for i, s in enumerate(ro.completions)], dtype=np.float64)  # [B]
     adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
