@@ -163,12 +163,18 @@ notebooks: setup  ## registers the kernel and pairs each source with a git-ignor
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
 
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+# JupyterLab opens the first executed notebook (build/notebooks/, written by `make reproduce` or `make figures`, with
+# every output) in the repository's tree, beside the sources in notebooks/; as root (a container) it needs
+# --allow-root.
+LAB_OPEN = $(firstword $(wildcard $(EXECUTED)))
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: notebooks  ## JupyterLab on notebooks/; a double-clicked .py source opens as a notebook (jupytext)
+lab: notebooks  ## JupyterLab opening the executed notebooks (build/notebooks/); a .py source opens as a notebook
 	mkdir -p $(dir $(LAB_SETTINGS))
 	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' \
 		> $(LAB_SETTINGS)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	@echo "$(if $(LAB_OPEN),opening $(LAB_OPEN): the executed notebooks are in $(NB)/ and their sources in notebooks/,no executed notebook in $(NB)/ yet (make figures or make reproduce writes them); the sources are in notebooks/)"
+	$(VENV)/bin/jupyter lab $(LAB_ROOT) --ServerApp.root_dir=$(CURDIR) $(LAB_OPEN)
 
 $(VENV)/.browser: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev,browser]"

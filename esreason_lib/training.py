@@ -337,12 +337,12 @@ def run_identity(config, task=None):
 
 
 def _reused(run, say: bool):
-    """`run` (complete, found in the store), after one line saying so when `say` (`progress.say`: stderr in a
-    terminal, the cell's output in a notebook)."""
+    """`run` (complete, found in the store), after saying so when `say` (`progress.say_reused`: one line on stderr
+    in a terminal, one line per cell in a notebook)."""
     if say:
-        from esreason_lib.progress import say as status
+        from esreason_lib.progress import say_reused
 
-        status(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again")
+        say_reused(run.path)
     return run
 
 
