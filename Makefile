@@ -37,7 +37,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup resolve-gpu test test-fast test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup resolve-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -80,6 +80,12 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[ray]" pytest transformers==5.25.0
 	touch $@
+
+# The two tests that start a two-raylet Ray cluster on this machine (tests/test_ray_cluster.py, marker `cluster`):
+# a raylet's start-up time follows the machine's load (a busy machine timed out `ray start --head`), so they are not
+# part of `make test`, whose every test passes whatever else the machine runs.
+test-cluster: setup  ## the multi-raylet Ray cluster tests (marker `cluster`), not part of `make test`
+	$(PY) -m pytest -q -p no:cacheprovider -m cluster tests/test_ray_cluster.py
 
 test-vllm: $(VLLM_VENV)/.installed  ## the vLLM backend's parity tests (tests/vllm_parity), not part of `make test`
 	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
@@ -161,12 +167,18 @@ notebooks: setup  ## registers the kernel and pairs each source with a git-ignor
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
 
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+# JupyterLab opens the first executed notebook (build/notebooks/, written by `make reproduce` or `make figures`, with
+# every output) in the repository's tree, beside the sources in notebooks/; as root (a container) it needs
+# --allow-root.
+LAB_OPEN = $(firstword $(wildcard $(EXECUTED)))
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: notebooks  ## JupyterLab on notebooks/; a double-clicked .py source opens as a notebook (jupytext)
+lab: notebooks  ## JupyterLab opening the executed notebooks (build/notebooks/); a .py source opens as a notebook
 	mkdir -p $(dir $(LAB_SETTINGS))
 	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' \
 		> $(LAB_SETTINGS)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	@echo "$(if $(LAB_OPEN),opening $(LAB_OPEN): the executed notebooks are in $(NB)/ and their sources in notebooks/,no executed notebook in $(NB)/ yet (make figures or make reproduce writes them); the sources are in notebooks/)"
+	$(VENV)/bin/jupyter lab $(LAB_ROOT) --ServerApp.root_dir=$(CURDIR) $(LAB_OPEN)
 
 $(VENV)/.browser: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev,browser]"

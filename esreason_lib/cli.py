@@ -1,267 +1,43 @@
 """Command line: `python -m esreason_lib <command>` (also installed as `esreason`).
 
-    train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
-                                       [--keep-checkpoints]
     pretrain NAME                      build a zoo model (reused when already built)
-    bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
-    reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
-    prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
-    claims                             write papers/claims.md and the README findings table
-    summary --preset tiny              draw every stored check as one forest plot (figures/summary.png)
-    power --preset tiny                MDE, cost and each check's operating characteristic (`paper.power_report`)
+    relocate, export-results OUT, import-results OUT   the run store: rename after a move, bundle, unpack
 
-`--set` keys are fields of the method's config (`es.sigma`-style prefixes are accepted too); values are parsed
-as Python literals when possible (`--set sigma=0.002 --set antithetic=False --set task_kwargs={"high":9}`).
-`--eval` prints a before/after table: the base and every trained model on the preset's held-out problems
-(greedy accuracy and Pass@K from `EVAL_SAMPLES` samples at the preset's temperature; cached in the run store),
-sampled on one vLLM engine when the training sampled on vLLM (`--backend vllm` / `ray-vllm`).
+The paper's harness adds its commands (train with the paper's presets, bases, reproduce, prefill, claims, summary,
+compare-findings, power) from `esreason_lib/paper/cli.py`, which `COMMAND_MODULES` names by its import path: the
+library never imports the harness; it loads the module by name when the parser is built, as a plugin. Each command
+may carry a `check` that validates its input (fields, presets, paths) before anything heavy (torch, transformers) is
+imported, so that bad input is one error line within about a second.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
+import importlib
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
-from esreason_lib.cli_help import EXAMPLES, OneLineParser, TrainHelp, preset_name, presets_help, suggest
+from esreason_lib.cli_help import EXAMPLES, OneLineParser, presets_help
 from esreason_lib.threads import choose_threads, use_threads
 
-
-def get_preset(name: str, **overrides):
-    """`paper.studies.presets.get_preset`, imported when a command runs (the presets import torch)."""
-    from esreason_lib.paper.studies.presets import get_preset as preset
-
-    return preset(name, **overrides)
+COMMAND_MODULES = ("esreason_lib.paper.cli",)
+"""Modules (import paths) that add commands to the parser: each has `add_commands(subparsers)` and
+`one_line_errors()` (the exception classes its commands raise for bad input or a failed step: one line on stderr)."""
 
 
-def parse_assignments(items: Sequence[str], config) -> dict:
-    """`["sigma=0.002", ...]` -> {"sigma": 0.002}, checking each key is a field of the dataclass `config`."""
-    fields = {f.name for f in dataclasses.fields(config)}
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip().split(".")[-1]
-        if not sep or not key:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        if key not in fields:
-            raise ValueError(f"--set {key!r} is not a field of {type(config).__name__}{suggest(key, fields)} "
-                             f"(`esreason train METHOD --help` lists them)")
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text
-        out[key] = value
-    return out
-
-
-EVAL_SAMPLES = 16
-"""Samples per held-out problem in `train --eval` (Pass@1 and Pass@16; the notebooks use the preset's n)."""
-
-
-def eval_backend(configs) -> str:
-    """`EvalSpec.backend` for `train --eval` after training `configs`: "vllm" when any of them sampled on vLLM
-    engines (ES `vllm` / `ray-vllm`, GRPO `vllm`), so the evaluation runs where the training did; else "local"."""
-    return "vllm" if any(getattr(c, "backend", None) in ("vllm", "ray-vllm") for c in configs) else "local"
-
-
-def before_after(preset, runs, backend: str = "local") -> str:
-    """The table printed by `train --eval`: the first run's base model, then each run in `runs`, on the same
-    held-out problems of the runs' task (the preset gives the evaluation protocol; `backend` draws the samples,
-    `EvalSpec.backend`)."""
-    from dataclasses import replace
-
-    from esreason_lib.evaluate import results_table
-    from esreason_lib.paper.studies.common import evaluate_ref, model_ref
-
-    n = min(EVAL_SAMPLES, preset.eval.n_samples)
-    ks = sorted({1, n})
-    spec = replace(preset.eval, n_samples=n, ks=tuple(ks), backend=backend,
-                   forward=preset.eval.forward if backend == "local" else "hf")
-    first = runs[0].config
-    base, task, task_kwargs = first["model"], first["task"], dict(first["task_kwargs"])
-    if task == preset.task and task_kwargs == dict(preset.task_kwargs):
-        task_kwargs = preset.test_task_kwargs()  # paper-hard trains on DeepScaleR (no test split), tests on MATH-500
-    rows = [("base " + base, base)] + [(run.path.name, model_ref(run)) for run in runs]
-    cols = (["eval/greedy"] if spec.greedy else []) + [f"eval/pass@{k}" for k in ks]
-    results = {name: evaluate_ref(ref, task, task_kwargs, spec, device=preset.device, progress=False)
-               for name, ref in rows}
-    on = "" if backend == "local" else f" on {backend}"
-    return (f"held-out {task}: {spec.n_problems or 'all'} problems, {n} samples at T={spec.temperature}{on}\n"
-            + results_table(results, cols))
-
-
-def group_by_method(items: Sequence[str]) -> dict[str, list[str]]:
-    """Split `--set` items by their method prefix: {"es": [...], "grpo": [...], "": [unprefixed ...]}."""
-    groups: dict[str, list[str]] = {"es": [], "grpo": [], "": []}
-    for item in items:
-        prefix, dot, _ = item.partition("=")[0].strip().partition(".")
-        groups[prefix if dot and prefix in ("es", "grpo") else ""].append(item)
-    return groups
-
-
-def backend_settings(method: str, backend: str | None, workers: int | None) -> list[str]:
-    """The `--set` items that `--backend` / `--workers` stand for when training `method`: the config's `backend`
-    and `workers` (es), `backend` (grpo: its rollout sampler, no workers), or in a sequence the ES stage's, plus
-    `grpo.backend=vllm` when the ES backend runs on vLLM, so that both stages sample on the engine."""
-    if workers is not None and method == "grpo":
-        raise ValueError(f"--workers sets the Ray actors that score an ES population; grpo has none (its "
-                         f"--backend is local or vllm), got --workers {workers}")
-    items = [f"{k}={v}" for k, v in (("backend", backend), ("workers", workers)) if v is not None]
-    if method != "sequence":
-        return items
-    return [f"es.{x}" for x in items] + (["grpo.backend=vllm"] if backend and "vllm" in backend else [])
-
-
-def gpu_settings(method: str, gpus_per_worker: float | None, memory_share: float | None) -> list[str]:
-    """The `--set` items of `--gpus-per-worker` (the ES stage's Ray actors) and `--gpu-memory-utilization` (every
-    stage's vLLM engine) when training `method`."""
-    if gpus_per_worker is not None and method == "grpo":
-        raise ValueError(f"--gpus-per-worker sets the Ray actors that score an ES population; grpo has none, got "
-                         f"--gpus-per-worker {gpus_per_worker}")
-    share = [] if memory_share is None else [f"gpu_memory_utilization={memory_share}"]
-    es = ([] if gpus_per_worker is None else [f"gpus_per_worker={gpus_per_worker}"]) + share
-    if method != "sequence":
-        return es if method == "es" else share
-    return [f"es.{x}" for x in es] + [f"grpo.{x}" for x in share]
-
-
-def _train(args) -> int:
-    from esreason_lib.methods import sequence_stages, train_sequence
-    from esreason_lib.tasks import import_task_module
-
-    if args.task_module and os.getcwd() not in sys.path:  # as under `python -m`: ./my_tasks.py is importable
-        sys.path.insert(0, os.getcwd())
-    for spec in args.task_module:
-        import_task_module(spec)
-    preset = get_preset(args.preset)
-    keep = ["keep_checkpoints=True"] if args.keep_checkpoints else []
-    keep = [f"{m}.{x}" for m in ("es", "grpo") for x in keep] if args.method == "sequence" else keep
-    args.set = [*args.set, *backend_settings(args.method, args.backend, args.workers),
-                *gpu_settings(args.method, args.gpus_per_worker, args.gpu_memory_utilization), *keep]
-    if args.ray_address is not None:  # the ES stage's Ray cluster
-        if args.method == "grpo":
-            raise ValueError(f"--ray-address sets the Ray cluster of an ES population; grpo has none, got "
-                             f"--ray-address {args.ray_address}")
-        args.set.append(("es." if args.method == "sequence" else "") + f"ray_address={args.ray_address}")
-    groups = group_by_method(args.set)
-    if args.budget is not None and args.method != "sequence":
-        raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
-                         f"iterations), got --budget {args.budget}")
-    if args.method == "sequence":
-        if groups[""]:  # would otherwise be silently ignored: a sequence has two configs
-            raise ValueError(f"train sequence: --set keys need an 'es.' or 'grpo.' prefix, got {groups[''][0]!r}")
-        es = dataclasses.replace(preset.es, **parse_assignments(groups["es"], preset.es))
-        grpo = dataclasses.replace(preset.grpo, **parse_assignments(groups["grpo"], preset.grpo))
-        order = [m.strip() for m in args.order.split(",")]
-        budgets = {"es": preset.sequential.es_budget, "grpo": preset.sequential.grpo_budget}
-        stages = sequence_stages(order, budgets if args.budget is None else args.budget)
-        runs = train_sequence(stages, es=es, grpo=grpo, resume=not args.no_resume, progress=True)
-        for run in runs:
-            print(run.path)
-        if args.eval:
-            print(before_after(preset, runs, eval_backend([es, grpo])))
-        return 0
-    other = "grpo" if args.method == "es" else "es"
-    if groups[other]:  # parse_assignments drops the prefix, so it would silently set the field of `args.method`
-        raise ValueError(f"--set {groups[other][0]!r} is a {other} setting, but this trains {args.method}")
-    config = preset.config(args.method, **parse_assignments(args.set, getattr(preset, args.method)))
-    from esreason_lib.methods import trainer
-
-    run = trainer(args.method)(config, resume=not args.no_resume, progress=True)
-    print(run.path)
-    if args.eval:
-        print(before_after(preset, [run], eval_backend([config])))
-    return 0
+def existing_dir(path: str | None, what: str) -> None:
+    """ValueError naming `what` and `path` when `path` is given and is not a directory (before any work)."""
+    if path is not None and not Path(path).is_dir():
+        raise ValueError(f"{what} {path!r} is not a directory" + (" (it is a file)" if Path(path).exists() else ""))
 
 
 def _pretrain(args) -> int:
     from esreason_lib.models.pretrain import pretrain
 
     print(pretrain(args.name, progress=True))
-    return 0
-
-
-def _reproduce(args) -> int:
-    from esreason_lib.paper.notebooks import list_notebooks, run_notebooks
-
-    sources = args.notebooks or list_notebooks()
-    parameters = {"preset": args.preset} if args.preset else None
-    run_notebooks(sources, parameters=parameters, out_dir=args.out_dir)
-    return 0 if args.no_claims else _write_claims(args.preset)
-
-
-def _bases(args) -> int:
-    print(" ".join(get_preset(args.preset).zoo_bases()))
-    return 0
-
-
-MAX_SHARDS = 1024
-"""The most shards `prefill --shard i/n` splits a preset's runs into (more than any preset has runs)."""
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """"i/n" -> (i, n) with 0 <= i < n <= `MAX_SHARDS`; ValueError naming the text otherwise (before any work)."""
-    head, sep, tail = text.partition("/")
-    if not (sep and head.isascii() and tail.isascii() and head.isdigit() and tail.isdigit() and len(tail) <= 6
-            and int(head) < int(tail) <= MAX_SHARDS):
-        raise ValueError(f"--shard must be i/n with 0 <= i < n <= {MAX_SHARDS} (e.g. 0/2), got {text!r}")
-    return int(head), int(tail)
-
-
-def _prefill(args) -> int:
-    from esreason_lib.paper.plan import prefill
-
-    index, count = parse_shard(args.shard)
-    runs = prefill(get_preset(args.preset), index, count)
-    print(f"shard {index}/{count}: {len(runs)} runs complete")
-    return 0
-
-
-def _claims(args) -> int:
-    return _write_claims(args.preset)
-
-
-def _write_claims(preset: str | None) -> int:
-    """Rewrite papers/claims.md and the README's findings block after a run at `preset` (None: the notebooks' own);
-    a preset the table does not show (smoke, tiny-exact) leaves both as they are and says where its records are."""
-    from esreason_lib.paper.claims import TABLE_PRESETS, records_dir, write_claims
-    from esreason_lib.paper.studies.presets import preset_label
-
-    if preset is not None and preset not in TABLE_PRESETS:
-        print(f"esreason: the {preset_label(preset)} findings are in {records_dir(preset)}; papers/claims.md and "
-              f"the README show {' and '.join(TABLE_PRESETS)} only and are left as they are")
-        return 0
-    table = write_claims(missing_ok=preset not in (None, TABLE_PRESETS[0]))
-    if table is None:  # e.g. `make reproduce PRESET=powered` on a store without tiny's records
-        print(f"esreason: papers/claims.md left as it is (the run store lacks the last run's findings, whose "
-              f"results it shows); the {preset} findings are in {records_dir(preset)}")
-    else:
-        print(table)
-    return 0
-
-
-def _summary(args) -> int:
-    from esreason_lib.paper.summary import write_summary
-
-    print("wrote", *write_summary(args.preset))
-    return 0
-
-
-def _compare_findings(args) -> int:
-    from esreason_lib.paper.compare import render_comparison
-
-    print(render_comparison(args.a, args.b))
-    return 0
-
-
-def _power(args) -> int:
-    from esreason_lib.paper.power_report import report
-
-    print(report(get_preset(args.preset)))
     return 0
 
 
@@ -290,93 +66,60 @@ def _import_results(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="esreason", description=__doc__.split("\n")[0], epilog=f"{EXAMPLES}\n\n"
-                           f"{presets_help()}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", default=None, help="torch / OpenMP threads: a number or 'auto' (default: "
-                        "$ESREASON_THREADS, else $OMP_NUM_THREADS, else auto: the usable cores the load leaves idle)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train ES, GRPO or a sequence of both", add_help=False,
-                           epilog=presets_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_argument("-h", "--help", action=TrainHelp, help="show this help; after the method (train es --help) "
-                       "also every --set field of its config")
-    train.add_argument("method", choices=["es", "grpo", "sequence"])
-    train.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config field (`train es --help` lists them)")
-    train.add_argument("--task-module", action="append", default=[], metavar="MODULE[:CLASS]", help="import "
-                       "MODULE first (it calls esreason_lib.register_task), or register its Task subclass CLASS under "
-                       "its name; then --set task=NAME trains on it")
-    train.add_argument("--order", default="grpo,es", help="sequence order, e.g. grpo,es or es,grpo")
-    train.add_argument("--budget", type=int, default=None,
-                       help="every method's full budget in a sequence (default: the preset's)")
-    train.add_argument("--backend", default=None, help="ES population backend: auto, batched, fast, native, "
-                       "sequential, ray, vllm or ray-vllm; GRPO rollout sampler: local or vllm (the same as --set "
-                       "backend=...; in a sequence the ES stage's, and vllm / ray-vllm put its GRPO stage on vLLM too)")
-    train.add_argument("--workers", type=int, default=None, help="Ray actors for --backend ray / ray-vllm (default 2)")
-    train.add_argument("--ray-address", default=None, help="the Ray cluster that --backend ray / ray-vllm joins "
-                       "(e.g. 10.0.0.1:6379; default $RAY_ADDRESS, else a new local one); the package is shipped "
-                       "to its nodes")
-    train.add_argument("--gpus-per-worker", type=float, default=None,
-                       help="Ray GPUs per ES actor; a fraction shares a GPU (default: every worker fits)")
-    train.add_argument("--gpu-memory-utilization", type=float, default=None,
-                       help="share of its GPU's memory one vLLM engine takes (default 0.5 split among the engines)")
-    train.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints of this config")
-    train.add_argument("--keep-checkpoints", action="store_true", help="keep the last checkpoints once a run is "
-                       "complete (default: only its final weights; the same as --set keep_checkpoints=True)")
-    train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation (on a vLLM "
-                       "engine when the training sampled on vLLM)")
-    train.set_defaults(func=_train)
+def _check_home(args) -> None:
+    existing_dir(args.home, "--home")
+
+
+def _check_import(args) -> None:
+    _check_home(args)
+    existing_dir(args.out, "import-results: the bundle's folder")
+    if not (Path(args.out) / "runs.tar.xz").is_file():
+        raise ValueError(f"import-results: no runs.tar.xz in {args.out!r}")
+
+
+def _check_export(args) -> None:
+    _check_home(args)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"export-results: {args.out!r} is a file, not a folder for runs.tar.xz")
+
+
+def add_store_commands(sub) -> None:
+    """The library's own commands: pretrain, relocate, export-results, import-results."""
     pre = sub.add_parser("pretrain", help="build a zoo model")
     pre.add_argument("name")
     pre.set_defaults(func=_pretrain)
-    bases = sub.add_parser("bases", help="print the preset's zoo bases (what `make reproduce` pretrains first)")
-    bases.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    bases.set_defaults(func=_bases)
-    rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
-    rep.add_argument("notebooks", nargs="*")
-    rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET",
-                     help="override every notebook's preset")
-    rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks, "
-                     "build/notebooks/<preset> for a preset other than tiny)")
-    rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
-    rep.set_defaults(func=_reproduce)
-    pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
-    pf.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
-    pf.set_defaults(func=_prefill)
-    cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
-    cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "
-                    "powered, a store without tiny's records leaves them as they are; others leave them untouched)")
-    cl.set_defaults(func=_claims)
-    sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
-                        "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")
-    sm.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    sm.set_defaults(func=_summary)
-    cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
-    cmp.add_argument("a", type=preset_name, metavar="PRESET")
-    cmp.add_argument("b", type=preset_name, metavar="PRESET")
-    cmp.set_defaults(func=_compare_findings)
-    pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
-                                      "characteristic (P(reproduced | delta), P(reproduced | 0), "
-                                      "P(not reproduced | delta))")
-    pw.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
-    pw.set_defaults(func=_power)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "
                         "identity, so that the runs that read other runs are found there")
     rl.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
-    rl.set_defaults(func=_relocate)
+    rl.set_defaults(func=_relocate, check=_check_home)
     ex = sub.add_parser("export-results", help="write the run store's tables (no weights) to OUT/runs.tar.xz, "
                         "for `make figures` on a fresh clone")
     ex.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
     ex.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
-    ex.set_defaults(func=_export_results)
+    ex.set_defaults(func=_export_results, check=_check_export)
     im = sub.add_parser("import-results", help="unpack OUT/runs.tar.xz into the run store (never overwrites a run)")
     im.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")
     im.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
     im.add_argument("--require-sha256", action="store_true", help="refuse a bundle that does not match the "
                     "runs.tar.xz.sha256 beside it (make figures)")
-    im.set_defaults(func=_import_results)
+    im.set_defaults(func=_import_results, check=_check_import)
+
+
+def command_modules() -> list:
+    """The modules of `COMMAND_MODULES`, imported (each light: its commands import their work when they run)."""
+    return [importlib.import_module(name) for name in COMMAND_MODULES]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the library's commands and those of `COMMAND_MODULES`."""
+    parser = OneLineParser(prog="esreason", description=__doc__.split("\n")[0], epilog=f"{EXAMPLES}\n\n"
+                           f"{presets_help()}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default=None, help="torch / OpenMP threads: a number or 'auto' (default: "
+                        "$ESREASON_THREADS, else $OMP_NUM_THREADS, else auto: the usable cores the load leaves idle)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in command_modules():
+        module.add_commands(sub)
+    add_store_commands(sub)
     return parser
 
 
@@ -384,32 +127,46 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"esreason: warning: {message}", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line. Bad input (ValueError), a missing extra (ImportError), a result that
-    `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a notebook that raised (`NotebookError`, with the
-    notebook's own error line), a native kernel that cannot be built or trusted (`KernelBuildError`) and
-    file-system or start-up failures (OSError: read-only or full disk, a path that is a file, Ray not starting in
-    time; safetensors' own write errors) are one `esreason: error:` line on stderr and exit status 2, never a
-    traceback. Nothing heavy (torch, transformers) is imported before the arguments parse, so `--help` and a bad
-    command line answer at once."""
-    args = build_parser().parse_args(argv)
-    from safetensors import SafetensorError
-
+def one_line_errors() -> tuple[type, ...]:
+    """The exceptions `main` prints as one line: bad input (ValueError), a missing extra (ImportError), a result
+    that `$ESREASON_STORED_ONLY` forbids computing (`MissingResult`), a native kernel that cannot be built or
+    trusted (`KernelBuildError`), and those of `COMMAND_MODULES` (a notebook that raised)."""
     from esreason_lib.models.native import KernelBuildError
-    from esreason_lib.paper.notebooks import NotebookError
     from esreason_lib.store.runs import MissingResult
 
+    extra = tuple(e for module in command_modules() for e in module.one_line_errors())
+    return (ValueError, ImportError, MissingResult, KernelBuildError, *extra)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line. Bad input, a failed step of `one_line_errors`, and file-system or start-up failures
+    (OSError: read-only or full disk, a path that is a file, Ray not starting in time; safetensors' own write
+    errors) are one `esreason: error:` line on stderr and exit status 2, never a traceback. Nothing heavy (torch,
+    transformers) is imported before the arguments parse and the command's `check` passes, so `--help`, a bad
+    command line, a misspelt `--set` field, an unknown preset or a missing path answer at once."""
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "check", None):
+            args.check(args)
+    except ValueError as err:
+        print(f"esreason: error: {err}", file=sys.stderr)
+        return 2
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
             use_threads(choose_threads(getattr(args, "threads", None)))
             return args.func(args)
-        except (ValueError, ImportError, MissingResult, NotebookError, KernelBuildError) as err:  # one line
-            print(f"esreason: error: {err}", file=sys.stderr)
-        except SafetensorError as err:  # e.g. a full disk while safetensors writes the final model
-            print(f"esreason: error: saving a model failed: {str(err).splitlines()[0]}", file=sys.stderr)
         except OSError as err:
             where = f": {err.filename}" if err.filename else ""
             why = err.strerror or (os.strerror(err.errno) if err.errno else str(err))
             print(f"esreason: error: {why}{where}", file=sys.stderr)
+        except Exception as err:
+            from safetensors import SafetensorError
+
+            if isinstance(err, SafetensorError):  # e.g. a full disk while safetensors writes the final model
+                print(f"esreason: error: saving a model failed: {str(err).splitlines()[0]}", file=sys.stderr)
+            elif isinstance(err, one_line_errors()):
+                print(f"esreason: error: {err}", file=sys.stderr)
+            else:
+                raise
         return 2

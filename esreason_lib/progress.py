@@ -10,6 +10,7 @@ under a display id and, when the bar closes, updates that display: the file then
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from tqdm.auto import tqdm
 from tqdm.notebook import tqdm as notebook_tqdm
@@ -48,3 +49,40 @@ def say(line: str) -> None:
     """One status line: on stderr in a terminal (stdout stays for results a script reads), as the cell's output in
     a notebook (where stderr shows as an error stream)."""
     print(line, file=sys.stdout if issubclass(tqdm, notebook_tqdm) else sys.stderr)
+
+
+REUSED_LINE = ("esreason: {n} run(s) found complete in the store (the same config, task and seed): reused, not "
+               "trained again")
+"""The one line a notebook cell prints for the runs it found complete (`say_reused`)."""
+_reused_in_cell: list[str] = []
+
+
+def _in_notebook() -> bool:
+    return issubclass(tqdm, notebook_tqdm)
+
+
+def _flush_reused(*_) -> None:
+    """At the end of a notebook cell: one `REUSED_LINE` for the runs the cell found complete, then none pending."""
+    if _reused_in_cell:
+        print(REUSED_LINE.format(n=len(_reused_in_cell)), file=sys.stdout)
+        _reused_in_cell.clear()
+
+
+def say_reused(path) -> None:
+    """A run found complete in the store (`path`, its folder): on a terminal one line naming it now; in a notebook
+    counted, and one line per cell when the cell ends (`REUSED_LINE`, no path), so that an executed notebook holds
+    a summary rather than a line with an absolute path per run."""
+    if not _in_notebook():
+        print(f"esreason: {path} is complete (the same config, task and seed): reused, not trained again",
+              file=sys.stderr)
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:  # a notebook-style tqdm outside a kernel: say it now, by name
+        print(REUSED_LINE.format(n=1) + f" ({Path(str(path)).name})", file=sys.stdout)
+        return
+    if _flush_reused not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _flush_reused)
+    _reused_in_cell.append(Path(str(path)).name)
+

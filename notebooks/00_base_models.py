@@ -34,12 +34,13 @@ preset = "tiny"
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, save_figure, use_paper_style
 from esreason_lib.paper.studies.base_models import compute, finding
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.paper.summary import verdict_lead, verdict_table
+from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 
 use_paper_style()
 
@@ -66,6 +67,9 @@ result = finding(tables)
 record_finding("00_base_models", result, preset=preset)
 print(result.status, "-", verdict_lead(result))
 verdict_table(result)
+
+# %%
+display(Markdown(status_rule("00_base_models")))
 
 # %% [markdown]
 # **What this run shows.** The status, sentence and table above are computed from the tables: for every model,

@@ -21,25 +21,26 @@
 # advantages) sharpens the distribution: it may win at K = 1, but its token entropy collapses and its Pass@K at
 # large K falls below ES's. ES covers more of the base's reasoning paths.
 #
-# **A fair comparison.** A verdict from one learning rate per method says as much about the step sizes as about
+# **A fair comparison.** A result from one learning rate per method says as much about the step sizes as about
 # the methods, so each method trains on a small grid of its own step size (`comparison.es_alphas`,
 # `comparison.grpo_lrs`), every arm for every training seed, from the same tiny Qwen2 base on Countdown. Every
 # trained model and the base are evaluated with `n_samples` samples per problem at one fixed temperature on two
 # disjoint sets of held-out problems: the *selection* problems choose each method's best arm (by its seed-mean
 # Pass@1, and separately by its seed-mean Pass@K at the largest K), and the *test* problems give every number
-# the verdicts use. Choosing on the test problems themselves would favour the chosen arm (its score there is the
-# maximum of several noisy estimates); with a separate selection split it does not. The K = max verdict compares
-# ES with GRPO's best-Pass@K arm, the K = 1 verdict uses GRPO's best-Pass@1 arm, and "ES raises Pass@1 over the
+# the checks use. Choosing on the test problems themselves would favour the chosen arm (its score there is the
+# maximum of several noisy estimates); with a separate selection split it does not. The K = max check compares
+# ES with GRPO's best-Pass@K arm, the K = 1 check uses GRPO's best-Pass@1 arm, and "ES raises Pass@1 over the
 # base" uses ES's best-Pass@1 arm. All runs and evaluations are cached in the run store, so re-running this
 # notebook only redraws.
 #
-# **The claim as a test.** The paper's claim is about the Pass@1-Pass@K frontier, so the verdict
-# compares Pass@K *at matched Pass@1*: every run keeps a snapshot every 25 iterations, each snapshot is evaluated,
-# and GRPO's path (base -> snapshots -> final, per seed) is interpolated at ES's Pass@1; the GRPO arm is the one
-# whose path reaches the highest Pass@K there on the selection problems (not the gentlest one, which barely
-# moved). The entropy checks use that arm. **Control:** for every ES run, a noise-injection "ES" with random
-# directions and ES's own per-iteration update norms (it drifts as far and uses no reward); ES must beat it on
-# Pass@K and entropy. **Protocol:** the evidence is Pass@K at T = 0.6 (the paper's); greedy accuracy, T = 1 and
+# **The claim as two tests** (`studies/registry.py`). *The paper's test* (final ES vs GRPO tuned for Pass@1) compares
+# the final models as the paper does: ES's Pass@K minus that of GRPO's best-Pass@1 arm. *The control* (ES vs GRPO's
+# path at ES's Pass@1) asks whether ES only moved less: every run keeps a snapshot every 25 iterations, each
+# snapshot is evaluated, and GRPO's path (base -> snapshots -> final, per seed) is interpolated at ES's Pass@1; the
+# GRPO arm is the one whose path reaches the highest Pass@K there on the selection problems (not the gentlest one,
+# which barely moved). Beside them, as secondary checks: for every ES run, a noise-injection "ES" with random
+# directions and ES's own per-iteration update norms (it drifts as far and uses no reward), and the entropy
+# checks. **Protocol:** the evidence is Pass@K at T = 0.6 (the paper's); greedy accuracy, T = 1 and
 # Maj@K are shown beside it. Every check has a smallest effect of interest (`comparison.delta_*`), fixed in the
 # preset before the runs; a CI that excludes every effect that large is `smaller than delta`.
 
@@ -48,6 +49,7 @@ preset = "tiny"
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import (
@@ -72,7 +74,7 @@ from esreason_lib.paper.studies.comparison import (
     selected_arms,
 )
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.paper.summary import verdict_lead, verdict_table
+from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 
 use_paper_style()
 
@@ -190,10 +192,10 @@ record_finding("01_passk_es_vs_grpo", result, preset=preset)
 print(result.status, "-", verdict_lead(result))
 verdict_table(result)
 
+# %%
+display(Markdown(status_rule("01_passk_es_vs_grpo")))
+
 # %% [markdown]
-# **How to read the status**: [docs/statuses.md](../docs/statuses.md) (the two tests per claim, the five
-# statuses, and when a check is `undecidable at this design`).
-#
 # **What this run shows.** The paper's test compares the final ES with the final GRPO tuned for Pass@1 on the
 # selection problems, at the largest K <= n / 2 (Pass@n is "ever solved"); the control compares ES with GRPO's path
 # at ES's Pass@1 (ES only moved less?), with the noise-injection control beside it. GRPO against ES at K = 1 is

@@ -50,12 +50,9 @@
 # samples: the next iteration's center samples, drawn from theta+ after the update and independent of everything the
 # bound was computed from.
 #
-# **How to read the status**: [docs/statuses.md](../docs/statuses.md) (the two tests per claim, the five
-# statuses, and when a check is `undecidable at this design`).
-#
 # Here the paper's test is Pass@K rising along ES's first iterations (fresh samples of theta and theta+); the
-# control is the JS-diversity-to-Pass@K link on independent samples (JS_succ at t from one sample set, the change
-# from fresh samples at t and t+1): on shared samples regression to the mean makes the link negative whatever the
+# control (JS diversity predicts the next Pass@K change (independent samples)) is the JS-diversity-to-Pass@K link
+# on independent samples (JS_succ at t from one sample set, the change from fresh samples at t and t+1): on shared samples regression to the mean makes the link negative whatever the
 # true change, so a preset without `prop1.independent_link` reports it `undecidable at this design`. Proposition
 # 1's sufficient condition is reported as how often it holds: a sufficient condition that does not hold
 # contradicts nothing. The Lemma 1-2 bands are Taylor limits, reported as sanity lines.
@@ -70,12 +67,13 @@ preset = "tiny"
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_scatter, plot_xy, save_figure, use_paper_style
 from esreason_lib.paper.studies import diversity
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.paper.summary import verdict_lead, verdict_table
+from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 
 use_paper_style()
 
@@ -149,6 +147,9 @@ record_finding("02_js_diversity", finding, preset=preset)
 print(finding.status, "-", verdict_lead(finding))
 print("sanity:", "; ".join(finding.sanity))
 verdict_table(finding)
+
+# %%
+display(Markdown(status_rule("02_js_diversity")))
 
 # %% [markdown]
 # **What this run shows.** The status and every number printed above are computed from the tables; this text

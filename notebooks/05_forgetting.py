@@ -29,24 +29,26 @@
 # - the per-token KL(pi_tuned || pi_base) along completions sampled from the tuned model at T = 1, on held-out
 #   prompts of the training task and of each held-out task.
 #
-# **The checks** test the paper's statement on held-out Pass@K (K = 16), per training seed and problem, per held-out
-# task: ES - base > -0.02 (an absolute margin, fixed in advance in `ForgettingSpec.margin`: the size of the
-# Countdown gain being bought; the old 20%-of-base margin made sorting's threshold -0.195, which no plausible
-# forgetting crosses), and ES - GRPO > 0 (ES forgets less; delta 0.02). GRPO against the same margin is the control
-# beside them (it can fail: it does where GRPO forgets). The LM-loss rise over the base and the KL
-# are reported measurements, per seed.
+# **The checks** test the paper's statement on held-out Pass@K (K = 16), per training seed and problem. The paper's
+# test (ES no worse than the base on held-out tasks): ES - base > -0.02, pooled over the held-out tasks off the
+# ceiling (an absolute margin, fixed in advance in `ForgettingSpec.margin`: the size of the Countdown gain being
+# bought; the old 20%-of-base margin made sorting's threshold -0.195, which no plausible forgetting crosses). The
+# control (ES forgets less than GRPO): ES - GRPO on the same pool (delta 0.02). GRPO against the same margin is
+# shown beside them (it can fail: it does where GRPO forgets). The LM-loss rise over the base and the KL are
+# reported measurements, per seed.
 
 # %% tags=["parameters"]
 preset = "tiny"
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, save_figure, use_paper_style
 from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.paper.summary import verdict_lead, verdict_table
+from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 
 use_paper_style()
 
@@ -97,10 +99,10 @@ record_finding("05_forgetting", result, preset=preset)
 print(result.status, "-", verdict_lead(result))
 verdict_table(result)
 
+# %%
+display(Markdown(status_rule("05_forgetting")))
+
 # %% [markdown]
-# **How to read the status**: [docs/statuses.md](../docs/statuses.md) (the two tests per claim, the five
-# statuses, and when a check is `undecidable at this design`).
-#
 # **What this run shows.** The paper's test pools the held-out tasks (and K) whose base score is below 0.95: ES's
 # held-out Pass@K minus the base's must stay above -margin. A task on the ceiling (sorting's base solves nearly
 # every problem) cannot show forgetting or a difference, so it leaves the pool and its own checks are

@@ -48,6 +48,7 @@ preset = "tiny"
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
 from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure, use_paper_style
@@ -62,7 +63,7 @@ from esreason_lib.paper.studies.scaling import (
     smoothing_window,
     table6,
 )
-from esreason_lib.paper.summary import verdict_lead, verdict_table
+from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 
 use_paper_style()
 
@@ -153,14 +154,15 @@ print(result.status, "-", verdict_lead(result))
 print("sanity:", "; ".join(result.sanity))
 verdict_table(result)
 
+# %%
+display(Markdown(status_rule("06_population_scaling")))
+
 # %% [markdown]
-# **How to read the status**: [docs/statuses.md](../docs/statuses.md) (the two tests per claim, the five
-# statuses, and when a check is `undecidable at this design`).
-#
 # **What this run shows.** The paper's test: the population gap (N max minus N min) on the largest size minus that
 # on the smallest, predicted below 0, with delta half the smallest model's own gap (no number borrowed from the
 # paper's Table 6); when the smallest model's own gap is not detectably above 0 there is nothing for the larger
-# model to need less of, and the test is `undecidable at this design`. The control is the normalization ablation:
+# model to need less of, and the test is `undecidable at this design`. The control (z-score normalization against
+# the best alternative shaping) is the normalization ablation:
 # z-score's best alpha against rank's (raw fitness beside it). In `tiny` the population grid runs
 # few iterations (N has little room to matter there; the `powered` preset runs it for 100), so an `undecidable` or
 # `not resolved` gap says the design cannot tell. Read the gap with the base accuracies in the sentence: where the

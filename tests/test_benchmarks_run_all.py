@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -65,3 +67,17 @@ def test_bench_cli_compares_the_readme_environment_with_makes():
     assert bench_cli.COMMAND == ("train", "es", "--preset", "tiny", "--set", "iterations=6")
     assert bench_cli.parser().parse_args(["cli", "--repeats", "1"]).which == "cli"
     assert "bench_cli" in (ROOT / "benchmarks" / "run_all.py").read_text() and "cli" in run_all.HEADLINE
+
+
+def test_bench_cli_error_times_bad_input_to_its_one_error_line():
+    """`bench_cli.py error` runs each bad command line in a fresh process and keeps its time only when it ends with
+    one `esreason: error:` line and exit status 2 (no timing is asserted)."""
+    import os
+
+    import bench_cli
+
+    env = bench_cli.environments(dict(os.environ))["readme"]
+    assert bench_cli.parser().parse_args(["error"]).which == "error" and "error" in bench_cli.GOALS
+    assert bench_cli.time_to_error(("train", "es", "--set", "sigam=1"), env) > 0
+    with pytest.raises(RuntimeError, match="expected one error line and exit 2, got 0"):
+        bench_cli.time_to_error(("--help",), env)

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from esreason_lib import cli
-from esreason_lib.cli import backend_settings, build_parser, group_by_method, main, parse_assignments
+from esreason_lib.cli import build_parser, main
+from esreason_lib.cli_settings import flag_overrides, group_by_method, parse_assignments, train_overrides
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.paper import cli as paper_cli
 from esreason_lib.paper.studies.presets import get_preset
 
 
@@ -29,7 +31,7 @@ def home(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------- parse_assignments
 def test_parse_assignments_literals_strings_and_prefixes():
-    es = get_preset("smoke").es
+    es = "es"
     got = parse_assignments(["sigma=0.002", "antithetic=False", 'task_kwargs={"high": 9}', "device=cpu",
                              "es.alpha=1e-3", "max_new_tokens=None", "population_size=6", "model=a=b",
                              "normalization='rank'", " seed =3"], es)
@@ -38,7 +40,7 @@ def test_parse_assignments_literals_strings_and_prefixes():
     assert type(got["population_size"]) is int and type(got["sigma"]) is float
     assert parse_assignments([], es) == {}
     assert parse_assignments(["sigma=1", "sigma=2"], es) == {"sigma": 2}  # the last one wins
-    assert parse_assignments(["grpo.lr=3e-4", "group_size=4"], get_preset("smoke").grpo) == {"lr": 3e-4,
+    assert parse_assignments(["grpo.lr=3e-4", "group_size=4"], "grpo") == {"lr": 3e-4,
                                                                                               "group_size": 4}
     # values that are not Python literals stay strings (a hub id, a path, a bare word)
     assert parse_assignments(["model=Qwen/Qwen2.5-1.5B-Instruct", "task=gsm8k", "dtype=bfloat16"], es) == {
@@ -60,12 +62,12 @@ def test_parse_assignments_literals_strings_and_prefixes():
 ])
 def test_parse_assignments_errors_name_the_item(item, pattern):
     with pytest.raises(ValueError, match=pattern):
-        parse_assignments(["sigma=1", item], ESConfig())
+        parse_assignments(["sigma=1", item], "es")
 
 
 def test_parse_assignments_checks_against_the_given_config():
     with pytest.raises(ValueError, match=r"--set 'sigma' is not a field of GRPOConfig"):
-        parse_assignments(["sigma=0.1"], GRPOConfig())
+        parse_assignments(["sigma=0.1"], "grpo")
 
 
 def test_group_by_method_keeps_order_within_each_prefix():
@@ -81,7 +83,7 @@ def test_build_parser_subcommands_and_defaults():
     a = parser.parse_args(["train", "es"])
     assert (a.command, a.method, a.preset, a.set, a.order, a.budget, a.no_resume, a.eval) == (
         "train", "es", "tiny", [], "grpo,es", None, False, False)
-    assert a.func is cli._train
+    assert a.func is paper_cli._train
     a = parser.parse_args(["train", "sequence", "--preset", "smoke", "--set", "es.sigma=1", "--set", "grpo.lr=2",
                            "--order", "es,grpo", "--budget", "4", "--no-resume", "--eval"])
     assert (a.method, a.preset, a.set, a.order, a.budget, a.no_resume, a.eval) == (
@@ -89,12 +91,12 @@ def test_build_parser_subcommands_and_defaults():
     a = parser.parse_args(["pretrain", "qwen2-s"])
     assert (a.command, a.name, a.func) == ("pretrain", "qwen2-s", cli._pretrain)
     a = parser.parse_args(["reproduce", "01.py", "02.py", "--preset", "smoke"])
-    assert (a.notebooks, a.preset, a.func) == (["01.py", "02.py"], "smoke", cli._reproduce)
+    assert (a.notebooks, a.preset, a.func) == (["01.py", "02.py"], "smoke", paper_cli._reproduce)
     a = parser.parse_args(["reproduce"])
     assert (a.notebooks, a.preset) == ([], None)
-    assert parser.parse_args(["claims"]).func is cli._claims
+    assert parser.parse_args(["claims"]).func is paper_cli._claims
     a = parser.parse_args(["bases", "--preset", "smoke"])
-    assert (a.preset, a.func) == ("smoke", cli._bases)
+    assert (a.preset, a.func) == ("smoke", paper_cli._bases)
 
 
 def test_bases_prints_the_preset_zoo_bases(capsys):
@@ -227,8 +229,8 @@ def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
 
     preset = get_preset("smoke", **{"eval.greedy": False, "eval.n_problems": 3})
     run = train_es(preset.config("es", iterations=1), progress=False)
-    monkeypatch.setattr(cli, "EVAL_SAMPLES", 2)  # fewer than the preset's n_samples=4: Pass@1 and Pass@2
-    lines = cli.before_after(preset, [run]).splitlines()
+    monkeypatch.setattr(paper_cli, "EVAL_SAMPLES", 2)  # fewer than the preset's n_samples=4: Pass@1 and Pass@2
+    lines = paper_cli.before_after(preset, [run]).splitlines()
     assert lines[0] == "held-out countdown: 3 problems, 2 samples at T=1.0"
     assert lines[1].split() == ["model", "pass@1", "pass@2"]  # no greedy column when the preset skips it
     assert [line.split()[:-2] for line in lines[2:]] == [["base", "smoke"], [run.path.name]]
@@ -236,16 +238,53 @@ def test_before_after_caps_samples_and_follows_the_preset(home, monkeypatch):
     assert len(specs) == 2 and all((s["n_samples"], s["ks"], s["greedy"]) == (2, [1, 2], False) for s in specs)
 
 
-@pytest.mark.parametrize("method, backend, workers, items", [
-    ("es", "ray", 4, ["backend=ray", "workers=4"]),
-    ("es", None, None, []),
-    ("grpo", "vllm", None, ["backend=vllm"]),
-    ("sequence", "ray", 3, ["es.backend=ray", "es.workers=3"]),
-    ("sequence", "vllm", None, ["es.backend=vllm", "grpo.backend=vllm"]),
-    ("sequence", "ray-vllm", 2, ["es.backend=ray-vllm", "es.workers=2", "grpo.backend=vllm"]),
+@pytest.mark.parametrize("method, backend, workers, expected", [
+    ("es", "ray", 4, {"es": {"backend": "ray", "workers": 4}}),
+    ("es", None, None, {"es": {}}),
+    ("grpo", "vllm", None, {"grpo": {"backend": "vllm"}}),
+    ("sequence", "ray", 3, {"es": {"backend": "ray", "workers": 3}, "grpo": {}}),
+    ("sequence", "vllm", None, {"es": {"backend": "vllm"}, "grpo": {"backend": "vllm"}}),
+    ("sequence", "ray-vllm", 2, {"es": {"backend": "ray-vllm", "workers": 2}, "grpo": {"backend": "vllm"}}),
 ])
-def test_backend_settings_per_method(method, backend, workers, items):
-    assert backend_settings(method, backend, workers) == items
+def test_flag_overrides_per_method(method, backend, workers, expected):
+    assert flag_overrides(method, backend=backend, workers=workers) == expected
+
+
+def test_flags_are_config_fields_and_win_over_set_items():
+    assert flag_overrides("es", keep_checkpoints=True, ray_address="10.0.0.1:6379") == {
+        "es": {"ray_address": "10.0.0.1:6379", "keep_checkpoints": True}}
+    assert flag_overrides("sequence", keep_checkpoints=True) == {"es": {"keep_checkpoints": True},
+                                                                 "grpo": {"keep_checkpoints": True}}
+    assert train_overrides("es", ["backend='batched'", "sigma=0.5"], backend="sequential") == {
+        "es": {"backend": "sequential", "sigma": 0.5}}
+    assert train_overrides("sequence", ["grpo.lr=0.1"], backend="vllm") == {
+        "es": {"backend": "vllm"}, "grpo": {"lr": 0.1, "backend": "vllm"}}
+    for flag, kw in (("--workers", {"workers": 2}), ("--ray-address", {"ray_address": "a:1"}),
+                     ("--gpus-per-worker", {"gpus_per_worker": 0.5})):
+        with pytest.raises(ValueError, match=f"{flag} sets the Ray (actors that score|cluster of) an ES population; "
+                                             f"grpo has none"):
+            flag_overrides("grpo", **kw)
+
+
+def test_bad_input_is_answered_before_torch_loads(tmp_path):
+    """A misspelt field, a setting of the other method, a flag that does not apply, a missing path: each is one
+    error line from the command's `check`, before torch or transformers is imported (`esreason_lib.cli.main`)."""
+    import subprocess
+    import sys
+
+    cases = [["train", "es", "--set", "sigam=1"], ["train", "grpo", "--workers", "2"],
+             ["train", "es", "--set", "grpo.lr=1"], ["import-results", str(tmp_path / "none")],
+             ["relocate", "--home", str(tmp_path / "none")], ["reproduce", "notebooks/99_none.py"],
+             ["prefill", "--shard", "2/2"]]
+    code = ("import sys; from esreason_lib.cli import main\n"
+            f"codes = [main(a) for a in {cases!r}]\n"
+            "print(codes, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == f"{[2] * len(cases)} []", done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == len(cases) and all(line.startswith("esreason: error: ") for line in lines), lines
+    assert "did you mean 'sigma'" in lines[0] and "is not a directory" in lines[3] and "99_none.py" in lines[5]
 
 
 def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):
@@ -278,7 +317,7 @@ def test_before_after_evaluates_on_the_presets_test_task(monkeypatch):
     preset = get_preset("paper-hard")
     run = types.SimpleNamespace(config={"model": preset.base_model, "task": "math",
                                         "task_kwargs": [["dataset", "deepscaler"]]}, path=Path("/x/es-1"))
-    cli.before_after(preset, [run])
+    paper_cli.before_after(preset, [run])
     assert seen == [("math", {"dataset": "math500"})] * 2
 
 
@@ -290,18 +329,18 @@ def test_eval_runs_on_vllm_when_the_training_sampled_on_vllm(home, monkeypatch):
     from esreason_lib.es.loop import train_es
     from esreason_lib.models import rollouts_vllm
 
-    assert cli.eval_backend([ESConfig(backend="ray-vllm")]) == "vllm"
-    assert cli.eval_backend([ESConfig(backend="ray"), GRPOConfig(backend="vllm")]) == "vllm"
-    assert cli.eval_backend([ESConfig(backend="fast"), GRPOConfig()]) == "local"
+    assert paper_cli.eval_backend([ESConfig(backend="ray-vllm")]) == "vllm"
+    assert paper_cli.eval_backend([ESConfig(backend="ray"), GRPOConfig(backend="vllm")]) == "vllm"
+    assert paper_cli.eval_backend([ESConfig(backend="fast"), GRPOConfig()]) == "local"
     monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)
     Standin.made.clear()
     preset = get_preset("smoke", **{"eval.n_problems": 2, "eval.forward": "fused"})
     run = train_es(preset.config("es", iterations=1), progress=False)
-    monkeypatch.setattr(cli, "EVAL_SAMPLES", 2)
-    on_vllm = cli.before_after(preset, [run], "vllm").splitlines()
+    monkeypatch.setattr(paper_cli, "EVAL_SAMPLES", 2)
+    on_vllm = paper_cli.before_after(preset, [run], "vllm").splitlines()
     assert on_vllm[0] == "held-out countdown: 2 problems, 2 samples at T=1.0 on vllm"
     assert len(Standin.made) == 2 and all(s.closed for s in Standin.made)  # the base and the run, one engine each
-    local = cli.before_after(preset, [run]).splitlines()
+    local = paper_cli.before_after(preset, [run]).splitlines()
     assert len(Standin.made) == 2 and local[0] == "held-out countdown: 2 problems, 2 samples at T=1.0"
     specs = sorted((s["eval"].get("backend", "local"), s["eval"].get("forward", "hf")) for s in
                    (json.loads((p / "config.json").read_text()) for p in home.iterdir() if p.name.startswith("eval-")))

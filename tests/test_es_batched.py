@@ -117,6 +117,19 @@ def test_make_backend_and_config_choice(setup):
     assert dataclasses.replace(ESConfig(), backend="batched").backend == "batched"
 
 
+def test_the_backend_registry_names_each_backend_by_its_import_path():
+    """Every `ESConfig.backend` but "auto" is a registered "module:class"; a class is imported only when named."""
+    from esreason_lib.es.backends.base import BACKEND_CLASSES, BACKENDS
+    from esreason_lib.es.backends.fast import NativeBackend
+    from esreason_lib.es.backends.registry import backend_class
+
+    assert BACKENDS == ("auto", *BACKEND_CLASSES) and "auto" not in BACKEND_CLASSES
+    assert backend_class("sequential") is SequentialBackend and backend_class("native") is NativeBackend
+    assert all(":" in path and path.startswith("esreason_lib.es.backends.") for path in BACKEND_CLASSES.values())
+    with pytest.raises(ValueError, match=r"ESConfig\.backend must be one of .*, got 'tpu-pods'"):
+        backend_class("tpu-pods")
+
+
 def test_train_es_ends_bit_identical_with_either_backend(setup, tmp_path):
     from esreason_lib.es.loop import train_es
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from esreason_lib.cli import gpu_settings
+from esreason_lib.cli_settings import flag_overrides
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.models import placement
@@ -65,12 +65,13 @@ def test_config_fields_are_checked_and_left_out_of_the_identity():
 
 
 def test_cli_flags_become_settings():
-    assert gpu_settings("es", 0.125, 0.06) == ["gpus_per_worker=0.125", "gpu_memory_utilization=0.06"]
-    assert gpu_settings("grpo", None, 0.4) == ["gpu_memory_utilization=0.4"]
-    assert gpu_settings("sequence", 0.5, 0.2) == ["es.gpus_per_worker=0.5", "es.gpu_memory_utilization=0.2",
-                                                  "grpo.gpu_memory_utilization=0.2"]
+    assert flag_overrides("es", gpus_per_worker=0.125, memory_share=0.06) == {
+        "es": {"gpus_per_worker": 0.125, "gpu_memory_utilization": 0.06}}
+    assert flag_overrides("grpo", memory_share=0.4) == {"grpo": {"gpu_memory_utilization": 0.4}}
+    assert flag_overrides("sequence", gpus_per_worker=0.5, memory_share=0.2) == {
+        "es": {"gpus_per_worker": 0.5, "gpu_memory_utilization": 0.2}, "grpo": {"gpu_memory_utilization": 0.2}}
     with pytest.raises(ValueError, match="--gpus-per-worker"):
-        gpu_settings("grpo", 0.5, None)
+        flag_overrides("grpo", gpus_per_worker=0.5)
 
 
 def test_ray_backend_refuses_before_starting_actors(monkeypatch):

@@ -1,9 +1,10 @@
 import pytest
 
-from esreason_lib.cli import main, parse_shard
+from esreason_lib.cli import main
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper import plan
+from esreason_lib.paper.cli import parse_shard
 from esreason_lib.paper.studies import comparison, scaling
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.store.identity import config_hash
@@ -49,13 +50,33 @@ def test_parse_shard_and_cli_errors(capsys):
     assert "--shard must be i/n" in capsys.readouterr().err
 
 
-def test_prefill_trains_its_shard_and_the_study_finds_the_runs(isolated_store, forbid_loading):
+def test_time_left_follows_the_pace_of_the_runs_trained():
+    assert plan.time_left([], 100.0) is None  # nothing trained yet (runs found complete do not count)
+    assert plan.time_left([(10.0, 20.0), (30.0, 60.0)], 50.0) == 100.0  # 2 s per unit of cost
+    assert plan.time_left([(10.0, 20.0)], 0.0) == 0.0
+
+
+def test_progress_line_gives_the_counts_the_run_and_the_time_left():
+    assert plan.progress_line("prefill tiny 0/2", 3, 12, 24, "es-1a2b", 41.2, 360.0) == (
+        "prefill tiny 0/2: 3 of 12 runs done (the plan has 24): es-1a2b trained in 41 s; about 6 min left")
+    assert plan.progress_line("p", 1, 2, 4, "grpo-9", None, None) == (
+        "p: 1 of 2 runs done (the plan has 4): grpo-9 found complete; time left: no estimate yet")
+    assert plan.progress_line("p", 2, 2, 4, "es-3", 3900.0, 0.0) == "p: 2 of 2 runs done (the plan has 4): es-3 " \
+                                                                  "trained in 1 h 5 min"
+
+
+def test_prefill_trains_its_shard_and_the_study_finds_the_runs(isolated_store, forbid_loading, capsys):
     smoke = get_preset("smoke", **{"scaling.populations": (2,)})
     runs = [r for i in range(2) for r in plan.prefill(smoke, i, 2, home=isolated_store.store, progress=False)]
     assert len(runs) == len(plan.training_plan(smoke)) and all(r.is_complete() for r in runs)
     import esreason_lib.models.load
 
     forbid_loading(esreason_lib.models.load)  # a trainer that runs loads its base: nothing is trained again
-    again = plan.prefill(smoke, 0, 1, home=isolated_store.store, progress=False)
+    capsys.readouterr()
+    again = plan.prefill(smoke, 0, 1, home=isolated_store.store, progress=True)
     assert sorted(r.path for r in again) == sorted(r.path for r in runs)
+    lines = capsys.readouterr().err.splitlines()  # one line per run, nothing else (no progress bar)
+    n = len(runs)
+    assert lines == [f"prefill smoke 0/1: {i} of {n} runs done (the plan has {n}): {r.path.name} found complete"
+                     + ("" if i == n else "; time left: no estimate yet") for i, r in enumerate(again, 1)]
     assert not isolated_store.default.exists() or not any(isolated_store.default.iterdir())

@@ -13,3 +13,31 @@ def test_say_writes_stderr_in_a_terminal_and_stdout_in_a_notebook(capsys, monkey
     monkeypatch.setattr(progress, "tqdm", notebook_tqdm)
     progress.say("reused")
     assert capsys.readouterr() == ("reused\n", "")
+
+
+def test_reused_runs_are_one_line_per_cell_in_a_notebook_and_named_in_a_terminal(capsys, monkeypatch):
+    import IPython
+
+    monkeypatch.setattr(progress, "tqdm", terminal_tqdm)
+    progress.say_reused("/abs/runs/es-1")
+    assert capsys.readouterr() == ("", "esreason: /abs/runs/es-1 is complete (the same config, task and seed): "
+                                       "reused, not trained again\n")
+
+    class Events:
+        callbacks = {"post_run_cell": []}
+
+        def register(self, name, callback):
+            self.callbacks[name].append(callback)
+
+    shell = type("Shell", (), {"events": Events()})()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(progress, "tqdm", notebook_tqdm)
+    progress.say_reused("/abs/runs/es-1")
+    progress.say_reused("/abs/runs/grpo-2")
+    assert capsys.readouterr() == ("", "") and len(shell.events.callbacks["post_run_cell"]) == 1  # registered once
+    for callback in shell.events.callbacks["post_run_cell"]:  # the cell ends
+        callback(None)
+    out = capsys.readouterr().out
+    assert out == progress.REUSED_LINE.format(n=2) + "\n" and "/abs" not in out
+    shell.events.callbacks["post_run_cell"][0](None)  # the next cell found none: nothing
+    assert capsys.readouterr() == ("", "")

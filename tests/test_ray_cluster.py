@@ -1,7 +1,9 @@
 """Ray as users run it (es/backends/ray_cluster.py): joining an existing cluster, shipping the package, one bundle
 per actor, the driver's GPU share. The end-to-end tests start a two-raylet cluster on this machine (`ray start
 --head` plus `ray start --address`, a multi-node stand-in, one CPU each), train through the CLI joined to it via
-RAY_ADDRESS, and kill a worker's process mid-run; the cluster is stopped by its own process groups in teardown."""
+RAY_ADDRESS, and kill a worker's process mid-run; the cluster is stopped by its own process groups in teardown.
+Those two are marked `cluster`: a raylet's start-up depends on the machine's load, so they run in `make
+test-cluster`, not in `make test`."""
 
 from __future__ import annotations
 
@@ -176,6 +178,7 @@ def _train(args: list[str], env: dict, home: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_the_cli_joins_the_cluster_and_matches_the_local_run(cluster, tmp_path):
     address, env = cluster
     local = _train(SMOKE, env, tmp_path / "local")
@@ -230,6 +233,7 @@ class KillOnce:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_a_worker_killed_mid_run_on_the_cluster_recovers(cluster, tmp_path, monkeypatch):
     from esreason_lib.es.backends.ray_actors import RayBackend
     from esreason_lib.es.loop import train_es

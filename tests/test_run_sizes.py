@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from esreason_lib.cli import MAX_SHARDS, main, parse_shard
+from esreason_lib.cli import main
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.paper.cli import MAX_SHARDS, parse_shard
 from esreason_lib.validation import MAX_ROLLOUTS
 
 

@@ -9,17 +9,52 @@ from esreason_lib.paper import claims, summary  # noqa: E402
 from esreason_lib.paper.findings import Check, make_finding  # noqa: E402
 
 
-def test_summary_row_puts_the_claimed_side_right_of_the_threshold():
+def test_summary_row_prints_the_stored_numbers_and_draws_the_claimed_side_right_of_the_threshold():
     greater = {"name": "g", "effect": 0.3, "ci_low": 0.2, "ci_high": 0.4, "direction": "greater", "threshold": 0.1,
                "delta": 0.02, "status": "reproduced"}
-    assert summary.summary_row("01", greater) == pytest.approx(
-        {"finding": "01", "check": "g", "effect": 0.2, "ci_low": 0.1, "ci_high": 0.3, "delta": 0.02,
-         "status": "reproduced", "role": ""})
+    row = summary.summary_row("01", greater)
+    assert row == pytest.approx(
+        {"finding": "01", "check": "g", "effect": 0.3, "ci_low": 0.2, "ci_high": 0.4, "x": 0.2, "x_low": 0.1,
+         "x_high": 0.3, "delta": 0.02, "status": "reproduced", "role": "", "primary": False,
+         "text": "+0.300 [+0.200, +0.400], claimed > 0.1"})
     less = {**greater, "direction": "less", "threshold": 0.0, "role": "control"}  # below 0 is the claimed side
     row = summary.summary_row("01", less)
-    assert (row["effect"], row["ci_low"], row["ci_high"]) == pytest.approx((-0.3, -0.4, -0.2))
-    assert row["role"] == "control"
-    assert summary.summary_row("01", {**greater, "kind": "the paper's test"})["role"] == "test"
+    assert (row["x"], row["x_low"], row["x_high"]) == pytest.approx((-0.3, -0.4, -0.2))
+    assert (row["effect"], row["text"], row["role"]) == (0.3, "+0.300 [+0.200, +0.400], claimed < 0", "control")
+    assert summary.summary_row("01", {**greater, "kind": "the paper's test"})["role"] == "paper"
+    assert summary.summary_row("01", greater, "control", True)["primary"]
+    undecidable = {**greater, "threshold": 0.0, "status": "undecidable at this design", "reason": "a ceiling"}
+    assert summary.summary_row("01", undecidable)["text"] == "+0.300 [+0.200, +0.400]; undecidable: a ceiling"
+
+
+def test_the_figure_prints_the_numbers_of_the_readme_and_claims_md_for_the_same_check(tmp_path, monkeypatch):
+    """One number per check everywhere: for each test's primary check, the figure's row (`summary_table`, what
+    `plot_forest` prints) carries the README cell's effect and interval and claims.md's, under the same name."""
+    from esreason_lib.paper.findings import Test
+
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "runs"))
+    below = Check("entropy below base", -0.059, -0.08, -0.03, 0.02, direction="less", n_seeds=3)
+    above = Check("pass@16 - greedy above 0.10", 0.505, 0.455, 0.555, 0.03, threshold=0.10)
+    side = Check("a secondary", 0.01, -0.02, 0.04, 0.03)
+    finding = make_finding("x", [side], tests=[Test("paper", "the paper's", above, (side,)),
+                                               Test("control", "noise", below)])
+    claims.record_finding("01_passk_es_vs_grpo", finding, preset="tiny")
+    rows = summary.summary_table().set_index("check")
+    record = claims.read_record("01_passk_es_vs_grpo")
+    readme, full = "\n".join(claims.readme_table()), claims.render_claims()
+    for role, check in (("paper", above), ("control", below)):
+        row = rows.loc[check.name]
+        assert (row["role"], row["primary"]) == (role, True)
+        number = claims.headline(record, role)
+        assert row["text"].startswith(number) and number in readme  # the README's cell
+        assert f"{check.name}: {number}" in full  # claims.md's sentence (`Check.describe`)
+    assert rows.loc["entropy below base", "text"] == "-0.059 [-0.080, -0.030], claimed < 0"
+    assert rows.loc["entropy below base", "x"] == pytest.approx(0.059)  # drawn on the claimed side
+    assert not rows.loc["a secondary", "primary"]
+    fig, ax = summary.plot_forest(summary.summary_table())
+    labels = {t.get_text() for t in ax.get_yticklabels()}
+    assert {"\u2605 pass@16 - greedy above 0.10", "\u2605 control: entropy below base", "a secondary"} <= labels
+    assert "+0.505 [+0.455, +0.555], claimed > 0.1" in [t.get_text() for t in ax.texts]
 
 
 def test_write_summary_draws_every_stored_check_into_the_presets_folder(tmp_path, monkeypatch):
@@ -39,16 +74,19 @@ def test_write_summary_draws_every_stored_check_into_the_presets_folder(tmp_path
 
 
 def test_plot_forest_draws_one_row_per_check_in_its_status_colour():
-    rows = pd.DataFrame({"finding": ["01", "01", "05"], "check": ["a", "b", "c"], "effect": [0.1, -0.2, 0.0],
-                         "ci_low": [0.05, -0.3, -0.1], "ci_high": [0.15, -0.1, 0.1], "delta": [0.02, 0.0, 0.01],
-                         "status": ["reproduced", "not reproduced", "not resolved"], "role": ["test", "control", ""]})
+    rows = pd.DataFrame({"finding": ["01", "01", "05"], "check": ["a", "b", "c"], "x": [0.1, -0.2, 0.0],
+                         "x_low": [0.05, -0.3, -0.1], "x_high": [0.15, -0.1, 0.1], "delta": [0.02, 0.0, 0.01],
+                         "status": ["reproduced", "not reproduced", "undecidable at this design"],
+                         "role": ["paper", "control", ""], "primary": [True, False, False],
+                         "text": ["+0.100 [+0.050, +0.150]", "t2", "t3; undecidable: a floor"]})
     fig, ax = summary.plot_forest(rows)
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels[1:3] == ["a", "control: b"] and labels[4] == "c" and len(labels) == 5  # two finding headers
+    assert labels[1:3] == ["\u2605 a", "control: b"] and labels[4] == "c" and len(labels) == 5  # two headers
     intervals = [line for line in ax.lines if len(line.get_xdata()) == 2 and line.get_xdata()[0] != line.get_xdata()[1]]
     assert [tuple(line.get_xdata()) for line in intervals] == [(0.05, 0.15), (-0.3, -0.1), (-0.1, 0.1)]
     assert intervals[0].get_color() == summary.STATUS_COLORS["reproduced"]
-    assert "+0.100 [+0.050, +0.150]" in [t.get_text() for t in ax.texts]
+    assert intervals[0].get_linewidth() > intervals[1].get_linewidth()  # the primary check stands out
+    assert [t.get_text() for t in ax.texts] == ["+0.100 [+0.050, +0.150]", "t2", "t3; undecidable: a floor"]
 
 
 def test_verdict_table_has_one_row_per_check_under_its_test():

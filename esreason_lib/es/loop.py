@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable
 
@@ -14,6 +15,7 @@ from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES
 from esreason_lib.guards import NonFiniteError, check_finite_step
+from esreason_lib.learning_signal import es_note
 from esreason_lib.models.device import record_device
 from esreason_lib.models.weights import relative_drift
 from esreason_lib.training.run_entry import open_training_run, save_snapshot
@@ -31,7 +33,8 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     the members; else in this process, `base.score_center`), asks for the population, scores it with `backend`,
     then tells. `before_tell(population, evaluation)` is called with
     the model still at theta (a study measuring the members, e.g. Proposition 1's probes).
-    Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, policy/entropy
+    Returns (metrics, evaluation): `tell`'s reward/* and es/update_norm, then reward/center, reward/correct_frac
+    (the members' fraction of verified-correct completions), policy/entropy
     (the centre's mean token entropy), es/js_succ, es/fixup_frac, es/drift_rel (against `theta0`, every
     `drift_every` iterations and at the last), es/resyncs (the backend's replica / engine reloads so far, 0 for
     in-process backends) and the time breakdown: time/centre_s (scoring the centre, sync excluded), time/sync_s
@@ -59,7 +62,8 @@ def es_step(es: ES, model, tokenizer, task, examples: list[dict], backend: Popul
     t3 = time.perf_counter()
     m = es.tell(pop, ev.rewards)
     m.update({"reward/center": float(center.mean()), "policy/entropy": center_entropy,
-              "es/js_succ": float(np.mean(js_success(ev.correct.T))), "es/fixup_frac": ev.fixup_frac})
+              "es/js_succ": float(np.mean(js_success(ev.correct.T))), "es/fixup_frac": ev.fixup_frac,
+              "reward/correct_frac": float(ev.correct.mean())})
     if (it + 1) % config.drift_every == 0 or it + 1 == config.iterations:
         m["es/drift_rel"] = relative_drift(es.params, theta0)
     sync = float(getattr(backend, "last_sync_s", 0.0))
@@ -80,14 +84,16 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     that is not built in) is returned as it is, saying so on stderr when `progress`, and `model` is left untouched. With
     `resume`, training continues from the run's last checkpoint and ends bit-identical to an uninterrupted run;
     without it, earlier metrics are dropped and training starts from the base. Logs per iteration (step = 1-based
-    iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/center (the unperturbed
-    model on the same prompts, same sampling seed; a diagnostic, not counted in es/generations), policy/entropy (the
-    center model's mean full-distribution token entropy at its own generated positions), es/js_succ
+    iteration): reward/mean, reward/std, reward/max, reward/min (population fitness), reward/correct_frac (verified
+    answers), reward/center (the unperturbed model on the same prompts, same sampling seed; a diagnostic, not
+    counted in es/generations), policy/entropy (the center model's mean full-distribution token entropy at its own
+    generated positions), es/js_succ
     (`metrics.js_success` over members, per prompt, averaged over prompts), es/drift_rel (||theta - theta_0|| /
     ||theta_0||; every `drift_every` iterations), es/update_norm, es/fixup_frac, es/resyncs, es/generations (cumulative
     population completions), time/centre_s, time/sync_s, time/population_s, time/update_s (`es_step`), time/step_s.
     The device (`models.device.record_device`) is recorded in the run's device.json; a resume on another GPU model
-    warns.
+    warns. With `progress`, a run whose members all scored the same in most iterations (no update was made) ends
+    with one line on stderr saying so and why it may be (`learning_signal.es_note`).
     """
     from esreason_lib.models.zoo import quiet_transformers
     from esreason_lib.progress import progress_bar
@@ -142,4 +148,8 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)
     run.finish()
+    metrics = run.metrics()
+    note = es_note(metrics["reward/std"], metrics.get("reward/correct_frac"), config.sigma) if progress else None
+    if note:
+        print(f"esreason: {note}", file=sys.stderr)
     return run

@@ -58,6 +58,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import sys
 import time
 
 import numpy as np
@@ -69,6 +70,7 @@ from esreason_lib.grpo.logprobs import shared_prompt_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
 from esreason_lib.grpo.memory import check_grpo_fits, scoring_chunks
 from esreason_lib.guards import check_finite_step
+from esreason_lib.learning_signal import grpo_note
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models.device import record_device
 from esreason_lib.models.generation import completion_logprobs, generate
@@ -79,6 +81,7 @@ from esreason_lib.models.zoo import quiet_transformers
 from esreason_lib.progress import progress_bar
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
+from esreason_lib.tasks.base import score_completion
 from esreason_lib.training.run_entry import open_training_run, save_snapshot
 from esreason_lib.training.settings import prompt_indices
 
@@ -221,11 +224,12 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
                  max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
     t_rollout = time.perf_counter() - t_rollout
-    scored: dict[tuple[int, str], float] = {}  # a group's repeated completions are scored once
+    scored: dict[tuple[int, str], tuple[float, bool]] = {}  # a group's repeated completions are scored once
     for i, s in enumerate(ro.completions):
         if (i // G, s) not in scored:
-            scored[i // G, s] = task.reward(s, examples[idx[i // G]])
-    rewards = np.array([scored[i // G, s] for i, s in enumerate(ro.completions)])  # [B]
+            scored[i // G, s] = score_completion(task, s, examples[idx[i // G]])  # (reward, correct)
+    rewards = np.array([scored[i // G, s][0] for i, s in enumerate(ro.completions)])  # [B]
+    correct = np.array([scored[i // G, s][1] for i, s in enumerate(ro.completions)], dtype=np.float64)  # [B]
     adv = group_advantages(rewards, G, c.scale).to(device)  # [B]
     c_mask = ro.completion_mask.to(device)  # [B, Lc]
     steps = policy_update(model, ref, opt, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
@@ -235,6 +239,7 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
     return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()),
+        "reward/correct_frac": float(correct.mean()),
         "policy/entropy": float(mean_token_entropy(ro.entropies, ro.completion_mask)),
         **{k: v for k, v in means.items() if not math.isnan(v)},
         "grpo/zero_std_frac": float((groups.max(axis=1) == groups.min(axis=1)).mean()),
@@ -282,9 +287,12 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     is then used. With `resume`, training
     continues from the run's last checkpoint and ends bit-identical to an uninterrupted run; without it, any
     earlier metrics are dropped and training starts from the base model. Logs per iteration (step = 1-based
-    iteration): reward/mean, reward/std, policy/entropy, policy/kl (beta > 0), policy/clip_frac,
+    iteration): reward/mean, reward/std, reward/correct_frac (verified-correct completions), policy/entropy,
+    policy/kl (beta > 0), policy/clip_frac,
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
-    grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s.
+    grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s. With `progress`, a
+    run whose groups' samples all scored alike in most iterations (advantage 0) ends with one line on stderr saying
+    so and why it may be (`learning_signal.grpo_note`).
     """
     run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)
@@ -338,4 +346,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
         model.save_pretrained(run.model_dir)
         tokenizer.save_pretrained(run.model_dir)
     run.finish()
+    metrics = run.metrics()
+    note = grpo_note(metrics["grpo/zero_std_frac"], metrics.get("reward/correct_frac")) if progress else None
+    if note:
+        print(f"esreason: {note}", file=sys.stderr)
     return run

@@ -7,9 +7,14 @@ while 03-05 wait for it. The plan is the studies' own `training_configs` (one de
 notebook 01's grid, which notebooks 03-05 reuse, and notebook 06's cells and ablations. Notebook 03's sequences
 (each stage starts from the previous stage's model) and notebook 02's step-by-step trajectories stay with their
 notebooks.
+
+`prefill` prints one line per finished run: the shard's count, the plan's, the run, and the time left in the shard
+(`time_left`: the seconds per unit of `expected_cost` of the runs this shard trained, times the cost left).
 """
 
 from __future__ import annotations
+
+import time
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
@@ -48,7 +53,52 @@ def shard(configs, index: int, count: int) -> list:
     return out[index]
 
 
+def time_left(trained: list[tuple[float, float]], cost_left: float) -> float | None:
+    """Seconds the runs of `cost_left` (`expected_cost` units) should take at the pace of `trained` ((cost,
+    seconds) of each run trained so far; runs found complete are left out); None before any run was trained."""
+    cost = sum(c for c, _ in trained)
+    return None if not cost else cost_left * sum(s for _, s in trained) / cost
+
+
+def _duration(seconds: float) -> str:
+    """"41 s", "6 min", "1 h 5 min"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def progress_line(where: str, done: int, count: int, planned: int, name: str, seconds: float | None,
+                  left: float | None) -> str:
+    """One finished run of a shard: "prefill 0/2: 3 of 12 runs done (the plan has 24): es-1a2b trained in 41 s;
+    about 6 min left" (`seconds` None: found complete in the store; `left` None: no estimate yet)."""
+    how = "found complete" if seconds is None else f"trained in {_duration(seconds)}"
+    rest = "" if done == count else ("; time left: no estimate yet" if left is None else
+                                     f"; about {_duration(left)} left")
+    return f"{where}: {done} of {count} runs done (the plan has {planned}): {name} {how}{rest}"
+
+
 def prefill(preset: Preset, index: int, count: int, *, home=None, progress: bool = True) -> list:
-    """Train (or find complete) shard `index` of `count` of `training_plan(preset)`; returns the runs."""
-    return [trainer("es" if isinstance(c, ESConfig) else "grpo")(c, home=home, progress=progress)
-            for c in shard(training_plan(preset), index, count)]
+    """Train (or find complete) shard `index` of `count` of `training_plan(preset)`; returns the runs. With
+    `progress`, one line per finished run (`progress_line`) instead of each run's progress bar."""
+    from esreason_lib.progress import say
+    from esreason_lib.store.runs import run_exists
+    from esreason_lib.training.run_entry import run_identity
+
+    plan = training_plan(preset)
+    configs = shard(plan, index, count)
+    runs, trained = [], []
+    for i, config in enumerate(configs):
+        kind = "es" if isinstance(config, ESConfig) else "grpo"
+        found = run_exists(kind, run_identity(config), home=home)  # complete already: reused, not trained
+        t0 = time.perf_counter()
+        run = trainer(kind)(config, home=home, progress=False)
+        seconds = time.perf_counter() - t0
+        if not found:
+            trained.append((expected_cost(config), seconds))
+        runs.append(run)
+        if progress:
+            left = time_left(trained, sum(expected_cost(c) for c in configs[i + 1:]))
+            say(progress_line(f"prefill {preset.name} {index}/{count}", i + 1, len(configs), len(plan),
+                              run.path.name, None if found else seconds, left))
+    return runs

@@ -5,7 +5,7 @@ along the way (`save_snapshot`, `snapshot_refs`)."""
 from __future__ import annotations
 
 from esreason_lib.models.zoo import quiet_transformers
-from esreason_lib.progress import say
+from esreason_lib.progress import say_reused
 from esreason_lib.store.identity import canonical_config
 from esreason_lib.store.runs import Run, run_exists
 from esreason_lib.tasks import TASK_NAMES, task_names, task_version
@@ -46,10 +46,10 @@ def run_identity(config, task=None):
 
 
 def _reused(run, announce: bool):
-    """`run` (complete, found in the store), after one line saying so when `announce` (`progress.say`: stderr in a
-    terminal, the cell's output in a notebook)."""
+    """`run` (complete, found in the store), after saying so when `announce` (`progress.say_reused`: one line on
+    stderr in a terminal, one line per cell in a notebook)."""
     if announce:
-        say(f"esreason: {run.path} is complete (the same config, task and seed): reused, not trained again")
+        say_reused(run.path)
     return run
 
 

@@ -46,7 +46,19 @@ class PopulationEvaluator(Protocol):
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation: ...
 
 
-BACKENDS = ("auto", "batched", "fast", "native", "sequential", "ray", "vllm", "ray-vllm")
+BACKEND_CLASSES = {
+    "batched": "esreason_lib.es.backends.batched:BatchedBackend",
+    "fast": "esreason_lib.es.backends.fast:FastBackend",
+    "native": "esreason_lib.es.backends.fast:NativeBackend",
+    "sequential": "esreason_lib.es.backends.sequential:SequentialBackend",
+    "ray": "esreason_lib.es.backends.ray_actors:RayBackend",
+    "vllm": "esreason_lib.es.backends.vllm_engines:VLLMBackend",
+    "ray-vllm": "esreason_lib.es.backends.ray_actors:RayBackend",
+}
+"""The registry of population backends, as the tasks' (`tasks._REGISTRY`): `ESConfig.backend` name -> "module:class"
+of the backend, imported only when a run uses it (`es.backends.registry.make_backend` calls its
+`from_config(config, task, tokenizer)`). A new backend is a module and one line here."""
+BACKENDS = ("auto", *BACKEND_CLASSES)
 """Values of `ESConfig.backend`: "auto" is "batched" for greedy float32 runs of a Qwen2ForCausalLM (where it is
 exact and faster) and "sequential" otherwise (any causal LM); "fast" is `es.backends.fast.FastBackend` (greedy;
 batched with fused, reordered float ops: faster, its completions equal the sequential path's on >= 99.5% of rows,

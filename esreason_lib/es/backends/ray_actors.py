@@ -188,9 +188,13 @@ class RayBackend:
         self._calls = 0
 
     @classmethod
-    def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int, engine: str = "local") -> "RayBackend":
-        """The backend an `ESConfig` describes, on `workers` actors generating with `engine` (its `check_every`,
-        `gpus_per_worker` and `gpu_memory_utilization`)."""
+    def from_config(cls, config: ESConfig, task, tokenizer, *, workers: int | None = None,
+                    engine: str | None = None) -> "RayBackend":
+        """The backend an `ESConfig` describes, on `workers` actors (default `config.workers`) generating with
+        `engine` (default "vllm" for `backend="ray-vllm"`, else "local"; its `check_every`, `gpus_per_worker` and
+        `gpu_memory_utilization`)."""
+        workers = config.workers if workers is None else workers
+        engine = engine or ("vllm" if config.backend == "ray-vllm" else "local")
         start_ray(config.ray_address)
         return cls(config, task, tokenizer, workers=workers, engine=engine, check_every=config.check_every,
                    gpus_per_worker=config.gpus_per_worker, gpu_memory_utilization=config.gpu_memory_utilization)
