@@ -146,7 +146,7 @@ def _train(args) -> int:
         if args.method == "grpo":
             raise ValueError(f"--ray-address sets the Ray cluster of an ES population; grpo has none, got "
                              f"--ray-address {args.ray_address}")
-        args.set.append(("es." if args.method == "sequence" else "") + f"ray_address={args.ray_address}")
+        args.set.append(("es." if args.method == "sequence" else "") + f"ray_address={args.ray_address!r}")  # a str
     groups = group_by_method(args.set)
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
