@@ -13,7 +13,9 @@
 # `make figures` unpacks that bundle into the store first (never over a run that is there), so a fresh clone
 # redraws the committed presets' figures and claims without training (`make reproduce` unpacks it after its
 # notebooks, before the claims, so the presets it did not run keep their committed rows);
-# it first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and refuses a mismatch.
+# it first checks the bundle against runs.tar.xz.sha256 beside it (written by `make results`) and against the sha256
+# that papers/claims.md's header names for it (written by the `claims` that `make results` runs: a changed bundle
+# shows in the reviewed diff), and refuses a mismatch.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -159,8 +161,9 @@ figures: setup  ## redraw figures and claims from stored results (and a committe
 	$(PY) -m esreason_lib claims --preset $(PRESET)
 	$(PY) -m esreason_lib summary --preset $(PRESET)
 
-results: setup  ## bundle the run store's tables (no weights) into papers/results/runs.tar.xz
+results: setup  ## bundle the run store's tables (no weights) into papers/results/runs.tar.xz; claims.md names its sha256
 	$(PY) -m esreason_lib export-results $(RESULTS)
+	$(PY) -m esreason_lib claims
 
 notebooks: setup  ## registers the kernel and pairs each source with a git-ignored .ipynb (sources stay as committed)
 	$(PY) -m ipykernel install --user --name esreason --display-name "esreason (.venv)"

@@ -1,6 +1,6 @@
 """The registered design: `papers/preregistration.md` is what the specs generate, and records name its commit."""
 
-from esreason_lib.paper import claims, preregistration
+from esreason_lib.paper import claims, preregistration, provenance
 from esreason_lib.paper.findings import Check, make_finding
 from esreason_lib.paper.studies.presets import DESIGNS, get_preset
 from esreason_lib.paper.studies.registry import DELTA_RULE, TESTS, declared
@@ -30,7 +30,7 @@ def test_design_completions_add_up_by_hand():
 
 
 def test_a_design_setting_records_its_registration_commit(tmp_path, monkeypatch):
-    monkeypatch.setattr(claims, "registered_commit", lambda path=None: "abc123")
+    monkeypatch.setattr(provenance, "registration", lambda path=None: {"registered_commit": "abc123"})
     f = make_finding("x", [Check("c", 0.15, 0.1, 0.2, 0.05)])
     claims.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
     assert claims.read_record("01_passk_es_vs_grpo", "frontier-clean", tmp_path)["registered_commit"] == "abc123"
@@ -39,4 +39,4 @@ def test_a_design_setting_records_its_registration_commit(tmp_path, monkeypatch)
 
 
 def test_registered_commit_outside_git_is_none(tmp_path):
-    assert claims.registered_commit(tmp_path / "never-committed.md") is None
+    assert provenance.registered_commit(tmp_path / "never-committed.md") is None

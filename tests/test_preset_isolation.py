@@ -148,9 +148,9 @@ def test_a_redraw_that_computes_the_same_finding_keeps_its_record_and_time(tmp_p
 
 def test_redrawing_an_imported_record_keeps_its_time_and_its_mark(tmp_path):
     """A fresh clone's `make figures` recomputes the findings the bundle brought (marked imported) from the bundle's
-    tables: the same finding keeps the time it was measured, so the README's dates do not move, and its mark, so
-    papers/claims.md reads the same whichever preset was redrawn (`make figures PRESET=powered` redraws powered's
-    records and leaves tiny's as imported); a changed finding is computed here and loses both."""
+    tables: the same finding keeps the time it was measured, so the README's dates do not move, and its mark (in the
+    record: papers/claims.md reads the same whether drawn from the bundle or computed); a changed finding computed
+    here (not under `make figures`, which stops on it: tests/test_provenance.py) loses both."""
     import json
 
     from esreason_lib.store.bundle import IMPORTED
@@ -163,7 +163,7 @@ def test_redrawing_an_imported_record_keeps_its_time_and_its_mark(tmp_path):
     claims.record_finding("05_forgetting", finding, preset="tiny", home=home)
     redrawn = json.loads(path.read_text())
     assert redrawn["time"] == "2020-01-02T03:04:05+00:00" and redrawn[IMPORTED] is True
-    assert "(preset `tiny`, 2020-01-02) (imported) |" in claims.render_claims(home)
+    assert "(preset `tiny`, 2020-01-02) |" in claims.render_claims(home)
     claims.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
                           preset="tiny", home=home)
     changed = json.loads(path.read_text())

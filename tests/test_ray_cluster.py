@@ -46,6 +46,7 @@ def test_joining_passes_no_system_config_and_ships_the_package(monkeypatch):
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(ray_cluster, "probe_cluster", lambda address: None)  # tests/test_ray_address.py
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
     ray_cluster.start_ray()
     (kw,) = calls
@@ -91,7 +92,7 @@ def test_engines_sharing_a_gpu_start_one_by_one():
 
 
 def test_the_ray_address_setting(capsys):
-    assert ESConfig(ray_address="10.0.0.1:6379").ray_address == "10.0.0.1:6379"
+    assert ESConfig(ray_address="10.0.0.1:6379", backend="ray").ray_address == "10.0.0.1:6379"
     with pytest.raises(ValueError, match="ESConfig.ray_address must be None or a Ray address"):
         ESConfig(ray_address=" ")
     from esreason_lib.cli import main

@@ -1,5 +1,4 @@
 import re
-import time
 
 import pytest
 
@@ -68,14 +67,13 @@ def test_file_task_reads_each_split_once_and_shuffles_by_seed():
         task.examples("valid")
 
 
-def test_hedged_finds_a_second_candidate_after_a_separator():
+def test_hedged_finds_a_second_candidate_on_the_answers_line():
     number = re.compile(r"\d")
     assert hedged("18 or 19", 2, number) and hedged("18, 19", 2, number) and hedged("18 and 20", 2, number)
     assert hedged("18/19", 2, number) and hedged("18 to 20", 2, number) and hedged("18 \\text{ or } 19", 2, number)
-    assert not hedged("18 dollars", 2, number) and not hedged("18, and Tom had 3", 2, number)
-    assert not hedged("18", 2, number) and not hedged("18. 19", 2, number)
-    t0 = time.perf_counter()
-    assert not hedged("1" + " ," * 50_000 + "x", 1, number) and time.perf_counter() - t0 < 0.5  # linear
+    assert hedged("18, and Tom had 3", 2, number) and hedged("18. 19", 2, number)  # whatever stands between
+    assert not hedged("18 dollars", 2, number) and not hedged("18", 2, number) and not hedged("18.\n19", 2, number)
+    assert not hedged("1" + " ," * 50_000 + "x", 1, number)  # one pass over the line
 
 
 def test_check_seconds_names_the_field_and_value():

@@ -12,7 +12,7 @@ import pytest
 
 from esreason_lib.guards import NonFiniteError
 from esreason_lib.tasks import get_task
-from esreason_lib.tasks.base import RewardShaping
+from esreason_lib.tasks.base import RewardShaping, Task
 from esreason_lib.tasks.contract import TIMEOUT_ENV, ContractTask, VerifierTimeout, held_to_contract, timeout_s
 
 EX = {"id": "p0", "text": "1"}
@@ -129,3 +129,69 @@ def test_evaluate_refuses_a_half_true_verdict():
     with pytest.raises(ValueError, match="task 'custom': is_correct must return a bool"):
         evaluate(tiny_random_qwen2(len(tok)), tok, task, task.examples()[:2], n=1, ks=(1,), greedy=False,
                  max_new_tokens=2, progress=False)
+
+
+class ReadmeParity(Task):
+    """The README's own-task example (a `Task` subclass: its `reward` and `score` are the base class's)."""
+
+    name, max_new_tokens = "parity", 3
+
+    def examples(self, split="test", n=None, seed=0):
+        start = 0 if split == "train" else 500
+        return [{"id": str(i), "n": i} for i in range(start, start + (n or 40))]
+
+    def prompt(self, example, tokenizer=None):
+        return f"Is {example['n']} even? "
+
+    def extract_answer(self, completion):
+        word = completion.strip()[:3].lower()
+        return word if word in ("yes", "no") else None
+
+    def is_correct(self, completion, example):
+        return 0.5  # half true: no bool
+
+
+class HangingParity(ReadmeParity):
+    def is_correct(self, completion, example):
+        while True:  # swallows every Exception: only the bound stops it
+            try:
+                pass
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _readme_route(task, home):
+    """The README's route: `evaluate`, then `train_es` with the task instance."""
+    from esreason_lib.es.config import ESConfig
+    from esreason_lib.es.loop import train_es
+    from esreason_lib.evaluate import evaluate
+    from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
+
+    tok = build_char_tokenizer()
+    model = tiny_random_qwen2(len(tok), seed=0)
+    config = ESConfig(model="my-model", task=task.name, population_size=2, iterations=1, prompts_per_step=2,
+                      device="cpu")
+    yield lambda: evaluate(model, tok, task, task.examples("test", n=2), n=1, ks=(1,), greedy=False,
+                           max_new_tokens=2, progress=False)
+    yield lambda: train_es(config, model=model, tokenizer=tok, task=task, home=home, progress=False)
+
+
+def test_the_readme_route_holds_a_task_instance_to_the_contract(tmp_path):
+    """`train_es(config, model=m, tokenizer=t, task=Parity())` and `evaluate(...)` with a `Task` subclass whose
+    `is_correct` returns 0.5: refused as on the CLI route, never trained with the centre's reward shown as 1.0."""
+    held = held_to_contract(ReadmeParity())
+    with pytest.raises(ValueError, match="task 'parity': is_correct must return a bool, got float 0.5"):
+        held.score("yes", {"id": "0", "n": 0})
+    with pytest.raises(ValueError, match="task 'parity': is_correct must return a bool, got float 0.5"):
+        held.reward("yes", {"id": "0", "n": 0})
+    for step in _readme_route(ReadmeParity(), tmp_path):
+        with pytest.raises(ValueError, match="task 'parity': is_correct must return a bool, got float 0.5"):
+            step()
+    assert not list(tmp_path.glob("es-*/manifest.json"))  # nothing trained
+
+
+def test_the_readme_route_bounds_a_hanging_verifier(tmp_path, monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "0.05")
+    for step in _readme_route(HangingParity(), tmp_path):
+        with pytest.warns(VerifierTimeout, match="task 'parity': is_correct ran past 0.05 s"):
+            step()

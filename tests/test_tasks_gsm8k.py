@@ -86,9 +86,12 @@ def test_normalize_number(text, want):
 
 @pytest.mark.parametrize(
     "text,want",
-    [("so 3 + 4 = 7\n#### 7", "7"), ("#### $1,200.", "1200"), ("#### 5 then \\boxed{6}", "5"),
-     ("x = 4, \\boxed{\\$18.00} and 99", "18"), ("\\boxed{12 \\text{ apples}}", "12"), ("\\boxed{1{,}800}", "1800"),
-     ("The answer is: $42. Then 7 more", "42"), ("the Answer is 3", "3"), ("I got 3, then 5 and finally 8.", None),
+    [("so 3 + 4 = 7\n#### 7", "7"), ("#### $1,200.", "1200"), ("#### 5\nThen \\boxed{6}", "5"),
+     ("x = 4, \\boxed{\\$18.00} and more", "18"), ("\\boxed{12 \\text{ apples}}", "12"), ("\\boxed{1{,}800}", "1800"),
+     ("The answer is: $42.\nThen 7 more", "42"),
+     # issue 47: another candidate on the answer's line is a hedge, whatever stands between
+     ("#### 5 then \\boxed{6}", None), ("x = 4, \\boxed{\\$18.00} and 99", None),
+     ("The answer is: $42. Then 7 more", None), ("the Answer is 3", "3"), ("I got 3, then 5 and finally 8.", None),
      ("no numbers here", None), ("", None), ("####", None), ("\\boxed{x} 12", None), ("#### 18 dollars", "18"),
      ("#### 18e5", None), ("#### 1,8", None), ("\\boxed{18^{2}}", None), ("#### 1,800", "1800"), ("####\n18", None),
      ("#### 18e5\nthe answer is 18", "18"), ("\\boxed{1 8}", None)],
@@ -113,10 +116,10 @@ def test_no_false_positives_for_18():
                   "#### -18", "\\boxed{18.5}", "I got 18",
                   # hedges (issue 24): an answer naming several numbers is wrong, whatever follows it
                   "#### 18 or 19", "The answer is 18 or 20", "#### 18, 19", "#### 18/19", "#### $18 or $20",
-                  "the answer is 18 and 19", "#### 18% or 19%"):
+                  "the answer is 18 and 19", "#### 18% or 19%", "The answer is 18, and Tom keeps 3"):
         assert not task.is_correct(wrong, ex) and task.reward(wrong, ex) < 1.0, wrong
     for right in ("#### 18", "#### 18.00", "\\boxed{18}", "the answer is $18.", "\\boxed{\\$18}", "####18", "#### 18.",
-                  "The answer is 18 dollars", "The answer is 18, and Tom keeps 3", "#### 18 dollars or so"):
+                  "The answer is 18 dollars", "The answer is 18, and Tom keeps some", "#### 18 dollars or so"):
         assert task.is_correct(right, ex), right
     assert task.is_correct("#### 1,800", {"id": "g", "question": "q", "answer": "1800"})
     assert not task.is_correct("#### 18 or 19\n\\boxed{18}", ex)  # a hedge is no answer, whatever follows it

@@ -87,7 +87,8 @@ def test_loader_errors(tmp_path):
 )
 def test_last_boxed(text, want):
     assert last_boxed(text) == want
-    assert MathTask().extract_answer(text) == want
+    hedge = text is not None and text.count("box") > 1  # another box on the answer's line (`_hedge`)
+    assert MathTask().extract_answer(text) == (None if hedge else want)
 
 
 def test_math_equal():

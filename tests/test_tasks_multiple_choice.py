@@ -147,7 +147,8 @@ def test_gpqa_has_no_train_split_and_names_bad_fields(tmp_path, monkeypatch):
     # hedges (issue 24): naming several letters is no answer
     ("\\boxed{B or C}", None), ("Answer: B, C", None), ("The answer is (B) or (C)", None), ("Answer: B/C", None),
     ("\\boxed{B \\text{ or } C}", None), ("Answer: B and D", None), ("\\boxed{(B), (C)}", None),
-    ("Answer: B, because C is wrong", "B"), ("The answer is B. C is wrong.", "B"),
+    ("Answer: B, because C is wrong", None), ("The answer is B. C is wrong.", None),  # issue 47: on its line
+    ("Answer: B, because the rest is wrong", "B"), ("The answer is B.\nC is wrong.", "B"),
 ])
 def test_extract_letter(text, letter):
     assert extract_letter(text, "ABCDE") == letter

@@ -60,7 +60,7 @@ class ESConfig(RunSettings):
     """Ray actors (one model replica each) when `backend` is "ray" or "ray-vllm"; ignored by the others."""
     ray_address: str | None = field(default=None, metadata=execution())
     """The Ray cluster "ray" / "ray-vllm" join ("10.0.0.1:6379", "ray://head:10001", "auto"); None: $RAY_ADDRESS,
-    else a new local cluster (`es.backends.ray_cluster.start_ray`). Placement only."""
+    else a new local cluster (`es.backends.ray_cluster.start_ray`). Only with those backends. Placement only."""
     noise: str = field(default="full", metadata=ADDED_OPTION)
     """Perturbation family (`es.lowrank.NOISES`): "full" (eps ~ N(0, I) on every weight) or "lowrank" (EGGROLL:
     each 2-D weight moves along A B^T / sqrt(rank), other tensors full-rank; scored by
@@ -99,6 +99,8 @@ class ESConfig(RunSettings):
         check(self, "ray_address", self.ray_address is None or (isinstance(self.ray_address, str) and
                                                                 bool(self.ray_address.strip())),
               "must be None or a Ray address such as '10.0.0.1:6379'")
+        check(self, "ray_address", self.ray_address is None or self.backend in ("ray", "ray-vllm"),
+              f"is only used by backend 'ray' or 'ray-vllm' (backend is {self.backend!r})")
         check(self, "backend", self.greedy or self.backend not in ("batched", "fast", "native"),
               "'batched', 'fast' and 'native' need greedy=True")
         check_choice(self, "noise", NOISES)

@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from esreason_lib.paper.findings import STATUSES, Finding
 from esreason_lib.paper.notebooks import figure_names
+from esreason_lib.paper.provenance import carried, registered_late
 from esreason_lib.paper.studies.presets import DESIGNS
-from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, REPO_ROOT, findings_dir
-from esreason_lib.store.bundle import IMPORTED
+from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, findings_dir
+from esreason_lib.store.bundle import reviewed_lines
 from esreason_lib.store.integrity import atomic_write_bytes, read_json, warn_store
-
-PREREGISTRATION_PATH = REPO_ROOT / "papers" / "preregistration.md"
-"""Where a multi-setting design is registered (`preregistration`), committed before any run of it."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +144,6 @@ def read_record(finding_id: str, preset: str | None = None, home: str | Path | N
     return record
 
 
-def _origin(record: dict) -> str:
-    """" (imported)" for a record that came from a result bundle (`store.bundle`), else ""."""
-    return " (imported)" if record.get(IMPORTED) else ""
-
-
 def tally(home: str | Path | None = None, preset: str | None = None) -> str:
     """One sentence: how many of the paper's claims (kind "claim") are reproduced / not reproduced / not resolved
     / not run at this scale; setup checks are not counted."""
@@ -169,34 +160,18 @@ def tally(home: str | Path | None = None, preset: str | None = None) -> str:
             + " (the setup check of notebook 00 is not counted)")
 
 
-def registered_commit(path=PREREGISTRATION_PATH) -> str | None:
-    """The commit that last changed the registration file (None outside a git checkout or when uncommitted)."""
-    try:
-        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(path)], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
     """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in `preset`'s
     records. Its `time` is when this result was first measured: the stored record's time when the record held the
     same finding (a redraw from stored results), else now; such a redraw of a record imported from a result bundle
-    keeps its imported mark too, so a fresh clone's `make figures` at any preset shows every bundled row alike."""
+    keeps its imported mark too, and under `make figures` must be that record (`provenance.carried`)."""
     if finding_id not in _BY_ID:
         raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
     if not isinstance(finding, Finding):
         raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
     path = record_path(finding_id, preset, home)
     record = {"id": finding_id, **finding.to_json(), "preset": preset}
-    stored = read_record(finding_id, preset, home) or {}
-    same = json.loads(json.dumps(record)) == {k: v for k, v in stored.items() if k not in ("time", IMPORTED)}
-    record["time"] = (same and stored.get("time")) or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if same and stored.get(IMPORTED):  # redrawn from a bundle's tables: still the bundle's result, marked as such
-        record[IMPORTED] = stored[IMPORTED]
-    if preset in DESIGN_SETTINGS:  # the registration this run tests
-        record["registered_commit"] = registered_commit()
+    record.update(carried(record, read_record(finding_id, preset, home) or {}, registered=preset in DESIGN_SETTINGS))
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
     return path
 
@@ -219,8 +194,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         if rec is not None:
             status = rec.get("status", "not run")
             result = (f"{tests_text(rec)}{rec.get('sentence', rec.get('result', ''))} "
-                      f"(preset `{rec['preset']}`, {rec['time'][:10]})"
-                      + _origin(rec))
+                      f"(preset `{rec['preset']}`, {rec['time'][:10]})")
         if setup:
             status, result = setup + status, "setup check, not a claim of the paper (not counted): " + result
         pstatus = powered.get("status", "not run") if powered else "not run"
@@ -230,7 +204,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
             powered_rows.append(
                 f"| {c.claim} | `notebooks/{c.id}.py` | **{setup}{pstatus}** | "
                 f"{(tests_text(powered) + powered.get('sentence', powered.get('result', ''))).replace('|', '/')} "
-                f"({powered['time'][:10]}){_origin(powered)} |")
+                f"({powered['time'][:10]}) |")
     full, short = lines, readme_table(home)
     if powered_rows:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
@@ -283,7 +257,8 @@ def render_design(design: str, home: str | Path | None = None) -> str:
     for c, ran in records:
         for s, r in ran.items():
             lines.append(f"| `{c.id}` | `{s}` | {r.get('paper', '-')} | {r.get('control', '-')} | "
-                         f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'} |")
+                         f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'}"
+                         f"{registered_late(read_record(c.id, s, home))} |")
     return "\n".join(lines + [""] + _tally_lines(records)) + "\n"
 
 
@@ -347,7 +322,7 @@ def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIM
     atomic_write_bytes(Path(claims_path), (
         "# Findings: the paper's claims and this project's measurements\n\n"
         "Generated by `make claims` (`esreason_lib.paper.claims`) from the records the notebooks write; "
-        "do not edit.\n\n"
+        "do not edit.\n\n" + "".join(line + "\n\n" for line in reviewed_lines())
         + table).encode())
     if readme is not None and readme.is_file():
         text = readme.read_text()

@@ -7,7 +7,7 @@ as the specs hold them, and the design's size in completions with a CPU-time est
 (`power_report.COMPLETIONS_PER_CORE_SECOND`). The file is committed before any run of the design it registers
 (the lead commits it); `tests/test_preregistration.py` checks that the committed file equals `render`, and
 `claims.record_finding` stores in each record of a design's setting the commit that last changed the file
-(`claims.registered_commit`).
+(`provenance.registration`, with its date and sha256).
 
 `python -m esreason_lib.paper.preregistration --write` rewrites the file; without `--write` it prints it.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from esreason_lib.paper.claims import PREREGISTRATION_PATH as PATH
+from esreason_lib.paper.provenance import PREREGISTRATION_PATH as PATH
 from esreason_lib.paper.studies.presets import DESIGNS, Preset, get_preset
 from esreason_lib.paper.studies.registry import DELTA_RULE, TESTS
 from esreason_lib.paths import REPO_ROOT

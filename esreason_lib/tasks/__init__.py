@@ -9,15 +9,13 @@ is what a run's identity records of a task that is not built in: its code, so th
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib
-import inspect
-import sys
-import types
+import uuid
 from typing import Callable
 
 from .addition import Addition
 from .base import BINARY, Example, RewardShaping, Task
+from .code_identity import Unreadable, class_digest
 from .commonsenseqa import CommonsenseQA
 from .countdown import Countdown
 from .gpqa import GPQA
@@ -88,47 +86,32 @@ def get_task(name: str, **kwargs) -> Task:
     return _REGISTRY[name](**kwargs)
 
 
-def _code_digest(code: types.CodeType) -> bytes:
-    """A function's byte code, names and constants (nested code objects included), without file names or line
-    numbers: what it computes, wherever it was defined."""
-    consts = [_code_digest(c) if isinstance(c, types.CodeType) else repr(c).encode() for c in code.co_consts]
-    return b"|".join([code.co_code, repr(code.co_names).encode(), *consts])
-
-
-def _class_source(cls: type) -> bytes:
-    """The source of `cls`'s module (helpers the verifier calls included), else of the class itself, else (a class
-    typed into a notebook or a REPL, whose source Python cannot find) its methods' code and plain attributes."""
-    for obj in (sys.modules.get(cls.__module__), cls):
-        try:
-            return inspect.getsource(obj).encode()
-        except (OSError, TypeError):
-            continue
-    parts = []
-    for key, value in sorted(vars(cls).items()):
-        func = getattr(value, "__func__", value)  # staticmethod / classmethod
-        if isinstance(func, types.FunctionType):
-            parts.append(key.encode() + b"=" + _code_digest(func.__code__))
-        elif isinstance(value, (str, int, float, bool, tuple, type(None))):
-            parts.append(f"{key}={value!r}".encode())
-    return b"\n".join(parts)
-
-
 def task_version(task: Task) -> str | None:
     """What a run's identity records of `task`'s code: None for a built-in task (whose stored runs keep their
     identities; a built-in verifier changes only with this package's version), the `version` the task declares
-    when it sets one, else "code:" and 12 hex of a sha256 over the qualified name and source of every class of its
-    type outside this package (`_class_source`; a duck-typed task that does not subclass `Task` too), so that
-    editing a verifier trains anew."""
+    when it sets one, else "code:" and 12 hex of `code_identity.class_digest`: its classes' code and what their
+    methods reach (helper modules, installed packages' versions, globals), so that editing a verifier or a helper
+    trains anew. A task whose code cannot be hashed (`code_identity.Unreadable`) gets "uncached:" and a fresh
+    random suffix, so that its runs are never reused, and one line says so."""
     cls = type(task)
     if cls.__module__.startswith("esreason_lib."):
         return None
     if getattr(task, "version", None) is not None:
         return str(task.version)
-    digest = hashlib.sha256()
-    for klass in cls.__mro__:
-        if klass.__module__ not in ("builtins", "abc") and not klass.__module__.startswith("esreason_lib."):
-            digest.update(f"{klass.__module__}.{klass.__qualname__}\n".encode() + _class_source(klass))
-    return "code:" + digest.hexdigest()[:12]
+    try:
+        return "code:" + class_digest(cls)[:12]
+    except Unreadable as err:
+        if cls not in _SAID:
+            _SAID.add(cls)
+            from esreason_lib.progress import say  # noqa: PLC0415 (tqdm: only when there is something to say)
+
+            say(f"esreason: the code of task {getattr(task, 'name', cls.__name__)!r} cannot be hashed ({err}): its "
+                "runs and evaluations are not reused; declare a `version` on the class to cache them")
+        return f"uncached:{uuid.uuid4().hex[:12]}"
+
+
+_SAID: set[type] = set()
+"""The task classes `task_version` has said are not cached (once each per process)."""
 
 
 __all__ = [

@@ -10,21 +10,21 @@ the task's labels, upper case only; the completion's last 100,000 characters are
   2. the letter right after the last "answer is" or "answer:" (the word case-insensitive), past spaces, "*", ":"
      and "(": "The answer is (B)", "Answer: B", "**Answer:** C", "the answer is: D".
 A letter followed by another letter or a digit is no answer ("Answer: Bob"). A hedge is no answer (`_hedge.hedged`,
-the rule of every task): a letter followed by a separator and another choice letter (`\\boxed{B or C}`, "Answer: B,
-C", "(B) and (C)", "B/C", `\\boxed{B \\vee C}`, `\\boxed{B~or~C}`, `\\boxed{B (or C)}`) or by a control
-character, NUL or lone surrogate gives None, whatever other rule might have found. Nothing else counts: never the last
-capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was extracted; correct = it is the gold.
+the rule of every task): another choice letter standing alone, or a boxed value, anywhere on the answer's line
+after it, whatever stands between (`\\boxed{B or C}`, "Answer: B, C", "(B) (C)", "B、C", "B unless C", `\\boxed{B}
+or C`), or a control character, NUL or lone surrogate there, gives None, whatever other rule might have found.
+Nothing else counts: never the last capital letter anywhere. Well-formed (the 0.1 reward tier) = a letter was
+extracted; correct = it is the gold.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ._common import FileTask, after_answer_marker, render_prompt, unwrap_tex_text
-from ._hedge import hedged
+from ._hedge import hedged, letter_candidate
 from .base import Example, total
-from .math_task import last_boxed
+from .math_task import last_boxed_span
 
 __all__ = ["MultipleChoiceTask", "extract_letter"]
 
@@ -38,10 +38,10 @@ class _Hedge(Exception):
 
 def _letter_at(text: str, i: int, letters: str) -> str | None:
     """The letter at `text[i]` when it is one of `letters` and no letter or digit follows it, else None; raises
-    _Hedge when another of `letters` follows it after a separator ("B or C", "(B), (C)")."""
+    _Hedge when another candidate follows it on its line (`_hedge.hedged`: "B or C", "(B) (C)", "B unless C")."""
     if i < len(text) and text[i] in letters and not (i + 1 < len(text) and text[i + 1].isalnum()):
         end = i + 2 if text.startswith(")", i + 1) else i + 1
-        if hedged(text, end, re.compile(f"[{re.escape(letters)}](?![A-Za-z0-9])")):
+        if hedged(text, end, letter_candidate(letters)):
             raise _Hedge
         return text[i]
     return None
@@ -58,10 +58,12 @@ def extract_letter(completion: Any, letters: str) -> str | None:
 
 
 def _extract(text: str, letters: str) -> str | None:
-    boxed = last_boxed(text)
-    if boxed is not None:
-        content = unwrap_tex_text(boxed)
+    span = last_boxed_span(text)
+    if span is not None:
+        content = unwrap_tex_text(span[0])
         if (letter := _letter_at(content, 1 if content.startswith("(") else 0, letters)) is not None:
+            if hedged(text, span[2], letter_candidate(letters), box_start=span[1]):
+                raise _Hedge
             return letter
     start = after_answer_marker(text)
     if start is None:

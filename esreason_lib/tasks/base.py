@@ -4,9 +4,9 @@ Every task (synthetic or real) implements the same small interface so that gener
 evaluation never know which task they run. Verifiers are total: any string, however hostile, returns a
 bool or a float and never raises.
 
-One rule for hedges, shared by every task that extracts a single answer (`_hedge.hedged`, driven by its tables): an
-answer that names several candidates ("18 or 19", "B, C", "B \\vee C", "18 ± 1") is wrong, never read as its first
-candidate.
+One rule for hedges, shared by every task that extracts a single answer (`_hedge.hedged`, an allow-list after the
+answer): an answer that names several candidates ("18 or 19", "B, C", "B unless C", "18 ± 1") is wrong, never read as
+its first candidate.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ the task's reward shaping, both in bounded time), where training and evaluation 
 `held_to_contract(task)` wraps a task once: ES and GRPO get it through `training.inputs.training_inputs`, `evaluate`
 wraps what it is given. A user's task whose `is_correct` returns 0.5 or None, or whose `reward` returns NaN, an
 infinity (`guards.NonFiniteError`) or a value outside [min, max] of its `shaping`'s tiers ([0, 1] without one),
-is a one-line `ValueError` naming the task and the value (a bool reward is one too: it is no number); a trainer
-marks its run failed. A call that runs past `ESREASON_VERIFIER_TIMEOUT_S` seconds
+is a one-line `ValueError` naming the task and the value (a bool reward is one too: it is no number), on every
+route: a `Task` subclass passed as an instance (the README's `train_es(..., task=MyTask())`) keeps the base
+class's `reward` and `score`, which are then computed from the checked `is_correct`; a trainer marks its run
+failed. A call that runs past `ESREASON_VERIFIER_TIMEOUT_S` seconds
 (default `DEFAULT_TIMEOUT_S`) is stopped, counted wrong (False, the `invalid` tier) and reported with a
 `VerifierTimeout` warning naming the task; `held.timeouts` counts them. The bound is a real-time interval timer
 (SIGALRM), so it holds in the main thread of a Unix process and stops Python code (a verifier blocked inside
@@ -93,10 +95,10 @@ class ContractTask:
             raise AttributeError(name)
         return getattr(self.task, name)
 
-    def _call(self, method: str, completion, example: Example, stopped):
+    def _call(self, method: str, stopped, completion, example: Example, *more):
         try:
             with _bounded(self.seconds):
-                return getattr(self.task, method)(completion, example)
+                return getattr(self.task, method)(completion, example, *more)
         except _Stopped:
             self.timeouts += 1
             warnings.warn(f"task {self.task.name!r}: {method} ran past {self.seconds:g} s (${TIMEOUT_ENV}) on "
@@ -104,21 +106,40 @@ class ContractTask:
                           stacklevel=3)
             return stopped
 
+    def _inherits(self, method: str) -> bool:
+        """Whether the task is a user's `Task` that keeps the base class's `method` (which would call its own
+        `is_correct` unchecked, and read a verdict of 0.5 as True); a built-in task's verdicts are bools already
+        and keep their one bounded call."""
+        return (isinstance(self.task, Task) and not type(self.task).__module__.startswith("esreason_lib.") and
+                getattr(type(self.task), method) is getattr(Task, method))
+
     def is_correct(self, completion: str, example: Example) -> bool:
         """The task's verdict; ValueError naming the task unless it is a bool (False when stopped at the bound)."""
-        return self._verdict(self._call("is_correct", completion, example, False))
+        return self._verdict(self._call("is_correct", False, completion, example))
 
     def reward(self, completion: str, example: Example) -> float:
         """The task's reward; ValueError naming the task unless it is a finite number within the shaping's tiers
-        (the `invalid` tier when stopped at the bound)."""
-        return self._reward(self._call("reward", completion, example, min(self._tiers())))
+        (the `invalid` tier when stopped at the bound). A `Task` with the base class's `reward` is shaped from its
+        checked `is_correct`."""
+        if self._inherits("reward"):
+            return self._shaped(completion, example, self.is_correct(completion, example))
+        return self._reward(self._call("reward", min(self._tiers()), completion, example))
+
+    def _shaped(self, completion: str, example: Example, correct: bool) -> float:
+        return self._reward(self._call("_shaped", min(self._tiers()), completion, example, correct))
 
     def score(self, completion: str, example: Example) -> tuple[float, bool]:
         """(reward, correct) from the task's one-verification `score` (`tasks.base.Task.score`), each held to the
-        contract as `reward` and `is_correct` are; a task without `score` is asked for both."""
+        contract as `reward` and `is_correct` are; a task without its own `score` is asked for both (a `Task` with
+        the base class's `score` through its checked `is_correct`, verifying once)."""
+        if self._inherits("score"):
+            correct = self.is_correct(completion, example)
+            if self._inherits("reward"):
+                return self._shaped(completion, example, correct), correct
+            return self.reward(completion, example), correct
         if not callable(getattr(self.task, "score", None)):
             return self.reward(completion, example), self.is_correct(completion, example)
-        scored = self._call("score", completion, example, (min(self._tiers()), False))
+        scored = self._call("score", (min(self._tiers()), False), completion, example)
         if not (isinstance(scored, tuple) and len(scored) == 2):
             raise ValueError(f"task {self.task.name!r}: score must return (reward, correct), got {scored!r:.60}")
         return self._reward(scored[0]), self._verdict(scored[1])

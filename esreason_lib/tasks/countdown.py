@@ -34,7 +34,8 @@ from ._arith import (
     render,
     solve,
 )
-from ._common import answer_span, check_fraction, render_prompt, sample_distinct, split_of
+from ._common import ANSWER_CLOSE, ANSWER_OPEN, answer_span, check_fraction, render_prompt, sample_distinct, split_of
+from ._hedge import NUMBER, hedged
 from .base import Example, RewardShaping, Task, total
 
 __all__ = ["Countdown", "evaluate_expression", "solve"]
@@ -144,13 +145,17 @@ class Countdown(Task):
     @total(None)
     def extract_answer(self, completion: str) -> str | None:
         """The last `<answer>` content if present, else the first line; stripped. None if empty, longer than
-        200 characters, or containing anything but digits, + - * / ( ) and spaces. TinyZero protocol: the last
+        200 characters, containing anything but digits, + - * / ( ) and spaces, or hedged (a number or boxed value
+        after `</answer>` on its line, `_hedge`). TinyZero protocol: the last
         tagged answer on the last line, whatever it contains (`artifact_grading.tinyzero_equation`)."""
         if self.protocol == "tinyzero":
             return artifact_grading.tinyzero_equation(completion)
         text = answer_span(completion)
         if not text or len(text) > MAX_CHARS or not set(text) <= ALLOWED_CHARS:
             return None
+        close = completion.rfind(ANSWER_CLOSE)
+        if close > completion.rfind(ANSWER_OPEN) >= 0 and hedged(completion, close + len(ANSWER_CLOSE), NUMBER):
+            return None  # another candidate after the closing tag on its line: a hedge (`_hedge`)
         return text
 
     def _tree(self, completion: str):

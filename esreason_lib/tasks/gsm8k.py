@@ -17,10 +17,11 @@ Evaluation (`extract_answer`, `is_correct`), the first rule that finds a number 
   2. the content of the last `\\boxed{...}` when it is a number (`\\$`, `\\text{units}` and `\\%` allowed);
   3. the number right after the last "the answer is" (case-insensitive, optional ":");
   4. only with `lenient=True`: the last number anywhere in the completion.
-A hedge is no answer (`_hedge.hedged`, the rule of every task): "#### 18 or 19", "the answer is 18 or 20",
-"#### 18 ± 1", "#### 18 – 19", "#### 18 19" give None, and so does a hedged "####" line whatever follows it. A
-number split by a space of any Unicode kind ("18 000" with a thin or no-break space) is such a hedge too: never
-read as 18 (a boxed `18\\,000` or `18{,}000` is 18000).
+A hedge is no answer (`_hedge.hedged`, the rule of every task): any other number (digits of any script, number
+words) or boxed value on the answer's line after it, whatever stands between: "#### 18 or 19", "the answer is 18
+or 20", "#### 18 ± 1", "#### 18 oder 19", "\\boxed{18} or 19", "#### 18 19" give None, and so does a hedged "####"
+line whatever follows it. A number split by a space of any Unicode kind ("18 000" with a thin or no-break space)
+is such a hedge too: never read as 18 (a boxed `18\\,000` or `18{,}000` is 18000).
 Every rule scans the completion (its last 100,000 characters) a bounded number of times: linear time.
 `protocol="artifact"` replaces all of this by the paper artifact's own grading (`artifact_grading`), and its chat
 prompt: the instruction `ARTIFACT_SYSTEM` as a system turn, the question as the user turn (the strict protocol
@@ -35,9 +36,9 @@ from typing import Any
 
 from . import artifact_grading
 from ._common import dataset_rows, render_prompt, shuffled_prefix
-from ._hedge import hedged
+from ._hedge import NUMBER, hedged
 from .base import Example, RewardShaping, Task, total
-from .math_task import last_boxed
+from .math_task import last_boxed, last_boxed_span
 
 __all__ = ["GSM8K", "extract_number", "normalize_number"]
 
@@ -55,8 +56,6 @@ _LEAD = re.compile(r"[ \t:$*]*")
 """Skipped between a marker ("####", "the answer is") and its number."""
 _TOKEN = re.compile(r"\S*")
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
-_NEXT_NUMBER = re.compile(r"-?\$?\.?\d")
-"""The start of another candidate number after a hedge's separator ("18 or 19")."""
 _NUMBER_END = re.compile(f"(?:{_NUMBER.pattern})%?")
 _BOX_DECORATION = re.compile(r"\\[,!; ]|\\?\$|\\?%|\\(?:text|mbox|mathrm)\{[A-Za-z .]*\}")
 """What a boxed number may carry: LaTeX spaces, dollar and percent signs, unit words."""
@@ -86,20 +85,32 @@ class _Hedge(Exception):
 
 def _number_at(text: str, start: int) -> str | None:
     """The normalised number that is the token at `text[start:]` (after spaces, ":", "$" or "*"), or None;
-    raises _Hedge when another number follows it after a separator."""
+    raises _Hedge when another candidate follows it on its line (`_hedge.hedged`)."""
     start = _LEAD.match(text, start).end()
     number = normalize_number(_TOKEN.match(text, start, start + 2 * _MAX_NUMBER_CHARS).group())
-    if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), _NEXT_NUMBER, spaced=True):
+    if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), NUMBER):
         raise _Hedge
     return number
 
 
 def boxed_number(text: str) -> str | None:
-    """The normalised number that is the whole content of the last `\\boxed{}` of `text`, or None."""
-    boxed = last_boxed(text)
-    if boxed is None or len(boxed) > 4 * _MAX_NUMBER_CHARS:
+    """The normalised number that is the whole content of the last `\\boxed{}` of `text`, or None (None too for a
+    hedge: another candidate on the box's line, `_hedge.hedged`)."""
+    try:
+        return _boxed_number(text)
+    except _Hedge:
         return None
-    return normalize_number(_BOX_DECORATION.sub("", boxed.replace("{,}", ",")))
+
+
+def _boxed_number(text: str) -> str | None:
+    """`boxed_number`, raising _Hedge for a hedge."""
+    span = last_boxed_span(text)
+    if span is None or len(span[0]) > 4 * _MAX_NUMBER_CHARS:
+        return None
+    number = normalize_number(_BOX_DECORATION.sub("", span[0].replace("{,}", ",")))
+    if number is not None and hedged(text, span[2], NUMBER, box_start=span[1]):
+        raise _Hedge
+    return number
 
 
 def extract_number(completion: str, lenient: bool = False) -> str | None:
@@ -116,7 +127,7 @@ def _extract(text: str, lenient: bool) -> str | None:
     i = text.rfind("####")
     if i >= 0 and (number := _number_at(text, i + 4)) is not None:
         return number
-    if (number := boxed_number(text)) is not None:
+    if (number := _boxed_number(text)) is not None:
         return number
     said = None
     for said in _ANSWER_IS.finditer(text):  # noqa: B007 (keeps the last match)

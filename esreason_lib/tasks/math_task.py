@@ -5,8 +5,10 @@ else `$ESREASON_DATA/<dataset>/<split>.jsonl` or `<repo>/../shared/data/<dataset
 else `datasets`: "math500" -> "HuggingFaceH4/MATH-500" (split test), "deepscaler" ->
 "agentica-org/DeepScaleR-Preview-Dataset" (split train). A bad row is a ValueError naming file, line and field.
 
-Answer extraction: the content of the last `\\boxed{...}` (nested braces matched), `\\boxed 5` or `\\fbox{...}`.
-Well-formed = a non-empty boxed answer was found.
+Answer extraction: the content of the last `\\boxed{...}` (nested braces matched), `\\boxed 5` or `\\fbox{...}`;
+a hedge is no answer (`_hedge`, the rule of every task: another number or boxed value after the box on its line,
+`\\boxed{5 \\text{ or } 6}`, `\\boxed{5\\ \\text{(or 6)}}`, `\\boxed{5 oder 6}`). Well-formed = a non-empty
+boxed answer was found.
 
 Correctness (`math_equal`), cheapest first; every path returns within `timeout_s` (plus a worker restart, see
 below) and never raises:
@@ -37,10 +39,11 @@ from functools import lru_cache
 from typing import Any
 
 from ._common import dataset_rows, local_file, render_prompt, shuffled_prefix
+from ._hedge import NUMBER, boxed_hedge, hedged
 from ._math_worker import MAX_TIMEOUT_S, MathWorker, float_rounding
 from .base import Example, RewardShaping, Task, check_seconds, total
 
-__all__ = ["MathTask", "last_boxed", "math_equal", "refusal"]
+__all__ = ["MathTask", "last_boxed", "last_boxed_span", "math_equal", "refusal"]
 
 DATASETS = {
     "math500": ("HuggingFaceH4/MATH-500", ("test",)),
@@ -68,17 +71,26 @@ _PLAIN = re.compile(r"(-?)(?:(\d+(?:\.\d*)?|\.\d+)|(\d+)/(\d+)|\\[dt]?frac\{(\d+
 def last_boxed(text: str) -> str | None:
     """The stripped content of the last `\\boxed{...}` / `\\fbox{...}` (nested braces) or `\\boxed 5` in
     `text`; None when there is none, it is empty, or its braces never close. Never raises."""
+    span = last_boxed_span(text)
+    return None if span is None else span[0]
+
+
+def last_boxed_span(text: str) -> tuple[str, int, int] | None:
+    """`last_boxed(text)`, the index in `text` where that box starts (its backslash) and the index right after it
+    (its closing brace, or the token of `\\boxed 5`), or None. Never raises."""
     if not isinstance(text, str):
         return None
-    text = text[-_MAX_CHARS:]
+    offset = max(0, len(text) - _MAX_CHARS)
+    text = text[offset:]
     starts = [(text.rfind(tag), tag) for tag in ("\\boxed", "\\fbox")]
     i, tag = max(starts)
     if i < 0:
         return None
     rest = text[i + len(tag) :]
+    start = offset + i + len(tag) + len(rest) - len(rest.lstrip(" "))
     if rest.startswith(" ") and not rest.lstrip(" ").startswith("{"):  # "\boxed 5": up to whitespace or "$"
         token = rest.lstrip(" ").split("$", 1)[0].split(None, 1)
-        return token[0].strip() if token and token[0].strip() else None
+        return (token[0].strip(), offset + i, start + len(token[0])) if token and token[0].strip() else None
     rest = rest.lstrip(" ")
     if not rest.startswith("{"):
         return None
@@ -90,7 +102,7 @@ def last_boxed(text: str) -> str | None:
             depth -= 1
             if depth == 0:
                 content = rest[1:j].strip()
-                return content or None
+                return (content, offset + i, start + j + 1) if content else None
     return None
 
 
@@ -249,8 +261,12 @@ class MathTask(Task):
 
     @total(None)
     def extract_answer(self, completion: str) -> str | None:
-        """The content of the last boxed expression, or None."""
-        return last_boxed(completion)
+        """The content of the last boxed expression, or None; None too for a hedge (`_hedge`: another number or
+        boxed value after the box on its line, or a box that names more than its expression)."""
+        span = last_boxed_span(completion)
+        if span is None or boxed_hedge(span[0]) or hedged(completion, span[2], NUMBER, box_start=span[1]):
+            return None
+        return span[0]
 
     @total(False)
     def is_correct(self, completion: str, example: Example) -> bool:

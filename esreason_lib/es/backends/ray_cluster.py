@@ -2,12 +2,14 @@
 
 Joining or starting. `start_ray(address)` joins the cluster at `address` (`ESConfig.ray_address`, the CLI's
 `--ray-address`), else at `$RAY_ADDRESS` (what `ray job submit` and `ray start` users set), else starts a local
-one. A joined cluster keeps its own settings: Ray refuses `_system_config` from a driver that connects to an
-existing cluster ("When connecting to an existing cluster, _system_config must not be provided"), so only a local
-start passes `_LOCAL_SYSTEM_CONFIG`. A joined cluster's nodes may not have this package installed, so the driver
-ships it with the job: `package_runtime_env()` names the `esreason_lib` folder as a Ray `py_modules` entry (Ray
-zips it once, uploads it to the cluster and puts it on every worker's path); a caller's own `runtime_env` replaces
-it. The package's dependencies (torch, transformers, ...) must already be on the nodes.
+one. A cluster to join must answer at its address within `JOIN_TIMEOUT_S` (`probe_cluster`), else the run fails
+in one line naming the address. A joined cluster keeps its own settings: Ray refuses `_system_config` from a
+driver that connects to an existing cluster ("When connecting to an existing cluster, _system_config must not be
+provided"), so only a local start passes `_LOCAL_SYSTEM_CONFIG`. A joined cluster's nodes may not have this
+package installed, so the driver ships it with the job: `package_runtime_env()` names the `esreason_lib` folder as
+a Ray `py_modules` entry (Ray zips it once, uploads it to the cluster and puts it on every worker's path); a
+caller's own `runtime_env` replaces it. The package's dependencies (torch, transformers, ...) must already be on
+the nodes.
 
 Placement. `reserve_bundles` asks Ray for one placement-group bundle per actor (its CPUs and GPUs), plus, when the
 driver's model is on a GPU, one bundle of the GPU share the driver's tensors take (`driver_gpu_share`), so that Ray
@@ -21,6 +23,8 @@ first bundle's share first, in practice on the first GPU of the node, which is t
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import ray
@@ -28,6 +32,12 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 RAY_START_ATTEMPTS = 3
 """How many times `start_ray` tries `ray.init` (Ray waits a fixed 30 s per try for its raylet to register)."""
+
+JOIN_TIMEOUT_S = 60.0
+"""Seconds `start_ray` waits for a cluster to join to answer at its address before it fails naming it."""
+
+PROBE_INTERVAL_S = 2.0
+"""Seconds between two connection attempts of `probe_cluster` (and the bound on each)."""
 
 _LOCAL_SYSTEM_CONFIG = {"worker_register_timeout_seconds": 300}
 """Ray settings for a local cluster on a loaded machine: actor workers get 5 minutes (not 60 s) to register."""
@@ -47,6 +57,40 @@ def cluster_address(address: str | None = None) -> str | None:
     return None if chosen == "local" else chosen
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    """(host, port) of a Ray address "host:port", "ray://host:port" or "[v6 host]:port"; ValueError naming it
+    otherwise."""
+    rest = address.strip().removeprefix("ray://")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address {address!r} is not a Ray address: give host:port (10.0.0.1:6379), "
+                         "ray://host:port, 'auto' or 'local'")
+    return host, int(port)
+
+
+def probe_cluster(address: str, *, timeout_s: float = JOIN_TIMEOUT_S, connect=socket.create_connection,
+                  clock=time.monotonic, sleep=time.sleep) -> None:
+    """Return once something listens at the Ray `address` (a TCP connection to its host and port); until then
+    retry every `PROBE_INTERVAL_S` seconds (a head that is still starting), and after `timeout_s` seconds raise
+    ConnectionError in one line naming the address (`ray.init` itself would retry for about 15 minutes without a
+    word). "auto" is left to Ray (it reads the address of the cluster started on this machine)."""
+    if address.strip() == "auto":
+        return
+    host, port = _host_port(address)
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            connect((host, port), timeout=min(PROBE_INTERVAL_S, timeout_s)).close()
+            return
+        except OSError as err:
+            if clock() >= deadline:
+                raise ConnectionError(f"no Ray cluster answers at {address!r} within {timeout_s:g} s "
+                                      f"({type(err).__name__}: {err}); start one with `ray start --head` there, or "
+                                      "check --ray-address / $RAY_ADDRESS") from None
+            sleep(PROBE_INTERVAL_S)
+
+
 def package_runtime_env() -> dict:
     """The Ray `runtime_env` that ships this package to every node of a joined cluster: `esreason_lib` as a
     `py_modules` folder (this file's grandparent: the package, found without importing it), without byte-code
@@ -59,13 +103,15 @@ def start_ray(address: str | None = None, **kwargs) -> None:
     `package_runtime_env()` unless `kwargs` has a `runtime_env`, and no `_system_config`), or start a local
     cluster with `_LOCAL_SYSTEM_CONFIG`. Tried up to `RAY_START_ATTEMPTS` times when the node times out during
     start-up (a loaded machine); TimeoutError (one line, naming the attempts and Ray's reason) when every attempt
-    times out; other errors of `ray.init` propagate."""
+    times out; ConnectionError (one line, naming the address) when nothing answers at a cluster to join within
+    `JOIN_TIMEOUT_S` (`probe_cluster`); other errors of `ray.init` propagate."""
     if ray.is_initialized():
         return
     joined = cluster_address(address)
     if joined is None:
         kwargs = {"_system_config": _LOCAL_SYSTEM_CONFIG, **kwargs}
     else:
+        probe_cluster(joined)
         kwargs = {"address": joined, "runtime_env": package_runtime_env(), **kwargs}
     for _ in range(RAY_START_ATTEMPTS):
         try:

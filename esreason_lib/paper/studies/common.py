@@ -12,7 +12,7 @@ from pathlib import Path
 from esreason_lib.evaluate import EvalResult, EvalSpec, evaluate
 from esreason_lib.models.load import load_model
 from esreason_lib.store.runs import Run
-from esreason_lib.tasks import get_task
+from esreason_lib.tasks import get_task, task_version
 from esreason_lib.training.inputs import resolve_device
 
 
@@ -27,13 +27,16 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
     drawn by `spec.backend`: the library's generation, or one vLLM engine ("vllm").
 
     `model`/`tokenizer` may be passed when already in memory (e.g. a masked model in the sparsity study); the
-    cache key is still `ref`, so give such a model a distinct `ref`.
+    cache key is still `ref`, so give such a model a distinct `ref`. A task that is not built in is keyed on its
+    code as well (`tasks.task_version`): an edited verifier is evaluated anew.
     """
     config = {"model": ref, "task": task, "task_kwargs": dict(task_kwargs), "eval": spec}  # (forward "hf" and
     # backend "local" left out: the identities of evaluations stored before those fields existed)
+    task_obj = get_task(task, **dict(task_kwargs))
+    if (version := task_version(task_obj)) is not None:  # a task that is not built in: keyed on its code too
+        config["task_version"] = version
     run = Run.open("eval", config, seed=spec.seed, home=home, lock=True)  # two notebooks never evaluate one model
     try:  # at once (`make reproduce` runs two side by side): the second waits, then reads the first's tables
-        task_obj = get_task(task, **dict(task_kwargs))
         examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
         if model is None and not run.is_complete():
             model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
