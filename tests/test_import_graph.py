@@ -146,10 +146,10 @@ def test_package_api_is_lazy_and_keeps_its_names():
 
 
 GROUND = ("paths", "seeding", "validation", "progress", "guards", "metrics", "params", "version", "threads",
-          "eval_samples", "cli_help")
+          "eval_samples", "cli_help", "learning_signal")
 """The ground floor's modules: they import nothing of the package (checked below), and anything may import them."""
 
-FLOORS = (("tasks", "store"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",), ("paper",),
+FLOORS = (("tasks", "store", "cli_settings"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",), ("paper",),
           ("cli",), ("__main__",))
 """The rooms above the ground floor, bottom up (docs/modules.md): a module imports only rooms on lower floors, never
 a room beside it on its own floor (es/ and grpo/ are siblings), never one above."""
