@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
 from esreason_lib.seeding import derive_seed
@@ -110,6 +110,38 @@ def tiny_random_qwen2(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
     config = qwen2_config(vocab_size, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                           intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=False)
     return init_qwen2(config, seed).eval()
+
+
+TURN_START = "<|im_start|>"
+"""The chat character tokenizer's turn opener (`build_chat_char_tokenizer`), a special token as in ChatML."""
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<eos>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""ChatML with `<eos>` closing each turn (as SmolLM2's `<|im_end|>` is both its turn end and its EOS)."""
+
+
+def build_chat_char_tokenizer() -> PreTrainedTokenizerFast:
+    """`build_char_tokenizer()` plus the special token `TURN_START` (the last id) and `CHAT_TEMPLATE`: a small
+    vocabulary with a chat template, so that tasks render chat prompts for it as for a pretrained base."""
+    tokenizer = build_char_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [TURN_START]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_random_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A random tiny `LlamaForCausalLM` (hidden 32, 2 layers, 4 heads, 2 kv heads, MLP 64, tied embeddings, 256
+    positions; `<pad>`=0, `<eos>`=1, no BOS) for fast tests of the pretrained bases' architecture (SmolLM2's),
+    deterministic in `seed` (global RNG state is restored)."""
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 1
+    model.generation_config.bos_token_id = None
+    return model.eval()
 
 
 def num_parameters(model: torch.nn.Module) -> int:
