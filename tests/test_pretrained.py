@@ -198,12 +198,17 @@ def test_evaluation_takes_a_pretrained_base(tiny_base, tmp_path, monkeypatch):
     assert len(result.table) == 3 and set(seen) and all(p.startswith(TURN_START) for p in seen)
 
 
-def test_cli_pretrain_converts_a_pretrained_base(tiny_base, tmp_path, capsys):
+def test_cli_converts_and_trains_a_pretrained_base(tiny_base, tmp_path, capsys):
     from esreason_lib.cli import main
 
     assert main(["pretrain", "tiny-llama"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.endswith("/model") and out.startswith(str(tmp_path / "store"))
+    settings = ["model=tiny-llama", "task=addition", "iterations=1", "train_size=4", "max_new_tokens=4"]
+    assert main(["train", "es", "--preset", "smoke", *[a for s in settings for a in ("--set", s)]]) == 0
+    run_dir = capsys.readouterr().out.strip().splitlines()[-1]
+    config = json.loads((tmp_path / "store" / run_dir.rsplit("/", 1)[-1] / "config.json").read_text())
+    assert config["model"] == "tiny-llama" and config["zoo_versions"] == {"tiny-llama": config_hash(tiny_base[0])}
 
 
 def test_make_installs_and_converts_every_pretrained_base():
