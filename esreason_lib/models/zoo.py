@@ -1,4 +1,4 @@
-"""The character tokenizer, the tiny Qwen2 architectures and the named zoo of base models.
+"""The character tokenizers, the tiny Qwen2 and Llama architectures and the named zoo of base models.
 
 The zoo holds two kinds of base. A trained-here base (`ZOO`, a `ZooSpec`) is a real `Qwen2ForCausalLM` (the same
 class as Qwen2.5 on GPUs), trained from scratch on a synthetic corpus by `esreason_lib.models.pretrain`. A
