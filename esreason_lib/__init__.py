@@ -7,9 +7,10 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 - `GRPOConfig`, `train_grpo`: the gradient baseline (`esreason_lib.grpo`);
 - `Task` (subclass it for your own verifier), `register_task` (name it for configs and the CLI), `get_task` (a
   task by name);
-- `load_model` (a zoo name, a local model directory or a hub id -> model, tokenizer), `evaluate` (n samples per
-  problem: Pass@k, greedy accuracy), `results_table` (evaluations side by side, e.g. before / after training) and
-  `pass_at_k` (the unbiased estimator).
+- `load_model` (a zoo name, trained here or pretrained such as "smollm2-135m" (docs/pretrained.md), a local model
+  directory or a hub id -> model, tokenizer), `evaluate` (n samples per problem: Pass@k, greedy accuracy),
+  `results_table` (evaluations side by side, e.g. before / after training) and `pass_at_k` (the unbiased
+  estimator).
 
 README.md has a 20-line example; docs/ the rest.
 """

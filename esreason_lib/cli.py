@@ -1,6 +1,6 @@
 """Command line: `python -m esreason_lib <command>` (also installed as `esreason`).
 
-    pretrain NAME                      build a zoo model (reused when already built)
+    pretrain NAME                      build a zoo model (reused when already built; a pretrained base is converted)
     relocate, export-results OUT, import-results OUT   the run store: rename after a move, bundle, unpack
 
 The paper's harness adds its commands (train with the paper's presets, bases, reproduce, prefill, claims, summary,
@@ -35,9 +35,16 @@ def existing_dir(path: str | None, what: str) -> None:
 
 
 def _pretrain(args) -> int:
-    from esreason_lib.models.pretrain import pretrain
+    from esreason_lib.models.zoo import PRETRAINED
 
-    print(pretrain(args.name, progress=True))
+    if args.name in PRETRAINED:
+        from esreason_lib.models.pretrained import convert
+
+        print(convert(args.name))
+    else:
+        from esreason_lib.models.pretrain import pretrain
+
+        print(pretrain(args.name, progress=True))
     return 0
 
 
@@ -85,7 +92,7 @@ def _check_export(args) -> None:
 
 def add_store_commands(sub) -> None:
     """The library's own commands: pretrain, relocate, export-results, import-results."""
-    pre = sub.add_parser("pretrain", help="build a zoo model")
+    pre = sub.add_parser("pretrain", help="build a zoo model (a pretrained base: convert it from its package's GGUF)")
     pre.add_argument("name")
     pre.set_defaults(func=_pretrain)
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "

@@ -149,8 +149,8 @@ GROUND = ("paths", "seeding", "validation", "progress", "guards", "metrics", "pa
           "eval_samples", "cli_help", "learning_signal")
 """The ground floor's modules: they import nothing of the package (checked below), and anything may import them."""
 
-FLOORS = (("tasks", "store", "cli_settings"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",), ("paper",),
-          ("cli",), ("__main__",))
+FLOORS = (("tasks", "store", "cli_settings"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",),
+          ("paper",), ("cli",), ("__main__",))
 """The rooms above the ground floor, bottom up (docs/modules.md): a module imports only rooms on lower floors, never
 a room beside it on its own floor (es/ and grpo/ are siblings), never one above."""
 

@@ -1,6 +1,7 @@
 """Loading a model and its tokenizer: `load_model` / `load_tokenizer` for zoo names, local directories and hub ids.
 
-`load_model` takes a zoo name (pretrained into the run store on first use, reused afterwards), a local
+`load_model` takes a zoo name (a trained-here base pretrained into the run store on first use, or a pretrained base
+converted from its package's GGUF on first use, `models.pretrained`; reused afterwards), a local
 directory written by `save_pretrained` (or a run directory holding `model/`), or a Hugging Face hub id such as
 "Qwen/Qwen2.5-1.5B-Instruct" (needs network or a local HF cache). The implementation lives in
 `esreason_lib.models.zoo` (tokenizer, architectures, `ZOO`) and `esreason_lib.models.pretrain` (the training loop);
@@ -24,7 +25,7 @@ from urllib.parse import urlparse
 import torch
 
 from esreason_lib.models.pretrain import pretrain
-from esreason_lib.models.zoo import ZOO, ZooSpec, get_spec, quiet_transformers
+from esreason_lib.models.zoo import PRETRAINED, ZOO, PretrainedSpec, ZooSpec, get_spec, quiet_transformers
 from esreason_lib.store.identity import resolve_run_ref
 
 
@@ -75,6 +76,11 @@ def _from_pretrained(source: str | Path, device, dtype, **kwargs):
     return _finish(model, tokenizer, device, dtype)
 
 
+def _zoo_names() -> list[str]:
+    """Every zoo name, trained here or pretrained, sorted."""
+    return sorted({*ZOO, *PRETRAINED})
+
+
 def _model_directory(name_or_path, field: str) -> Path | None:
     """The save_pretrained directory `name_or_path` names (a run directory's model/ included), None for a string
     that may be a hub id; ValueError naming `field` for a directory without config.json or a path that is not."""
@@ -88,7 +94,7 @@ def _model_directory(name_or_path, field: str) -> Path | None:
         return path
     name = str(name_or_path)
     if isinstance(name_or_path, Path) or _looks_like_path(name):
-        raise ValueError(f"{field}: {name!r} is not a zoo name (choices: {sorted(ZOO)}) and no directory exists "
+        raise ValueError(f"{field}: {name!r} is not a zoo name (choices: {_zoo_names()}) and no directory exists "
                          f"at {path}")
     return None
 
@@ -110,11 +116,12 @@ def _hub_unavailable(timeout_s: float = 3.0) -> str | None:
 
 
 def _hub_error(name: str, field: str, why: str) -> ValueError:
-    return ValueError(f"{field}: unknown model {name!r}: not a zoo name (choices: {sorted(ZOO)}), not an existing "
+    return ValueError(f"{field}: unknown model {name!r}: not a zoo name (choices: {_zoo_names()}), not an existing "
                       f"directory, and not loadable from the Hugging Face hub ({why})")
 
 
-def model_context_length(name_or_path: str | Path | ZooSpec, *, field: str = "model") -> int | None:
+def model_context_length(name_or_path: str | Path | ZooSpec | PretrainedSpec, *,
+                         field: str = "model") -> int | None:
     """max_position_embeddings of the model `load_model(name_or_path)` would load, without loading (or
     pretraining) it; None when its config does not say. A name that is neither a zoo name, nor a directory, nor
     a hub id in the local cache or on a reachable hub is a ValueError naming `field` (in seconds, not retries)."""
@@ -122,6 +129,8 @@ def model_context_length(name_or_path: str | Path | ZooSpec, *, field: str = "mo
 
     if isinstance(name_or_path, ZooSpec) or (isinstance(name_or_path, str) and name_or_path in ZOO):
         return get_spec(name_or_path).max_position_embeddings
+    if isinstance(name_or_path, PretrainedSpec) or (isinstance(name_or_path, str) and name_or_path in PRETRAINED):
+        return PRETRAINED.get(name_or_path, name_or_path).max_position_embeddings
     source = _model_directory(name_or_path, field) or str(name_or_path)
     try:
         config = AutoConfig.from_pretrained(source, local_files_only=True)
@@ -138,12 +147,14 @@ def model_context_length(name_or_path: str | Path | ZooSpec, *, field: str = "mo
     return getattr(config, "max_position_embeddings", None)
 
 
-def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = "cpu",
+def load_model(name_or_path: str | Path | ZooSpec | PretrainedSpec, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, *, home: Path | str | None = None, progress: bool = True):
     """`(model, tokenizer)` in eval mode on `device` with `dtype`; tokenizer left-padded with a pad token.
 
     `name_or_path`: a `ZOO` name or `ZooSpec` (the shipped weights when their spec matches, else pretrained on
-    first use into `home`, default the run store),
+    first use into `home`, default the run store), a `PRETRAINED` name or `PretrainedSpec` (converted from its
+    package's GGUF on first use into `home`, its hashes checked at every load: `models.pretrained.convert`; an
+    ImportError saying how to install the package when it is missing),
     an existing local directory (`save_pretrained` output, or a run directory containing `model/`), a run store
     reference `run:<kind>-<hash>/model` (as stored configs hold them; resolved under `home`), or a hub
     id (from the local cache first; an offline or unreachable hub fails at once). Unknown names raise
@@ -152,6 +163,10 @@ def load_model(name_or_path: str | Path | ZooSpec, device: str | torch.device = 
     if isinstance(name_or_path, ZooSpec) or (isinstance(name_or_path, str) and name_or_path in ZOO):
         directory = pretrain(name_or_path, home=home, progress=progress)
         return _from_pretrained(directory, device, dtype, local_files_only=True)
+    if isinstance(name_or_path, PretrainedSpec) or (isinstance(name_or_path, str) and name_or_path in PRETRAINED):
+        from esreason_lib.models.pretrained import convert
+
+        return _from_pretrained(convert(name_or_path, home=home), device, dtype, local_files_only=True)
     name_or_path = resolve_run_ref(name_or_path, home)
     directory = _model_directory(name_or_path, "model")
     if directory is not None:

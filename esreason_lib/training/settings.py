@@ -39,7 +39,8 @@ class RunSettings:
     and its reward, the train split and how prompts are drawn, checkpoints, device, dtype and seed."""
 
     model: str = DEFAULT_BASE
-    """Base model: a zoo name from `esreason_lib.models.zoo.ZOO`, a local directory, or a hub id."""
+    """Base model: a zoo name (`esreason_lib.models.zoo.ZOO`, or a pretrained base of `zoo.PRETRAINED` such as
+    "smollm2-135m"), a local directory, or a hub id."""
     task: str = "countdown"
     """Task name for `esreason_lib.tasks.get_task`."""
     task_kwargs: tuple = ()

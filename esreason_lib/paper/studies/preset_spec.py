@@ -84,10 +84,11 @@ class Preset:
                                  f"({self.base_model!r}, {self.task!r}), got ({cfg.model!r}, {cfg.task!r})")
 
     def zoo_bases(self) -> list[str]:
-        """The base and control models that are zoo names (what every notebook loads), sorted."""
-        from esreason_lib.models.zoo import ZOO
+        """The base and control models that are zoo names, trained here or pretrained (what every notebook
+        loads), sorted."""
+        from esreason_lib.models.zoo import is_zoo_name
 
-        return sorted({m for m in (self.base_model, self.control_model) if m in ZOO})
+        return sorted({m for m in (self.base_model, self.control_model) if is_zoo_name(m)})
 
     def test_task_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""
