@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from toy_tasks import Paren
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
@@ -267,26 +268,6 @@ def test_es_optimises_the_quadratic(normalization):
 
 
 # ---------------------------------------------------------------- backend and loop (tiny random Qwen2, char tokenizer)
-class Paren:
-    """Sanity objective: reward 1 when the completion starts with "(" (about 1 in 98 for a random model)."""
-
-    name, stop, max_new_tokens = "paren", None, 4
-
-    def examples(self, split="test", n=None, seed=0):
-        rng = np.random.default_rng(0 if split == "train" else 1)
-        ex = [{"id": f"{split}-{i}", "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(32)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-
-    def is_correct(self, completion, example):
-        return completion.startswith("(")
-
-    def reward(self, completion, example):
-        return float(self.is_correct(completion, example))
-
-
 
 
 def test_sequential_backend_scores_members_and_restores(tiny):

@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from toy_tasks import Lengths
 
 from esreason_lib.es.backends.batched import BatchedBackend, member_weights
 from esreason_lib.es.backends.registry import make_backend
@@ -14,26 +15,6 @@ from esreason_lib.es.core import ES
 from esreason_lib.es.noise import perturbed
 from esreason_lib.models.generation import generate
 from esreason_lib.params import named_params
-
-
-class Lengths:
-    """Prompts of 4-9 characters; reward = completion length / 10; correct when it contains "3"."""
-
-    name, stop, max_new_tokens = "lengths", "Vl", 10
-
-    def examples(self, split="test", n=None, seed=0):
-        rng = np.random.default_rng(0)
-        ex = [{"id": str(i), "text": "".join(rng.choice(list("0123456789+"), rng.integers(3, 9)))} for i in range(24)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-
-    def is_correct(self, completion, example):
-        return "3" in completion
-
-    def reward(self, completion, example):
-        return len(completion) / 10
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_es import Paren  # the ES tests' sanity task (the `tiny` fixture is conftest's)
+from toy_tasks import Paren
 
 from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
 from esreason_lib.es.backends.lowrank import LowRankBackend, LowRankStack, lowrank_weights

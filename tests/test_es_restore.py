@@ -114,23 +114,12 @@ def test_dense_fallback_when_the_sparse_list_would_outgrow_a_copy():
 # ---------------------------------------------------------------- kill -9 and resume: bit-identical to uninterrupted
 _CHILD = '''
 import os, signal, sys
-import numpy as np, torch
+import torch
 torch.set_num_threads(1)
 from esreason_lib.es.config import ESConfig; from esreason_lib.es.loop import train_es
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.runs import Run
-
-class Hash:  # a reward that varies across members from the first step, so every update moves the weights
-    name, stop, max_new_tokens = "hash", None, 4
-    def examples(self, split="test", n=None, seed=0):
-        rng = np.random.default_rng(0)
-        return [{"id": str(i), "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(32)]
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-    def is_correct(self, completion, example):
-        return sum(map(ord, completion)) % 3 == 0
-    def reward(self, completion, example):
-        return sum(map(ord, completion)) % 10 / 10
+from toy_tasks import Hash  # a reward that varies across members from the first step: every update moves theta
 
 home, kill_at = sys.argv[1], int(sys.argv[2])
 if kill_at:  # die by SIGKILL right after logging step `kill_at` (past the step-2 checkpoint)
@@ -156,7 +145,7 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
 
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.dirname(__file__)])}  # + toy_tasks
 
     def child(home, kill_at):
         return subprocess.run([sys.executable, str(script), str(home), str(kill_at)], env=env, capture_output=True,

@@ -14,6 +14,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from toy_tasks import Graded
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
@@ -21,26 +22,6 @@ from esreason_lib.models.generation import generate
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.params import named_params
-
-
-class Graded:
-    """A toy objective whose rewards spread over [0, 1]: the completion's character codes summed mod 11, over 10."""
-
-    name, stop, max_new_tokens = "graded", None, 4
-
-    def examples(self, split="train", n=None, seed=0):
-        rng = np.random.default_rng(0)
-        ex = [{"id": f"{split}-{i}", "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(8)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-
-    def reward(self, completion, example):
-        return sum(map(ord, completion)) % 11 / 10
-
-    def is_correct(self, completion, example):
-        return self.reward(completion, example) >= 0.5
 
 
 class SamplingParams:

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from toy_tasks import FirstCharTask
 
 from esreason_lib import metrics
 from esreason_lib.evaluate import CURVE_COLUMNS, MAJ_COLUMNS, PROBLEM_COLUMNS, SAMPLE_COLUMNS, EvalResult, evaluate
@@ -13,41 +14,8 @@ from esreason_lib.models.generation import generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
-from esreason_lib.tasks.base import RewardShaping, Task
 
 DIGITS = set("0123456789")
-
-
-class FirstCharTask(Task):
-    """A completion is correct when its first character is in the example's `ok` set (None: always correct);
-    well-formed when non-empty. The canonical answer is the first character."""
-
-    name = "firstchar"
-    stop = None
-    max_new_tokens = 6
-
-    def __init__(self):
-        super().__init__(RewardShaping(correct=1.0, formatted=0.1, invalid=0.0))
-        self._examples = [
-            {"id": "007", "prompt": "A12+5=", "ok": None},  # always correct (numeric-looking id on purpose)
-            {"id": "never", "prompt": "Sxq", "ok": set()},  # never correct
-            {"id": "digit", "prompt": "03 12 07>022=", "ok": DIGITS},
-            {"id": "upper", "prompt": "hello!", "ok": set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")},
-        ]
-
-    def examples(self, split="test", n=None, seed=0):
-        return self._examples[:n]
-
-    def prompt(self, example, tokenizer=None):
-        return example["prompt"]
-
-    def extract_answer(self, completion):
-        return completion[:1] or None
-
-    def is_correct(self, completion, example):
-        if example["ok"] is None:
-            return True
-        return bool(completion) and completion[0] in example["ok"]
 
 
 @pytest.fixture(scope="module")

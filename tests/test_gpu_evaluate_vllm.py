@@ -7,7 +7,7 @@ import importlib.util
 
 import pandas as pd
 import pytest
-from test_evaluate import FirstCharTask
+from toy_tasks import FirstCharTask
 
 from esreason_lib.evaluate import evaluate
 from esreason_lib.models import rollouts_vllm

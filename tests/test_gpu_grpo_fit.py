@@ -70,7 +70,8 @@ def test_checkpointing_and_chunks_give_the_same_update(tmp_path):
 
 
 def test_train_grpo_with_gradient_checkpointing_matches_without(tmp_path):
-    from test_grpo import ParenTask, paren_config  # noqa: PLC0415
+    from test_grpo import paren_config  # noqa: PLC0415
+    from toy_tasks import ParenTask  # noqa: PLC0415
 
     tok = build_char_tokenizer()
     runs = []

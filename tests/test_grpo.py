@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from toy_tasks import ParenTask
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import forward_rows, grpo_step, policy_update, train_grpo
@@ -22,7 +23,6 @@ from esreason_lib.models.generation import completion_logprobs, generate
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
-from esreason_lib.tasks.base import BINARY, Task
 
 
 @pytest.fixture(autouse=True)
@@ -193,30 +193,6 @@ def test_config_is_frozen_with_sane_defaults():
 
 
 # ---------------------------------------------------------------- the loop
-class ParenTask(Task):
-    """Sanity objective: reward 1 iff the completion starts with "(" (about 1 in 97 at random init)."""
-
-    name = "paren"
-    stop = None
-    max_new_tokens = 4
-
-    def __init__(self):
-        super().__init__(BINARY)
-
-    def examples(self, split="test", n=None, seed=0):
-        ex = [{"id": f"{split}-{i}", "text": f"{i:02d}>"} for i in range(16)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"]
-
-    def extract_answer(self, completion):
-        return completion[:1] or None
-
-    def is_correct(self, completion, example):
-        return completion.startswith("(")
-
-
 def paren_config(**kw) -> GRPOConfig:
     base = dict(model="tiny-random", task="paren", group_size=8, prompts_per_step=4, lr=3e-2, beta=0.04,
                 iterations=30, checkpoint_every=0, device="cpu", seed=0)
@@ -286,7 +262,8 @@ import os, signal, sys, torch
 sys.path.insert(0, {tests!r})
 torch.set_num_threads({threads})
 from esreason_lib.store.runs import Run
-from test_grpo import ParenTask, _fresh, paren_config
+from test_grpo import _fresh, paren_config
+from toy_tasks import ParenTask
 from esreason_lib.grpo.loop import train_grpo
 save = Run.save_checkpoint
 def save_then_die(self, step, state):
@@ -328,16 +305,16 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
 
 
 def test_train_grpo_builds_named_task_with_shaping(tmp_path, monkeypatch):
-    import esreason_lib.tasks as tasks
+    import esreason_lib.training.inputs as inputs
 
     seen = {}
-    real = tasks.get_task
+    real = inputs.get_task
 
     def spy(name, **kw):
         seen.update(name=name, **kw)
         return real(name, **kw)
 
-    monkeypatch.setattr(tasks, "get_task", spy)
+    monkeypatch.setattr(inputs, "get_task", spy)  # where a trainer builds its task (`inputs.config_task`)
     model, tok = _fresh()
     cfg = paren_config(task="countdown", iterations=2, group_size=2, prompts_per_step=2, max_new_tokens=6,
                        reward_formatted=0.25, train_size=5, checkpoint_every=1)

@@ -58,7 +58,8 @@ def _two_iterations(**kw):
     (lr 1: each step adds the clipped gradient, so the weights carry the gradients' rounding as it is; AdamW's
     normalisation would blow the rounding of a gradient that is 0 in exact arithmetic, e.g. a key bias's, up to a
     step of ~lr)."""
-    from test_grpo import ParenTask, paren_config  # noqa: PLC0415 - the GRPO tests' sanity objective
+    from test_grpo import paren_config  # noqa: PLC0415 - the GRPO tests' config on the sanity objective
+    from toy_tasks import ParenTask  # noqa: PLC0415
 
     from esreason_lib.grpo.loop import grpo_step, rollout_sampler
 

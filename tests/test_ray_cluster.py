@@ -15,11 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 ray = pytest.importorskip("ray", reason="the Ray cluster tests need the `ray` extra (pip install 'esreason[ray]')")
+
+from toy_tasks import Graded  # noqa: E402
 
 from esreason_lib.es.backends import ray_cluster  # noqa: E402
 from esreason_lib.es.backends.ray_cluster import actor_bundles, cluster_address, package_runtime_env  # noqa: E402
@@ -197,27 +198,6 @@ def _metrics(run: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-class Graded:
-    """A graded toy objective (the sum of the completion's character codes mod 11, over 10), so every update moves
-    theta."""
-
-    name, stop, max_new_tokens = "graded", None, 4
-
-    def examples(self, split="train", n=None, seed=0):
-        rng = np.random.default_rng(0)
-        ex = [{"id": f"{split}-{i}", "text": "".join(rng.choice(list("0123456789"), 5))} for i in range(8)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"] + "="
-
-    def reward(self, completion, example):
-        return sum(map(ord, completion)) % 11 / 10
-
-    def is_correct(self, completion, example):
-        return self.reward(completion, example) >= 0.5
 
 
 class KillOnce:

@@ -38,7 +38,8 @@ class Evaluation:
 
 @runtime_checkable
 class PopulationEvaluator(Protocol):
-    """Scores every member (seed, sign) of `population` at theta + sign * sigma * eps(seed) on `examples`.
+    """Scores every member (seed, sign) of `population` at theta + sign * sigma * eps(seed) on `examples`, sigma
+    being the population's own (`population.sigma`, set by the strategy that asked for it).
 
     Must leave `model` bit-identical to how it found it and be deterministic in (population, examples,
     iteration)."""

@@ -1,4 +1,5 @@
-"""Notebook 02's experiment module: the estimators on hand-computable cases, and the pipeline on a tiny model."""
+"""Notebook 02's study modules (`paper.studies.diversity`, its measurements and estimators): the estimators on
+hand-computable cases, and the pipeline on a tiny model."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Notebook 03's experiments module (sequential training): pure functions on hand-computable cases, then the
-whole study on the smoke preset (a temporary run store) for the arm training and the report."""
+"""Notebook 03's study module (`paper.studies.sequential`: sequential training): pure functions on hand-computable
+cases, then the whole study on the smoke preset (a temporary run store) for the arm training and the report."""
 
 import json
 
