@@ -30,7 +30,8 @@ mid-run and restarted end bit-identical to an uninterrupted pair).
 `policy_update` shards itself whenever `torch.distributed` is initialised with more than one process. Without
 `micro_batch_size` a minibatch is cut into one micro-batch per process. `main` runs `train_grpo` on every process
 of a `torchrun` launch; process 0 writes the run, the others write into a scratch store removed at exit
-(docs/scale-out.md has the command). Rollouts are not sharded: each process samples the whole batch.
+(docs/scale-out.md has the command). Local rollouts are not sharded (each process samples the whole
+batch); vLLM rollouts are (`models.rollouts_vllm.VLLMRollouts`: each process decodes its share, then gathers).
 """
 
 from __future__ import annotations
