@@ -20,9 +20,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from esreason_lib.grpo.config import GRPOConfig  # noqa: E402
 from esreason_lib.grpo.loop import train_grpo
-from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.models.generation import generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
+from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 
 
