@@ -14,6 +14,12 @@ Sections (each reports "ok", "failed" or "skipped: <why>"):
   replaced.
 - evaluate: `evaluate` with the paper's 32 samples at T = 0.6 (`--eval-samples`), on a vLLM engine when vllm is
   installed (`backend="vllm"`), else on the library's generation.
+- noise: the device's ES noise (`es.noise.counter_normal`, fused) against the CPU reference (eager, on the CPU)
+  for the same key and offset, bit for bit (fails on any difference), with the device's rate in normals/s.
+- scoring: the centre's bounded log-prob / entropy pass (`models.logprobs.completion_scores` with `SCORING`) over
+  `--prompts` rows of `--scoring-tokens` tokens (paper-easy: 2048), beside `logit_bytes`' count.
+Not yet sections (issue 44.7, to add): torchrun with 2 processes and `--backend vllm`, sleep/wake, the CUDA IPC
+weight sync, `ray-vllm` over every visible GPU at N = 8.
 Sections that need vLLM (or Ray) report "skipped: vllm not installed" without it; `--device cpu` runs every other
 section at any shape (the test suite runs the tiny one).
 
@@ -48,7 +54,7 @@ SHAPES = {
 """Random model shapes (Qwen2 keyword arguments of `zoo.qwen2_config`)."""
 VOCAB = {"tiny": None, "qwen2.5-1.5b": 151_936}
 """Vocabulary size per shape (None: the character tokenizer's own)."""
-SECTIONS = ("versions", "es", "es-vllm", "grpo", "grpo-vllm", "ray-vllm-kill", "evaluate")
+SECTIONS = ("versions", "noise", "scoring", "es", "es-vllm", "grpo", "grpo-vllm", "ray-vllm-kill", "evaluate")
 
 
 def write_gsm8k(root: Path, n: int = 64) -> None:
@@ -188,6 +194,40 @@ class Checker:
                 "params": sum(p.numel() for p in model.parameters()), "device_name": rec["name"],
                 "sm_count": rec["sm_count"], **{k: installed(k) for k in ("torch", "transformers", "vllm", "ray")}}
 
+    def s_noise(self) -> dict:
+        import torch
+
+        from esreason_lib.es.noise import counter_normal
+
+        numel, start = 1 << 20, 3 << 30  # an offset past 2^31: the counters' int64 range
+        counter_normal(5, 16, self.args.device, start=start)  # compiles the fused kernel, untimed
+        t0 = time.perf_counter()
+        got = counter_normal(5, numel, self.args.device, start=start)
+        if self.cuda:
+            torch.cuda.synchronize()
+        rate = numel / (time.perf_counter() - t0) / 1e6
+        want = counter_normal(5, numel, "cpu", start=start, fused=False)
+        differ = int((got.cpu().view(torch.int32) != want.view(torch.int32)).sum())
+        if differ:
+            raise AssertionError(f"{differ} of {numel} normals differ from the CPU reference (same key and offset)")
+        return {"numel": numel, "differ": differ, "mnormals_per_s": rate}
+
+    def s_scoring(self) -> dict:
+        import torch
+
+        from esreason_lib.models.logprobs import SCORING, completion_scores, logit_bytes
+
+        model, rows, length = self.fresh(), self.args.prompts, self.args.scoring_tokens
+        vocab = model.config.vocab_size
+        g = torch.Generator().manual_seed(0)
+        p_ids = torch.randint(vocab, (rows, 64), generator=g).to(self.args.device)
+        c_ids = torch.randint(vocab, (rows, length), generator=g).to(self.args.device)
+        with torch.no_grad():
+            _, ent = completion_scores(model, p_ids, torch.ones_like(p_ids, dtype=torch.bool), c_ids,
+                                       torch.ones_like(c_ids, dtype=torch.bool), with_entropy=True, chunks=SCORING)
+        bound = logit_bytes(SCORING, rows=rows, positions=length, vocab=vocab) / 2**20
+        return {"rows": rows, "tokens": length, "logit_bound_mib": bound, "mean_entropy": float(ent.mean())}
+
     def _train(self, method: str, **kw) -> dict:
         from esreason_lib.methods import trainer
 
@@ -297,6 +337,7 @@ def main(argv=None) -> int:
     parser.add_argument("--population", type=int, default=4, help="ES members (even: antithetic pairs)")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step (even: two GRPO minibatches)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--scoring-tokens", type=int, default=2048, help="completion tokens of the scoring section")
     parser.add_argument("--eval-samples", type=int, default=32, help="samples per problem in `evaluate` (paper: 32)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray section even when ray is installed")

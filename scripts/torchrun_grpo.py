@@ -6,7 +6,10 @@ Each process joins the process group (NCCL on CUDA, one GPU per process by LOCAL
 the same training; `policy_update` then deals each minibatch's micro-batches among the processes and sums their
 gradients. Process 0 writes the run into the store ($ESREASON_HOME); the others write into a scratch store that is
 removed at exit (their weights equal process 0's), seeing the store's zoo models: pretrain a zoo base model first
-(`esreason pretrain NAME`, or one single-process run); hub models load from the Hugging Face cache.
+(`esreason pretrain NAME`, or one single-process run); hub models load from the Hugging Face cache. Started again
+after a failure, every process resumes from process 0's last checkpoint (the others read its file: one machine, or
+a filesystem the nodes share), and a run process 0 finds complete ends every process at once
+(`grpo.distributed.shared_checkpoint`).
 """
 
 from __future__ import annotations

@@ -204,17 +204,23 @@ def test_cpu_noise_is_todays_draw():
 
 
 def test_counter_noise_does_not_depend_on_the_chunking():
-    """The GPU draw (`counter_normal`) is a function of (key, index) only: two chunkings, and a stream drawn in two
-    pieces, give the same numbers; they are standard normal and differ between keys."""
+    """The GPU draw's reference (`counter_normal`, eager) is a function of (key, index) only: two chunkings, and a
+    stream drawn in two pieces, give the same numbers; they are standard normal and differ between keys."""
     from esreason_lib.es.noise import counter_normal, standard_normal
 
-    whole = counter_normal(123, 10_000, "cpu", chunk=1 << 22)  # [10000]
-    assert torch.equal(whole, counter_normal(123, 10_000, "cpu", chunk=97))
-    assert torch.equal(whole[:50], counter_normal(123, 50, "cpu", chunk=1))
-    assert torch.equal(whole[4000:], counter_normal(123, 6000, "cpu", start=4000, chunk=333))
-    assert not torch.equal(whole, counter_normal(124, 10_000, "cpu"))
+    def draw(*args, **kw):
+        return counter_normal(*args, fused=False, **kw)
+
+    whole = draw(123, 10_000, "cpu", chunk=1 << 22)  # [10000]
+    assert torch.equal(whole, draw(123, 10_000, "cpu", chunk=97))
+    assert torch.equal(whole[:50], draw(123, 50, "cpu", chunk=1))
+    assert torch.equal(whole[4000:], draw(123, 6000, "cpu", start=4000, chunk=333))
+    assert not torch.equal(whole, draw(124, 10_000, "cpu"))
+    # the bits of 9183035's generator: the draw's values are unchanged
+    assert whole[1000:1006].view(torch.int32).tolist() == [-1093427427, -1084331919, 1061466879, -1092991737,
+                                                           1059075055, -1096741629]
     assert abs(float(whole.mean())) < 0.05 and abs(float(whole.std()) - 1) < 0.05 and whole.isfinite().all()
-    big = counter_normal(5, 400_000, "cpu")
+    big = draw(5, 400_000, "cpu")
     assert abs(float((big > 2).float().mean()) - 0.02275) < 0.002  # the normal's tail P(Z > 2)
     # the CPU keeps torch.randn, skipping `start` numbers of the same stream (the low-rank B after A)
     gen = torch.Generator().manual_seed(9)

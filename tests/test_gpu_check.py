@@ -34,7 +34,7 @@ def test_cpu_run_of_the_checks(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
                            "--allow-skip", "es-vllm,grpo-vllm,ray-vllm-kill", "--prompts", "2", "--population", "2",
-                           "--max-new-tokens", "8", "--eval-samples", "2",
+                           "--max-new-tokens", "8", "--eval-samples", "2", "--scoring-tokens", "64",
                            "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "gpu_check: ok" in proc.stdout and "peak GPU memory n/a (cpu)" in proc.stdout
@@ -44,9 +44,11 @@ def test_cpu_run_of_the_checks(tmp_path):
     vllm = "skipped: vllm not installed" if gpu_check.installed("vllm") is None else "skipped: vllm disabled"
     assert by["es-vllm"]["status"] in (vllm, "ok") and by["grpo-vllm"]["status"] in (vllm, "ok")
     assert by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
-    for name in ("versions", "es", "grpo", "evaluate"):
+    for name in ("versions", "noise", "scoring", "es", "grpo", "evaluate"):
         assert by[name]["status"] == "ok" and by[name]["wall_s"] > 0 and by[name]["peak_gpu_mib"] is None, name
     assert by["versions"]["transformers"] and by["versions"]["tokens"] > 0
+    assert by["noise"]["differ"] == 0 and by["noise"]["numel"] == 1 << 20
+    assert by["scoring"]["tokens"] == 64 and by["scoring"]["logit_bound_mib"] > 0
     assert 0 < by["es"]["step_s"] <= by["es"]["wall_s"] and 0.0 <= by["grpo"]["reward_mean"] <= 1.0
     assert by["grpo"]["micro_batch_size"] == 16 and by["grpo"]["estimate_gib"] > 0
     assert (by["evaluate"]["backend"] in ("local", "vllm") and by["evaluate"]["samples"] == 2

@@ -21,10 +21,17 @@ all-gather and reduce-scatter on CPU). What is not built: `train_grpo` / `main` 
 weight copy and saving would read the sharded parameters; `grpo.memory.per_gpu_memory` estimates what sharding
 would fit).
 
+Every process starts from the same state and iteration (`shared_checkpoint`): process 0 decides whether its run
+is complete (then every process returns) and which checkpoint to resume from, and the others read that checkpoint
+from process 0's file (one machine, or a filesystem the nodes share), so a restarted `torchrun` resumes every rank
+at the same iteration and ends them together (tests/test_grpo_resume_ranks.py: two gloo processes killed
+mid-run and restarted end bit-identical to an uninterrupted pair).
+
 `policy_update` shards itself whenever `torch.distributed` is initialised with more than one process. Without
 `micro_batch_size` a minibatch is cut into one micro-batch per process. `main` runs `train_grpo` on every process
 of a `torchrun` launch; process 0 writes the run, the others write into a scratch store removed at exit
-(docs/scale-out.md has the command). Rollouts are not sharded: each process samples the whole batch.
+(docs/scale-out.md has the command). Local rollouts are not sharded (each process samples the whole
+batch); vLLM rollouts are (`models.rollouts_vllm.VLLMRollouts`: each process decodes its share, then gathers).
 """
 
 from __future__ import annotations
@@ -40,6 +47,30 @@ def data_parallel() -> tuple[int, int] | None:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
     return dist.get_rank(), dist.get_world_size()
+
+
+def from_rank0(value):
+    """`value` as process 0 holds it, on every process (`broadcast_object_list`; a collective: every process
+    calls it); `value` itself without several processes."""
+    if data_parallel() is None:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def shared_checkpoint(run, resume: bool) -> tuple[int, dict] | None:
+    """(step, state) every process resumes `run` from: process 0's latest checkpoint (None without `resume` or
+    when it has none), which the other processes read from process 0's file (`run` there is their own copy of
+    the same run, e.g. a scratch store's); `run.latest_checkpoint()` alone. A collective under several processes."""
+    if data_parallel() is None:
+        return run.latest_checkpoint() if resume else None
+    found = run.latest_checkpoint() if resume and dist.get_rank() == 0 else None
+    where = from_rank0(None if found is None else (found[0], str(run.checkpoint_path(found[0]))))
+    if where is None or dist.get_rank() == 0:
+        return found
+    step, path = where
+    return step, run.read_checkpoint(step, path)
 
 
 def shard_model(model):

@@ -65,7 +65,15 @@ import numpy as np
 import torch
 
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, reduce_step
+from esreason_lib.grpo.distributed import (
+    data_parallel,
+    from_rank0,
+    fully_sharded,
+    micro_batch_rows,
+    my_parts,
+    reduce_step,
+    shared_checkpoint,
+)
 from esreason_lib.grpo.logprobs import shared_prompt_logprobs
 from esreason_lib.grpo.loss import group_advantages, policy_loss
 from esreason_lib.grpo.memory import check_grpo_fits, scoring_chunks
@@ -296,7 +304,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     """
     run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)
-    if inputs is None:
+    if from_rank0(inputs is None):  # process 0's run is complete: every process of a torchrun launch ends
         return run
     model, tokenizer, task, examples = inputs
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
@@ -309,7 +317,7 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     masters = [m for group in opt.param_groups for m in group["params"]]
 
     start = 0
-    ckpt = run.latest_checkpoint() if resume else None
+    ckpt = shared_checkpoint(run, resume)  # under torchrun: process 0's, on every process
     if ckpt is not None:
         step, state = ckpt
         model.load_state_dict(state["model"])

@@ -8,12 +8,15 @@ a GPU, and vLLM's `gpu_memory_utilization` (the share of the GPU's memory one en
 room for the others: the shares of the engines on one GPU must sum below 1. A driver whose model sits on a GPU
 takes `driver_share` of one GPU (`ray_cluster.driver_gpu_share`), counted in both: the actors on that GPU get
 the rest, and the engines' shares there sum below 1 - driver_share. `start_one_by_one` says when actors must
-start their engines in turn.
+start their engines in turn. `gpu_commitment` counts the bytes one GPU holds at once (the driver's model and theta_0,
+every replica with its perturbation temporaries, the engines' shares, the centre's scoring pass) and
+`check_gpu_commitment` refuses, in one line, a plan that over-commits it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from esreason_lib.validation import is_real
 
@@ -101,3 +104,67 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
                          f"each ({sharing * share:g} of its memory{beside}): lower gpu_memory_utilization below "
                          f"{(1 - driver_share) / sharing:.3g}")
     return gpus, share
+
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What the GPU memory of an ES model's copies depends on."""
+
+    params: int
+    """Parameters of the model."""
+    largest: int
+    """Elements of its largest tensor (perturbation and update temporaries are made one tensor at a time)."""
+    width: int
+    """Bytes per parameter in its dtype (2 for bfloat16, 4 for float32)."""
+
+    @classmethod
+    def of(cls, model) -> "ModelSize":
+        """The size of `model` (a `torch.nn.Module`; parameters may be on the meta device)."""
+        params = list(model.parameters())
+        return cls(params=sum(p.numel() for p in params), largest=max(p.numel() for p in params),
+                   width=params[0].element_size())
+
+
+def replica_bytes(size: ModelSize) -> int:
+    """One actor's replica at its peak: its weights, the fix-up list of a perturbed member (`es.noise`: at most one
+    copy of the weights), and one tensor's temporaries while it is perturbed (its float32 noise, the original bits
+    and the round-trip copy)."""
+    return 2 * size.params * size.width + size.largest * (4 + 2 * size.width)
+
+
+def driver_bytes(size: ModelSize, scoring: int = 0) -> int:
+    """The driver at its peak: its model, theta_0 (the drift's reference), one tensor's update temporaries (the
+    float32 accumulator and noise of `es.noise.apply_update`), and `scoring` bytes of a centre scored here."""
+    return 2 * size.params * size.width + 8 * size.largest + scoring
+
+
+def gpu_commitment(size: ModelSize, *, actors: int, engine_share: float | None, device_bytes: int,
+                   driver: bool, scoring: int = 0) -> dict[str, int]:
+    """{term: bytes} one GPU holds at once: the driver (when `driver`), `actors` replicas and their vLLM engines
+    (each `engine_share` of the device; None: no engine), `scoring` (the centre's log-prob / entropy pass,
+    `models.logprobs.logit_bytes`) counted once."""
+    return {"driver": driver_bytes(size) if driver else 0, "replicas": actors * replica_bytes(size),
+            "engines": int(actors * (engine_share or 0.0) * device_bytes), "scoring": scoring}
+
+
+def check_gpu_commitment(terms: dict[str, int], device_bytes: int, gpu: int = 0) -> None:
+    """ValueError (one line: the GPU, its terms and the knobs) when `terms` (`gpu_commitment`) exceed the device."""
+    total = sum(terms.values())
+    if total <= device_bytes:
+        return
+    parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in terms.items() if v)
+    raise ValueError(f"RayBackend: GPU {gpu} would hold {total / GIB:.1f} GiB ({parts}) of its "
+                     f"{device_bytes / GIB:.1f} GiB: lower workers or gpu_memory_utilization, or add GPUs")
+
+
+def driver_gpu_commitment(size: ModelSize, *, workers: int, gpus_per_worker: float, driver_share: float,
+                          engine_share: float | None, device_bytes: int, scoring: int = 0) -> dict[str, int]:
+    """`gpu_commitment` of the driver's GPU, the most committed: the driver, and beside it the actors Ray packs
+    into the rest of that GPU (floor((1 - driver_share) / gpus_per_worker), at most `workers`; none for an actor
+    of a whole GPU or more) with their engines and the centre's scoring pass."""
+    beside = min(workers, int(math.floor((1 - driver_share) / gpus_per_worker + 1e-9))) if gpus_per_worker else 0
+    return gpu_commitment(size, actors=beside, engine_share=engine_share, device_bytes=device_bytes, driver=True,
+                          scoring=scoring)

@@ -48,6 +48,7 @@ from esreason_lib.models.generation import (
     special_ids,
 )
 from esreason_lib.models.logprobs import SCORING, Chunks, completion_scores
+from esreason_lib.models.vllm_settings import process_rank_world, shard_rows
 from esreason_lib.seeding import derive_seed
 from esreason_lib.validation import check_positive_int
 
@@ -78,9 +79,26 @@ def rollouts_from_tokens(model, tokenizer, prompts: list[str], n: int, completio
                     logprobs=logprobs.float(), entropies=entropies.float())
 
 
+def gathered_rows(shard: list) -> list:
+    """Every process's `shard` (a list of rows), concatenated in rank order (`all_gather_object`; a collective
+    under torchrun), so that each process holds the whole batch and computes the same group statistics; `shard`
+    itself alone."""
+    import torch.distributed as dist
+
+    if process_rank_world()[1] == 1:
+        return shard
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, shard)
+    return [row for part in parts for row in part]
+
+
 class VLLMRollouts:
     """A drop-in for `generation.generate` in GRPO: samples on a vLLM engine holding the policy's current weights.
 
+    Under torchrun (`vllm_settings.process_rank_world`) every process holds its own engine on its own device
+    (`vllm_settings.launcher_kwargs`) and decodes a contiguous share of the rows (`vllm_settings.shard_rows`), each
+    row with the seed a single process gives it; the tokens are gathered (`gathered_rows`), and every process scores
+    the whole batch, so the rollouts, advantages and updates equal a single process's.
     The engine starts on the first call (from that model and tokenizer, its context sized for that call's
     `max_new_tokens`; a later call with a larger budget starts a new one); each later call copies the model's
     weights in first.
@@ -124,11 +142,13 @@ class VLLMRollouts:
         self.calls += 1
         ids = encode_texts(tokenizer, prompts, "prompts")
         rows = [ids[i // n] for i in range(len(ids) * n)]  # [B] row i -> prompt i // n
+        mine = shard_rows(len(rows), *process_rank_world())  # under torchrun: this process's share of the rows
         params = [SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0 if greedy else top_p,
                                  max_tokens=int(max_new_tokens), stop=[stop] if stop else None,
                                  include_stop_str_in_output=True, seed=None if greedy else derive_seed(seed, "vllm", r))
-                  for r in range(len(rows))]
-        tokens = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows, params)]  # [B]
+                  for r in range(mine.start, mine.stop)]
+        shard = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows[mine], params)] if params else []
+        tokens = gathered_rows(shard)  # [B] every process's share, in row order
         if self.sleep:
             self.engine.sleep()
         chunks = self.chunks

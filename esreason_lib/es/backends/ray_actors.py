@@ -78,7 +78,15 @@ from esreason_lib.es.backends.ray_cluster import actor_bundles, driver_gpu_share
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
-from esreason_lib.models.placement import check_memory_share, plan_placement, start_one_by_one
+from esreason_lib.models.logprobs import SCORING, logit_bytes
+from esreason_lib.models.placement import (
+    ModelSize,
+    check_gpu_commitment,
+    check_memory_share,
+    driver_gpu_commitment,
+    plan_placement,
+    start_one_by_one,
+)
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 
@@ -306,6 +314,13 @@ class RayBackend:
             workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
             cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
             resources=ray.cluster_resources(), driver_share=driver)
+        if _device_type(model) == "cuda":  # refuse before any actor starts when the driver's GPU is over-committed
+            total = torch.cuda.get_device_properties(next(model.parameters()).device).total_memory
+            scoring = logit_bytes(SCORING, rows=self.config.prompts_per_step, vocab=model.config.vocab_size,
+                                  positions=self.config.max_new_tokens or self.task.max_new_tokens)
+            check_gpu_commitment(driver_gpu_commitment(
+                ModelSize.of(model), workers=self.workers, gpus_per_worker=self._placement[0], driver_share=driver,
+                engine_share=self._placement[1], device_bytes=total, scoring=scoring), total)
         bundles = actor_bundles(workers=self.workers, cpus_per_worker=self.cpus_per_worker,
                                 gpus_per_worker=self._placement[0], driver_share=driver)
         self._group, self._first_bundle = reserve_bundles(bundles), len(bundles) - self.workers
