@@ -1,4 +1,4 @@
-"""Run model-written Python against test asserts in a confined child; the verdict is decided here, from values.
+"""Run model-written Python against test asserts in a confined child; the verdict is decided outside it, from values.
 
 `run_tests(code, tests, setup)` splits each assert line into *probes* and a *judge* (`split_assert`): a probe is a
 smallest sub-expression that needs the tested code (`add(1, 2)` in `assert add(1, 2) == 3`), the judge is the rest
