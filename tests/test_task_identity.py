@@ -173,6 +173,9 @@ def test_code_that_cannot_be_hashed_is_never_cached_and_says_so_once(capsys, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "task 'locked' cannot be hashed" in err and "declare a `version`" in err
     assert task_version(ReadsALock()).startswith("code:")  # a global of a module whose source is hashed
+    from types import SimpleNamespace
+
+    assert task_version(SimpleNamespace(name="ns", is_correct=lambda c, e: True)).startswith("uncached:")
 
 
 def test_evaluations_are_keyed_on_the_tasks_code(modules, monkeypatch, tmp_path):
