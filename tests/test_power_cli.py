@@ -58,3 +58,28 @@ def test_power_prints_each_checks_operating_characteristic_and_reads_old_records
     assert own["n_problems"].iloc[0] == 200 and own["P(rep|delta)"].iloc[0] > 0.5 and own["undecidable"].iloc[0] == ""
     tiny = oc_table({"x": check}, design=(3, 4))  # 50 times fewer problems: the delta is out of reach
     assert tiny["P(rep|delta)"].iloc[0] < 0.5 and tiny["undecidable"].iloc[0].startswith("P(rep|delta)")
+
+
+def test_power_skips_a_malformed_record_with_claims_warning(tmp_path):
+    """Issue 47: a record that is a JSON list (or not JSON) is skipped with the warning `claims` gives, never a
+    crash; the good record beside it still counts."""
+    import pytest
+
+    from esreason_lib.store.integrity import RunStoreWarning
+
+    _record(tmp_path, delta=0.05)
+    folder = claims.records_dir("tiny", tmp_path)
+    (folder / "01_passk_es_vs_grpo.json").write_text("[1, 2]")
+    (folder / "02_js_diversity.json").write_text("{not json")
+    for read in (stored_checks, stored_check_objects):
+        with pytest.warns(RunStoreWarning) as caught:
+            assert list(read("tiny", tmp_path)) == ["05_forgetting: ES above GRPO"]
+        said = " ".join(str(w.message) for w in caught)
+        assert "01_passk_es_vs_grpo.json: expected a JSON object, got a list" in said
+        assert "02_js_diversity.json: unreadable" in said
+
+
+def test_claims_refuses_an_unknown_preset(capsys):
+    assert cli.main(["claims", "--preset", "no-such-preset"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "preset 'no-such-preset' is not one of" in err

@@ -251,3 +251,11 @@ def test_claims_header_names_the_committed_bundles():
     lines = bundle.reviewed_lines()
     assert lines == [REVIEWED_LINE.format(name="papers/results/runs.tar.xz",
                                           digest=(bundle.RESULTS_DIR / DIGEST).read_text().split()[0])]
+
+
+def test_write_claims_puts_the_digest_in_the_header(tmp_path):
+    claims.record_finding(FINDING, make_finding("x", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny", home=tmp_path)
+    out = tmp_path / "claims.md"
+    claims.write_claims(tmp_path, claims_path=out, readme_path=None)
+    header = out.read_text().split("| finding |")[0]
+    assert all(line in header.splitlines() for line in bundle.reviewed_lines()) and bundle.reviewed_lines()

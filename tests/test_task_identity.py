@@ -173,6 +173,9 @@ def test_code_that_cannot_be_hashed_is_never_cached_and_says_so_once(capsys, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "task 'locked' cannot be hashed" in err and "declare a `version`" in err
     assert task_version(ReadsALock()).startswith("code:")  # a global of a module whose source is hashed
+    from types import SimpleNamespace
+
+    assert task_version(SimpleNamespace(name="ns", is_correct=lambda c, e: True)).startswith("uncached:")
 
 
 def test_evaluations_are_keyed_on_the_tasks_code(modules, monkeypatch, tmp_path):
@@ -206,3 +209,13 @@ def test_evaluations_are_keyed_on_the_tasks_code(modules, monkeypatch, tmp_path)
 def test_class_digest_by_hand():
     assert class_digest(OwnModule) == class_digest(OwnModule) and len(class_digest(OwnModule)) == 64
     assert class_digest(UsesNumpy) != class_digest(OwnModule)
+
+
+def test_a_helper_imported_by_name_counts_with_what_it_reads(modules):
+    modules("helper_e", "THRESHOLD = 1\n\ndef judge(c):\n    return len(c) > THRESHOLD\n")
+    task_module = modules("task_e", TASK.replace("import {helper} as helper", "from {helper} import judge")
+                          .replace("helper.judge(", "judge(").format(helper="helper_e"))
+    before = task_version(task_module.HelperTask())
+    modules("helper_e", "THRESHOLD = 2\n\ndef judge(c):\n    return len(c) > THRESHOLD\n")
+    importlib.reload(task_module)  # `from ... import` binds the function: the task module re-imports it
+    assert task_version(task_module.HelperTask()) != before

@@ -195,3 +195,24 @@ def test_the_readme_route_bounds_a_hanging_verifier(tmp_path, monkeypatch):
     for step in _readme_route(HangingParity(), tmp_path):
         with pytest.warns(VerifierTimeout, match="task 'parity': is_correct ran past 0.05 s"):
             step()
+
+
+class HangingExtraction(ReadmeParity):
+    def is_correct(self, completion, example):
+        return True
+
+    def extract_answer(self, completion):
+        while True:  # what evaluation reads of a completion is bounded too
+            pass
+
+
+def test_evaluation_bounds_the_tasks_extraction(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "0.05")
+    held = held_to_contract(HangingExtraction())
+    with pytest.warns(VerifierTimeout, match="task 'parity': extract_answer ran past 0.05 s"):
+        assert held.extract_answer("yes") is None
+    with pytest.warns(VerifierTimeout, match=r"canonical_answer ran past 0.05 s .* on example '3'"):
+        assert held.canonical_answer("yes", {"id": "3", "n": 3}) is None
+    assert held.timeouts == 2
+    countdown = held_to_contract(get_task("countdown"))
+    assert countdown.extract_answer("3+5") == "3+5" and countdown.canonical_answer("3+5", {}) is not None

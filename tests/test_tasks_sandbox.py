@@ -186,3 +186,13 @@ def test_kernel_layers_hold_without_the_audit_hook(tmp_path):
         pytest.skip(f"Landlock is not available here: {out!r}")
     assert "seccomp True" in out and "allowed" not in out, out
     assert victim.read_text() == "keep me"
+
+
+def test_values_costly_to_judge_stop_at_the_time_limit():
+    """Issue 47: 30,000 ints that collide in their hash, returned as a list and turned into a set by the dataset's
+    assert, made the judge quadratic in the caller (59 s against a 5 s limit); it now runs in a child bounded by
+    `timeout_s`, and the run is a timeout."""
+    code = "def f():\n    return [i * (2**61 - 1) for i in range(30000)]\n"
+    result = run_tests(code, ["assert len(set(f())) == 1"], timeout_s=1.0)
+    assert not result.passed and result.status == "timeout" and "the judge ran past" in result.output
+    assert run_tests("def f():\n    return [1, 1]\n", ["assert len(set(f())) == 1"], timeout_s=5.0).passed

@@ -164,6 +164,7 @@ def _write_claims(preset: str | None) -> int:
     from esreason_lib.paper.studies.presets import preset_label
 
     if preset is not None and preset not in TABLE_PRESETS:
+        get_preset(preset)  # an unknown preset: one line naming the choices, exit 2
         print(f"esreason: the {preset_label(preset)} findings are in {records_dir(preset)}; papers/claims.md and "
               f"the README show {' and '.join(TABLE_PRESETS)} only and are left as they are")
         return 0

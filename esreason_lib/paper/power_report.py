@@ -15,14 +15,13 @@ are `undecidable at this design` named and why (a construction that fixes them, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from esreason_lib.paper.claims import records_dir
+from esreason_lib.paper.claims import read_record, records_dir
 from esreason_lib.paper.findings import MIN_POWER, Z_95, Check, operating_characteristic
 from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
 from esreason_lib.paths import findings_dir
@@ -38,16 +37,21 @@ SIZING_DESIGN = (3, 770)
 """(seeds, problems) of the `frontier` settings (`presets`): every free Countdown test problem, 3 seeds."""
 
 
+def _records(preset: str, home=None) -> list[dict]:
+    """The claim records of `preset` (kind "claim"), read as `claims` reads them: a malformed record (not JSON, not
+    an object, no status, time or preset) is skipped with its warning (`claims.read_record`)."""
+    paths = sorted(Path(records_dir(preset, home)).glob("*.json"))
+    records = [read_record(path.stem, preset, home) for path in paths]
+    return [r for r in records if r is not None and r["preset"] == preset and r.get("kind", "claim") == "claim"]
+
+
 def stored_check_objects(preset: str, home=None) -> dict[str, Check]:
     """{"<finding>: <check>": the stored `Check`} for every stored check of a claim with a delta (status fields and
     keys a `Check` does not have are dropped; records written before checks carried an operating characteristic
     lack `fixed` and `oc`)."""
     fields = set(Check.__dataclass_fields__)
     out = {}
-    for path in sorted(Path(records_dir(preset, home)).glob("*.json")):
-        rec = json.loads(path.read_text())
-        if rec.get("preset") != preset or rec.get("kind", "claim") != "claim":
-            continue
+    for rec in _records(preset, home):
         for c in rec.get("checks", []):
             if c.get("delta") is None:
                 continue
@@ -77,12 +81,8 @@ def oc_table(checks: dict[str, Check], design: tuple[int, int] | None = None, n_
 
 def stored_checks(preset: str, home=None) -> dict[str, tuple[Components, float]]:
     """{"<finding>: <check>": (components, delta)} for every stored check with a delta."""
-    folder = records_dir(preset, home)
     out = {}
-    for path in sorted(Path(folder).glob("*.json")):
-        rec = json.loads(path.read_text())
-        if rec.get("preset") != preset or rec.get("kind", "claim") != "claim":
-            continue
+    for rec in _records(preset, home):
         for c in rec.get("checks", []):
             if c.get("delta") is None or not np.isfinite([c["ci_low"], c["ci_high"]]).all():
                 continue

@@ -1,11 +1,13 @@
-"""Run model-written Python against test asserts in a confined child; the verdict is decided here, from values.
+"""Run model-written Python against test asserts in a confined child; the verdict is decided outside it, from values.
 
 `run_tests(code, tests, setup)` splits each assert line into *probes* and a *judge* (`split_assert`): a probe is a
 smallest sub-expression that needs the tested code (`add(1, 2)` in `assert add(1, 2) == 3`), the judge is the rest
 with the probes as placeholders (`_probe_0 == 3`). Only the probes' source goes to the child; the child returns
-their values as type-tagged JSON (`_harness.encode`: plain builtin values of exact types only); this process
-decodes them (`decode`, as strictly) and evaluates each judge on them with the real builtins and standard-library
-modules. A run passes when every probe reported a value, in order, and every judge holds.
+their values as type-tagged JSON (`_harness.encode`: plain builtin values of exact types only); the judge
+(`_judge.verdict`: in this process for results up to `INLINE_JUDGE_BYTES`, else in a second child, `python -I -S`,
+no tested code in it, bounded by `timeout_s` of wall-clock time too) decodes them
+(`decode`, as strictly) and evaluates each judge on them with the real builtins and standard-library modules. A
+run passes when every probe reported a value, in order, and every judge holds.
 
 Guaranteed here, whatever the tested code does: the verdict is not forgeable by printing, exiting early, `atexit`,
 a lying `__eq__` or `__bool__` (no object of the tested code ever reaches the judge: a subclass of int is refused),
@@ -23,18 +25,16 @@ it. The tested code's parent is a supervisor process of the sandbox, not this on
 files, no core files. After the run (`timeout_s` of wall-clock time at most) its whole process group is killed.
 Not guaranteed: where Landlock or seccomp are missing (old kernels, other CPUs) only the audit hook remains, which
 ctypes-free code cannot pass but which is no security boundary; the tested code may still read the standard
-library and its own directory, burn its CPU and memory limits, and print up to `output_bytes`. The judge runs in
-this process without a time limit: a dataset assert that feeds a returned value into costly arithmetic
-(`pow(2, f(3))` with f returning 10**100) would stall it (no MBPP assert does; the values are at most
-`output_bytes` long).
+library and its own directory, burn its CPU and memory limits, and print up to `output_bytes`. Values that are
+costly to judge (30,000 ints colliding in their hash turned into a set) stop the judge's child at `timeout_s`
+(status "timeout"): a run takes at most about twice `timeout_s`. Short results are judged here unbounded: a
+dataset assert that feeds a short returned value into costly arithmetic (`pow(2, f(3))` with f returning 10**100)
+would stall it (no MBPP assert does).
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
 import functools
-import importlib
 import json
 import os
 import shutil
@@ -46,14 +46,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._judge import decode, split_assert, verdict
+
 __all__ = ["ExecResult", "decode", "namespaces", "run_tests", "split_assert"]
 
 TAIL_BYTES = 4096
 """How much of the end of a run's output `ExecResult.output` keeps."""
 _HARNESS = str(Path(__file__).with_name("_harness.py"))
-_BUILTINS = frozenset(dir(builtins))
-_BINDS = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr)
-"""Nodes that bind names of their own: a probe takes them whole."""
+_JUDGE = str(Path(__file__).with_name("_judge.py"))
+INLINE_JUDGE_BYTES = 1024
+"""Results up to this long are judged in this process: too few values for a costly comparison (a child costs ~0.1 s
+per run on a loaded 2-core machine, measured); longer ones in the bounded child."""
+JUDGE_TIMEOUT = "timeout: the judge ran past the time limit"
+"""The failure of a run whose values took longer than `timeout_s` to judge (status "timeout")."""
 
 
 @dataclass(frozen=True)
@@ -86,68 +91,6 @@ def namespaces() -> tuple[str, ...]:
     return ()
 
 
-def split_assert(line: str) -> tuple[ast.Expression | None, list[str]]:
-    """(judge, probe sources) of one test line: for `assert E`, E with every smallest sub-expression that needs
-    the tested code replaced by a placeholder `_probe_<k>` (k counting from 0 in this line), as a compiled-ready
-    Expression; for any other statement, (None, []) (it runs in the child as setup). SyntaxError when `line` is not
-    Python. A name needs the tested code when it is called and is no builtin, or used otherwise and is neither a
-    builtin nor a standard-library module."""
-    tree = ast.parse(line)
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
-        return None, []
-    test = tree.body[0].test
-    called = {n.func.id for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    user = {n.id for n in ast.walk(test) if isinstance(n, ast.Name) and n.id not in _BUILTINS and
-            (n.id in called or n.id not in sys.stdlib_module_names)}
-    probes: list[str] = []
-
-    def needs_code(node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Name) and n.id in user for n in ast.walk(node))
-
-    class Split(ast.NodeTransformer):
-        def visit(self, node):
-            if not needs_code(node):
-                return node
-            if isinstance(node, (ast.Name, *_BINDS)) or (isinstance(node, ast.Call) and needs_code(node.func)):
-                probes.append(ast.unparse(node))
-                return ast.copy_location(ast.Name(id=f"_probe_{len(probes) - 1}", ctx=ast.Load()), node)
-            return self.generic_visit(node)
-
-    judge = ast.fix_missing_locations(ast.Expression(body=Split().visit(test)))
-    return judge, probes
-
-
-def decode(value, depth: int = 0):
-    """The plain value a type-tagged JSON value (`_harness.encode`) stands for; ValueError on anything malformed."""
-    if depth > 64 or not isinstance(value, list) or not value or not isinstance(value[0], str):
-        raise ValueError("malformed probe value")
-    tag, args = value[0], value[1:]
-    if tag == "n" and not args:
-        return None
-    if len(args) == 1 and type(args[0]) is {"b": bool, "s": str}.get(tag):
-        return args[0]
-    if len(args) == 1 and isinstance(args[0], str) and tag in ("i", "f", "y"):
-        return {"i": int, "f": float, "y": bytes.fromhex}[tag](args[0])
-    if tag == "c" and len(args) == 2 and all(isinstance(a, str) for a in args):
-        return complex(float(args[0]), float(args[1]))
-    if len(args) == 1 and isinstance(args[0], list) and tag in ("l", "t", "S", "F"):
-        return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](decode(v, depth + 1) for v in args[0])
-    if tag == "d" and len(args) == 1 and isinstance(args[0], list) and all(
-            isinstance(kv, list) and len(kv) == 2 for kv in args[0]):
-        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in args[0]}
-    raise ValueError("malformed probe value")
-
-
-def _judge(judge: ast.Expression, values: list) -> bool:
-    """Whether `judge` holds with `_probe_<k>` = values[k], the real builtins and the standard-library modules it
-    names (imported here: the tests' text is the dataset's, never the model's)."""
-    scope = {"__builtins__": builtins}
-    scope.update((f"_probe_{k}", v) for k, v in enumerate(values))
-    for name in {n.id for n in ast.walk(judge) if isinstance(n, ast.Name)} - _BUILTINS - set(scope):
-        scope[name] = importlib.import_module(name)
-    return bool(eval(compile(judge, "tests.py", "eval"), scope))
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -176,11 +119,28 @@ def _spawn(job: dict, tmp: str, timeout_s: float) -> tuple[bool, str, list[str]]
     return timed_out, tail, lines
 
 
+def _judged(tests: list[str], lines: list[str], timeout_s: float) -> str | None:
+    """`_judge.verdict(tests, lines)`: here when the results are at most `INLINE_JUDGE_BYTES` long, else computed in
+    a `python -I -S` child bounded by `timeout_s` seconds of wall-clock time (`JUDGE_TIMEOUT` past it)."""
+    if sum(len(line) for line in lines) <= INLINE_JUDGE_BYTES:
+        return verdict(tests, lines)
+    job = json.dumps({"tests": tests, "lines": lines}) + "\n"
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", _JUDGE], input=job.encode(), capture_output=True,
+                              timeout=timeout_s, env={})
+    except subprocess.TimeoutExpired:
+        return JUDGE_TIMEOUT
+    try:
+        return json.loads(done.stdout)["failure"]
+    except (ValueError, KeyError, TypeError):
+        return f"the judge failed ({done.stderr.decode('utf-8', 'replace').strip()[-200:]})"
+
+
 def run_tests(code: str, tests: list[str] | tuple[str, ...], setup: str = "", *, timeout_s: float = 5.0,
               memory_mb: int = 1024, output_bytes: int = 1 << 20) -> ExecResult:
     """Run `code` and `setup` in the sandboxed child, evaluate the probes of the assert lines `tests` there and
-    judge them here (module docstring), within `timeout_s` seconds of wall-clock time (plus process start and
-    clean-up). Never raises."""
+    judge them in the judge's child (module docstring), each within `timeout_s` seconds of wall-clock time (plus
+    process start and clean-up). Never raises."""
     start = time.perf_counter()
     try:
         split = [(str(line), *split_assert(str(line))) for line in tests]
@@ -192,31 +152,11 @@ def run_tests(code: str, tests: list[str] | tuple[str, ...], setup: str = "", *,
             timed_out, tail, lines = _spawn(job, tmp, timeout_s)
     except Exception as err:  # noqa: BLE001 (no temp dir, no process, an unparsable test: the run could not happen)
         return ExecResult(False, "unavailable", f"{type(err).__name__}: {err}", time.perf_counter() - start)
-    failure = "timeout" if timed_out else _verdict(split, lines)
+    try:
+        failure = "timeout" if timed_out else _judged([line for line, _, _ in split], lines, timeout_s)
+    except Exception as err:  # noqa: BLE001 (no judge process)
+        return ExecResult(False, "unavailable", f"{type(err).__name__}: {err}", time.perf_counter() - start)
+    timed_out = failure in ("timeout", JUDGE_TIMEOUT)
     status = "passed" if failure is None else "timeout" if timed_out else "failed"
     output = tail if failure in (None, "timeout") else (tail + "\n" + failure).lstrip("\n")
     return ExecResult(failure is None, status, output[-TAIL_BYTES:], time.perf_counter() - start)
-
-
-def _verdict(split: list, lines: list[str]) -> str | None:
-    """None when the results `lines` hold one plain value per probe, in order, and every judge holds on them;
-    else what failed first."""
-    values = []
-    for k, line in enumerate(lines):
-        try:
-            index, encoded = json.loads(line)
-            if index != k:
-                return f"the results are out of order at probe {k}"
-            values.append(decode(encoded))
-        except Exception as err:  # noqa: BLE001 (anything the child wrote is untrusted)
-            return f"probe {k}: unreadable value ({type(err).__name__})"
-    if len(values) != sum(len(ps) for _, _, ps in split):
-        return f"only {len(values)} of the probes reported a value (an exception, an exit or a refused value)"
-    for line, judge, probes in split:
-        mine, values = values[:len(probes)], values[len(probes):]
-        try:
-            if judge is not None and not _judge(judge, mine):
-                return f"AssertionError: {line}"
-        except Exception as err:  # noqa: BLE001 (a judge that raises on the reported values: a failed assert)
-            return f"{type(err).__name__} in {line}: {err}"[:500]
-    return None

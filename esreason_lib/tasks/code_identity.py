@@ -203,6 +203,8 @@ def class_digest(cls: type) -> str:
     """The sha256 (hex) of `cls`'s code and what its methods reach (module docstring); `Unreadable` naming what
     cannot be hashed."""
     classes = user_classes(cls)
+    if not classes:  # e.g. a SimpleNamespace standing in for a task: never the digest of nothing
+        raise Unreadable(f"{cls.__module__}.{cls.__qualname__} holds no code of its own to hash")
     home = {k.__module__ for k in classes}
     digest = hashlib.sha256()
     sourced = True

@@ -7,7 +7,8 @@ infinity (`guards.NonFiniteError`) or a value outside [min, max] of its `shaping
 is a one-line `ValueError` naming the task and the value (a bool reward is one too: it is no number), on every
 route: a `Task` subclass passed as an instance (the README's `train_es(..., task=MyTask())`) keeps the base
 class's `reward` and `score`, which are then computed from the checked `is_correct`; a trainer marks its run
-failed. A call that runs past `ESREASON_VERIFIER_TIMEOUT_S` seconds
+failed. A call (`is_correct`, `reward`, `score`, and what evaluation reads of a completion: `extract_answer`,
+`canonical_answer`) that runs past `ESREASON_VERIFIER_TIMEOUT_S` seconds
 (default `DEFAULT_TIMEOUT_S`) is stopped, counted wrong (False, the `invalid` tier) and reported with a
 `VerifierTimeout` warning naming the task; `held.timeouts` counts them. The bound is a real-time interval timer
 (SIGALRM), so it holds in the main thread of a Unix process and stops Python code (a verifier blocked inside
@@ -95,22 +96,39 @@ class ContractTask:
             raise AttributeError(name)
         return getattr(self.task, name)
 
-    def _call(self, method: str, stopped, completion, example: Example, *more):
+    def _call(self, method: str, stopped, completion, *more):
         try:
             with _bounded(self.seconds):
-                return getattr(self.task, method)(completion, example, *more)
+                return getattr(self.task, method)(completion, *more)
         except _Stopped:
             self.timeouts += 1
+            example = more[0] if more and isinstance(more[0], dict) else {}
             warnings.warn(f"task {self.task.name!r}: {method} ran past {self.seconds:g} s (${TIMEOUT_ENV}) on "
                           f"example {example.get('id', '?')!r}; stopped and counted wrong", VerifierTimeout,
                           stacklevel=3)
             return stopped
 
+    def extract_answer(self, completion: str):
+        """The task's extracted answer, bounded like the verdict (None when stopped at the bound); a built-in
+        task's (total and bounded already) directly."""
+        if self._built_in():
+            return self.task.extract_answer(completion)
+        return self._call("extract_answer", None, completion)
+
+    def canonical_answer(self, completion: str, example: Example):
+        """The task's key of a correct solution (evaluation's distinct count), bounded as `extract_answer` is."""
+        if self._built_in():
+            return self.task.canonical_answer(completion, example)
+        return self._call("canonical_answer", None, completion, example)
+
+    def _built_in(self) -> bool:
+        return type(self.task).__module__.startswith("esreason_lib.")
+
     def _inherits(self, method: str) -> bool:
         """Whether the task is a user's `Task` that keeps the base class's `method` (which would call its own
         `is_correct` unchecked, and read a verdict of 0.5 as True); a built-in task's verdicts are bools already
         and keep their one bounded call."""
-        return (isinstance(self.task, Task) and not type(self.task).__module__.startswith("esreason_lib.") and
+        return (isinstance(self.task, Task) and not self._built_in() and
                 getattr(type(self.task), method) is getattr(Task, method))
 
     def is_correct(self, completion: str, example: Example) -> bool:
