@@ -35,8 +35,8 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, save_figure
+from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.base_models import compute, finding
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.summary import verdict_lead, verdict_table

@@ -49,7 +49,6 @@ preset = "tiny"
 # %%
 import matplotlib.pyplot as plt
 
-from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import (
     arm_label,
     figure_legend,
@@ -61,6 +60,7 @@ from esreason_lib.paper.plots import (
     register_arms,
     save_figure,
 )
+from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.comparison import (
     compute,
     entropy_change,

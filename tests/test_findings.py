@@ -4,8 +4,6 @@ from scipy import stats
 
 from esreason_lib.paper.findings import (
     MDE_FACTOR,
-    STATUSES,
-    UNDECIDABLE,
     Check,
     Finding,
     Test,
@@ -17,6 +15,7 @@ from esreason_lib.paper.findings import (
     power_statement,
 )
 from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
+from esreason_lib.paper.status import STATUSES, UNDECIDABLE
 
 
 def check(low, high, effect=None, **kw):

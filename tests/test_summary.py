@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from esreason_lib.paper import claims, summary  # noqa: E402
+from esreason_lib.paper import records, summary  # noqa: E402
 from esreason_lib.paper.findings import Check, make_finding  # noqa: E402
 
 
@@ -28,8 +28,8 @@ def test_write_summary_draws_every_stored_check_into_the_presets_folder(tmp_path
     with pytest.raises(ValueError, match="no stored check under .*findings/powered"):
         summary.summary_table("powered")
     checks = [Check("a", 0.2, 0.1, 0.3, 0.05), Check("b", -0.1, -0.2, 0.0, 0.05, direction="less")]
-    claims.record_finding("05_forgetting", make_finding("x", checks), preset="tiny")
-    claims.record_finding("00_base_models", make_finding("y", checks[:1], kind="setup"), preset="powered")
+    records.record_finding("05_forgetting", make_finding("x", checks), preset="tiny")
+    records.record_finding("00_base_models", make_finding("y", checks[:1], kind="setup"), preset="powered")
     assert list(summary.summary_table()["check"]) == ["a", "b"]
     assert summary.write_summary()[0] == tmp_path / "figures" / "summary.png"
     assert summary.write_summary("powered")[0] == tmp_path / "figures" / "powered" / "summary.png"

@@ -1,6 +1,6 @@
 """The summary figure: every check of every finding as one forest plot, from the finding records.
 
-`summary_table(preset, home)` turns the stored checks of each finding (`claims.read_record`) into signed rows: the
+`summary_table(preset, home)` turns the stored checks of each finding (`records.read_record`) into signed rows: the
 effect and 95% interval measured from the check's threshold, positive on the side the paper claims, beside its
 `delta` and status. `write_summary(preset, home)` draws them (`plot_forest`) as `figures/summary.png`
 (`figures/<preset>/summary.png` for a preset other than tiny); `esreason claims` (`make claims`, `make figures`)
@@ -16,9 +16,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from esreason_lib.paper.claims import CLAIMS, read_record, records_dir
 from esreason_lib.paper.findings import Finding
 from esreason_lib.paper.plots import PALETTE, axes_or_new, finish_axes, save_figure
+from esreason_lib.paper.records import read_record, records_dir
+from esreason_lib.paper.studies.registry import CLAIMS
 from esreason_lib.paths import DEFAULT_PRESET
 
 SUMMARY_FIGURE = "summary"
