@@ -253,9 +253,9 @@ def test_the_tally_counts_each_status_of_both_tests(tmp_path):
 
 def test_settings_sharing_one_measurement_count_once():
     def rec(preset, effect):
-        check = {"name": "gap", "effect": effect, "ci_low": effect - 0.1, "ci_high": effect + 0.1}
-        return {"preset": preset, "checks": [check], "tests": [{"role": "paper", "primary": "gap",
-                                                                 "status": "not resolved"}]}
+        check = {"name": "gap", "effect": effect, "ci_low": effect - 0.1, "ci_high": effect + 0.1, "mde": 0.1}
+        return {"id": "06_population_scaling", "preset": preset, "checks": [check],
+                "tests": [{"role": "paper", "primary": "gap", "secondary": [], "status": "not resolved"}]}
     found = claims.measurements([rec("a", 0.01), rec("b", 0.01), rec("c", 0.02)], "paper")
     assert found == [(("a", "b"), "not resolved"), (("c",), "not resolved")]
     assert claims.measurements([rec("a", 0.01)], "control") == []

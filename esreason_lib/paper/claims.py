@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from esreason_lib.paper.deviations import DEVIATIONS, moved, recompute
+from esreason_lib.paper.deviations import DEVIATIONS, co_primary_names, moved, recompute
 from esreason_lib.paper.records import read_record, test_statuses
 from esreason_lib.paper.status import STATUSES
 from esreason_lib.paper.studies.presets import DESIGNS
@@ -173,18 +173,19 @@ def _design_records(design: str, home) -> list[dict]:
 
 
 def measurements(records: list[dict], role: str) -> list[tuple[tuple[str, ...], str]]:
-    """[(settings, status)] of the `role` test over `records` (one claim's, one per setting): settings whose test
-    has the same primary and co-primary checks, to the digit (name, effect, interval), are one measurement, counted
-    once."""
+    """[(settings, status)] of the `role` test over `records` (one claim's, one per setting; the status as
+    `deviations.recompute` gives it now): settings whose test has the same primary and co-primary checks, to the
+    digit (name, effect, interval), are one measurement, counted once."""
     groups: dict[tuple, tuple[list[str], str]] = {}
     for rec in records:
         test = next((t for t in rec["tests"] if t["role"] == role), None)
         if test is None:
             continue
-        names = [test["primary"], *test.get("also", [])]
+        names = [test["primary"], *co_primary_names(rec, test)]
         key = tuple((c["name"], c["effect"], c["ci_low"], c["ci_high"]) for n in names for c in rec["checks"]
                     if c["name"] == n)
-        groups.setdefault(key, ([], test["status"]))[0].append(rec["preset"])
+        now = next(s.now for s in recompute(rec) if s.role == role)
+        groups.setdefault(key, ([], now))[0].append(rec["preset"])
     return [(tuple(settings), status) for settings, status in groups.values()]
 
 
@@ -239,8 +240,8 @@ def render_design(design: str, home: str | Path | None = None) -> str:
         cells = {role: "-" if role not in by_role else by_role[role].now + (
             f" (registered: {by_role[role].registered})" if by_role[role].registered != by_role[role].now else "")
             for role in ("paper", "control")}
-        roles = test_statuses(rec)
-        meaning = pair_meaning(roles["paper"], roles.get("control")) if "paper" in roles else "-"
+        meaning = (pair_meaning(by_role["paper"].now, by_role["control"].now if "control" in by_role else None)
+                   if "paper" in by_role else "-")
         notes = "; ".join(rec.get("notes", [])).replace("|", "/") or "-"
         lines.append(f"| `{rec['id']}` | `{rec['preset']}` | {cells['paper']} | {cells['control']} | {meaning} | "
                      f"{notes} |")
