@@ -21,7 +21,8 @@ import re
 from pathlib import Path
 
 from esreason_lib.paper.deviations import DEVIATIONS, co_primary_names, moved, recompute
-from esreason_lib.paper.records import read_record, test_statuses
+from esreason_lib.paper.findings import redraw_keep
+from esreason_lib.paper.records import read_record, stored_check, test_statuses
 from esreason_lib.paper.status import STATUSES
 from esreason_lib.paper.studies.presets import DESIGNS
 from esreason_lib.paper.studies.registry import CLAIMS
@@ -138,9 +139,9 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
                         "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
-    ran = [name for name in DESIGNS if _design_records(name, home)]
-    designs = "".join("\n" + render_design(name, home) for name in ran)
-    readme_designs = "".join("\n" + design_summary(name, home) for name in ran)
+    keeps = {name: redraw_keeps(_design_records(name, home)) for name in DESIGNS if _design_records(name, home)}
+    designs = "".join("\n" + render_design(name, home, k) for name, k in keeps.items())
+    readme_designs = "".join("\n" + design_summary(name, home, k) for name, k in keeps.items())
     return "\n".join(full) + tallies + designs, "\n".join(short) + tallies + readme_designs
 
 
@@ -189,6 +190,28 @@ def measurements(records: list[dict], role: str) -> list[tuple[tuple[str, ...], 
     return [(tuple(settings), status) for settings, status in groups.values()]
 
 
+def redraw_keeps(records: list[dict]) -> dict[tuple[str, str, str], float | None]:
+    """{(setting, finding id, role): P(a full redraw keeps the test's status)} (`findings.redraw_keep` of its
+    primary and co-primary checks) for each test of `records`."""
+    out = {}
+    for rec in records:
+        for test in rec["tests"]:
+            names = [test["primary"], *co_primary_names(rec, test)]
+            out[rec["preset"], rec["id"], test["role"]] = redraw_keep([stored_check(rec, n) for n in names])
+    return out
+
+
+def keep_line(keeps: dict, at: float = 0.8) -> str:
+    """One sentence on `redraw_keeps`: how many tests keep their status on a redraw with probability >= `at`."""
+    known = [p for p in keeps.values() if p is not None]
+    if not known:
+        return ""
+    return (f"On a full redraw (new seeds and problems, the same design), a test keeps its status with the "
+            f"probability its own variance gives (`findings.redraw_keep`, in brackets in each row of "
+            f"papers/claims.md): {sum(p >= at for p in known)} of these {len(known)} tests keep it with probability "
+            f">= {at:g}, {sum(p < 0.5 for p in known)} with probability below 0.5.")
+
+
 def _tally_cell(found: list[tuple[tuple[str, ...], str]]) -> str:
     """"3 / 0 / 0 / 0 / 1 of 4" (counts in `STATUSES` order over the measurements), with the settings that share
     one measurement named."""
@@ -227,26 +250,36 @@ def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
     return lines
 
 
-def render_design(design: str, home: str | Path | None = None) -> str:
+def render_design(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
     """The claims of a multi-setting design: one row per claim and setting with the paper's test and the control
-    (the registration's status beside where it differs), what the pair means and the record's notes; then the tally
-    table and the deviations."""
-    lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`; where the "
-             "status differs from what the registered rule and tests give, the registration's is in brackets):", "",
+    (each with its probability of keeping its status on a redraw, `redraw_keeps` unless given as `keeps`, and the
+    registration's status beside where it differs), what the pair means and the record's notes; then the tally
+    table, the redraw line and the deviations."""
+    recs = _design_records(design, home)
+    keeps = redraw_keeps(recs) if keeps is None else keeps
+    lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`). Each status "
+             "has in brackets the probability that a full redraw keeps it and, where it differs, the status the "
+             "registered rule and tests give:", "",
              "| finding | setting | paper's test | control | what the pair means | notes |",
              "|---|---|---|---|---|---|"]
-    for rec in _design_records(design, home):
+    for rec in recs:
         by_role = {s.role: s for s in recompute(rec)}
-        cells = {role: "-" if role not in by_role else by_role[role].now + (
-            f" (registered: {by_role[role].registered})" if by_role[role].registered != by_role[role].now else "")
-            for role in ("paper", "control")}
+        cells = {role: "-" if role not in by_role else _status_cell(by_role[role], keeps.get(
+            (rec["preset"], rec["id"], role))) for role in ("paper", "control")}
         meaning = (pair_meaning(by_role["paper"].now, by_role["control"].now if "control" in by_role else None)
                    if "paper" in by_role else "-")
         notes = "; ".join(rec.get("notes", [])).replace("|", "/") or "-"
         lines.append(f"| `{rec['id']}` | `{rec['preset']}` | {cells['paper']} | {cells['control']} | {meaning} | "
                      f"{notes} |")
     return "\n".join(lines + ["", "Per claim, " + _tally_intro(design), "", *tally_table(design, home), "",
-                              *deviation_lines(design, home)]) + "\n"
+                              keep_line(keeps), "", *deviation_lines(design, home)]) + "\n"
+
+
+def _status_cell(statuses, keep: float | None) -> str:
+    """"not reproduced (keeps 0.93; registered: undecidable at this design)" for one test of a design's row."""
+    parts = ([f"keeps {keep:.2f}"] if keep is not None else []) + (
+        [f"registered: {statuses.registered}"] if statuses.registered != statuses.now else [])
+    return statuses.now + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def _tally_intro(design: str) -> str:
@@ -254,11 +287,12 @@ def _tally_intro(design: str) -> str:
             "(settings that share one measurement count once):")
 
 
-def design_summary(design: str, home: str | Path | None = None) -> str:
-    """The README's part of a design: the tally table (`tally_table`) and the deviation lines; every row is in
-    papers/claims.md."""
+def design_summary(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
+    """The README's part of a design: the tally table (`tally_table`), the redraw line (`keep_line`) and the
+    deviation lines; every row is in papers/claims.md."""
+    keeps = redraw_keeps(_design_records(design, home)) if keeps is None else keeps
     return "\n".join([f"The `{design}` design: per claim, " + _tally_intro(design), "", *tally_table(design, home),
-                      "", *deviation_lines(design, home), ""]) + "\n"
+                      "", keep_line(keeps), "", *deviation_lines(design, home), ""]) + "\n"
 
 
 def _shown(path: Path | None) -> set[str]:

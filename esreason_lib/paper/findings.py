@@ -318,6 +318,28 @@ def operating_characteristic(check: Check, *, n_sims: int = OC_SIMS,
     return rate("delta", "reproduced"), rate("null", "reproduced"), rate("delta", "not reproduced")
 
 
+def redraw_keep(checks, *, n_sims: int = OC_SIMS, seed: int = 0) -> float | None:
+    """P(a full redraw gives the same status): `checks` (a test's primary and co-primary checks, whose
+    `status.combined_status` is the test's) are each drawn again at the design they ran (their seeds and
+    problems) from their own variance components with the true effect at their estimate (a plug-in: a check on a
+    boundary reads about one half), their operating characteristic and `fixed` kept, and put through the same
+    status rule; the parts are drawn independently. `n_sims` replications drawn from `seed` alone (the same draws
+    whatever the checks are named).
+    None when a check has no components or fewer than 2 problems."""
+    checks = tuple(checks)
+    if not checks or any(c.components is None or not c.n_problems or c.n_problems < 2 for c in checks):
+        return None
+    rng = numpy_rng(seed, "redraw_keep")
+    now = combined_status(c.status for c in checks)
+    same = 0
+    for _ in range(n_sims):
+        drawn = [status_and_reason(replace(c, **_estimate(
+            *simulated_arms(Components(*c.components), max(c.n_seeds or 1, 1), c.n_problems, c.effect, rng),
+            seed_axis=c.n_seeds is not None)))[0] for c in checks]
+        same += combined_status(drawn) == now
+    return same / n_sims
+
+
 def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold: float = 0.0,
                  n_boot: int = 2000, seed: int = 0, seed_axis: bool = True, delta: float | None = None,
                  paired_seeds: bool = False, method: str = "anova", fixed: str = "", oc_sims: int = OC_SIMS) -> Check:

@@ -339,7 +339,7 @@ def finding(tables: Mapping[str, pd.DataFrame]) -> Finding:
     notes = [f"{label} tuned for Pass@1 is {arm}{edges[arm]}" for label, arm in (("ES", es), ("GRPO", tuned))
              if edges[arm]]
     if moved.status != "reproduced":
-        notes.append(f"ES did not move: its Pass@1 - base {moved.effect:+.4f} [{moved.ci_low:+.4f}, "
+        notes.append(f"ES's Pass@1 did not rise above the base's: {moved.effect:+.4f} [{moved.ci_low:+.4f}, "
                      f"{moved.ci_high:+.4f}] ({moved.status}), so the paper's test cannot hold")
     return make_finding(f"Pass@1/Pass@{front['k'].iloc[0]} (test, T={d.get('temperature', '?')}, "
                         f"seed means): {points}; evidence at K={k} (the largest K <= n/2); ES arm chosen on {where}; "
