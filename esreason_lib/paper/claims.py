@@ -272,7 +272,7 @@ def render_design(design: str, home: str | Path | None = None, keeps: dict | Non
         lines.append(f"| `{rec['id']}` | `{rec['preset']}` | {cells['paper']} | {cells['control']} | {meaning} | "
                      f"{notes} |")
     return "\n".join(lines + ["", "Per claim, " + _tally_intro(design), "", *tally_table(design, home), "",
-                              keep_line(keeps), "", *deviation_lines(design, home)]) + "\n"
+                              keep_line(keeps), "", "\n\n".join(deviation_lines(design, home))]) + "\n"
 
 
 def _status_cell(statuses, keep: float | None) -> str:
@@ -292,7 +292,7 @@ def design_summary(design: str, home: str | Path | None = None, keeps: dict | No
     deviation lines; every row is in papers/claims.md."""
     keeps = redraw_keeps(_design_records(design, home)) if keeps is None else keeps
     return "\n".join([f"The `{design}` design: per claim, " + _tally_intro(design), "", *tally_table(design, home),
-                      "", keep_line(keeps), "", *deviation_lines(design, home), ""]) + "\n"
+                      "", keep_line(keeps), "", "\n\n".join(deviation_lines(design, home)), ""]) + "\n"
 
 
 def _shown(path: Path | None) -> set[str]:
