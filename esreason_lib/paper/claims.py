@@ -106,7 +106,8 @@ def headline(rec: dict | None, role: str = "paper") -> str:
 
 def render_claims(home: str | Path | None = None, powered_table: bool = True) -> str:
     """The findings table as Markdown (rows without a record say so), then, when the `powered` preset has
-    records, its findings with their results (with `powered_table`; else one line pointing to papers/claims.md)."""
+    records, its findings with their results, the tallies and each design's rows (with `powered_table`); else the
+    README's block: the short table and each design's summary (`design_summary`)."""
     return _render(home)[0 if powered_table else 1]
 
 
@@ -142,7 +143,7 @@ def _render(home: str | Path | None) -> tuple[str, str]:
     keeps = {name: redraw_keeps(_design_records(name, home)) for name in DESIGNS if _design_records(name, home)}
     designs = "".join("\n" + render_design(name, home, k) for name, k in keeps.items())
     readme_designs = "".join("\n" + design_summary(name, home, k) for name, k in keeps.items())
-    return "\n".join(full) + tallies + designs, "\n".join(short) + tallies + readme_designs
+    return "\n".join(full) + tallies + designs, "\n".join(short) + "\n" + readme_designs
 
 
 def readme_table(home: str | Path | None = None) -> list[str]:
