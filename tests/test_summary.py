@@ -70,3 +70,11 @@ def test_verdict_table_has_one_row_per_check_under_its_test():
     assert summary.verdict_lead(make_finding("", [paper])) == ""
     bare = Finding("reproduced", "measured 0.3", (paper,))
     assert summary.verdict_lead(bare) == "measured 0.3" and list(summary.verdict_table(bare)["test"]) == [""]
+
+
+def test_verdict_table_shows_a_co_primary_check_in_its_test():
+    from esreason_lib.paper.findings import Check, Test, make_finding
+
+    lead, moved = Check("Pass@K above GRPO", 0.15, 0.1, 0.2, 0.05), Check("Pass@1 above base", 0.0, -0.01, 0.01, 0.02)
+    table = summary.verdict_table(make_finding("x", tests=[Test("paper", "p", lead, also=(moved,))]))
+    assert list(table["part"]) == ["primary", "co-primary"] and list(table["test"]) == ["paper", "paper"]

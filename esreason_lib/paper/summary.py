@@ -90,10 +90,12 @@ def summary_table(preset: str | None = None, home: str | Path | None = None) -> 
 
 def verdict_table(finding: Finding) -> pd.DataFrame:
     """`finding`'s checks as a table, one row per check: the test it belongs to ("paper" or "control"; "" for a
-    check outside the tests) and its part there ("primary": sets the test's status; "secondary": shown beside it),
+    check outside the tests) and its part there ("primary", and "co-primary" for a check the claim also needs: set
+    the test's status; "secondary": shown beside it),
     the check, effect, 95% interval, MDE, delta, training seeds, status and why; tests in order, each primary first."""
     placed = [(t.role, part, c) for t in finding.tests
-              for part, checks in (("primary", (t.primary,)), ("secondary", t.secondary)) for c in checks]
+              for part, checks in (("primary", (t.primary,)), ("co-primary", t.also), ("secondary", t.secondary))
+              for c in checks]
     rows, seen = [], set()
     for role, part, check in placed + [("", "", c) for c in finding.checks]:
         if id(check) in seen:
