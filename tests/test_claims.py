@@ -225,8 +225,15 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_counts_every_status(
     readme = tmp_path / "README.md"
     readme.write_text("<!-- claims:start -->\n<!-- claims:end -->\n")
     claims.write_claims(home, tmp_path / "claims.md", readme)
-    assert claims.design_summary("frontier", home) in readme.read_text()  # the tallies; the rows stay in claims.md
-    assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in readme.read_text()
+    text = readme.read_text()  # the tallies in the short table's own rows; the setting rows stay in claims.md
+    assert claims.design_tally("frontier", "01_passk_es_vs_grpo", home) == (
+        "1 / 1 / 0 / 0 / 0 of 2 (`frontier-habit` = `frontier-clean`: one measurement); 1 / 0 / 1 / 1 / 0 of 3")
+    row = next(line for line in text.splitlines() if "notebooks/01_passk_es_vs_grpo.py" in line)
+    assert "| not run | not run | 1 / 1 / 0 / 0 / 0 of 2 (`frontier-habit`" in row
+    assert "| `frontier` settings: the paper's test; the control |" in text
+    assert claims.design_tally("frontier", "00_base_models", home) == "-"
+    assert claims.design_summary("frontier", home) in text
+    assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in text
 
 
 def test_counts_show_every_status_and_refuse_an_unknown_one():

@@ -77,8 +77,11 @@ def test_readme_claims_and_registration_agree_with_a_recomputation_of_the_bundle
     assert len(moved(statuses, "rule")) == 8 and all(s.registered == s.rule_now or s.registered ==
                                                      "undecidable at this design" for s in statuses)
     readme, claims_md = paths.README_PATH.read_text(), paths.CLAIMS_PATH.read_text()
-    summary = claims.design_summary("frontier", home)  # the tallies (every status) and the deviation lines
-    assert summary in readme and summary.split("\n", 1)[1] in claims_md
+    assert claims.design_summary("frontier", home) in readme  # what the tallies count, the redraw and deviations
+    for c in claims.CLAIMS:  # each claim's tally (every status, shared measurements once) in both files
+        row = next(line for line in readme.splitlines() if f"notebooks/{c.id}.py" in line)
+        assert f"| {claims.design_tally('frontier', c.id, home)} |" in row
+    assert "\n".join(claims.tally_table("frontier", home)) in claims_md
     for line in claims.deviation_lines("frontier", home):
         assert line in readme and line in claims_md
     assert render_section() in preregistration.PATH.read_text()

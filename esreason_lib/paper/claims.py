@@ -148,9 +148,13 @@ def _render(home: str | Path | None) -> tuple[str, str]:
 
 def readme_table(home: str | Path | None = None) -> list[str]:
     """The README's findings table: one short line per claim (tiny's records): the claim in its `short` words, the
-    paper's test and the control, each with its status and headline effect [95% CI], and the figures; the whole
-    claim and every check are in papers/claims.md."""
-    lines = ["| finding (notebook) | the paper's test | the control | figures |", "|---|---|---|---|"]
+    paper's test and the control, each with its status and headline effect [95% CI], for each design that ran the
+    tally of each test over its settings (`design_tally`), and the figures; the whole claim and every check are in
+    papers/claims.md."""
+    designs = [name for name in DESIGNS if _design_records(name, home)]
+    lines = ["| finding (notebook) | the paper's test | the control | "
+             + "".join(f"`{d}` settings: the paper's test; the control | " for d in designs) + "figures |",
+             "|---|---|---|" + "---|" * len(designs) + "---|"]
     for c in CLAIMS:
         rec = read_record(c.id, None, home)
         roles = test_statuses(rec)
@@ -158,8 +162,10 @@ def readme_table(home: str | Path | None = None) -> list[str]:
                  (f"**{rec['status']}**" if rec and r == "paper" else "-") for r in ("paper", "control")]
         if rec is None:
             cells = ["not run", "not run"]
+        tallies = "".join(f"{design_tally(d, c.id, home)} | " for d in designs)
         figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
-        lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {figures} |")
+        lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {tallies}"
+                     f"{figures} |")
     return lines + ["", "Every check, both presets and what each pair of statuses means: "
                     "[papers/claims.md](papers/claims.md)."]
 
@@ -222,6 +228,15 @@ def _tally_cell(found: list[tuple[tuple[str, ...], str]]) -> str:
     shared = [" = ".join(f"`{s}`" for s in settings) for settings, _ in found if len(settings) > 1]
     return (" / ".join(str(v) for v in n.values()) + f" of {len(found)}"
             + (f" ({'; '.join(shared)}: one measurement)" if shared else ""))
+
+
+def design_tally(design: str, finding_id: str, home: str | Path | None = None) -> str:
+    """"2 / 0 / 1 / 0 / 1 of 4; 0 / 3 / 1 / 0 / 0 of 4": the paper's test's and the control's statuses of
+    `finding_id` counted over `design`'s measurements (`measurements`, `_tally_cell`); "-" for the setup check."""
+    if next(c.kind for c in CLAIMS if c.id == finding_id) != "claim":
+        return "-"
+    mine = [r for r in _design_records(design, home) if r["id"] == finding_id]
+    return "; ".join(_tally_cell(measurements(mine, role)) for role in ("paper", "control"))
 
 
 def tally_table(design: str, home: str | Path | None = None) -> list[str]:
@@ -289,11 +304,13 @@ def _tally_intro(design: str) -> str:
 
 
 def design_summary(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
-    """The README's part of a design: the tally table (`tally_table`), the redraw line (`keep_line`) and the
-    deviation lines; every row is in papers/claims.md."""
+    """The README's paragraph under its table for a design: what its column counts (`design_tally`), the redraw
+    line (`keep_line`) and the deviation lines; every row is in papers/claims.md."""
     keeps = redraw_keeps(_design_records(design, home)) if keeps is None else keeps
-    return "\n".join([f"The `{design}` design: per claim, " + _tally_intro(design), "", *tally_table(design, home),
-                      "", keep_line(keeps), "", "\n\n".join(deviation_lines(design, home)), ""]) + "\n"
+    legend = (f"The `{design}` column counts, per test, {COUNTED} over its settings "
+              f"({', '.join(f'`{s}`' for s in DESIGNS[design])}), of Y measurements (settings that share one "
+              "measurement count once).")
+    return " ".join([legend, keep_line(keeps), *deviation_lines(design, home)]).strip() + "\n"
 
 
 def _shown(path: Path | None) -> set[str]:
