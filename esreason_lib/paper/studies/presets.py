@@ -80,7 +80,7 @@ class Preset:
     eval: EvalSpec
     """The evaluation protocol shared by every method."""
     seeds: tuple[int, ...]
-    """Training seeds of every verdict that compares trained models (at least `findings.MIN_SEEDS` to resolve one)."""
+    """Training seeds of every verdict that compares trained models (at least `status.MIN_SEEDS` to resolve one)."""
     device: str
     """Torch device for evaluation ("auto" picks CUDA when available)."""
     comparison: ComparisonSpec
