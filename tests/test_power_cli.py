@@ -71,12 +71,17 @@ def test_power_and_the_claims_give_every_check_the_same_status(tmp_path):
     b = problem + rng.normal(0, 0.05, (3, 200))
     checks = [effect_check(f"effect {e:+.2f}", problem + e + rng.normal(0, 0.05, (3, 200)), b, delta=delta)
               for e, delta in ((0.02, 0.05), (-0.05, 0.003), (0.0, 0.5), (0.001, 0.01), (-0.001, 0.002))]
-    records.record_finding("05_forgetting", make_finding("synthetic", checks), preset="tiny", home=tmp_path)
+    finding = make_finding("synthetic", checks)
+    records.record_finding("05_forgetting", finding, preset="tiny", home=tmp_path)
     stored = stored_check_objects("tiny", tmp_path)
     table = oc_table(stored).set_index("check")
     rec = records.read_record("05_forgetting", "tiny", tmp_path)
-    shown = {f"05_forgetting: {c['name']}": c["status"] for c in rec["checks"]}
+    shown = {f"05_forgetting: {c['name']}": c["status"] for c in rec["checks"]}  # what papers/claims.md prints
     assert table["status"].to_dict() == shown
+    from esreason_lib.paper.summary import verdict_table  # the notebooks' table (matplotlib: imported here only)
+
+    notebook = verdict_table(finding)  # what the notebook shows under its finding
+    assert {f"05_forgetting: {n}": s for n, s in zip(notebook["check"], notebook["status"])} == shown
     assert len(set(shown.values())) >= 3  # several outcomes, not one
     wrong = stored["05_forgetting: effect -0.05"]
     assert shown["05_forgetting: effect -0.05"] == "not reproduced" and wrong.oc[0] < 0.5  # counted, though weak
