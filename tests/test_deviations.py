@@ -39,6 +39,8 @@ def test_recompute_gives_each_test_three_ways_and_moved_lists_the_changes():
     assert co_primary_names(old, test) == ["still"] and recompute(old)[0] == paper
     with pytest.raises(ValueError, match="stage"):
         Deviation("2026-12-07", "x", "", "w", "y", stage="later")
+    with pytest.raises(ValueError, match="stage must be 'rule' or 'test', got 'later'"):
+        moved([paper], "later")
 
 
 def test_the_registration_appends_the_deviations_and_keeps_its_registered_text():

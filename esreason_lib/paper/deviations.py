@@ -123,7 +123,10 @@ def recompute(record: dict) -> list[TestStatuses]:
 def moved(statuses, stage: str) -> tuple[tuple[str, str, str, str, str], ...]:
     """(setting, finding id, role, before, after) of every test in `statuses` whose status `stage` ("rule" or
     "test") changed."""
-    before, after = {"rule": ("registered", "rule_now"), "test": ("rule_now", "now")}[stage]
+    stages = {"rule": ("registered", "rule_now"), "test": ("rule_now", "now")}
+    if stage not in stages:
+        raise ValueError(f"stage must be 'rule' or 'test', got {stage!r}")
+    before, after = stages[stage]
     return tuple((s.setting, s.finding_id, s.role, getattr(s, before), getattr(s, after)) for s in statuses
                  if getattr(s, before) != getattr(s, after))
 

@@ -136,7 +136,8 @@ def report(preset, home=None) -> str:
                            SIZING_DESIGN)):
         table = oc_table(objects, design)
         lines += [f"operating characteristic {title} (simulated from each check's stored components; `undecidable`: "
-                  "the interval outcomes the status rule would not count there, `findings.status`):",
+                  "the interval outcomes the status rule would not count there, `status.undecidable_outcomes`; "
+                  "`status`: what the claims show):",
                   table.round(2).to_string(index=False),
                   f"{(table['undecidable'] == '').sum()} of {len(table)} checks count every outcome there"]
     return "\n".join(lines)
