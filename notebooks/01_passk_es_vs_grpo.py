@@ -51,7 +51,6 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import (
     arm_label,
     figure_legend,
@@ -64,6 +63,7 @@ from esreason_lib.paper.plots import (
     save_figure,
     use_paper_style,
 )
+from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.comparison import (
     compute,
     entropy_change,

@@ -52,8 +52,8 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import color_for, figure_legend, plot_grouped_bars, plot_xy, save_figure, use_paper_style
+from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.studies.sparsity import compute, drift_summary, finding, reset_checks
 from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table

@@ -44,8 +44,8 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.claims import record_finding
 from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, save_figure, use_paper_style
+from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from esreason_lib.paper import claims
+from esreason_lib.paper import claims, records
 from esreason_lib.store.integrity import RunStoreWarning
 
 GOOD = {"id": "05_forgetting", "status": "not reproduced", "sentence": "kept", "preset": "tiny",
@@ -31,7 +31,7 @@ def test_a_malformed_record_is_skipped_with_a_warning_naming_it(tmp_path, record
     path = _write(tmp_path, record)
     with pytest.warns(RunStoreWarning, match=str(path)):
         table = claims.render_claims(tmp_path)
-        assert claims.read_record("05_forgetting", None, tmp_path) is None
+        assert records.read_record("05_forgetting", None, tmp_path) is None
     row = next(line for line in table.splitlines() if "05_forgetting" in line)
     assert "not run yet" in row
 

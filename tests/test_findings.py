@@ -4,8 +4,6 @@ from scipy import stats
 
 from esreason_lib.paper.findings import (
     MDE_FACTOR,
-    STATUSES,
-    UNDECIDABLE,
     Check,
     Finding,
     Test,
@@ -17,6 +15,7 @@ from esreason_lib.paper.findings import (
     power_statement,
 )
 from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
+from esreason_lib.paper.status import STATUSES, UNDECIDABLE
 
 
 def check(low, high, effect=None, **kw):
@@ -324,3 +323,18 @@ def test_crossed_resample_draws_rows_then_shared_columns():
     assert np.array_equal(rows, again.integers(0, 3, size=(500, 3)))  # rows first: one stream, one order
     with pytest.raises(ValueError, match="n_boot"):
         crossed_resample(np.random.default_rng(0), 0, 3, 7)
+
+
+def test_redraw_keep_is_high_far_from_a_boundary_and_about_half_on_one():
+    from esreason_lib.paper.findings import redraw_keep
+
+    rng = np.random.default_rng(3)
+    a, b = _arms(rng, 0.0)
+    base = effect_check("two arms", a, b)
+    se = (base.ci_high - base.ci_low) / (2 * 1.96)
+    far = effect_check("far", a + 10 * se, b)
+    edge = effect_check("edge", a + (base.ci_high - 2 * base.effect), b)  # the CI's low end sits on 0
+    assert far.status == "reproduced" and redraw_keep([far], n_sims=100) > 0.95
+    assert abs(edge.ci_low) < 1e-9 and 0.2 < redraw_keep([edge], n_sims=100) < 0.8
+    assert redraw_keep([far, far], n_sims=20) == redraw_keep([far], n_sims=20)  # both parts hold: the same
+    assert redraw_keep([check(0.1, 0.2)]) is None  # a hand-made check has no components

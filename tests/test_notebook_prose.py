@@ -1,5 +1,5 @@
 """The notebooks' prose tells the one status rule (docs/statuses.md): each notebook displays `summary.status_rule`
-(its tests and primary checks as `studies.registry.TESTS` declares them), and no markdown cell restates an older rule
+(its tests and primary checks as `studies.registry.CLAIMS` declares them), and no markdown cell restates an older rule
 (all checks ANDed into the status, a CI excluding delta called `not reproduced`, the control called the verdict)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from esreason_lib.paper.studies.registry import TESTS
+from esreason_lib.paper.studies.registry import CLAIMS
 from esreason_lib.paper.summary import STATUS_RULE, status_rule
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -21,6 +21,9 @@ OLD_RULES = {
     r"`not resolved` when an interval contains zero": "`not resolved`: the interval holds the threshold and delta",
 }
 """Phrases of rules the notebooks once stated, and what the one rule says instead."""
+
+TESTS = {c.id: c.tests for c in CLAIMS}
+"""Each claim's declared tests (`registry.TestSpec`: paper's test first), by notebook stem."""
 
 
 def markdown_cells(source: str) -> list[str]:

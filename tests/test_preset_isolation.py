@@ -15,8 +15,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from esreason_lib import paths  # noqa: E402
-from esreason_lib.paper import claims  # noqa: E402
+from esreason_lib.paper import claims, records  # noqa: E402
 from esreason_lib.paper.findings import Check, make_finding  # noqa: E402
+from esreason_lib.paper.studies import registry  # noqa: E402
 
 NOTEBOOK = paths.NOTEBOOK_DIR / "00_base_models.py"  # the shortest notebook at smoke (~20 s)
 
@@ -35,8 +36,8 @@ def tiny_world(tmp_path, monkeypatch):
     monkeypatch.setenv("ESREASON_HOME", str(home))
     monkeypatch.setenv("ESREASON_FIGURES", str(figures))
     monkeypatch.setattr(paths, "BUILD_DIR", build)
-    for c in claims.CLAIMS:
-        claims.record_finding(c.id, make_finding(f"tiny {c.id}", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny")
+    for c in registry.CLAIMS:
+        records.record_finding(c.id, make_finding(f"tiny {c.id}", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny")
         for name in c.figure.split(", "):
             for suffix in (".png", ".pdf"):
                 (figures / f"{name}{suffix}").parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +67,7 @@ def test_smoke_through_the_library_calls_leaves_tiny_untouched(tiny_world):
     fig, _ = plt.subplots()
     saved = save_figure(fig, "00_base_passk", preset="smoke")
     plt.close(fig)
-    record = claims.record_finding("00_base_models", make_finding("smoke", [Check("e", 0.0, -0.1, 0.1, 0.05)]),
+    record = records.record_finding("00_base_models", make_finding("smoke", [Check("e", 0.0, -0.1, 0.1, 0.05)]),
                                    preset="smoke")
     assert saved[0] == tiny_world["figures"] / "smoke" / "00_base_passk.png"
     assert record == tiny_world["home"] / "findings" / "smoke" / "00_base_models.json"
@@ -87,7 +88,7 @@ def test_smoke_through_the_cli_and_plain_papermill_leaves_tiny_untouched(tiny_wo
     assert "smoke test: numbers mean nothing" in capsys.readouterr().out  # the claims step names it, writes nothing
     assert (tiny_world["build"] / "smoke" / f"{NOTEBOOK.stem}.ipynb").is_file()
     assert (tiny_world["figures"] / "smoke" / "00_base_passk.png").is_file()
-    assert claims.read_record("00_base_models", "smoke")["preset"] == "smoke"
+    assert records.read_record("00_base_models", "smoke")["preset"] == "smoke"
     assert _tiny_files(tiny_world) == tiny_world["before"]
 
     shutil.rmtree(tiny_world["figures"] / "smoke")
@@ -132,16 +133,16 @@ def test_a_redraw_that_computes_the_same_finding_keeps_its_record_and_time(tmp_p
     import json
 
     home = tmp_path / "runs"
-    path = claims.record_finding("05_forgetting", make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
+    path = records.record_finding("05_forgetting", make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
                                  preset="tiny", home=home)
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "time": "2020-01-02T03:04:05+00:00"}, indent=1))
     before = path.read_bytes()
-    claims.record_finding("05_forgetting", make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny",
+    records.record_finding("05_forgetting", make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny",
                           home=home)
     assert path.read_bytes() == before
     assert "2020-01-02" in claims.render_claims(home)
-    claims.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
+    records.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
                           preset="tiny", home=home)
     assert json.loads(path.read_text())["time"] != "2020-01-02T03:04:05+00:00"
 
@@ -157,14 +158,14 @@ def test_redrawing_an_imported_record_keeps_its_time_and_its_mark(tmp_path):
 
     home = tmp_path / "runs"
     finding = make_finding("kept", [Check("e", 0.2, 0.1, 0.3, 0.05)])
-    path = claims.record_finding("05_forgetting", finding, preset="tiny", home=home)
+    path = records.record_finding("05_forgetting", finding, preset="tiny", home=home)
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "time": "2020-01-02T03:04:05+00:00", IMPORTED: True}, indent=1))
-    claims.record_finding("05_forgetting", finding, preset="tiny", home=home)
+    records.record_finding("05_forgetting", finding, preset="tiny", home=home)
     redrawn = json.loads(path.read_text())
     assert redrawn["time"] == "2020-01-02T03:04:05+00:00" and redrawn[IMPORTED] is True
     assert "(preset `tiny`, 2020-01-02) |" in claims.render_claims(home)
-    claims.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
+    records.record_finding("05_forgetting", make_finding("changed", [Check("e", 0.2, 0.1, 0.3, 0.05)]),
                           preset="tiny", home=home)
     changed = json.loads(path.read_text())
     assert IMPORTED not in changed and changed["time"] != "2020-01-02T03:04:05+00:00"

@@ -16,7 +16,7 @@ import threading
 import pandas as pd
 import pytest
 
-from esreason_lib.paper import claims, provenance
+from esreason_lib.paper import claims, provenance, records
 from esreason_lib.paper.findings import Check, make_finding
 from esreason_lib.paper.provenance import BundleMismatch, carried, first_difference, registered_late, registration
 from esreason_lib.store import bundle
@@ -32,7 +32,7 @@ def _redraw(home):
     table = cached("eval", {"model": "es"}, ("curve",), lambda: {"curve": pd.DataFrame({"k": [1], "pass": [0.5]})},
                    seed=0, home=home)["curve"]
     effect = float(table["pass"].iloc[0])
-    return claims.record_finding(FINDING, make_finding("es", [Check("e", effect, effect - 0.1, effect + 0.1, 0.05)]),
+    return records.record_finding(FINDING, make_finding("es", [Check("e", effect, effect - 0.1, effect + 0.1, 0.05)]),
                                  preset="tiny", home=home)
 
 
@@ -173,10 +173,10 @@ def test_a_design_redraw_compares_without_its_registration(tmp_path, monkeypatch
         "registered_commit": next(commits), "registered_at": "2030-01-01T00:00:00+00:00",
         "registration_sha256": "0" * 64})
     f = make_finding("x", [Check("c", 0.15, 0.1, 0.2, 0.05)])
-    path = claims.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
+    path = records.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
     first = json.loads(path.read_text())
     path.write_text(json.dumps({**first, "time": "2026-01-01T00:00:00+00:00"}))
-    claims.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
+    records.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
     again = json.loads(path.read_text())
     assert again["time"] == "2026-01-01T00:00:00+00:00" and again["registered_commit"] == "b" * 40
     assert "(registered 2030-01-01, after this result was first measured)" in claims.render_design("frontier",
@@ -254,7 +254,7 @@ def test_claims_header_names_the_committed_bundles():
 
 
 def test_write_claims_puts_the_digest_in_the_header(tmp_path):
-    claims.record_finding(FINDING, make_finding("x", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny", home=tmp_path)
+    records.record_finding(FINDING, make_finding("x", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny", home=tmp_path)
     out = tmp_path / "claims.md"
     claims.write_claims(tmp_path, claims_path=out, readme_path=None)
     header = out.read_text().split("| finding |")[0]

@@ -319,3 +319,17 @@ def test_grpo_paths_alone_give_the_same_checks(tables, smoke_store):
         (c.name, c.effect, c.ci_low, c.ci_high) for c in same[1].checks]
     with pytest.raises(ValueError, match="path_methods"):
         replace(preset.comparison, path_methods=("es",))
+
+
+def test_the_paper_test_needs_es_pass1_above_the_base_and_names_arms_at_a_grid_edge():
+    """01's claim is "Pass@1 up and Pass@K above GRPO's": with ES's Pass@1 below the base's, the paper's test fails
+    though its Pass@K lead stands, and the notes say why; a tuned arm alone in its grid is named as untuned."""
+    f = C.finding(_tables(*_arms(base=("base", [6, 6, 6, 6], [6], 1.0)).values()))
+    paper = f.tests[0]
+    assert paper.primary.status == "reproduced" and [c.name for c in paper.also] == [f"ES ({ES}) Pass@1 above base"]
+    assert paper.status == "not reproduced" == f.status
+    assert paper.to_json()["reason"].startswith(f"needs ES ({ES}) Pass@1 above base too: not reproduced")
+    assert any(n.startswith("ES's Pass@1 did not rise above the base's: -0.2500") for n in f.notes)
+    assert f"ES tuned for Pass@1 is {ES}, the only step size tried (untuned)" in f.notes
+    held = C.finding(_tables(*_arms().values()))
+    assert held.tests[0].status == "reproduced" and not any("did not rise" in n for n in held.notes)

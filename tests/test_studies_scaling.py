@@ -103,6 +103,9 @@ def test_finding_reproduced_when_the_gap_shrinks_and_zscore_wins():
     assert rank.effect > 0.2 and none.effect > 0.4
     assert rank.name == "z-score (zscore@0.001) above rank@0.003, best alphas" and rank.delta == 0.15
     assert "not in the status" in f.sentence and "alpha chosen per shaping on the tuning split" in f.sentence
+    assert f.notes == ("zscore tuned on the tuning split is zscore@0.001, the bottom of its grid [0.001, 0.002]: the "
+                       "optimum may lie below", "rank tuned on the tuning split is rank@0.003, the only alpha tried "
+                       "(untuned)", "none tuned on the tuning split is none@0.03, the only alpha tried (untuned)")
 
 
 def test_alpha_is_chosen_on_the_tuning_rows_only():

@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from esreason_lib.paper import claims, summary  # noqa: E402
+from esreason_lib.paper import claims, records, summary  # noqa: E402
 from esreason_lib.paper.findings import Check, make_finding  # noqa: E402
 
 
@@ -38,9 +38,9 @@ def test_the_figure_prints_the_numbers_of_the_readme_and_claims_md_for_the_same_
     side = Check("a secondary", 0.01, -0.02, 0.04, 0.03)
     finding = make_finding("x", [side], tests=[Test("paper", "the paper's", above, (side,)),
                                                Test("control", "noise", below)])
-    claims.record_finding("01_passk_es_vs_grpo", finding, preset="tiny")
+    records.record_finding("01_passk_es_vs_grpo", finding, preset="tiny")
     rows = summary.summary_table().set_index("check")
-    record = claims.read_record("01_passk_es_vs_grpo")
+    record = records.read_record("01_passk_es_vs_grpo")
     readme, full = "\n".join(claims.readme_table()), claims.render_claims()
     for role, check in (("paper", above), ("control", below)):
         row = rows.loc[check.name]
@@ -63,8 +63,8 @@ def test_write_summary_draws_every_stored_check_into_the_presets_folder(tmp_path
     with pytest.raises(ValueError, match="no stored check under .*findings/powered"):
         summary.summary_table("powered")
     checks = [Check("a", 0.2, 0.1, 0.3, 0.05), Check("b", -0.1, -0.2, 0.0, 0.05, direction="less")]
-    claims.record_finding("05_forgetting", make_finding("x", checks), preset="tiny")
-    claims.record_finding("00_base_models", make_finding("y", checks[:1], kind="setup"), preset="powered")
+    records.record_finding("05_forgetting", make_finding("x", checks), preset="tiny")
+    records.record_finding("00_base_models", make_finding("y", checks[:1], kind="setup"), preset="powered")
     assert list(summary.summary_table()["check"]) == ["a", "b"]
     assert summary.write_summary()[0] == tmp_path / "figures" / "summary.png"
     assert summary.write_summary("powered")[0] == tmp_path / "figures" / "powered" / "summary.png"
@@ -108,3 +108,11 @@ def test_verdict_table_has_one_row_per_check_under_its_test():
     assert summary.verdict_lead(make_finding("", [paper])) == ""
     bare = Finding("reproduced", "measured 0.3", (paper,))
     assert summary.verdict_lead(bare) == "measured 0.3" and list(summary.verdict_table(bare)["test"]) == [""]
+
+
+def test_verdict_table_shows_a_co_primary_check_in_its_test():
+    from esreason_lib.paper.findings import Check, Test, make_finding
+
+    lead, moved = Check("Pass@K above GRPO", 0.15, 0.1, 0.2, 0.05), Check("Pass@1 above base", 0.0, -0.01, 0.01, 0.02)
+    table = summary.verdict_table(make_finding("x", tests=[Test("paper", "p", lead, also=(moved,))]))
+    assert list(table["part"]) == ["primary", "co-primary"] and list(table["test"]) == ["paper", "paper"]

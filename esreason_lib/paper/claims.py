@@ -1,111 +1,61 @@
-"""The findings table: what the paper claims, where, and what this project's run measured.
+"""The findings table: what the paper claims, where, and what this project's run measured. Renders only.
 
-Each notebook ends by calling `record_finding(id, finding)` with the `findings.Finding` its study computed from
-its results (status, sentence and checks; never typed by hand). `write_claims()` renders `papers/claims.md` and
-the README's findings table from those records, so both always show the last measured status and numbers. It
-never replaces a result already shown there by "not run yet": when the run store lacks the record of a finding
-that either file shows a result for (an empty or another store), it refuses and writes nothing.
+The claims and their tests are declared once (`studies.registry.CLAIMS`); the notebooks store what they measured
+(`paper.records`). `write_claims()` renders `papers/claims.md` and the README's findings block from those records,
+so both always show the last measured status and numbers. It never replaces a result already shown there by "not
+run yet": when the run store lacks the record of a finding that either file shows a result for (an empty or another
+store), it refuses and writes nothing.
 
-A finding of kind "setup" (notebook 00: the base has the habit it was built to have) is shown in the table and
-never counted in the tally of the paper's claims (`tally`). Each preset's records are kept apart (`findings/` for
-tiny, `findings/<preset>/` for any other: `paths.findings_dir`), so a run at one preset never changes another's rows;
-the table shows tiny and powered (`TABLE_PRESETS`), and a scale never run says "not run". A record keeps the time its
-result was first measured: a redraw that computes the same finding (`make figures`) leaves it byte-identical.
-
-A record with tests holds its tests (the paper's test and the control, each with its status); its
-result cell starts with both and a sentence on what the pair means (`pair_meaning`). The settings of a
-multi-setting design (`presets.DESIGNS`) keep their records apart too; `render_design` gives one row per claim and
-setting and the line "the paper's test holds in X of Y settings, the control in Z of Y". Records without tests
-render as before.
+A finding of kind "setup" (notebook 00: the base has the habit it was built to have) is shown and never counted in
+a tally. The table shows tiny and powered (`TABLE_PRESETS`); a scale never run says "not run". A record with tests
+holds its tests (the paper's test and the control, each with its status); its result cell starts with both and a
+sentence on what the pair means (`pair_meaning`). Every tally counts each status (`status.STATUSES`; `smaller than
+delta` reads "not above delta"). A multi-setting design (`presets.DESIGNS`) gets one row per claim and setting
+(`render_design`), the status the registration gave where it differs (`deviations`), and per claim and test a tally
+over its measurements: settings that share one measurement (the same primary check, to the digit) count once.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from esreason_lib.paper.findings import STATUSES, Finding
-from esreason_lib.paper.notebooks import figure_names
-from esreason_lib.paper.provenance import carried, registered_late
+from esreason_lib.paper.deviations import DEVIATIONS, co_primary_names, moved, recompute
+from esreason_lib.paper.findings import redraw_keep
+from esreason_lib.paper.provenance import registered_late
+from esreason_lib.paper.records import read_record, stored_check, test_statuses
+from esreason_lib.paper.status import STATUSES
 from esreason_lib.paper.studies.presets import DESIGNS
-from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, NOTEBOOK_DIR, README_PATH, findings_dir
+from esreason_lib.paper.studies.registry import CLAIMS
+from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, README_PATH, findings_dir
 from esreason_lib.store.bundle import reviewed_lines
-from esreason_lib.store.integrity import atomic_write_bytes, read_json, warn_store
+from esreason_lib.store.integrity import atomic_write_bytes
 
-
-@dataclass(frozen=True)
-class Claim:
-    """One row of the findings table: a claim of the paper and the notebook that tests it."""
-
-    id: str
-    """Stable key, also the notebook stem that measures it."""
-    claim: str
-    """The paper's claim in one sentence."""
-    where: str
-    """Where the paper makes it."""
-    short: str
-    """The claim in a few words: the README's one short line per claim (`readme_table`)."""
-    kind: str = "claim"
-    """"claim" (counted in the tally) or "setup" (a property of the setup: shown, never counted)."""
-
-    @property
-    def figure(self) -> str:
-        """The figure stems (in `figures/`) that show this project's result: those its notebook saves
-        (`notebooks.figure_names`), comma-separated."""
-        return ", ".join(figure_names(NOTEBOOK_DIR / f"{self.id}.py"))
-
-
-CLAIMS: tuple[Claim, ...] = (
-    Claim("00_base_models", "The base model solves some problems greedily and many more when sampled "
-          "(latent capability).", "setup (base models)", "The base solves more when sampled than greedily",
-          kind="setup"),
-    Claim("01_passk_es_vs_grpo", "ES raises Pass@1 over the base and keeps higher Pass@K than GRPO; GRPO's token "
-          "entropy collapses, ES's does not.", "main results: Pass@K curves, entropy",
-          "ES: Pass@1 up, Pass@K above GRPO's, entropy kept"),
-    Claim("02_js_diversity", "The ES population's JS diversity scales as Lemma 1 predicts, its coverage gain follows "
-          "Lemma 2, and Proposition 1 bounds an update's Pass@K (the paper's account of ES's Pass@K gain).",
-          "Lemmas 1-3, Proposition 1", "ES's diversity and coverage follow Lemmas 1-2 and Prop. 1"),
-    Claim("03_sequential", "GRPO->ES (and ES->GRPO) at an equal update budget combine Pass@1 and Pass@K gains.",
-          "sequential training", "GRPO then ES combines Pass@1 and Pass@K gains"),
-    Claim("04_sparsity", "Resetting the many small ES updates to the base weights keeps the task gain "
-          "(functional sparsity).", "functional sparsity", "Resetting ES's small updates keeps the gain (sparsity)"),
-    Claim("05_forgetting", "ES does not cause catastrophic forgetting on held-out tasks.", "forgetting",
-          "ES does not forget held-out tasks"),
-    Claim("06_population_scaling", "Larger models need a smaller ES population; z-score reward normalization matters.",
-          "Table 6, normalization ablation", "Larger models need smaller populations; z-scoring matters"),
-)
-_BY_ID = {c.id: c for c in CLAIMS}
 TABLE_PRESETS = (DEFAULT_PRESET, "powered")
 """The presets whose records the findings table shows (tiny's rows, powered's column and table); any other preset's
 records (smoke, tiny-exact: `esreason compare-findings`) are kept in the store and never shown there."""
-DESIGN_SETTINGS = tuple(s for settings in DESIGNS.values() for s in settings)
-"""The presets that are settings of a multi-setting design (their records name their registration commit)."""
 PAPER_SAYS = {"reproduced": "holds as the paper tests it", "not reproduced": "fails as the paper tests it",
-              "smaller than delta": "as the paper tests it, smaller than delta",
+              "smaller than delta": "as the paper tests it, not above delta",
               "not resolved": "not resolved as the paper tests it",
               "undecidable at this design": "the paper's test cannot go either way here"}
 """What the paper's test's status says, as the first half of `pair_meaning`."""
 CONTROL_SAYS = {"reproduced": "survives the control", "not reproduced": "the control goes against it",
-                "smaller than delta": "under the control, smaller than delta (the alternative leaves no effect "
-                                      "of interest)",
+                "smaller than delta": "under the control, not above delta (the alternative leaves less than delta)",
                 "not resolved": "the control cannot tell", "undecidable at this design":
                 "the control cannot go either way here"}
 """What the control's status adds, as the second half of `pair_meaning`."""
+ROLE_NAMES = {"paper": "the paper's test", "control": "the control"}
+COUNTED = ("reproduced / not reproduced / smaller than delta (not above delta) / not resolved / undecidable at this "
+           "design")
+"""The order of the counts in a design's tally table (`STATUSES`)."""
 
 
 def pair_meaning(paper: str, control: str | None) -> str:
     """One sentence on what the paper's test and the control mean together, e.g. "holds as the paper tests it;
-    under the control, smaller than delta (the alternative leaves no effect of interest)"."""
+    under the control, not above delta (the alternative leaves less than delta)"."""
     if control is None:
         return PAPER_SAYS[paper]
     return PAPER_SAYS[paper] + "; " + CONTROL_SAYS[control]
-
-
-def test_statuses(rec: dict | None) -> dict[str, str]:
-    """{role: status} of a record's tests (empty for a record written before tests existed, or None)."""
-    return {t["role"]: t["status"] for t in (rec or {}).get("tests", [])}
 
 
 def tests_text(rec: dict) -> str:
@@ -118,67 +68,42 @@ def tests_text(rec: dict) -> str:
     return "; ".join(parts) + f"; {pair_meaning(roles.get('paper', tests[0]['status']), roles.get('control'))}. "
 
 
-def records_dir(preset: str | None = None, home: str | Path | None = None) -> Path:
-    """Where the finding records of `preset` live: `findings/` for tiny (or None), `findings/<preset>/` for any
-    other (`paths.findings_dir`)."""
-    return findings_dir(home, preset)
-
-
-def record_path(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> Path:
-    """Where the record of `finding_id` under `preset` lives (in `records_dir(preset, home)`)."""
-    return records_dir(preset, home) / f"{finding_id}.json"
-
-
-def read_record(finding_id: str, preset: str | None = None, home: str | Path | None = None) -> dict | None:
-    """The stored record, or None when that scale was never run; a malformed record (not JSON, not an object, an
-    unknown status, no time or preset) is skipped as if absent, with a warning naming it."""
-    path = record_path(finding_id, preset, home)
-    record = read_json(path)
-    if record is None:
-        return None
-    if not (record.get("status") in STATUSES and isinstance(record.get("time"), str) and
-            isinstance(record.get("preset"), str)):
-        warn_store(f"{path}: not a finding record (status {record.get('status')!r:.40}, time or preset missing); "
-                   "skipped")
-        return None
-    return record
+def counts(statuses, extra: tuple[str, ...] = ()) -> dict[str, int]:
+    """{status: how many of `statuses` have it} for every status of `STATUSES` (zeros included), then `extra`."""
+    statuses = list(statuses)
+    unknown = [s for s in statuses if s not in STATUSES + extra]
+    if unknown:
+        raise ValueError(f"statuses must be among {STATUSES + extra}, got {unknown}")
+    return {s: statuses.count(s) for s in STATUSES + extra}
 
 
 def tally(home: str | Path | None = None, preset: str | None = None) -> str:
-    """One sentence: how many of the paper's claims (kind "claim") are reproduced / not reproduced / not resolved
-    / not run at this scale; setup checks are not counted."""
-    counts = {s: 0 for s in STATUSES} | {"not run": 0}
-    for c in CLAIMS:
-        if c.kind != "claim":
-            continue
-        rec = read_record(c.id, preset, home)
-        counts[rec["status"] if rec else "not run"] += 1
-    n = sum(counts.values())
+    """One sentence: of the paper's claims (kind "claim"; the setup check is not counted), how many paper tests
+    and how many controls have each status, or were not run, at `preset`."""
+    recs = [read_record(c.id, preset, home) for c in CLAIMS if c.kind == "claim"]
+    parts = []
+    for role in ("paper", "control"):
+        got = [("not run" if r is None else test_statuses(r).get(role, r["status"] if role == "paper" else "-"))
+               for r in recs]
+        n = counts([g for g in got if g != "-"], ("not run",))
+        parts.append(f"{ROLE_NAMES[role]} " + ", ".join(f"{v} {k}" for k, v in n.items()))
     scale = "last run" if preset in (None, DEFAULT_PRESET) else preset
-    shown = {k: v for k, v in counts.items() if v or k in ("reproduced", "not reproduced", "not resolved", "not run")}
-    return (f"{scale}: of the paper's {n} claims tested here, " + ", ".join(f"{v} {k}" for k, v in shown.items())
+    return (f"{scale}: of the paper's {len(recs)} claims tested here, " + "; ".join(parts)
             + " (the setup check of notebook 00 is not counted)")
 
 
-def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str | Path | None = None) -> Path:
-    """Store the computed `finding` (status, sentence, checks) for `finding_id` (one of `CLAIMS`) in `preset`'s
-    records. Its `time` is when this result was first measured: the stored record's time when the record held the
-    same finding (a redraw from stored results), else now; such a redraw of a record imported from a result bundle
-    keeps its imported mark too, and under `make figures` must be that record (`provenance.carried`)."""
-    if finding_id not in _BY_ID:
-        raise ValueError(f"finding_id {finding_id!r} is not one of {sorted(_BY_ID)}")
-    if not isinstance(finding, Finding):
-        raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
-    path = record_path(finding_id, preset, home)
-    record = {"id": finding_id, **finding.to_json(), "preset": preset}
-    record.update(carried(record, read_record(finding_id, preset, home) or {}, registered=preset in DESIGN_SETTINGS))
-    atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
-    return path
+def headline(rec: dict | None, role: str = "paper") -> str:
+    """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), or
+    "" when the record has no such test."""
+    test = next((t for t in (rec or {}).get("tests", []) if t["role"] == role), None)
+    check = next((c for c in (rec or {}).get("checks", []) if test and c["name"] == test["primary"]), None)
+    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}]" if check else ""
 
 
 def render_claims(home: str | Path | None = None, powered_table: bool = True) -> str:
     """The findings table as Markdown (rows without a record say so), then, when the `powered` preset has
-    records, its findings with their results (with `powered_table`; else one line pointing to papers/claims.md)."""
+    records, its findings with their results, the tallies and each design's rows (with `powered_table`); else the
+    README's block: the short table and each design's summary (`design_summary`)."""
     return _render(home)[0 if powered_table else 1]
 
 
@@ -210,25 +135,21 @@ def _render(home: str | Path | None) -> tuple[str, str]:
         full = lines + ["", "The same findings under the `powered` design (`make reproduce PRESET=powered`):", "",
                         "| finding | notebook | status | this project's result |", "|---|---|---|---|", *powered_rows]
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
-    ran = [name for name in DESIGNS if _design_ran(name, home)]
-    designs = "".join("\n" + render_design(name, home) for name in ran)
-    readme_designs = "".join("\n" + design_line(name, home) + "\n" for name in ran)
-    return "\n".join(full) + tallies + designs, "\n".join(short) + tallies + readme_designs
-
-
-def headline(rec: dict | None, role: str = "paper") -> str:
-    """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), or
-    "" when the record has no such test."""
-    test = next((t for t in (rec or {}).get("tests", []) if t["role"] == role), None)
-    check = next((c for c in (rec or {}).get("checks", []) if test and c["name"] == test["primary"]), None)
-    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}]" if check else ""
+    keeps = {name: redraw_keeps(_design_records(name, home)) for name in DESIGNS if _design_records(name, home)}
+    designs = "".join("\n" + render_design(name, home, k) for name, k in keeps.items())
+    readme_designs = "".join("\n" + design_summary(name, home, k) for name, k in keeps.items())
+    return "\n".join(full) + tallies + designs, "\n".join(short) + "\n" + readme_designs
 
 
 def readme_table(home: str | Path | None = None) -> list[str]:
     """The README's findings table: one short line per claim (tiny's records): the claim in its `short` words, the
-    paper's test and the control, each with its status and headline effect [95% CI], and the figures; the whole
-    claim and every check are in papers/claims.md."""
-    lines = ["| finding (notebook) | the paper's test | the control | figures |", "|---|---|---|---|"]
+    paper's test and the control, each with its status and headline effect [95% CI], for each design that ran the
+    tally of each test over its settings (`design_tally`), and the figures; the whole claim and every check are in
+    papers/claims.md."""
+    designs = [name for name in DESIGNS if _design_records(name, home)]
+    lines = ["| finding (notebook) | the paper's test | the control | "
+             + "".join(f"`{d}` settings: the paper's test; the control | " for d in designs) + "figures |",
+             "|---|---|---|" + "---|" * len(designs) + "---|"]
     for c in CLAIMS:
         rec = read_record(c.id, None, home)
         roles = test_statuses(rec)
@@ -236,62 +157,155 @@ def readme_table(home: str | Path | None = None) -> list[str]:
                  (f"**{rec['status']}**" if rec and r == "paper" else "-") for r in ("paper", "control")]
         if rec is None:
             cells = ["not run", "not run"]
+        tallies = "".join(f"{design_tally(d, c.id, home)} | " for d in designs)
         figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
-        lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {figures} |")
+        lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {tallies}"
+                     f"{figures} |")
     return lines + ["", "Every check, both presets and what each pair of statuses means: "
                     "[papers/claims.md](papers/claims.md)."]
 
 
-def _design_ran(design: str, home) -> bool:
-    """Whether any setting of `design` has a record."""
-    return any(read_record(c.id, s, home) for s in DESIGNS[design] for c in CLAIMS)
+# ------------------------------------------------------------------------------------ multi-setting designs
 
 
-def render_design(design: str, home: str | Path | None = None) -> str:
-    """The claims of a multi-setting design (`presets.DESIGNS`): one row per claim and setting with the paper's
-    test, the control and what the pair means; per claim the line "the paper's test holds in X of Y settings,
-    the control in Z of Y" (Y: the settings that ran it; a test holds when `reproduced`)."""
-    lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`):", "",
-             "| finding | setting | paper's test | control | what the pair means |", "|---|---|---|---|---|"]
-    records = _design_records(design, home)
-    for c, ran in records:
-        for s, r in ran.items():
-            lines.append(f"| `{c.id}` | `{s}` | {r.get('paper', '-')} | {r.get('control', '-')} | "
-                         f"{pair_meaning(r['paper'], r.get('control')) if 'paper' in r else '-'}"
-                         f"{registered_late(read_record(c.id, s, home))} |")
-    return "\n".join(lines + [""] + _tally_lines(records)) + "\n"
+def _design_records(design: str, home) -> list[dict]:
+    """Every record with tests of a claim (kind "claim") of `design`'s settings, claim by claim, setting by
+    setting."""
+    recs = [read_record(c.id, s, home) for c in CLAIMS if c.kind == "claim" for s in DESIGNS[design]]
+    return [r for r in recs if r is not None and r.get("tests")]
 
 
-def _design_records(design: str, home) -> list[tuple]:
-    """[(claim, {setting: {role: status}})] for each claim of `design`, over the settings that ran it."""
-    out = []
-    for c in (c for c in CLAIMS if c.kind == "claim"):
-        ran = {s: test_statuses(read_record(c.id, s, home)) for s in DESIGNS[design]}
-        out.append((c, {s: r for s, r in ran.items() if r}))
+def measurements(records: list[dict], role: str) -> list[tuple[tuple[str, ...], str]]:
+    """[(settings, status)] of the `role` test over `records` (one claim's, one per setting; the status as
+    `deviations.recompute` gives it now): settings whose test has the same primary and co-primary checks, to the
+    digit (name, effect, interval), are one measurement, counted once."""
+    groups: dict[tuple, tuple[list[str], str]] = {}
+    for rec in records:
+        test = next((t for t in rec["tests"] if t["role"] == role), None)
+        if test is None:
+            continue
+        names = [test["primary"], *co_primary_names(rec, test)]
+        key = tuple((c["name"], c["effect"], c["ci_low"], c["ci_high"]) for n in names for c in rec["checks"]
+                    if c["name"] == n)
+        now = next(s.now for s in recompute(rec) if s.role == role)
+        groups.setdefault(key, ([], now))[0].append(rec["preset"])
+    return [(tuple(settings), status) for settings, status in groups.values()]
+
+
+def redraw_keeps(records: list[dict]) -> dict[tuple[str, str, str], float | None]:
+    """{(setting, finding id, role): P(a full redraw keeps the test's status)} (`findings.redraw_keep` of its
+    primary and co-primary checks) for each test of `records`."""
+    out = {}
+    for rec in records:
+        for test in rec["tests"]:
+            names = [test["primary"], *co_primary_names(rec, test)]
+            out[rec["preset"], rec["id"], test["role"]] = redraw_keep([stored_check(rec, n) for n in names])
     return out
 
 
-def design_line(design: str, home: str | Path | None = None) -> str:
-    """The design's X-of-Y tally (`render_design`) in one line for the README: per claim 01-06, in how many of the
-    settings that ran it the paper's test and the control hold (each setting's rows are in papers/claims.md)."""
-    records = _design_records(design, home)
-    held = {role: "/".join(str(_held(ran, role)) for _, ran in records) for role in ("paper", "control")}
-    runs = "/".join(str(len(ran)) for _, ran in records)
-    return (f"The `{design}` design ({', '.join(f'`{s}`' for s in DESIGNS[design])}): for claims "
-            f"{'-'.join(c.id[:2] for c in (records[0][0], records[-1][0]))}, the paper's test holds in {held['paper']} "
-            f"of {runs} settings, the control in {held['control']} (papers/claims.md).")
+def keep_line(keeps: dict, at: float = 0.8) -> str:
+    """One sentence on `redraw_keeps`: how many tests keep their status on a redraw with probability >= `at`."""
+    known = [p for p in keeps.values() if p is not None]
+    if not known:
+        return ""
+    return (f"On a full redraw (new seeds and problems, the same design), a test keeps its status with the "
+            f"probability its own variance gives (`findings.redraw_keep`, in brackets in each row of "
+            f"papers/claims.md): {sum(p >= at for p in known)} of these {len(known)} tests keep it with probability "
+            f">= {at:g}, {sum(p < 0.5 for p in known)} with probability below 0.5.")
 
 
-def _held(ran: dict, role: str) -> int:
-    """In how many of the settings `ran` ({setting: {role: status}}) the test `role` is `reproduced`."""
-    return sum(r.get(role) == "reproduced" for r in ran.values())
+def _tally_cell(found: list[tuple[tuple[str, ...], str]]) -> str:
+    """"3 / 0 / 0 / 0 / 1 of 4" (counts in `STATUSES` order over the measurements), with the settings that share
+    one measurement named."""
+    if not found:
+        return "not run"
+    n = counts(status for _, status in found)
+    shared = [" = ".join(f"`{s}`" for s in settings) for settings, _ in found if len(settings) > 1]
+    return (" / ".join(str(v) for v in n.values()) + f" of {len(found)}"
+            + (f" ({'; '.join(shared)}: one measurement)" if shared else ""))
 
 
-def _tally_lines(records: list[tuple]) -> list[str]:
-    """Per claim of `_design_records`, "the paper's test holds in X of Y settings, the control in Z of Y" (Y: the
-    settings that ran it; a test holds when `reproduced`)."""
-    return [f"- `{c.id}`: the paper's test holds in {_held(ran, 'paper')} of {len(ran)} settings, the control in "
-            f"{_held(ran, 'control')} of {len(ran)}" + ("" if ran else " (not run)") for c, ran in records]
+def design_tally(design: str, finding_id: str, home: str | Path | None = None) -> str:
+    """"2 / 0 / 1 / 0 / 1 of 4; 0 / 3 / 1 / 0 / 0 of 4": the paper's test's and the control's statuses of
+    `finding_id` counted over `design`'s measurements (`measurements`, `_tally_cell`); "-" for the setup check."""
+    if next(c.kind for c in CLAIMS if c.id == finding_id) != "claim":
+        return "-"
+    mine = [r for r in _design_records(design, home) if r["id"] == finding_id]
+    return "; ".join(_tally_cell(measurements(mine, role)) for role in ("paper", "control"))
+
+
+def tally_table(design: str, home: str | Path | None = None) -> list[str]:
+    """Per claim of `design`, the paper's test's and the control's statuses counted over their measurements
+    (`measurements`), every status shown."""
+    recs = _design_records(design, home)
+    lines = [f"| claim | the paper's test ({COUNTED}, of Y measurements) | the control (the same) |", "|---|---|---|"]
+    for c in (c for c in CLAIMS if c.kind == "claim"):
+        mine = [r for r in recs if r["id"] == c.id]
+        lines.append(f"| {c.short} ({c.id[:2]}) | {_tally_cell(measurements(mine, 'paper'))} | "
+                     f"{_tally_cell(measurements(mine, 'control'))} |")
+    return lines
+
+
+def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
+    """One line per dated change that moved a status of `design`'s records: how many of its test statuses it moved
+    and which (recomputed from the records, `deviations.recompute`)."""
+    statuses = [s for r in _design_records(design, home) for s in recompute(r)]
+    lines = []
+    for d in (d for d in DEVIATIONS if d.stage):
+        got = moved(statuses, d.stage)
+        if got:
+            listed = "; ".join(f"`{s}` {i[:2]} {role}: {before} -> {after}" for s, i, role, before, after in got)
+            lines.append(f"Since {d.date}{f' ({d.commit})' if d.commit else ''}, after these runs, {d.short}: "
+                         f"{len(got)} of the {len(statuses)} test statuses differ from what the registration "
+                         f"gives ({listed}; papers/preregistration.md, Deviations).")
+    return lines
+
+
+def render_design(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
+    """The claims of a multi-setting design: one row per claim and setting with the paper's test and the control
+    (each with its probability of keeping its status on a redraw, `redraw_keeps` unless given as `keeps`, and the
+    registration's status beside where it differs), what the pair means and the record's notes; then the tally
+    table, the redraw line and the deviations."""
+    recs = _design_records(design, home)
+    keeps = redraw_keeps(recs) if keeps is None else keeps
+    lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`). Each status "
+             "has in brackets the probability that a full redraw keeps it and, where it differs, the status the "
+             "registered rule and tests give:", "",
+             "| finding | setting | paper's test | control | what the pair means | notes |",
+             "|---|---|---|---|---|---|"]
+    for rec in recs:
+        by_role = {s.role: s for s in recompute(rec)}
+        cells = {role: "-" if role not in by_role else _status_cell(by_role[role], keeps.get(
+            (rec["preset"], rec["id"], role))) for role in ("paper", "control")}
+        meaning = (pair_meaning(by_role["paper"].now, by_role["control"].now if "control" in by_role else None)
+                   if "paper" in by_role else "-")
+        notes = "; ".join(rec.get("notes", [])).replace("|", "/") or "-"
+        lines.append(f"| `{rec['id']}` | `{rec['preset']}` | {cells['paper']} | {cells['control']} | {meaning} | "
+                     f"{notes}{registered_late(rec)} |")
+    return "\n".join(lines + ["", "Per claim, " + _tally_intro(design), "", *tally_table(design, home), "",
+                              keep_line(keeps), "", "\n\n".join(deviation_lines(design, home))]) + "\n"
+
+
+def _status_cell(statuses, keep: float | None) -> str:
+    """"not reproduced (keeps 0.93; registered: undecidable at this design)" for one test of a design's row."""
+    parts = ([f"keeps {keep:.2f}"] if keep is not None else []) + (
+        [f"registered: {statuses.registered}"] if statuses.registered != statuses.now else [])
+    return statuses.now + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def _tally_intro(design: str) -> str:
+    return (f"how many of the `{design}` settings ({', '.join(f'`{s}`' for s in DESIGNS[design])}) gave each status "
+            "(settings that share one measurement count once):")
+
+
+def design_summary(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
+    """The README's paragraph under its table for a design: what its column counts (`design_tally`), the redraw
+    line (`keep_line`) and the deviation lines; every row is in papers/claims.md."""
+    keeps = redraw_keeps(_design_records(design, home)) if keeps is None else keeps
+    legend = (f"The `{design}` column counts, per test, {COUNTED} over its settings "
+              f"({', '.join(f'`{s}`' for s in DESIGNS[design])}), of Y measurements (settings that share one "
+              "measurement count once).")
+    return " ".join([legend, keep_line(keeps), *deviation_lines(design, home)]).strip() + "\n"
 
 
 def _shown(path: Path | None) -> set[str]:

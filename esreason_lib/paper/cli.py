@@ -160,7 +160,8 @@ def _claims(args) -> int:
 def _write_claims(preset: str | None) -> int:
     """Rewrite papers/claims.md and the README's findings block after a run at `preset` (None: the notebooks' own);
     a preset the table does not show (smoke, tiny-exact) leaves both as they are and says where its records are."""
-    from esreason_lib.paper.claims import TABLE_PRESETS, records_dir, write_claims
+    from esreason_lib.paper.claims import TABLE_PRESETS, write_claims
+    from esreason_lib.paper.records import records_dir
     from esreason_lib.paper.studies.presets import preset_label
 
     if preset is not None and preset not in TABLE_PRESETS:

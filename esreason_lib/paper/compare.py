@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from esreason_lib.paper.claims import CLAIMS, read_record
+from esreason_lib.paper.records import read_record
+from esreason_lib.paper.studies.registry import CLAIMS
 
 
 def _cell(check: dict) -> str:

@@ -1,37 +1,19 @@
 """A finding is a test: each claim of the paper becomes `Check`s whose status is computed from data.
 
 Every study ends in `finding(tables) -> Finding`: a status, one sentence, its tests (each one primary `Check`
-declared in advance, with secondary checks shown beside it) and the sanity checks. The rules live here, once:
+declared in advance, with secondary checks shown beside it) and the sanity checks. The rules live here (the status
+rule itself in `status`):
 
 - A `Check` is one effect the paper predicts, with a direction: `effect > threshold` ("greater") or
   `effect < threshold` ("less"); the threshold is 0 for "A beats B" and a margin for "no worse than". Its
   `delta` (fixed in advance, optional) is the smallest effect of interest: an effect matters when it lies at
   least `delta` beyond the threshold on the claimed side (threshold + delta for "greater", threshold - delta
-  for "less"). Its status (`STATUSES`), in this order:
-  - `undecidable at this design`: its outcome is fixed by construction (`Check.fixed`: a ceiling, a floor, a
-    delta the design cannot reach, regression to the mean), or its operating characteristic (`Check.oc`,
-    simulated by `operating_characteristic` from its own variance components at the design it ran) says the
-    outcome it got could not have gone the other way: a pass (`reproduced` by the interval) that the simplest
-    alternative, a true effect of 0, would also give more than `MAX_FALSE_PASS` of the time; a failure (`not
-    reproduced`) that a real effect (= delta) would also give more than `MAX_FALSE_PASS` of the time; or a `not
-    resolved` where a real effect would reach `reproduced` less than `MIN_POWER` of the time. Such a check
-    neither supports nor contradicts the paper (the reason quotes what the interval alone says). Each outcome
-    counts when it is rare under the hypothesis it rules out: a low-powered design that
-    still puts the whole interval on the other side has contradicted the paper, and says so; `smaller than
-    delta` excludes delta by its interval (a true effect of delta gives it ~2.5% of the time) and counts too;
-    `power_report` marks a design whose checks cannot reach `reproduced` at all;
-  - `not resolved` when fewer than `MIN_SEEDS` training seeds back a check with a seed axis, or the estimate
-    is not finite;
-  - `not reproduced`: the 95% CI lies entirely on the other side of the threshold;
-  - `smaller than delta`: (with a delta) the CI excludes every effect that matters: on the claimed side but
-    short of threshold + delta, or around the threshold and short of it (no effect of interest);
-  - `reproduced`: the CI lies entirely on the claimed side of the threshold, every training seed's own point
-    estimate too, and (with a delta) the CI still reaches an effect that matters;
-  - `not resolved`: anything else (the CI contains the threshold, and threshold +- delta with a delta; seeds
-    disagree).
+  for "less"). Its status (`STATUSES`) is `status.status_and_reason`'s, the one status rule of the project
+  (its module docstring); `power_report` marks a design whose checks cannot reach `reproduced` at all.
 - A `Test` is one way of testing a claim, with a `role`: "paper" (the paper's own design, in its words) or
   "control" (the alternative explanation it must survive). Its status is its primary check's, declared in
-  advance (`studies.registry`); secondary checks are shown and never enter it (no conjunction).
+  advance (`studies.registry`), combined with any co-primary check the claim itself also needs (`Test.also`:
+  `status.combined_status`, all must hold); secondary checks are shown and never enter it.
 - A `Finding`'s status is its paper test's (the first test when none has the paper's role).
 - Sanity checks (identities that cannot fail: AM-GM, Jensen, algebra) are reported beside the evidence and never
   enter the status.
@@ -55,22 +37,11 @@ import numpy as np
 
 from esreason_lib.paper.intervals import METHODS, anova_interval, arms, bootstrap_interval
 from esreason_lib.paper.power import Components, estimate_components, simulated_arms
+from esreason_lib.paper.status import STATUSES, combined_status, interval_status, status_and_reason
 from esreason_lib.seeding import numpy_rng
 
-UNDECIDABLE = "undecidable at this design"
-STATUSES = ("reproduced", "not reproduced", "smaller than delta", "not resolved", UNDECIDABLE)
-"""The outcomes of a check, a test or a finding (rules in the module docstring)."""
 ROLES = ("paper", "control")
 """What a `Test` is: the paper's own test (its design, its words) or the control that could explain it away."""
-MIN_SEEDS = 3
-"""Training seeds a check with a seed axis needs before it can be `reproduced` or `not reproduced`."""
-MIN_POWER = 0.5
-"""A `not resolved` check whose P(`reproduced` | effect = delta) at its design is below this is `undecidable at this
-design`: a real effect would not have passed either."""
-MAX_FALSE_PASS = 0.1
-"""A check that passed, whose P(`reproduced` | effect = 0) at its design is above this, or failed (`not
-reproduced`), whose P(`not reproduced` | effect = delta) is above this, is `undecidable at this design`: the
-hypothesis it would rule out gives that outcome too (a nominal 95% one-sided interval gives 0.025)."""
 OC_SIMS = 200
 """Simulated replications per true effect behind a check's operating characteristic (SE of a rate <= 0.035)."""
 Z_95, Z_POWER_80 = 1.959964, 0.841621
@@ -170,51 +141,10 @@ class Check:
                 f"(MDE {abs(self.mde):.3f}{delta}{seeds}{oc}; {self.status})")
 
 
-def interval_status(check: Check) -> tuple[str, str]:
-    """The status and reason the interval alone gives (`status_and_reason` without `fixed` and `oc`)."""
-    low, high = check._side([check.ci_low, check.ci_high])
-    if check.n_seeds is not None and check.n_seeds < MIN_SEEDS:
-        return "not resolved", f"{check.n_seeds} training seed(s) < {MIN_SEEDS}"
-    if not np.isfinite([check.effect, check.ci_low, check.ci_high]).all():
-        return "not resolved", "non-finite estimate"
-    if low < 0 and high < 0:
-        return "not reproduced", "CI on the opposite side"
-    if check.delta is not None and (check._side([check.ci_low, check.ci_high], check.matters_at) < 0).all():
-        where = "on the claimed side" if low > 0 else "around the threshold"
-        return "smaller than delta", f"CI {where}, excluding every effect of at least delta {check.delta:g}"
-    if low > 0 and high > 0:
-        if check.seed_effects and not (check._side(check.seed_effects) > 0).all():
-            return "not resolved", "seeds disagree"
-        return "reproduced", "CI on the claimed side"
-    if check.delta is not None:
-        sign = "+" if check.direction == "greater" else "-"
-        return "not resolved", f"CI contains the threshold and threshold {sign} delta"
-    return "not resolved", "CI contains the threshold"
-
-
-def status_and_reason(check: Check) -> tuple[str, str]:
-    """The status of `check` and the reason for it: `undecidable at this design` when its construction fixes it or
-    its operating characteristic says its outcome is as likely under the hypothesis it would rule out (module
-    docstring), else `interval_status`."""
-    status, reason = interval_status(check)
-    if check.fixed:
-        return UNDECIDABLE, f"{check.fixed} (the interval alone: {status})"
-    if check.oc is not None and status == "reproduced" and check.oc[1] > MAX_FALSE_PASS:
-        return UNDECIDABLE, (f"P(reproduced | effect = 0) = {check.oc[1]:.2f} > {MAX_FALSE_PASS:g} at this design: "
-                             f"no effect would pass too (the interval alone: {status})")
-    if check.oc is not None and status == "not reproduced" and check.oc[2] > MAX_FALSE_PASS:
-        return UNDECIDABLE, (f"P(not reproduced | effect = delta) = {check.oc[2]:.2f} > {MAX_FALSE_PASS:g} at this "
-                             f"design: a real effect would fail too (the interval alone: {status})")
-    if check.oc is not None and status == "not resolved" and check.oc[0] < MIN_POWER:
-        return UNDECIDABLE, (f"P(reproduced | effect = delta) = {check.oc[0]:.2f} < {MIN_POWER:g} at this design "
-                             f"(the interval alone: {status})")
-    return status, reason
-
-
 @dataclass(frozen=True)
 class Test:
-    """One way of testing a claim: its role, what it tests, its primary check (declared in advance: the status)
-    and secondary checks (shown, never in the status)."""
+    """One way of testing a claim: its role, what it tests, its primary check (declared in advance: the status),
+    any co-primary checks the claim also needs, and secondary checks (shown, never in the status)."""
 
     __test__ = False  # not a pytest class
 
@@ -223,9 +153,12 @@ class Test:
     name: str
     """The test in words, e.g. "final ES above the GRPO tuned for Pass@1 (the paper's comparison)"."""
     primary: Check
-    """The check whose status is the test's."""
+    """The check whose status is the test's (with `also`'s)."""
     secondary: tuple[Check, ...] = ()
     """Checks shown beside the primary; they never set the status."""
+    also: tuple[Check, ...] = ()
+    """Co-primary checks the claim itself needs besides the primary (01: ES's Pass@1 above the base as well as its
+    Pass@K above GRPO's): the test is `reproduced` only when every one is (`status.combined_status`)."""
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -233,13 +166,24 @@ class Test:
 
     @property
     def status(self) -> str:
-        """The primary check's status."""
-        return self.primary.status
+        """`status.combined_status` of the primary and `also` checks (the primary's status when `also` is empty)."""
+        return combined_status(c.status for c in (self.primary, *self.also))
+
+    @property
+    def reason(self) -> str:
+        """The primary's reason; when a co-primary check sets the status instead, that check's name, status and
+        reason (e.g. "needs ES Pass@1 above base too: smaller than delta (CI around the threshold, ...)")."""
+        if self.status == self.primary.status:
+            return self.primary.reason
+        setter = next(c for c in self.also if c.status == self.status)
+        return f"needs {setter.name} too: {setter.status} ({setter.reason})"
 
     def to_json(self) -> dict:
-        """{"role", "name", "status", "reason", "primary": check name, "secondary": [check names]}."""
-        return {"role": self.role, "name": self.name, "status": self.status, "reason": self.primary.reason,
-                "primary": self.primary.name, "secondary": [c.name for c in self.secondary]}
+        """{"role", "name", "status", "reason", "primary": check name, "also": [check names], "secondary": [check
+        names]} ("also" only when the test has co-primary checks: earlier records keep their bytes)."""
+        also = {"also": [c.name for c in self.also]} if self.also else {}
+        return {"role": self.role, "name": self.name, "status": self.status, "reason": self.reason,
+                "primary": self.primary.name, **also, "secondary": [c.name for c in self.secondary]}
 
 
 @dataclass(frozen=True)
@@ -259,6 +203,9 @@ class Finding:
     to have, e.g. the base's designed habit; shown, never counted)."""
     tests: tuple[Test, ...] = field(default=())
     """The paper's test and its control(s), each with its own status."""
+    notes: tuple[str, ...] = field(default=())
+    """What a reader needs beside the statuses, shown in every row of the finding (a tuned arm at the edge of its
+    grid; a part of the claim that did not move); empty for most findings."""
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -273,7 +220,9 @@ class Finding:
 
     def to_json(self) -> dict:
         """A JSON-ready dict (each test with its role and status; each check with its computed status)."""
+        notes = {"notes": list(self.notes)} if self.notes else {}  # absent when empty: earlier records keep their bytes
         return {"status": self.status, "kind": self.kind, "sentence": self.sentence, "sanity": list(self.sanity),
+                **notes,
                 "power": self.power, "tests": [t.to_json() for t in self.tests],
                 "checks": [{**asdict(c), "seed_effects": list(c.seed_effects), "status": c.status,
                             "reason": c.reason} for c in self.checks]}
@@ -286,21 +235,22 @@ def finding_status(tests) -> str:
     return paper[0].status if paper else "not resolved"
 
 
-def make_finding(sentence: str, checks=(), sanity=(), kind: str = "claim", tests=None) -> Finding:
+def make_finding(sentence: str, checks=(), sanity=(), kind: str = "claim", tests=None, notes=()) -> Finding:
     """A `Finding` whose status is its paper test's (`finding_status`); the sentence gets each test's primary
     check described. `tests`: the declared `Test`s; without them the first of `checks` is the primary check of
     one paper test and the rest are its secondaries. `Finding.checks` lists `checks` in their order, then the
-    tests' checks not among them."""
+    tests' checks not among them. `notes`: `Finding.notes`, also appended to the sentence."""
     checks = tuple(checks)
     if tests is None:
         tests = (Test("paper", "the claim", checks[0], checks[1:]),) if checks else ()
     tests = tuple(tests)
-    every = tuple(dict.fromkeys(list(checks) + [c for t in tests for c in (t.primary, *t.secondary)]))
-    parts = [f"{t.role} test ({t.name}): {t.primary.describe()}" for t in tests]
-    rest = [c.describe() for c in every if all(c is not t.primary for t in tests)]
-    text = "; ".join(([sentence] if sentence else []) + parts + (["secondary: " + "; ".join(rest)] if rest else []))
+    every = tuple(dict.fromkeys(list(checks) + [c for t in tests for c in (t.primary, *t.also, *t.secondary)]))
+    parts = [f"{t.role} test ({t.name}): " + " and ".join(c.describe() for c in (t.primary, *t.also)) for t in tests]
+    rest = [c.describe() for c in every if all(c is not p for t in tests for p in (t.primary, *t.also))]
+    text = "; ".join(([sentence] if sentence else []) + list(notes) + parts
+                     + (["secondary: " + "; ".join(rest)] if rest else []))
     return Finding(status=finding_status(tests), sentence=text, checks=every, sanity=tuple(sanity), kind=kind,
-                   tests=tests)
+                   tests=tests, notes=tuple(notes))
 
 
 def power_statement(checks) -> str:
@@ -366,6 +316,28 @@ def operating_characteristic(check: Check, *, n_sims: int = OC_SIMS,
             fixed="", oc=None))[0] for _ in range(n_sims)]
     rate = lambda label, status: float(np.mean([s == status for s in statuses[label]]))  # noqa: E731
     return rate("delta", "reproduced"), rate("null", "reproduced"), rate("delta", "not reproduced")
+
+
+def redraw_keep(checks, *, n_sims: int = OC_SIMS, seed: int = 0) -> float | None:
+    """P(a full redraw gives the same status): `checks` (a test's primary and co-primary checks, whose
+    `status.combined_status` is the test's) are each drawn again at the design they ran (their seeds and
+    problems) from their own variance components with the true effect at their estimate (a plug-in: a check on a
+    boundary reads about one half), their operating characteristic and `fixed` kept, and put through the same
+    status rule; the parts are drawn independently. `n_sims` replications drawn from `seed` alone (the same draws
+    whatever the checks are named).
+    None when a check has no components or fewer than 2 problems."""
+    checks = tuple(checks)
+    if not checks or any(c.components is None or not c.n_problems or c.n_problems < 2 for c in checks):
+        return None
+    rng = numpy_rng(seed, "redraw_keep")
+    now = combined_status(c.status for c in checks)
+    same = 0
+    for _ in range(n_sims):
+        drawn = [status_and_reason(replace(c, **_estimate(
+            *simulated_arms(Components(*c.components), max(c.n_seeds or 1, 1), c.n_problems, c.effect, rng),
+            seed_axis=c.n_seeds is not None)))[0] for c in checks]
+        same += combined_status(drawn) == now
+    return same / n_sims
 
 
 def effect_check(name: str, a, b=None, *, direction: str = "greater", threshold: float = 0.0,

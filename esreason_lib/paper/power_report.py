@@ -9,8 +9,9 @@ problem-to-problem). Cost (`power.Cost`, in completions): a seed-run is the pres
 `COMPLETIONS_PER_CORE_SECOND`.
 
 Then each check's operating characteristic (`findings.operating_characteristic`, simulated from its stored
-components): at the design it ran and at `SIZING_DESIGN` (the `frontier` settings' design), with the checks that
-are `undecidable at this design` named and why (a construction that fixes them, or P(reproduced | delta) < 0.5).
+components): at the design it ran, with the status the one status rule gives it there (`status.status_and_reason`:
+the status the claims and the notebooks show), and at `SIZING_DESIGN` (the `frontier` settings' design); at both,
+which interval outcomes the rule would call `undecidable at this design` there (`status.undecidable_outcomes`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from esreason_lib.paper.claims import read_record, records_dir
-from esreason_lib.paper.findings import MIN_POWER, Z_95, Check, operating_characteristic
+from esreason_lib.paper.findings import Z_95, Check, operating_characteristic
 from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
+from esreason_lib.paper.records import read_record, records_dir, stored_check
+from esreason_lib.paper.status import INTERVAL_OUTCOMES, status_and_reason, undecidable_outcomes
 from esreason_lib.paths import findings_dir
 
 COMPLETIONS_PER_CORE_SECOND = 2048.0
@@ -39,43 +41,41 @@ SIZING_DESIGN = (3, 770)
 
 def _records(preset: str, home=None) -> list[dict]:
     """The claim records of `preset` (kind "claim"), read as `claims` reads them: a malformed record (not JSON, not
-    an object, no status, time or preset) is skipped with its warning (`claims.read_record`)."""
+    an object, no status, time or preset) is skipped with its warning (`records.read_record`)."""
     paths = sorted(Path(records_dir(preset, home)).glob("*.json"))
     records = [read_record(path.stem, preset, home) for path in paths]
     return [r for r in records if r is not None and r["preset"] == preset and r.get("kind", "claim") == "claim"]
 
 
 def stored_check_objects(preset: str, home=None) -> dict[str, Check]:
-    """{"<finding>: <check>": the stored `Check`} for every stored check of a claim with a delta (status fields and
-    keys a `Check` does not have are dropped; records written before checks carried an operating characteristic
-    lack `fixed` and `oc`)."""
-    fields = set(Check.__dataclass_fields__)
+    """{"<finding>: <check>": the stored `Check`} for every stored check of a claim with a delta
+    (`records.stored_check`)."""
     out = {}
     for rec in _records(preset, home):
         for c in rec.get("checks", []):
-            if c.get("delta") is None:
-                continue
-            kw = {k: v for k, v in c.items() if k in fields}
-            kw["seed_effects"] = tuple(kw.get("seed_effects", ()))
-            for key in ("components", "oc"):
-                kw[key] = None if kw.get(key) is None else tuple(kw[key])
-            out[f"{rec['id']}: {c['name']}"] = Check(**kw)
+            if c.get("delta") is not None:
+                out[f"{rec['id']}: {c['name']}"] = stored_check(rec, c["name"])
     return out
 
 
 def oc_table(checks: dict[str, Check], design: tuple[int, int] | None = None, n_sims: int = 200) -> pd.DataFrame:
     """Per check: n_seeds, n_problems, P(rep|delta), P(rep|0), P(not rep|delta) simulated from its components at
-    its own design (`design` None) or at `design` = (seeds, problems), and `undecidable`: why it cannot go both
-    ways there ("" when it can)."""
+    its own design (`design` None) or at `design` = (seeds, problems); at its own design, `status`: the status the
+    one rule gives its interval with that operating characteristic (`status.status_and_reason`, what the claims
+    show); and `undecidable`: the interval outcomes the rule calls `undecidable at this design` there ("all" when
+    its construction fixes them, "" when every outcome counts, "no components" without an operating
+    characteristic)."""
     rows = []
     for name, check in checks.items():
         at = check if design is None else replace(check, n_seeds=design[0] if check.n_seeds else None,
                                                   n_problems=design[1])
         oc = operating_characteristic(at, n_sims=n_sims)
-        why = at.fixed or ("" if oc is None or oc[0] >= MIN_POWER else f"P(rep|delta) {oc[0]:.2f} < {MIN_POWER:g}")
+        outcomes = undecidable_outcomes(oc, at.fixed)
+        why = "all" if outcomes == INTERVAL_OUTCOMES else ", ".join(outcomes)
+        status = {} if design is not None else {"status": status_and_reason(replace(check, oc=oc))[0]}
         rows.append({"check": name, "n_seeds": at.n_seeds, "n_problems": at.n_problems,
-                     **dict(zip(("P(rep|delta)", "P(rep|0)", "P(not rep|delta)"), oc or (np.nan,) * 3)),
-                     "undecidable": why or ("no components" if oc is None else "")})
+                     **dict(zip(("P(rep|delta)", "P(rep|0)", "P(not rep|delta)"), oc or (np.nan,) * 3)), **status,
+                     "undecidable": why or ("no components" if oc is None and not at.fixed else "")})
     return pd.DataFrame(rows)
 
 
@@ -135,9 +135,9 @@ def report(preset, home=None) -> str:
                           (f"at {SIZING_DESIGN[0]} seeds x {SIZING_DESIGN[1]} problems (the frontier settings)",
                            SIZING_DESIGN)):
         table = oc_table(objects, design)
-        lines += [f"operating characteristic {title} (simulated from each check's stored components; a check "
-                  f"with P(rep|delta) < {MIN_POWER:g} or fixed by construction cannot go either way: only an interval "
-                  f"on the other side, rare when the effect is real, would still count):",
+        lines += [f"operating characteristic {title} (simulated from each check's stored components; `undecidable`: "
+                  "the interval outcomes the status rule would not count there, `status.undecidable_outcomes`; "
+                  "`status`: what the claims show):",
                   table.round(2).to_string(index=False),
-                  f"{(table['undecidable'] == '').sum()} of {len(table)} checks can go either way"]
+                  f"{(table['undecidable'] == '').sum()} of {len(table)} checks count every outcome there"]
     return "\n".join(lines)

@@ -4,10 +4,11 @@
 that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each
 claim's paper test and control (design in words, primary and secondary checks, delta and its clause), the deltas
 as the specs hold them, and the design's size in completions with a CPU-time estimate from the measured speed
-(`power_report.COMPLETIONS_PER_CORE_SECOND`). The file is committed before any run of the design it registers
-(the lead commits it); `tests/test_preregistration.py` checks that the committed file equals `render`, and
-`claims.record_finding` stores in each record of a design's setting the commit that last changed the file
-(`provenance.registration`, with its date and sha256).
+(`power_report.COMPLETIONS_PER_CORE_SECOND`), then, for `frontier`, the dated changes made after it was registered
+(`deviations.render_section`: the text above them stays as registered). The file is committed before any run of
+the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
+equals `render`, and `records.record_finding` stores in each record of a design's setting the commit that last
+changed the file (`provenance.registration`, with its date and sha256).
 
 `python -m esreason_lib.paper.preregistration --write` rewrites the file; without `--write` it prints it.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 
+from esreason_lib.paper.deviations import render_section
 from esreason_lib.paper.provenance import PREREGISTRATION_PATH as PATH
 from esreason_lib.paper.studies.presets import DESIGNS, Preset, get_preset
-from esreason_lib.paper.studies.registry import DELTA_RULE, TESTS
+from esreason_lib.paper.studies.registry import CLAIMS, DELTA_RULE
 from esreason_lib.paths import REPO_ROOT
 
 
@@ -90,11 +92,11 @@ def render(design: str = "frontier") -> str:
              f"- paths evaluated at every snapshot (notebook 01): {', '.join(first.comparison.path_methods)}; the "
              "other arms' final models only", "",
              "## Tests per claim (status = the primary check's; secondaries shown, never in the status)", ""]
-    for finding_id, specs in TESTS.items():
-        lines.append(f"### `{finding_id}`")
+    for c in CLAIMS:
+        lines.append(f"### `{c.id}`")
         lines.append("")
-        for t in specs:
-            secondary = "; ".join(t.secondary) or "none"
+        for t in c.tests:
+            secondary = "; ".join(t.also + t.secondary) or "none"  # as registered: co-primaries came later
             lines += [f"- **{t.role}** ({t.name}): {t.design}.", f"  - primary: {t.primary}; delta: {t.delta}",
                       f"  - secondary: {secondary}"]
         lines.append("")
@@ -110,7 +112,7 @@ def render(design: str = "frontier") -> str:
     lines += ["", "The rate was measured on the 130k-parameter bases (`benchmarks/sweep_tiny.py`); qwen2-m (1.0M "
               "parameters) is slower per completion, so its row is a lower bound. Notebook 01's snapshot "
               "evaluations dominate; runs are cached, so the design can be filled setting by setting."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + render_section() if design == "frontier" else "")
 
 
 def main(argv=None) -> int:

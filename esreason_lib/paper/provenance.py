@@ -1,4 +1,4 @@
-"""Where a finding record comes from: the fields `claims.record_finding` carries over or adds beside the finding
+"""Where a finding record comes from: the fields `records.record_finding` carries over or adds beside the finding
 it computed, and the checks that keep a forged bundle or an edited registration from passing as a result.
 
 A record's *finding* is everything but its provenance (`PROVENANCE`: when it was first measured, whether it came

@@ -1,6 +1,6 @@
 """The summary figure: every check of every finding as one forest plot, from the finding records.
 
-`summary_table(preset, home)` turns the stored checks of each finding (`claims.read_record`) into rows: the effect
+`summary_table(preset, home)` turns the stored checks of each finding (`records.read_record`) into rows: the effect
 and 95% interval exactly as papers/claims.md and the README print them (`text`: one number per check everywhere),
 and where the row is drawn (`x`, `x_low`, `x_high`: measured from the check's threshold, positive on the side the
 paper claims), beside its `delta`, status, the test it belongs to (the paper's test or the control, from the
@@ -19,10 +19,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from esreason_lib.paper.claims import CLAIMS, read_record, records_dir
 from esreason_lib.paper.findings import Finding
 from esreason_lib.paper.plots import PALETTE, axes_or_new, finish_axes, save_figure
-from esreason_lib.paper.studies.registry import TESTS
+from esreason_lib.paper.records import read_record, records_dir
+from esreason_lib.paper.studies.registry import CLAIMS
 from esreason_lib.paths import DEFAULT_PRESET
 
 SUMMARY_FIGURE = "summary"
@@ -140,10 +140,12 @@ def plot_forest(rows: pd.DataFrame, ax=None):
 
 def verdict_table(finding: Finding) -> pd.DataFrame:
     """`finding`'s checks as a table, one row per check: the test it belongs to ("paper" or "control"; "" for a
-    check outside the tests) and its part there ("primary": sets the test's status; "secondary": shown beside it),
+    check outside the tests) and its part there ("primary", and "co-primary" for a check the claim also needs: set
+    the test's status; "secondary": shown beside it),
     the check, effect, 95% interval, MDE, delta, training seeds, status and why; tests in order, each primary first."""
     placed = [(t.role, part, c) for t in finding.tests
-              for part, checks in (("primary", (t.primary,)), ("secondary", t.secondary)) for c in checks]
+              for part, checks in (("primary", (t.primary,)), ("co-primary", t.also), ("secondary", t.secondary))
+              for c in checks]
     rows, seen = [], set()
     for role, part, check in placed + [("", "", c) for c in finding.checks]:
         if id(check) in seen:
@@ -189,13 +191,14 @@ STATUS_RULE = (
 
 def status_rule(finding_id: str) -> str:
     """How `finding_id`'s status is reached, as Markdown a notebook displays: its tests and their primary checks
-    as declared (`studies.registry.TESTS`), then `STATUS_RULE`, with a link to docs/statuses.md. ValueError
+    as declared (`studies.registry.CLAIMS`), then `STATUS_RULE`, with a link to docs/statuses.md. ValueError
     naming the id when it declares no test."""
-    specs = TESTS.get(finding_id)
+    specs = next((c.tests for c in CLAIMS if c.id == finding_id), ())
     if not specs:
-        raise ValueError(f"status_rule: no tests declared for {finding_id!r} (have {sorted(TESTS)})")
+        raise ValueError(f"status_rule: no tests declared for {finding_id!r} (have {[c.id for c in CLAIMS]})")
     roles = {"paper": "the paper's test", "control": "the control"}
-    tests = [f"{roles[t.role]} (*{t.name}*), whose primary check is *{t.primary}*" for t in specs]
+    tests = [f"{roles[t.role]} (*{t.name}*), whose primary check is *{t.primary}*"
+             + "".join(f" (with the co-primary *{a}*: both must hold)" for a in t.also) for t in specs]
     lead = (f"The finding's status is the status of {tests[0]}; {tests[1]}, is shown beside it with its own "
             f"status." if len(tests) > 1 else f"The finding's status is the status of {tests[0]}.")
     return (f"**How the status is reached** ([docs/statuses.md](../docs/statuses.md)). {lead} Each primary check "

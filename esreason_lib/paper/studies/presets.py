@@ -286,7 +286,7 @@ FRONTIER_SETTINGS: dict[str, dict[str, Any]] = {
 base, and Countdown restricted to problems with at least 2 distinct correct expressions (coverage can then mean
 more than "solved once")."""
 DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS)}
-"""Multi-setting designs: name -> its settings (presets whose records live apart, `paper.claims.DESIGN_SETTINGS`)."""
+"""Multi-setting designs: name -> its settings (presets whose records live apart, `paper.records.DESIGN_SETTINGS`)."""
 
 _FAST_PATHS: dict[str, Any] = {
     "grpo.forward": "fused", "grpo.share_prefixes": True, "grpo.shared_prompts": True, "grpo.sampler": "inverse-cdf",

@@ -32,6 +32,7 @@ from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import ZOO, num_parameters
 from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.grids import edge_note
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.store.runs import Run
@@ -241,7 +242,8 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     """Held-out greedy accuracy on test rows, paired by problem, seeds independent. The paper's test: the gap
     N_max - N_min is smaller on the largest size than on the smallest (`population_check`: delta half the smaller
     model's own gap, undecidable without one); the control (the normalization ablation): z-score's best alpha above
-    rank's (secondary: above raw fitness's best; delta `delta_shaping`), each alpha chosen on the tuning split."""
+    rank's (secondary: above raw fitness's best; delta `delta_shaping`), each alpha chosen on the tuning split; the
+    notes name a chosen alpha at the edge of its shaping's grid (`grids.edge_note`)."""
     settings = tables["settings"].iloc[0] if "settings" in tables else {"delta_gap": 0.07, "delta_shaping": 0.015}
     small, large = tables["bases"]["model"].iloc[[0, -1]]
     ns = sorted(tables["scaling"]["N"].unique())
@@ -277,4 +279,10 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     sanity = ("update norms (mean es/update_norm): "
               + ", ".join(f"{v} {u:.3g}" for v, u in mean["update_norm"].items()),
               f"equal iterations: N={ns[-1]} used {gens[ns[-1]] / gens[ns[0]]:.0f}x the generations of N={ns[0]}")
-    return make_finding(sentence, (), sanity, tests=tests)
+    grids: dict[str, list[float]] = {}
+    for label in acc:
+        if "@" in label:
+            grids.setdefault(label.split("@")[0], []).append(float(label.split("@")[1]))
+    edges = {v: edge_note("alpha", float(label.split("@")[1]), grids[v]) for v, label in best.items()}
+    notes = [f"{v} tuned on the {tuned} is {best[v]}{edge}" for v, edge in edges.items() if edge]
+    return make_finding(sentence, (), sanity, tests=tests, notes=notes)

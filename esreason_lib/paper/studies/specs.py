@@ -41,7 +41,7 @@ class Prop1Spec:
 
     seeds: int
     """How many of the preset's training seeds (`Preset.seeds[:seeds]`) have their ES run followed; below
-    `findings.MIN_SEEDS` the Proposition 1 checks are `not resolved`."""
+    `status.MIN_SEEDS` the Proposition 1 checks are `not resolved`."""
     iterations: int
     """ES iterations of each followed run along which Lemma 3 and Proposition 1 are evaluated."""
     probe_prompts: int
