@@ -165,6 +165,27 @@ def test_a_registration_records_its_commit_date_and_hash_and_a_dirty_one_is_refu
     assert "\n" not in str(err.value)
 
 
+def test_an_appended_deviations_section_keeps_the_registered_commit(tmp_path):
+    """Appending the dated Deviations section leaves the registration where it was (its commit, date and the
+    registered text's hash); an edit of the registered text above it moves the registration to that commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    path = repo / "preregistration.md"
+    path.write_text("delta 0.02\n")
+    _git(repo, "add", "preregistration.md")
+    _git(repo, "commit", "-q", "-m", "register")
+    registered = registration(path)
+    path.write_text("delta 0.02\n\n## Deviations (dated)\n\n- 2026-12-07: a rule changed\n")
+    _git(repo, "commit", "-q", "-am", "deviations")
+    assert registration(path) == registered  # the same commit, date and hash of the registered text
+    path.write_text("delta 0.01\n\n## Deviations (dated)\n\n- 2026-12-07: a rule changed\n")
+    _git(repo, "commit", "-q", "-am", "re-registered")
+    moved = registration(path)
+    assert moved["registered_commit"] != registered["registered_commit"]
+    assert moved["registration_sha256"] == hashlib.sha256(b"delta 0.01\n").hexdigest()
+
+
 def test_a_design_redraw_compares_without_its_registration(tmp_path, monkeypatch):
     """A design setting's record keeps its first-measured time when only the registration's commit moved; claims
     marks a registration committed after that time."""

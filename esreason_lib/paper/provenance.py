@@ -9,7 +9,8 @@ from a result bundle, which registration it tests); two records hold the same fi
     redraw of an imported record must be the same finding: a bundle whose tables do not give its own records
     (edited tables, or a record written beside them) stops with `BundleMismatch`, naming the first difference;
   - a design setting's record (`registered=True`) stores the registration it tests (`registration`): the commit
-    that last changed papers/preregistration.md, that commit's date and the file's sha256; a registration file that
+    that registered papers/preregistration.md's registered text (a dated Deviations section appended later does not
+    move it: `registered_text`), that commit's date and the registered text's sha256; a registration file that
     differs from its commit (an uncommitted edit) is refused. `registered_late` says when the registration was
     committed after the record's result was first measured.
 """
@@ -63,9 +64,31 @@ def first_difference(a, b, where: str = "") -> str | None:
     return None if a == b and type(a) is type(b) else f"{where}: {a!r:.80} != {b!r:.80}"
 
 
+DEVIATIONS_HEADING = "\n## Deviations"
+"""Where a registration's dated Deviations section starts (`deviations.render_section`): what follows it is
+appended after the design was registered and is not part of the registered text."""
+
+
+def registered_text(text: str) -> str:
+    """The registered part of a registration file's `text`: everything before its Deviations section."""
+    return text.split(DEVIATIONS_HEADING, 1)[0]
+
+
 def registered_commit(path: str | Path = PREREGISTRATION_PATH) -> str | None:
-    """The commit that last changed the registration file (None outside a git checkout or when uncommitted)."""
-    return _git(Path(path).parent, "log", "-1", "--format=%H", "--", Path(path).name)
+    """The commit that registered the file's current registered text (`registered_text`): the oldest commit of the
+    newest run of commits whose registered text equals the file's now, so that appending a Deviations section does
+    not move it (None outside a git checkout or when uncommitted)."""
+    path = Path(path)
+    commits = (_git(path.parent, "log", "--format=%H", "--", path.name) or "").split()
+    if not commits or not path.is_file():
+        return commits[0] if commits else None
+    now, found = registered_text(path.read_text()), commits[0]
+    for commit in commits:
+        shown = _git(path.parent, "show", f"{commit}:./{path.name}")
+        if shown is None or registered_text(shown + "\n").rstrip() != now.rstrip():
+            break
+        found = commit
+    return found
 
 
 def _git(where: Path, *args: str) -> str | None:
@@ -82,12 +105,13 @@ def registration(path: str | Path = PREREGISTRATION_PATH) -> dict:
     naming the file when it differs from its last commit (an uncommitted edit: no run may test a registration that
     is not committed) or was never committed while the repository is a git checkout."""
     path = Path(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    digest = hashlib.sha256(registered_text(path.read_text()).encode()).hexdigest() if path.is_file() else None
     commit = registered_commit(path)
     if path.parent.is_dir() and _git(path.parent, "rev-parse", "--is-inside-work-tree") == "true":
         dirty = _git(path.parent, "status", "--porcelain", "--", path.name)
         if commit is None or dirty:
-            state = "never committed" if commit is None else f"edited since {commit[:12]}"
+            last = _git(path.parent, "log", "-1", "--format=%H", "--", path.name) or ""
+            state = "never committed" if commit is None else f"edited since {last[:12]}"
             raise ValueError(f"the registration {path} differs from its last commit ({state}): commit it before a "
                              "run tests it; nothing written")
     when = _git(path.parent, "show", "-s", "--format=%cI", commit) if commit else None
