@@ -1,7 +1,8 @@
 """Plot functions: each takes tidy tables, returns `(fig, ax)` and never saves. `save_figure` writes PNG + PDF.
 
-Style: seaborn's colorblind palette, one colour per arm in every figure (`arm_style`: the method's colour from
-`METHOD_COLORS`, a darker or lighter shade of it per step size once `register_arms` has seen a method's arms, a
+Style: seaborn's colorblind palette, one colour per method and arm kind in every figure (`arm_style`: the method's
+colour from `METHOD_COLORS` (the base grey, GRPO blue, ES orange), a darker or lighter shade of it per step size once
+`register_arms` has seen a method's arms (`register_shades` for other arms of one kind: bases, populations), a
 sequence's first stage lighter and dashed), the noise-injection controls grey and dotted and labelled as controls
 (`arm_label`), CIs as bands, legends beside the axes (off the data) or below a multi-panel figure
 (`figure_legend`), the preset's name in each saved figure's corner (`save_figure`).
@@ -29,6 +30,9 @@ METHOD_COLORS = {"base": PALETTE[7], "grpo": PALETTE[0], "es": PALETTE[1], "grpo
                  "es->grpo": PALETTE[4], "random": PALETTE[5]}
 
 
+OTHER_COLORS = [PALETTE[i] for i in (6, 8, 3, 9)]
+"""Colours no method, base or control uses, in order, for labels of no known kind (an ablation's variants): so that
+blue and orange mean GRPO and ES in every figure, and nothing else."""
 CONTROL_COLOR = "0.72"
 """The noise-injection controls' colour (light grey, lighter than the base's): a control is drawn as one (dotted
 lines, hatched bars), never in a method's colour."""
@@ -84,10 +88,21 @@ def register_arms(arms) -> dict[str, tuple]:
     return {a: _ARM_COLORS[a] for a in map(str, arms) if a in _ARM_COLORS}
 
 
+def register_shades(labels, kind: str) -> dict[str, tuple]:
+    """Give `labels`, several arms of one `kind` (a key of `METHOD_COLORS`: notebook 00's bases are "base", notebook
+    06's ES runs at each population N are "es"), shades of that kind's colour for all later figures, darkest first
+    in the order given; returns {label: rgb}. ValueError naming an unknown kind."""
+    if kind not in METHOD_COLORS:
+        raise ValueError(f"register_shades: kind must be one of {sorted(METHOD_COLORS)}, got {kind!r}")
+    names = list(dict.fromkeys(map(str, labels)))
+    _ARM_COLORS.update(zip(names, _shades(METHOD_COLORS[kind], len(names))))
+    return {n: _ARM_COLORS[n] for n in names}
+
+
 def color_for(label: str, index: int = 0):
     """The arm's colour: grey for a control, the registered shade (`register_arms`), the method's fixed colour, a
-    lighter shade of the first method's colour for a sequence's first stage ("grpo->es stage 1"), or the palette's
-    `index`-th colour for other labels."""
+    lighter shade of the first method's colour for a sequence's first stage ("grpo->es stage 1"), or the `index`-th
+    of `OTHER_COLORS` (never a method's colour) for other labels."""
     label = str(label)
     if is_control(label):
         return mpl_colors.to_rgb(CONTROL_COLOR)
@@ -97,7 +112,7 @@ def color_for(label: str, index: int = 0):
             return _lightness(first, 0.75)
     if label in _ARM_COLORS:
         return _ARM_COLORS[label]
-    return METHOD_COLORS.get(label.lower().split(" ")[0], PALETTE[index % len(PALETTE)])
+    return METHOD_COLORS.get(label.lower().split(" ")[0], OTHER_COLORS[index % len(OTHER_COLORS)])
 
 
 def arm_style(label: str, index: int = 0) -> dict:
