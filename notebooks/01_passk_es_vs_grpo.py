@@ -185,14 +185,14 @@ entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
 plot_bars_spread(summary, "arm", "distinct_correct", ax=axes[0])
-axes[0].set_ylabel("distinct correct answers / problem")
+axes[0].set_ylabel("distinct correct / problem")
 plot_bars_spread(summary, "arm", "solved", ax=axes[1])
-axes[1].set_ylabel(f"solved at least once (pass@{config.eval.n_samples})")
+axes[1].set_ylabel(f"solved once (pass@{config.eval.n_samples})")
 for a in axes:
     a.tick_params(axis="x", rotation=30)
 fig.suptitle("Reasoning coverage per arm on the test problems (bars: seed mean; whiskers: seed min-max)",
              fontsize="medium")
-fig.tight_layout()
+fig.tight_layout(rect=(0, 0, 1, 0.94))  # below the title
 _ = save_figure(fig, "01_coverage", preset=preset)
 
 # %%
