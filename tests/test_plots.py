@@ -168,6 +168,7 @@ def test_method_colours_mean_one_thing_in_every_figure():
     method_colours = set(plots.METHOD_COLORS.values())
     assert all(plots.color_for(f"variant {i}", i) not in method_colours for i in range(8))
     assert plots.color_for("rank alpha=0.01", 0) == plots.OTHER_COLORS[0]
+    assert len(set(plots.OTHER_COLORS)) == len(plots.OTHER_COLORS) == 7  # five sigmas of notebook 02 stay apart
     bases = plots.register_shades(["qwen2-s-habit", "qwen2-s"], "base")
     assert list(bases) == ["qwen2-s-habit", "qwen2-s"] and bases["qwen2-s-habit"] != bases["qwen2-s"]
     assert plots.color_for("qwen2-s") == bases["qwen2-s"]

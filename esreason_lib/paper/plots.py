@@ -30,9 +30,6 @@ METHOD_COLORS = {"base": PALETTE[7], "grpo": PALETTE[0], "es": PALETTE[1], "grpo
                  "es->grpo": PALETTE[4], "random": PALETTE[5]}
 
 
-OTHER_COLORS = [PALETTE[i] for i in (6, 8, 3, 9)]
-"""Colours no method, base or control uses, in order, for labels of no known kind (an ablation's variants): so that
-blue and orange mean GRPO and ES in every figure, and nothing else."""
 CONTROL_COLOR = "0.72"
 """The noise-injection controls' colour (light grey, lighter than the base's): a control is drawn as one (dotted
 lines, hatched bars), never in a method's colour."""
@@ -63,6 +60,13 @@ def _lightness(color, lightness: float) -> tuple:
 def _shades(color, n: int) -> list[tuple]:
     """`n` shades of `color`, darkest first (its own colour when n == 1)."""
     return [tuple(color)] if n == 1 else [_lightness(color, v) for v in np.linspace(0.28, 0.62, n)]
+
+
+OTHER_COLORS = [PALETTE[i] for i in (6, 8, 3)]
+OTHER_COLORS += [_lightness(color, 0.3) for color in OTHER_COLORS] + [(0.0, 0.0, 0.0)]
+"""Colours no method, base or control uses, in order, for labels of no known kind (an ablation's variants, a sweep's
+sigmas): pink, yellow and vermillion, a dark shade of each, and black (no blue: GRPO's shades are blue), so that blue
+and orange mean GRPO and ES in every figure, and nothing else."""
 
 
 def _setting(label: str) -> float:
