@@ -73,21 +73,27 @@ def _import_results(args) -> int:
     return 0
 
 
-def _check_home(args) -> None:
+def not_a_file(path: str | None, what: str) -> None:
+    """ValueError naming `what` and `path` when `path` is given and is an existing file (a folder is expected, made
+    when missing)."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{what} {path!r} is a file, not a folder")
+
+
+def _check_relocate(args) -> None:
     existing_dir(args.home, "--home")
 
 
 def _check_import(args) -> None:
-    _check_home(args)
+    not_a_file(args.home, "--home")
     existing_dir(args.out, "import-results: the bundle's folder")
     if not (Path(args.out) / "runs.tar.xz").is_file():
-        raise ValueError(f"import-results: no runs.tar.xz in {args.out!r}")
+        raise ValueError(f"import-results: no result bundle at {Path(args.out) / 'runs.tar.xz'}")
 
 
 def _check_export(args) -> None:
-    _check_home(args)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"export-results: {args.out!r} is a file, not a folder for runs.tar.xz")
+    not_a_file(args.home, "--home")
+    not_a_file(args.out, "export-results: the bundle's folder")
 
 
 def add_store_commands(sub) -> None:
@@ -98,7 +104,7 @@ def add_store_commands(sub) -> None:
     rl = sub.add_parser("relocate", help="after moving or copying a run store: rename its runs to their portable "
                         "identity, so that the runs that read other runs are found there")
     rl.add_argument("--home", default=None, help="the run store (default $ESREASON_HOME or <repo>/runs)")
-    rl.set_defaults(func=_relocate, check=_check_home)
+    rl.set_defaults(func=_relocate, check=_check_relocate)
     ex = sub.add_parser("export-results", help="write the run store's tables (no weights) to OUT/runs.tar.xz, "
                         "for `make figures` on a fresh clone")
     ex.add_argument("out", help="folder of the bundle, e.g. papers/results/powered")

@@ -3,9 +3,9 @@
 ES moves theta only when its members score differently (`ES.tell` weights each member's noise by its reward's
 distance from the others'); GRPO only when the samples of a prompt's group do (a group whose rewards agree has
 advantage 0 everywhere). A run whose signal was flat in most iterations ends where it started, or nearly: the
-trainers print `es_note` / `grpo_note` on stderr at the end so that it does not pass silently. Computed from the
-run's logged metrics (reward/std for ES, grpo/zero_std_frac for GRPO, reward/correct_frac for the reason), so a
-resumed run counts every iteration.
+trainers say `es_note` / `grpo_note` at the end (`progress.say_no_update`: stderr on a terminal, one line per
+cell in a notebook) so that it does not pass silently. Computed from the run's logged metrics (reward/std for
+ES, grpo/zero_std_frac for GRPO, reward/correct_frac for the reason), so a resumed run counts every iteration.
 """
 
 from __future__ import annotations

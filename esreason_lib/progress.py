@@ -54,35 +54,53 @@ def say(line: str) -> None:
 REUSED_LINE = ("esreason: {n} run(s) found complete in the store (the same config, task and seed): reused, not "
                "trained again")
 """The one line a notebook cell prints for the runs it found complete (`say_reused`)."""
-_reused_in_cell: list[str] = []
+NO_UPDATE_LINE = "esreason: {n} run(s) learned nothing in most iterations; the first: {first}"
+"""The one line a notebook cell prints for the runs that ended saying they learned nothing (`say_no_update`)."""
+_cell: dict[str, list[str]] = {"reused": [], "no update": []}
+"""What the running notebook cell said, by kind, for its summary lines (`_flush_cell`)."""
 
 
 def _in_notebook() -> bool:
     return issubclass(tqdm, notebook_tqdm)
 
 
-def _flush_reused(*_) -> None:
-    """At the end of a notebook cell: one `REUSED_LINE` for the runs the cell found complete, then none pending."""
-    if _reused_in_cell:
-        print(REUSED_LINE.format(n=len(_reused_in_cell)), file=sys.stdout)
-        _reused_in_cell.clear()
+def _flush_cell(*_) -> None:
+    """At the end of a notebook cell: one `REUSED_LINE` and one `NO_UPDATE_LINE` for what the cell said, then
+    nothing pending."""
+    if _cell["reused"]:
+        print(REUSED_LINE.format(n=len(_cell["reused"])), file=sys.stdout)
+    if _cell["no update"]:
+        print(NO_UPDATE_LINE.format(n=len(_cell["no update"]), first=_cell["no update"][0]), file=sys.stdout)
+    for items in _cell.values():
+        items.clear()
+
+
+def _count_in_cell(kind: str, item: str) -> bool:
+    """In a notebook kernel: count `item` for the cell's summary line (`_flush_cell`, registered once) and return
+    True; False on a terminal or outside a kernel (the caller says it now)."""
+    if not _in_notebook():
+        return False
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return False
+    if _flush_cell not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _flush_cell)
+    _cell[kind].append(item)
+    return True
 
 
 def say_reused(path) -> None:
     """A run found complete in the store (`path`, its folder): on a terminal one line naming it now; in a notebook
     counted, and one line per cell when the cell ends (`REUSED_LINE`, no path), so that an executed notebook holds
     a summary rather than a line with an absolute path per run."""
-    if not _in_notebook():
-        print(f"esreason: {path} is complete (the same config, task and seed): reused, not trained again",
-              file=sys.stderr)
-        return
-    from IPython import get_ipython
+    if not _count_in_cell("reused", Path(str(path)).name):
+        say(f"esreason: {path} is complete (the same config, task and seed): reused, not trained again")
 
-    shell = get_ipython()
-    if shell is None:  # a notebook-style tqdm outside a kernel: say it now, by name
-        print(REUSED_LINE.format(n=1) + f" ({Path(str(path)).name})", file=sys.stdout)
-        return
-    if _flush_reused not in shell.events.callbacks["post_run_cell"]:
-        shell.events.register("post_run_cell", _flush_reused)
-    _reused_in_cell.append(Path(str(path)).name)
 
+def say_no_update(note: str) -> None:
+    """A run that ended having learned nothing (`learning_signal.es_note` / `grpo_note`): on a terminal one line on
+    stderr now; in a notebook one `NO_UPDATE_LINE` per cell, with the first run's note."""
+    if not _count_in_cell("no update", note):
+        say(f"esreason: {note}")

@@ -36,7 +36,7 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, save_figure, use_paper_style
+from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, register_shades, save_figure, use_paper_style
 from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.base_models import compute, finding
 from esreason_lib.paper.studies.presets import get_preset
@@ -55,10 +55,12 @@ tables["summary"].round(3)
 
 # %%
 fig, axes = plt.subplots(1, 1 + len(config.heldout_tasks), figsize=(5 * (1 + len(config.heldout_tasks)), 3.8))
+_ = register_shades(curves["model"].unique(), "base")  # bases are grey in every figure, one shade each
 for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
     sub = curves[curves["task"] == task]
     plot_pass_at_k({m: g for m, g in sub.groupby("model", sort=False)}, ax=ax)
     ax.set_title(task)
+fig.suptitle("The bases before any training: Pass@K per task (bands: 95% bootstrap intervals over problems)")
 figure_legend(fig)
 _ = save_figure(fig, "00_base_passk", preset=preset)
 

@@ -71,6 +71,7 @@ from esreason_lib.paper.studies.comparison import (
     finding,
     format_spread,
     frontier_points,
+    noise_label,
     selected_arms,
 )
 from esreason_lib.paper.studies.presets import get_preset
@@ -106,7 +107,8 @@ for _, r in front.iterrows():  # name each point's step size beside it
     ax.annotate(arm_label(r["arm"]).partition(" ")[2], (r["pass@1"], r["pass@K"]), fontsize=7, xytext=(4, 4),
                 textcoords="offset points", color="0.3")
 ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
-       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+       ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})",
+       title="Every arm's final models: Pass@1 against Pass@K (seed means, test problems)")
 _ = save_figure(fig, "01_frontier", preset=preset)
 front.drop(columns="step_size").round(3)  # the arm label names the step size
 
@@ -119,6 +121,8 @@ front.drop(columns="step_size").round(3)  # the arm label names the step size
 fig, ax = plot_frontier_paths(frontier_points(tables["paths"], int(front["k"].iloc[0])))
 ax.set(xlabel=f"Pass@1 (T={evidence.temperature:g})",
        ylabel=f"Pass@{int(front['k'].iloc[0])} (T={evidence.temperature:g})")
+ax.set_title("Along training: each arm's path, base to final (seed means, test problems); the control reads\n"
+             "GRPO's path at ES's Pass@1", fontsize="medium")
 _ = save_figure(fig, "01_frontier_paths", preset=preset)
 
 # %% [markdown]
@@ -134,24 +138,27 @@ tables["seeds"].groupby("arm", sort=False)[display_cols].mean().round(3)
  .mean().round(3))
 
 # %% [markdown]
-# **Pass@K.** The base and each method's best-Pass@K arm. Thick lines: the mean over training seeds of the
+# **Pass@K.** The arms the paper's test compares: the base, ES and GRPO each at its best-Pass@1 step size (chosen
+# on the selection problems), and ES's noise-injection control (a secondary check). Thick lines: the mean over training seeds of the
 # unbiased Pass@K estimate on the test problems, with a 95% bootstrap band over problems (of the per-problem seed
 # mean). Thin lines: the individual seeds. The base has no seed. The table gives every arm's seed mean with the
 # seed [min, max].
 
 # %%
-shown = ["base", *selected_arms(front, "pass@K").values()]
+chosen = selected_arms(front, "pass@1")  # the arms the paper's test and the entropy check compare
+shown = ["base", chosen["es"], chosen["grpo"], noise_label(chosen["es"])]
 curves, seed_curves = tables["curves"], tables["seed_curves"]
 fig, ax = plot_pass_at_k_seeds(curves[curves["arm"].isin(shown)], seed_curves[seed_curves["arm"].isin(shown)],
                                label="arm")
-ax.set_title(f"{config.task}: Pass@K at T={evidence.temperature:g}, n={evidence.n_samples}")
+ax.set_title(f"{config.task}: Pass@K at T={evidence.temperature:g}, n={evidence.n_samples}: the arms the paper's test "
+             f"compares\n(thick: seed mean, band: 95% bootstrap over problems; thin: each seed)", fontsize="medium")
 _ = save_figure(fig, "01_passk", preset=preset)
 summary = tables["summary"]
 format_spread(summary, ["pass@1", "pass@K", "greedy", "distinct_correct", "solved", "eval_entropy"])
 
 # %% [markdown]
 # **Token entropy.** Left: `policy/entropy` logged during training against normalised progress (step /
-# iterations) for the arms of the Pass@K figure. The two methods measure slightly different things: GRPO logs the
+# iterations) for the arms of the Pass@K figure (GRPO at its best-Pass@1 step size: the arm of the entropy check). The two methods measure slightly different things: GRPO logs the
 # entropy of its T = 1 sampling distribution at the positions it sampled; ES logs the centre model's full
 # next-token entropy at the positions of its own greedy answers. Read each curve's *trend* (does it collapse?),
 # not the level between methods; the table gives the ratio of the last to the first tenth of training per arm and
@@ -165,8 +172,10 @@ plot_metric_curves({f"{arm} seed={seed}": g for (arm, seed), g in traces[traces[
     ["arm", "seed"], sort=False)}, "entropy", x="progress", smooth=9, ax=axes[0], ylabel="token entropy (nats)")
 axes[0].set_xlabel("training progress (step / iterations)")
 plot_bars_spread(summary, "arm", "eval_entropy", ax=axes[1])
-axes[1].set_ylabel(f"eval token entropy at T={evidence.temperature:g}")
+axes[1].set_ylabel(f"eval entropy (T={evidence.temperature:g})")
 axes[1].tick_params(axis="x", rotation=30)
+fig.suptitle("Token entropy. Left: logged in training (the arms of the Pass@K figure). Right: of the evaluation "
+             "samples, every arm (bars: seed mean; whiskers: seed min-max)", fontsize="medium")
 figure_legend(fig)
 _ = save_figure(fig, "01_entropy", preset=preset)
 entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "max"]).round(3)
@@ -179,11 +188,14 @@ entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
 plot_bars_spread(summary, "arm", "distinct_correct", ax=axes[0])
-axes[0].set_ylabel("distinct correct answers / problem")
+axes[0].set_ylabel("distinct correct / problem")
 plot_bars_spread(summary, "arm", "solved", ax=axes[1])
-axes[1].set_ylabel(f"solved at least once (pass@{config.eval.n_samples})")
+axes[1].set_ylabel(f"solved once (pass@{config.eval.n_samples})")
 for a in axes:
     a.tick_params(axis="x", rotation=30)
+fig.suptitle("Reasoning coverage per arm on the test problems (bars: seed mean; whiskers: seed min-max)",
+             fontsize="medium")
+fig.tight_layout(rect=(0, 0, 1, 0.94))  # below the title
 _ = save_figure(fig, "01_coverage", preset=preset)
 
 # %%

@@ -93,7 +93,8 @@ cells, prop1 = tables["cells"], tables["prop1"]
 lemma1 = diversity.lemma1_table(cells)
 fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
                   reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
-ax.set(xlabel=r"$\sigma$", ylabel=r"$\mathrm{JS}_{\mathrm{pol}}$ (nats)", title=f"$N$ = {config.lemma.population}")
+ax.set(xlabel=r"$\sigma$", ylabel=r"$\mathrm{JS}_{\mathrm{pol}}$ (nats)",
+       title=f"Lemma 1: policy diversity against sigma, $N$ = {config.lemma.population} (a Taylor limit, a sanity line)")
 _ = save_figure(fig, "02_lemma1", preset=preset)
 lemma1
 
@@ -112,6 +113,8 @@ spread = cells[(cells["gap"] > 0) & (cells["gap_approx"] > 0)]
 plot_scatter(spread, "gap_approx", "gap", hue="sigma", ax=axes[1], logx=True, logy=True)
 axes[1].set(xlabel=r"$N\,\bar p\,(1-\bar p)^{N-1}\,\mathrm{JS}_{\mathrm{succ}}$",
             ylabel=r"$P_{\mathrm{pop}} - P_{\mathrm{same}}$")
+fig.suptitle("Lemma 2 per (sigma, population, prompt) cell: JS_succ below JS_pol (left), the coverage gain against "
+             "its approximation (right)", fontsize="medium")
 figure_legend(fig, ncol=6)
 _ = save_figure(fig, "02_lemma2", preset=preset)
 cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", "gap_approx"]].mean()
@@ -133,6 +136,8 @@ for ax, k in zip(axes[0], ks):
     ax.axhline(0, color="black", lw=0.6)
     ax.set(title=f"$K$ = {k}", ylabel="Pass@K difference or bound" if k == ks[0] else "")
     ax.xaxis.get_major_locator().set_params(integer=True)
+fig.suptitle("Proposition 1 along the ES runs (means over the followed seeds): the paper's test reads the change "
+             "on fresh samples", fontsize="medium")
 figure_legend(fig, ncol=3)
 _ = save_figure(fig, "02_prop1", preset=preset)
 diversity.prop1_summary(prop1)

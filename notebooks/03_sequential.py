@@ -68,6 +68,8 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 plot_pass_plane(points, label="arm", ax=axes[0])
 axes[0].set_ylabel(f"pass@{int(points['k'].iloc[0])}")
 plot_pass_at_k({arm: g for arm, g in curves.groupby("arm", sort=False)}, ax=axes[1])
+fig.suptitle("Sequences against single methods on the test problems. Left: Pass@1 against Pass@K (seed means). "
+             "Right: Pass@K\n(seed means, bands: 95% bootstrap over problems)", fontsize="medium")
 figure_legend(fig, ncol=4)  # a sequence's first stage: its first method's colour, lighter, dashed, square
 _ = save_figure(fig, "03_plane", preset=preset)
 points.round(3)

@@ -86,6 +86,8 @@ moved = (per_module["rel_l2"] > 0).any()  # nothing moves under the smoke preset
 axes[0].set(yscale="log" if moved else "linear", ylabel="relative L2 drift ||delta|| / ||theta_0||")
 plot_grouped_bars(per_module, "module", "top_share", hue="method", ax=axes[1])
 axes[1].set_ylabel(r"share of the largest 1% of $|\delta|$")
+fig.suptitle("Where the updates went, per module type (means over training seeds; a measurement, not a check)",
+             fontsize="medium")
 figure_legend(fig)
 _ = save_figure(fig, "04_drift", preset=preset)
 
@@ -115,6 +117,9 @@ for j, method in enumerate(methods):
                         label="checked: reset - base, 95% CI")
         ax.set(title=f"{method.upper()}: {label} after the reset", xlabel="sparsity (fraction of changed "
                "coordinates reset)", ylabel=f"{label} - base {label}")
+fig.suptitle("Resetting the smallest updates (magnitude) or as many random ones (means over training seeds and "
+             "problems);\nthe diamond: reset - base at the checked threshold, 95% interval (the primary checks are in "
+             "the table below)", fontsize="medium")
 figure_legend(fig)
 _ = save_figure(fig, "04_reset", preset=preset)
 sweep.round(4)

@@ -68,6 +68,8 @@ for ax, col, label in ((axes[0], "d_pass@1", "Delta Pass@1"), (axes[1], "d_pass@
     plot_grouped_bars(deltas, "task", col, hue="method", yerr=f"{col}_std", ax=ax)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel(f"{label} (tuned - base)")
+fig.suptitle("Held-out tasks after training, tuned - base (bars: mean over training seeds; whiskers: one standard "
+             "deviation across seeds)", fontsize="medium")
 figure_legend(fig)
 _ = save_figure(fig, "05_forgetting", preset=preset)
 deltas.round(3)

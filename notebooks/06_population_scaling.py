@@ -50,7 +50,7 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.plots import figure_legend, plot_metric_curves, save_figure, use_paper_style
+from esreason_lib.paper.plots import figure_legend, plot_metric_curves, register_shades, save_figure, use_paper_style
 from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.studies.scaling import (
@@ -85,6 +85,7 @@ sizes = list(config.scaling.models)
 fig, axes = plt.subplots(3, len(sizes), figsize=(4.6 * len(sizes), 9.5), squeeze=False, sharey="row")
 for j, name in enumerate(sizes):
     by_n = seed_mean_curves(curves[curves["model"] == name], "N", prefix="N=")
+    _ = register_shades(by_n, "es")  # every N is an ES run: shades of ES's colour, darkest for the smallest N
     plot_metric_curves(by_n, "reward/mean", ax=axes[0, j], smooth=window, ylabel="population reward")
     plot_metric_curves(by_n, "reward/center", ax=axes[1, j], smooth=window, ylabel="center reward")
     plot_metric_curves(by_n, "reward/center", ax=axes[2, j], x="es/generations", smooth=window,
@@ -95,6 +96,8 @@ for ax in axes[:2].ravel():
     ax.xaxis.get_major_locator().set_params(integer=True)
 for ax in axes[2]:
     ax.set_xlabel(r"cumulative generations (members $\times$ prompts)")
+fig.suptitle("ES at each population size N: training reward on the training prompts (not held-out accuracy), "
+             "mean over seeds", fontsize="medium")
 figure_legend(fig, ncol=6)
 _ = save_figure(fig, "06_scaling", preset=preset)
 
@@ -142,6 +145,8 @@ for j, (title, labels) in enumerate(groups.items()):
     axes[1, j].legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", ncol=2)
 for ax in axes.ravel():
     ax.xaxis.get_major_locator().set_params(integer=True)
+fig.suptitle("Ablations: training reward (centre and population) per fitness shaping, mean over seeds; the "
+             "held-out accuracy is in the table", fontsize="medium")
 fig.tight_layout()
 _ = save_figure(fig, "06_normalization", preset=preset)
 (tables["ablation"].groupby("variant", sort=False)[["heldout", "center_tail", "update_norm"]]

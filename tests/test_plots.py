@@ -177,3 +177,20 @@ def test_importing_plots_changes_no_style_until_plotting_starts():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=paths.REPO_ROOT).stdout.split()
     assert out == ["True", "False", "True", "white"]
+
+
+def test_method_colours_mean_one_thing_in_every_figure():
+    """Blue and orange are GRPO and ES only: labels of no known kind take `OTHER_COLORS`, and several arms of one
+    kind (bases, ES at each population) take shades of that kind's colour."""
+    method_colours = set(plots.METHOD_COLORS.values())
+    assert all(plots.color_for(f"variant {i}", i) not in method_colours for i in range(8))
+    assert plots.color_for("rank alpha=0.01", 0) == plots.OTHER_COLORS[0]
+    assert len(set(plots.OTHER_COLORS)) == len(plots.OTHER_COLORS) == 7  # five sigmas of notebook 02 stay apart
+    bases = plots.register_shades(["qwen2-s-habit", "qwen2-s"], "base")
+    assert list(bases) == ["qwen2-s-habit", "qwen2-s"] and bases["qwen2-s-habit"] != bases["qwen2-s"]
+    assert plots.color_for("qwen2-s") == bases["qwen2-s"]
+    hue = plots.colorsys.rgb_to_hls(*plots.METHOD_COLORS["es"])[0]
+    shades = plots.register_shades(["N=2", "N=4", "N=8"], "es").values()
+    assert all(abs(plots.colorsys.rgb_to_hls(*c)[0] - hue) < 1e-9 for c in shades)  # ES's hue, three lightnesses
+    with pytest.raises(ValueError, match="register_shades: kind must be one of .*, got 'population'"):
+        plots.register_shades(["N=2"], "population")

@@ -41,3 +41,29 @@ def test_reused_runs_are_one_line_per_cell_in_a_notebook_and_named_in_a_terminal
     assert out == progress.REUSED_LINE.format(n=2) + "\n" and "/abs" not in out
     shell.events.callbacks["post_run_cell"][0](None)  # the next cell found none: nothing
     assert capsys.readouterr() == ("", "")
+
+
+def test_no_update_notes_are_one_line_per_cell_in_a_notebook(capsys, monkeypatch):
+    import IPython
+
+    monkeypatch.setattr(progress, "tqdm", terminal_tqdm)
+    progress.say_no_update("ES made no update in 2 of 2 iterations")
+    assert capsys.readouterr() == ("", "esreason: ES made no update in 2 of 2 iterations\n")
+
+    class Events:
+        callbacks = {"post_run_cell": []}
+
+        def register(self, name, callback):
+            self.callbacks[name].append(callback)
+
+    shell = type("Shell", (), {"events": Events()})()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(progress, "tqdm", notebook_tqdm)
+    for note in ("first note", "second note", "third note"):
+        progress.say_no_update(note)
+    progress.say_reused("/abs/runs/es-1")
+    assert capsys.readouterr() == ("", "")
+    shell.events.callbacks["post_run_cell"][0](None)
+    assert capsys.readouterr().out.splitlines() == [
+        progress.REUSED_LINE.format(n=1),
+        "esreason: 3 run(s) learned nothing in most iterations; the first: first note"]

@@ -12,6 +12,7 @@ import torch
 
 from esreason_lib import paths
 from esreason_lib.store import identity as RI
+from esreason_lib.store import integrity
 from esreason_lib.store import runs as R
 
 
@@ -109,7 +110,8 @@ def test_log_metrics_and_truncate(tmp_path):
     with open(run.path / "metrics.jsonl", "a") as fh:  # a line torn by a crash
         fh.write('{"step": 3, "rew')
     run.log(3, {"reward/mean": 1.0})
-    assert list(run.metrics()["step"]) == [0, 1, 2, 3]
+    with pytest.warns(integrity.RunStoreWarning, match=r"metrics\.jsonl:4: not a JSON object"):
+        assert list(run.metrics()["step"]) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="step"):
         run.log(4, {"step": 1})
     with pytest.raises(ValueError, match="metric 'v' must be a number"):
@@ -129,7 +131,8 @@ def test_checkpoints_keep_last_two(tmp_path):
     step, state = run.latest_checkpoint()
     assert step == 10 and torch.equal(state["theta"], torch.full((3,), 10.0)) and state["rng"] == [10]
     (run.path / "checkpoints" / "step-000010.pt").write_bytes(b"corrupt")
-    assert run.latest_checkpoint()[0] == 2  # falls back to the previous one
+    with pytest.warns(integrity.RunStoreWarning, match=r"step-000010\.pt skipped: not a sealed esreason file"):
+        assert run.latest_checkpoint()[0] == 2  # falls back to the previous one
 
 
 def test_tables(tmp_path):
@@ -165,8 +168,6 @@ def test_finish_manifest(tmp_path):
 
 
 def test_opening_a_complete_run_hashes_each_model_file_once(tmp_path, monkeypatch):
-    from esreason_lib.store import integrity
-
     run = R.Run.open("es", _Cfg(), seed=0, home=tmp_path)
     run.model_dir.mkdir(exist_ok=True)
     for name in ("weights.bin", "config.json"):

@@ -12,6 +12,7 @@ from esreason_lib.cli import main
 from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash, portable_paths, resolve_run_ref, stored_config
+from esreason_lib.store.integrity import RunStoreWarning
 from esreason_lib.store.relocate import relocate
 from esreason_lib.store.runs import Run, run_exists
 
@@ -99,7 +100,8 @@ def test_absolute_path_runs_are_found_in_place_and_relocated_after_a_move(tmp_pa
 def test_relocate_skips_directories_without_a_readable_config(tmp_path, junk):
     (tmp_path / "es-0123456789").mkdir()
     (tmp_path / "es-0123456789" / "config.json").write_text(junk)
-    assert relocate(tmp_path) == {}
+    with pytest.warns(RunStoreWarning, match=r"es-0123456789/config\.json: .*; ignored"):
+        assert relocate(tmp_path) == {}
 
 
 def _store_tree(root):

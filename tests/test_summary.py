@@ -25,6 +25,10 @@ def test_summary_row_prints_the_stored_numbers_and_draws_the_claimed_side_right_
     assert summary.summary_row("01", greater, "control", True)["primary"]
     undecidable = {**greater, "threshold": 0.0, "status": "undecidable at this design", "reason": "a ceiling"}
     assert summary.summary_row("01", undecidable)["text"] == "+0.300 [+0.200, +0.400]; undecidable: a ceiling"
+    long = {**undecidable, "reason": "P(reproduced | effect = delta) = 0.21 < 0.5 at this design (the interval alone: "
+                                     "not resolved)"}
+    assert summary.summary_row("01", long)["text"].endswith("undecidable: P(reproduced | effect = delta) = 0.21 < 0.5 "
+                                                            "at this design")
 
 
 def test_the_figure_prints_the_numbers_of_the_readme_and_claims_md_for_the_same_check(tmp_path, monkeypatch):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Callable
 
@@ -18,6 +17,7 @@ from esreason_lib.guards import NonFiniteError, check_finite_step
 from esreason_lib.learning_signal import es_note
 from esreason_lib.models.device import record_device
 from esreason_lib.models.weights import relative_drift
+from esreason_lib.progress import say_no_update
 from esreason_lib.training.run_entry import open_training_run, save_snapshot
 from esreason_lib.training.settings import prompt_indices
 
@@ -93,7 +93,7 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     population completions), time/centre_s, time/sync_s, time/population_s, time/update_s (`es_step`), time/step_s.
     The device (`models.device.record_device`) is recorded in the run's device.json; a resume on another GPU model
     warns. With `progress`, a run whose members all scored the same in most iterations (no update was made) ends
-    with one line on stderr saying so and why it may be (`learning_signal.es_note`).
+    with one line saying so and why it may be (`learning_signal.es_note`, `progress.say_no_update`).
     """
     from esreason_lib.models.zoo import quiet_transformers
     from esreason_lib.progress import progress_bar
@@ -151,5 +151,5 @@ def train_es(config: ESConfig, *, model=None, tokenizer=None, task=None, backend
     metrics = run.metrics()
     note = es_note(metrics["reward/std"], metrics.get("reward/correct_frac"), config.sigma) if progress else None
     if note:
-        print(f"esreason: {note}", file=sys.stderr)
+        say_no_update(note)
     return run

@@ -58,7 +58,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import sys
 import time
 
 import numpy as np
@@ -86,7 +85,7 @@ from esreason_lib.models.hf_compat import set_checkpointing
 from esreason_lib.models.logprobs import Chunks, completion_scores
 from esreason_lib.models.optim import master_weight_adamw, optimizer_step
 from esreason_lib.models.zoo import quiet_transformers
-from esreason_lib.progress import progress_bar
+from esreason_lib.progress import progress_bar, say_no_update
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.runs import Run
 from esreason_lib.tasks.base import score_completion
@@ -299,8 +298,8 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/kl (beta > 0), policy/clip_frac,
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s. With `progress`, a
-    run whose groups' samples all scored alike in most iterations (advantage 0) ends with one line on stderr saying
-    so and why it may be (`learning_signal.grpo_note`).
+    run whose groups' samples all scored alike in most iterations (advantage 0) ends with one line saying
+    so and why it may be (`learning_signal.grpo_note`, `progress.say_no_update`).
     """
     run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)
@@ -357,5 +356,5 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     metrics = run.metrics()
     note = grpo_note(metrics["grpo/zero_std_frac"], metrics.get("reward/correct_frac")) if progress else None
     if note:
-        print(f"esreason: {note}", file=sys.stderr)
+        say_no_update(note)
     return run

@@ -1,4 +1,4 @@
-"""The paper harness's commands on `esreason`'s command line (`esreason_lib.cli` loads this module by its path):
+"""The paper harness's commands on `esreason`'s command line (`esreason_lib.cli` loads this module by its path).
 
     train es|grpo|sequence --preset tiny [--set key=value ...] [--order grpo,es] [--no-resume] [--eval]
                                        [--keep-checkpoints]

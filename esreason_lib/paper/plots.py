@@ -2,8 +2,9 @@
 
 Style (`use_paper_style`, called where plotting starts: a notebook's first cell, `axes_or_new` for a figure it
 makes; importing this module changes no matplotlib setting): seaborn's white grid and colorblind palette, one colour
-per arm in every figure (`arm_style`: the method's colour from `METHOD_COLORS`, a darker or lighter shade of it per
-step size once `register_arms` has seen a method's arms, a sequence's first stage lighter and dashed), the
+per method and arm kind in every figure (`arm_style`: the method's colour from `METHOD_COLORS` (the base grey, GRPO
+blue, ES orange), a darker or lighter shade of it per step size once `register_arms` has seen a method's arms
+(`register_shades` for other arms of one kind: bases, populations), a sequence's first stage lighter and dashed), the
 noise-injection controls grey and dotted and labelled as controls (`arm_label`), CIs as bands, legends beside the
 axes (off the data) or below a multi-panel figure (`figure_legend`), the preset's name in each saved figure's corner
 (`save_figure`).
@@ -62,6 +63,13 @@ def _shades(color, n: int) -> list[tuple]:
     return [tuple(color)] if n == 1 else [_lightness(color, v) for v in np.linspace(0.28, 0.62, n)]
 
 
+OTHER_COLORS = [PALETTE[i] for i in (6, 8, 3)]
+OTHER_COLORS += [_lightness(color, 0.3) for color in OTHER_COLORS] + [(0.0, 0.0, 0.0)]
+"""Colours no method, base or control uses, in order, for labels of no known kind (an ablation's variants, a sweep's
+sigmas): pink, yellow and vermillion, a dark shade of each, and black (no blue: GRPO's shades are blue), so that blue
+and orange mean GRPO and ES in every figure, and nothing else."""
+
+
 def _setting(label: str) -> float:
     """The number after the last "=" of an arm's label ("es alpha=0.0012" -> 0.0012), inf when there is none."""
     try:
@@ -85,10 +93,21 @@ def register_arms(arms) -> dict[str, tuple]:
     return {a: _ARM_COLORS[a] for a in map(str, arms) if a in _ARM_COLORS}
 
 
+def register_shades(labels, kind: str) -> dict[str, tuple]:
+    """Give `labels`, several arms of one `kind` (a key of `METHOD_COLORS`: notebook 00's bases are "base", notebook
+    06's ES runs at each population N are "es"), shades of that kind's colour for all later figures, darkest first
+    in the order given; returns {label: rgb}. ValueError naming an unknown kind."""
+    if kind not in METHOD_COLORS:
+        raise ValueError(f"register_shades: kind must be one of {sorted(METHOD_COLORS)}, got {kind!r}")
+    names = list(dict.fromkeys(map(str, labels)))
+    _ARM_COLORS.update(zip(names, _shades(METHOD_COLORS[kind], len(names))))
+    return {n: _ARM_COLORS[n] for n in names}
+
+
 def color_for(label: str, index: int = 0):
     """The arm's colour: grey for a control, the registered shade (`register_arms`), the method's fixed colour, a
-    lighter shade of the first method's colour for a sequence's first stage ("grpo->es stage 1"), or the palette's
-    `index`-th colour for other labels."""
+    lighter shade of the first method's colour for a sequence's first stage ("grpo->es stage 1"), or the `index`-th
+    of `OTHER_COLORS` (never a method's colour) for other labels."""
     label = str(label)
     if is_control(label):
         return mpl_colors.to_rgb(CONTROL_COLOR)
@@ -98,7 +117,7 @@ def color_for(label: str, index: int = 0):
             return _lightness(first, 0.75)
     if label in _ARM_COLORS:
         return _ARM_COLORS[label]
-    return METHOD_COLORS.get(label.lower().split(" ")[0], PALETTE[index % len(PALETTE)])
+    return METHOD_COLORS.get(label.lower().split(" ")[0], OTHER_COLORS[index % len(OTHER_COLORS)])
 
 
 def arm_style(label: str, index: int = 0) -> dict:

@@ -14,6 +14,7 @@ docs/statuses.md, with the primary checks the registry declares).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -31,6 +32,8 @@ _ROLES = {"test": "paper", "paper": "paper", "primary": "paper", "control": "con
 STATUS_COLORS = {"reproduced": PALETTE[2], "smaller than delta": PALETTE[8], "not reproduced": PALETTE[3],
                  "not resolved": PALETTE[7], "undecidable at this design": PALETTE[4]}
 """A check's status colour in the summary forest plot (any other status: black)."""
+REASON_WIDTH = 90
+"""The most characters of an `undecidable` check's reason printed beside its row (the whole is in papers/claims.md)."""
 PRIMARY_MARK = "\u2605 "
 """Put before a primary check's label in the figure (a star): the check that sets its test's status."""
 
@@ -43,12 +46,14 @@ def check_numbers(check: dict) -> str:
 
 def check_note(check: dict) -> str:
     """`check_numbers`, then the claimed side when it is not "above 0" ("claimed < 0", "claimed > -0.020") and,
-    for a check `undecidable at this design`, why."""
+    for a check `undecidable at this design`, why (its reason without what the interval alone says, shortened to
+    `REASON_WIDTH` characters)."""
     direction, threshold = check.get("direction", "greater"), check.get("threshold", 0.0)
     side = "" if direction == "greater" and threshold == 0 else \
         f", claimed {'>' if direction == 'greater' else '<'} {threshold:g}"
-    why = f"; undecidable: {check['reason']}" if str(check["status"]).startswith("undecidable") and \
-        check.get("reason") else ""
+    reason = textwrap.shorten(str(check.get("reason", "")).split(" (the interval alone")[0], REASON_WIDTH,
+                              placeholder=" ...")
+    why = f"; undecidable: {reason}" if str(check["status"]).startswith("undecidable") and reason else ""
     return check_numbers(check) + side + why
 
 
