@@ -94,10 +94,10 @@ def trl_arguments(config: GRPOConfig, output_dir, *, max_new_tokens: int, stop: 
         use_vllm=c.backend == "vllm", vllm_mode="colocate", vllm_enable_sleep_mode=c.engine_sleep,
         vllm_gpu_memory_utilization=c.gpu_memory_utilization or 0.5,
         generation_kwargs={"stop": [stop]} if c.backend == "vllm" and stop else None,
-        gradient_checkpointing=c.gradient_checkpointing, bf16=c.dtype == "bfloat16", seed=c.seed,
+        bf16=c.dtype == "bfloat16", seed=c.seed,
         data_seed=c.seed, save_strategy="steps" if c.checkpoint_every else "no",
         save_steps=max(c.checkpoint_every, 1) * spi, report_to="none", use_cpu=c.device == "cpu",
-        disable_tqdm=True)
+        disable_tqdm=True, **({"gradient_checkpointing": True} if c.gradient_checkpointing else {}))
     args.update(overrides)
     from trl import GRPOConfig as TRLConfig
 
