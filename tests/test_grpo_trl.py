@@ -189,27 +189,30 @@ from esreason_lib.grpo.loop import train_grpo
 cfg = GRPOConfig(model="smoke", task="addition", group_size=2, prompts_per_step=2, iterations=2, max_new_tokens=4,
                  checkpoint_every=1, device="cpu", seed=0, engine="trl", train_size=8)
 run = train_grpo(cfg, home=sys.argv[1], progress=False)
-print("RUN", run.path, run.is_complete(), flush=True)
+from accelerate import PartialState
+print("RUN", PartialState().num_processes, run.path, run.is_complete(), flush=True)
 """
 
 
 @pytest.mark.slow
 def test_two_processes_under_accelerate_launch_write_a_complete_run(tmp_path):
-    """`accelerate launch --num_processes 2 --cpu` (gloo): the TRL engine on the zoo's smoke model, 2 iterations,
-    a checkpoint each; both processes end with the same complete run."""
+    """`accelerate launch --multi_gpu --num_processes 2` on the CPU (accelerate's torchrun launcher; the processes
+    join over gloo, `PartialState(cpu=True)`): the TRL engine on the zoo's smoke model, 2 iterations, a checkpoint
+    each; both processes end with the same complete run. (`--cpu` would run one process: accelerate's CPU launcher
+    starts several only through mpirun.)"""
     from esreason_lib.models.load import load_model
 
     load_model("smoke", device="cpu", home=tmp_path, progress=False)  # the zoo base, trained once beforehand
     script = tmp_path / "launched.py"
     script.write_text(textwrap.dedent(LAUNCHED))
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "ESREASON_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
+    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                           str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("RUN")]
-    assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].endswith("True")
-    run_dir = Path(lines[0].split()[1])
+    assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].startswith("RUN 2 ") and lines[0].endswith("True")
+    run_dir = Path(lines[0].split()[2])
     assert (run_dir / "model" / "model.safetensors").is_file()
     assert (run_dir / "manifest.json").is_file()
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

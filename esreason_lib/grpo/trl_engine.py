@@ -195,7 +195,7 @@ def train_grpo_trl(config: GRPOConfig, *, model=None, tokenizer=None, task=None,
     run completes unless `keep_checkpoints`). Returns the `Run` on every process."""
     from accelerate import PartialState
 
-    state = PartialState()
+    state = PartialState(cpu=config.device == "cpu")  # on the CPU, the processes of a launch join over gloo
     identity = run_identity(config, task)
     if run_exists("grpo", identity, home=home):
         return Run.open("grpo", identity, seed=config.seed, home=home)
