@@ -190,7 +190,9 @@ cfg = GRPOConfig(model="smoke", task="addition", group_size=2, prompts_per_step=
                  checkpoint_every=1, device="cpu", seed=0, engine="trl", train_size=8)
 run = train_grpo(cfg, home=sys.argv[1], progress=False)
 from accelerate import PartialState
-print("RUN", PartialState().num_processes, run.path, run.is_complete(), flush=True)
+state = PartialState()
+with open(f"{sys.argv[1]}/done-{state.process_index}.txt", "w") as fh:  # stdout would interleave the processes'
+    fh.write(f"{state.num_processes} {run.path} {run.is_complete()}")
 """
 
 
@@ -210,9 +212,9 @@ def test_two_processes_under_accelerate_launch_write_a_complete_run(tmp_path):
                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                           str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RUN")]
-    assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].startswith("RUN 2 ") and lines[0].endswith("True")
-    run_dir = Path(lines[0].split()[2])
+    lines = [(tmp_path / f"done-{rank}.txt").read_text() for rank in (0, 1)]
+    assert lines[0] == lines[1] and lines[0].startswith("2 ") and lines[0].endswith(" True")
+    run_dir = Path(lines[0].split()[1])
     assert (run_dir / "model" / "model.safetensors").is_file()
     assert (run_dir / "manifest.json").is_file()
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
