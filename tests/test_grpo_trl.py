@@ -95,6 +95,17 @@ def test_trl_arguments_map_the_config(tmp_path):
         trl_arguments(config(), tmp_path, max_new_tokens=4, world_size=3)
 
 
+def test_the_paper_preset_maps_onto_eight_processes(tmp_path):
+    from dataclasses import replace
+
+    from esreason_lib.paper.studies.presets import get_preset
+
+    c = replace(get_preset("paper-easy").grpo, engine="trl", device="cpu")  # P 64, minibatch 32, micro 16, G 8
+    a = trl_arguments(c, tmp_path, max_new_tokens=2048, world_size=8)
+    assert (a.per_device_train_batch_size, a.gradient_accumulation_steps, a.steps_per_generation) == (16, 2, 4)
+    assert (a.max_steps, a.num_generations, a.bf16) == (2 * c.iterations, 8, c.dtype == "bfloat16")
+
+
 def test_task_reward_scores_with_the_verifier_cut_at_stop():
     task, logged = ParenTask(), {}
     examples = task.examples("train")

@@ -30,8 +30,7 @@ ENGINES = ("native", "trl")
 """Values of `GRPOConfig.engine`: "native" (`grpo.loop`, the miniature) or "trl" (TRL's `GRPOTrainer` under
 accelerate with DeepSpeed ZeRO-3 or FSDP, for bases past 1.5B: `grpo.trl_engine`, extra `trl`)."""
 
-TRL_UNSUPPORTED = {"forward": "hf", "sampler": "multinomial", "share_prefixes": False, "shared_prompts": False,
-                   "logit_chunk": None}
+TRL_UNSUPPORTED = {"forward": "hf", "sampler": "multinomial", "share_prefixes": False, "shared_prompts": False}
 """The fields engine "trl" needs at these values (TRL samples and scores with the model's own modules)."""
 
 

@@ -19,6 +19,8 @@ m = minibatch_size (None: P), W = processes:
 - temperature, top_p -> the same (top_k 0: off); max_new_tokens (None: the task's) -> max_completion_length.
 - backend "vllm" -> use_vllm (vllm_mode "colocate" unless overridden: "server" with `trl vllm-serve`);
   engine_sleep -> vllm_enable_sleep_mode; gpu_memory_utilization (None: 0.5) -> vllm_gpu_memory_utilization.
+- logit_chunk is not used: TRL computes a micro-batch's completion logits at once (per_device_train_batch_size
+  rows; lower micro_batch_size for memory).
 - gradient_checkpointing -> the same; dtype "bfloat16" -> bf16; seed -> seed and data_seed; checkpoint_every ->
   save_steps (in iterations, under the run's checkpoints/; 0: none).
 Deviations from the native loop (why a "trl" run has its own identity):
