@@ -15,6 +15,11 @@ from esreason_lib.store.runs import Run
 from esreason_lib.store.tensorboard import ENV
 
 
+@pytest.fixture(autouse=True)
+def _no_open_wandb_runs(monkeypatch):
+    monkeypatch.setattr(reporting, "_WANDB", {})  # each test opens its own (stand-in) W&B runs
+
+
 def test_report_targets_normalise_and_name_the_field():
     assert reporting.report_targets("wandb") == ("wandb",)
     assert reporting.report_targets(["wandb", "tensorboard", "wandb"]) == ("tensorboard", "wandb")

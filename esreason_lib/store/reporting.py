@@ -7,7 +7,6 @@ every run; `report_to` turns it on for one run's config, into that folder or els
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from esreason_lib.store.tensorboard import mirror, scalars, tensorboard_dir
 
@@ -54,5 +53,5 @@ def _wandb_run(run):
                               "or leave it out of report_to") from err
         handle = _WANDB[run.path.name] = wandb.init(
             project=os.environ.get(WANDB_PROJECT) or "esreason", name=run.path.name, id=run.path.name,
-            resume="allow", config=run.config, dir=str(Path(run.path)), reinit="create_new")
+            resume="allow", config=run.config, dir=str(run.path), reinit="create_new")  # reinit: wandb >= 0.19.10
     return handle
