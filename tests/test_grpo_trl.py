@@ -78,6 +78,17 @@ def test_engine_is_left_out_of_the_identity_at_native_only():
         config(shared_prompts=True)
 
 
+def test_engine_trl_without_trl_names_the_extra(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
+    tok = build_char_tokenizer()
+    with pytest.raises(ImportError, match=r"engine='trl' needs the `trl` extra"):
+        train_grpo(config(), model=tiny_random_qwen2(len(tok)), tokenizer=tok, task=ParenTask(), home=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_trl_arguments_map_the_config(tmp_path):
     c = config(prompts_per_step=8, minibatch_size=4, ppo_epochs=2, micro_batch_size=4, iterations=3,
                aggregation="token-mean", scale="none", max_grad_norm=None, checkpoint_every=2)
