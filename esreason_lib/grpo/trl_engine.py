@@ -38,6 +38,8 @@ Deviations from the native loop (why a "trl" run has its own identity):
 - Weight decay skips biases and norm weights (transformers' Trainer); the optimiser is Trainer's AdamW (under
   DeepSpeed its own), bf16 by mixed precision, not the native fp32-master AdamW.
 - Checkpoints are the Trainer's folders (optimizer, scheduler, RNG, DeepSpeed shards), resumed with the Trainer.
+- Every process loads the whole base (`training_inputs`, onto its own GPU: accelerate sets the device per process)
+  before DeepSpeed or FSDP shards it; TRL rebuilds the reference model from the base's directory.
 """
 
 from __future__ import annotations
