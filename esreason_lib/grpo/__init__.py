@@ -1,1 +1,2 @@
-"""GRPO, the gradient baseline: config, the pure loss functions, and the loop (update, step, run)."""
+"""GRPO, the gradient baseline: config, the pure loss functions, the loop (update, step, run), and TRL's
+GRPOTrainer for paper scale (`trl_engine`)."""

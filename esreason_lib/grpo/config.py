@@ -26,6 +26,13 @@ ROLLOUT_BACKENDS = ("local", "vllm")
 """Values of `GRPOConfig.backend`: "local" samples with `generation.generate`; "vllm" with a vLLM engine that gets
 the policy's weights after each iteration's optimizer steps (`models.rollouts_vllm.VLLMRollouts`, extra `vllm`)."""
 
+ENGINES = ("native", "trl")
+"""Values of `GRPOConfig.engine`: "native" (`grpo.loop`, the miniature) or "trl" (TRL's `GRPOTrainer` under
+accelerate with DeepSpeed ZeRO-3 or FSDP, for bases past 1.5B: `grpo.trl_engine`, extra `trl`)."""
+
+TRL_UNSUPPORTED = {"forward": "hf", "sampler": "multinomial", "share_prefixes": False, "shared_prompts": False}
+"""The fields engine "trl" needs at these values (TRL samples and scores with the model's own modules)."""
+
 
 @dataclass(frozen=True)
 class GRPOConfig(RunSettings):
@@ -98,6 +105,10 @@ class GRPOConfig(RunSettings):
     its weights to host memory, its KV cache freed) and wake it before the next weight copy, so the update's
     backward and optimiser step have the engine's share of the GPU (`grpo.memory` counts the share in the sampling
     phase only). The samples are unchanged; left out of the identity at its default only."""
+    engine: str = field(default="native", metadata=ADDED_OPTION)
+    """Who trains (`ENGINES`): "native" (`grpo.loop`: the miniature's loop, every preset's identity) or "trl"
+    (TRL's `GRPOTrainer`, `grpo.trl_engine`: the same objective where its docstring says, other samples and
+    rounding, so part of the identity)."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -136,6 +147,10 @@ class GRPOConfig(RunSettings):
                                                                   and self.logit_chunk is None),
               "must be False with gradient_checkpointing or logit_chunk (the prompts' KV cache is kept for backward)")
         check_nonnegative_float(self, "weight_decay")
+        check_choice(self, "engine", ENGINES)
+        for name, value in TRL_UNSUPPORTED.items():
+            check(self, name, self.engine == "native" or getattr(self, name) == value,
+                  f"must be {value!r} with engine='trl' (TRL samples and scores with the model's own modules)")
         check(self, "max_grad_norm",
               self.max_grad_norm is None or (is_real(self.max_grad_norm) and self.max_grad_norm > 0),
               "must be None or > 0")

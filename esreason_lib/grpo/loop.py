@@ -299,8 +299,14 @@ def train_grpo(config: GRPOConfig, *, model=None, tokenizer=None, task=None, hom
     policy/ratio_mean, policy/grad_norm, loss/policy, grpo/zero_std_frac, completion/length,
     grpo/generations (cumulative), time/rollout_s (sampling, inside time/step_s), time/step_s. With `progress`, a
     run whose groups' samples all scored alike in most iterations (advantage 0) ends with one line saying
-    so and why it may be (`learning_signal.grpo_note`, `progress.say_no_update`).
+    so and why it may be (`learning_signal.grpo_note`, `progress.say_no_update`). With `config.engine` "trl", TRL's
+    `GRPOTrainer` trains instead (`grpo.trl_engine.train_grpo_trl`).
     """
+    if config.engine == "trl":
+        from esreason_lib.grpo.trl_engine import train_grpo_trl
+
+        return train_grpo_trl(config, model=model, tokenizer=tokenizer, task=task, home=home, resume=resume,
+                              progress=progress)
     run, inputs = open_training_run("grpo", config, model=model, tokenizer=tokenizer, task=task, home=home,
                                     progress=progress)
     if from_rank0(inputs is None):  # process 0's run is complete: every process of a torchrun launch ends

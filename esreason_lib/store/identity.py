@@ -24,19 +24,21 @@ ADDED_OPTION = {"identity": "omit_default"}
 every stored run keeps its identity; any other value is part of it."""
 
 
-def execution(exact=None) -> dict:
+def execution(exact=None, *, added: bool = False) -> dict:
     """`dataclasses.field(metadata=execution(...))` marks an execution setting: how a run is computed, not what it
     computes (`checkpoint_every`, Ray `workers`, a population backend among those with bit-identical results). It
     is left out of the run's identity, so a stored run is found whichever setting trained it; with `exact`, only
-    when the field's value is one of `exact` (the others change the results and stay in the identity)."""
-    return {"identity": "execution", "exact": None if exact is None else tuple(exact)}
+    when the field's value is one of `exact` (the others change the results and stay in the identity). With
+    `added` (a setting added after execution settings left the identity) it is left out of the legacy identity too,
+    so the runs stored before it keep theirs."""
+    return {"identity": "execution", "exact": None if exact is None else tuple(exact), "added": bool(added)}
 
 
 def _left_out(f: dataclasses.Field, value, legacy: bool) -> bool:
     kind = f.metadata.get("identity")
     if kind == "omit_default":
         return value == f.default
-    if kind == "execution" and not legacy:
+    if kind == "execution" and (not legacy or f.metadata.get("added")):
         exact = f.metadata["exact"]
         return exact is None or value in exact
     return False

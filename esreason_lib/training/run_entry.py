@@ -16,7 +16,8 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
                       progress: bool = True):
     """How every trainer starts: a complete run is opened and returned as is; otherwise, before any run directory
     exists, check the config (`check_training_config`), gather `training_inputs` and check them against each other
-    (`check_inputs`), then open and lock the `kind` run of `config`. An error on the way leaves no run directory.
+    (`check_inputs`), then open and lock the `kind` run of `config` (reporting to `config.report_to`). An error on
+    the way leaves no run directory.
 
     Returns `(run, None)` for a complete run, else `(run, (model, tokenizer, task, examples))`."""
     identity = run_identity(config, task)
@@ -29,6 +30,7 @@ def open_training_run(kind: str, config, *, model=None, tokenizer=None, task=Non
     run = Run.open(kind, run_identity(config, inputs[2]), seed=config.seed, home=home, lock=True)
     if run.is_complete():  # finished by the process that held the lock
         return _reused(run, progress), None
+    run.report_to = config.report_to  # `store.reporting`: its records also go there
     return run, inputs
 
 

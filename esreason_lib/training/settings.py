@@ -11,6 +11,7 @@ import torch
 
 from esreason_lib.seeding import numpy_rng
 from esreason_lib.store.identity import ADDED_OPTION, execution
+from esreason_lib.store.reporting import report_targets
 from esreason_lib.tasks.base import freeze_task_kwargs
 from esreason_lib.validation import (
     check_bool,
@@ -73,6 +74,10 @@ class RunSettings:
     optimiser keeps fp32 master weights)."""
     seed: int = 0
     """Run seed; every random stream of the run derives from it by name (`esreason_lib.seeding`)."""
+    report_to: tuple = field(default=(), metadata=execution(added=True))
+    """Where each metrics record also goes, as TRL's `report_to` (`store.reporting.REPORTERS`): "tensorboard"
+    (`$ESREASON_TENSORBOARD` or `<store>/tensorboard`), "wandb" (when installed); a name or a list is accepted,
+    "none" or () reports nowhere. Not part of the run's identity."""
 
     def __post_init__(self):
         object.__setattr__(self, "task_kwargs", freeze_task_kwargs(self.task_kwargs, type(self).__name__))
@@ -84,6 +89,7 @@ class RunSettings:
         check_bool(self, "keep_checkpoints")
         check_choice(self, "dtype", DTYPES)
         check_int(self, "seed")
+        object.__setattr__(self, "report_to", report_targets(self.report_to, type(self).__name__))
 
 
 def prompt_indices(n_examples: int, per_step: int, iteration: int, seed: int, method: str,
