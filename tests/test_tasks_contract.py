@@ -121,11 +121,11 @@ def test_train_es_refuses_a_half_true_verdict(tmp_path):
 
 
 def test_evaluate_refuses_a_half_true_verdict():
-    from esreason_lib.evaluate import evaluate
+    from esreason_lib.evaluate import EvalSpec, evaluate
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
     task = Custom(verdict=0.5)
     with pytest.raises(ValueError, match="task 'custom': is_correct must return a bool"):
-        evaluate(tiny_random_qwen2(len(tok)), tok, task, task.examples()[:2], n=1, ks=(1,), greedy=False,
-                 max_new_tokens=2, progress=False)
+        evaluate(tiny_random_qwen2(len(tok)), tok, task, task.examples()[:2],
+                 EvalSpec(n_samples=1, ks=(1,), greedy=False, max_new_tokens=2), progress=False)

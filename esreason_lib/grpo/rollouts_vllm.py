@@ -36,7 +36,9 @@ from __future__ import annotations
 import torch
 
 from esreason_lib.models.generation import (
+    DEFAULT_SAMPLING,
     Rollouts,
+    Sampling,
     completion_logprobs,
     cut_at_stop,
     decode_rows,
@@ -102,15 +104,15 @@ class VLLMRollouts:
         self.calls = 0
         """Rollout calls so far (each one a weight sync)."""
 
-    def __call__(self, model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, max_new_tokens: int = 32, stop: str | None = None,
-                 seed: int = 0, batch_size: int | None = None) -> Rollouts:
-        """`generate`'s arguments and result; `batch_size` (default the constructor's) only sizes the no-grad
-        log-prob / entropy forward (the engine batches its requests itself)."""
+    def __call__(self, model, tokenizer, prompts: list[str], sampling: Sampling = DEFAULT_SAMPLING, *, n: int = 1,
+                 stop: str | None = None, seed: int = 0) -> Rollouts:
+        """`generate`'s arguments (but its `forward`) and result; `sampling.sampler` is vLLM's own. The constructor's
+        `batch_size` sizes the no-grad log-prob / entropy forward (the engine batches its requests itself)."""
         from vllm import SamplingParams
 
         from esreason_lib.models.vllm_engine import Engine
 
+        max_new_tokens, greedy = sampling.max_new_tokens, sampling.greedy
         if self.engine is not None and max_new_tokens > self.max_new_tokens:
             self.close()  # its context is too short for this budget: a new engine, sized for it
         if self.engine is None:
@@ -126,15 +128,16 @@ class VLLMRollouts:
         self.calls += 1
         ids = encode_texts(tokenizer, prompts, "prompts")
         rows = [ids[i // n] for i in range(len(ids) * n)]  # [B] row i -> prompt i // n
-        params = [SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0 if greedy else top_p,
+        params = [SamplingParams(temperature=0.0 if greedy else float(sampling.temperature),
+                                 top_p=1.0 if greedy else sampling.top_p,
                                  max_tokens=int(max_new_tokens), stop=[stop] if stop else None,
                                  include_stop_str_in_output=True, seed=None if greedy else derive_seed(seed, "vllm", r))
                   for r in range(len(rows))]
         tokens = [list(o.outputs[0].token_ids) for o in self.engine.generate(rows, params)]  # [B]
         if self.sleep:
             self.engine.sleep()
-        return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=1.0 if greedy else temperature,
-                                    stop=stop, batch_size=batch_size or self.batch_size)
+        return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=sampling.scale, stop=stop,
+                                    batch_size=self.batch_size)
 
     def close(self) -> None:
         """Shut the engine down (a later call starts a new one)."""

@@ -23,7 +23,7 @@ from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
 from esreason_lib.es.noise import perturbed
 from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.models.load import load_model
 from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.diversity_estimators import (
@@ -62,7 +62,7 @@ from esreason_lib.training import config_task, resolve_device
 
 
 def _sample(model, tokenizer, task, prompts, n, seed):
-    return generate(model, tokenizer, prompts, n=n, temperature=1.0, max_new_tokens=task.max_new_tokens,
+    return generate(model, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=task.max_new_tokens), n=n,
                     stop=task.stop, seed=seed)
 
 
