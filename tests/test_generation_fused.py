@@ -82,7 +82,7 @@ def test_fused_refuses_what_it_cannot_fold():
     model = tiny_random_qwen2(len(tok), seed=0)
     with pytest.raises(TypeError, match="float32"):
         check_fusable(model.to(torch.bfloat16), "here")
-    with pytest.raises(TypeError, match="needs a Qwen2ForCausalLM, got Linear"):
+    with pytest.raises(TypeError, match="needs a Qwen2ForCausalLM or LlamaForCausalLM, got Linear"):
         check_fusable(torch.nn.Linear(2, 2), "here")
     with pytest.raises(ValueError, match="EvalSpec.forward must be 'hf' with backend 'vllm'"):
         EvalSpec(n_samples=1, ks=(1,), forward="fused", backend="vllm")
