@@ -98,11 +98,11 @@ def test_no_function_on_the_generation_path_takes_more_than_eight_parameters():
     """The wall issue 46 drew: `Sampling` and `Forward` pass whole from an `EvalSpec` to the decode loop."""
     import inspect
 
-    from esreason_lib import evaluate as evaluation
+    from esreason_lib.evaluate import _evaluate, evaluate
     from esreason_lib.grpo.rollouts_vllm import VLLMRollouts
     from esreason_lib.models import decode_steps, generation
 
-    path = [evaluation.evaluate, evaluation._evaluate, generation.generate, generation.Generator.__init__,
+    path = [evaluate, _evaluate, generation.generate, generation.Generator.__init__,
             generation.Generator.__call__, generation._decode_chunk, next_tokens, StopRule.finished, make_step,
             VLLMRollouts.__call__, *(getattr(cls, name) for cls in (decode_steps.HFStep, decode_steps.FusedStep,
                                                                    decode_steps.SharedPrefixStep)
