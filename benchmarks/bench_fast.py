@@ -35,7 +35,7 @@ def fast(args) -> list[str]:
     from esreason_lib.es.backends.fast import FastBackend, NativeBackend, agreement
     from esreason_lib.es.backends.sequential import SequentialBackend
     from esreason_lib.es.noise import perturbed
-    from esreason_lib.models.generation import generate
+    from esreason_lib.models.generation import Sampling, generate
     from esreason_lib.params import named_params
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
@@ -51,8 +51,9 @@ def fast(args) -> list[str]:
         reference = []
         for s, sign in zip(pop.seeds.tolist(), pop.signs.tolist()):  # the sequential path's completions
             with perturbed(named_params(model), s, sign, args.sigma):
-                reference.append(generate(model, tok, [task.prompt(e, tok) for e in ex], greedy=True,
-                                          max_new_tokens=task.max_new_tokens, stop=task.stop).completions)
+                reference.append(generate(model, tok, [task.prompt(e, tok) for e in ex],
+                                          Sampling(greedy=True, max_new_tokens=task.max_new_tokens),
+                                          stop=task.stop).completions)
         for k, b in paths.items():
             same, rho = agreement(b.completions(model, pop, ex), reference, out[k].rewards, out["sequential"].rewards)
             rows.append(f"| fast | sequential / {k} population (N={n}, P={len(ex)}); completions equal on {same:.4f} "
@@ -85,13 +86,14 @@ def threads(args) -> list[str]:
     step (N=16, the tiny preset's), GRPO sampling of 128 x 8 completions, and their logprob forward + backward."""
     from esreason_lib.es.backends.batched import BatchedBackend
     from esreason_lib.es.backends.fast import FastBackend
-    from esreason_lib.models.generation import completion_logprobs, generate
+    from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     _, pop = _population(16, args.sigma, model)
     bat, fst = BatchedBackend(task, tok), FastBackend(task, tok)
     prompts = [task.prompt(e, tok) for e in ex]
-    sample = lambda: generate(model, tok, prompts, n=8, max_new_tokens=task.max_new_tokens, stop=task.stop)  # noqa: E731
+    sampling = Sampling(max_new_tokens=task.max_new_tokens)
+    sample = lambda: generate(model, tok, prompts, sampling, n=8, stop=task.stop)  # noqa: E731
     ro = sample()
 
     def backward():
@@ -156,8 +158,7 @@ def evaluation(args) -> list[str]:
     out = {}
 
     def run(forward):
-        out[forward] = evaluate(model, tok, task, examples, n=spec.n_samples, temperature=spec.temperature,
-                                ks=spec.ks, greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward)
+        out[forward] = evaluate(model, tok, task, examples, dataclasses.replace(spec, forward=forward), progress=False)
 
     t = _best({"hf": lambda: run("hf"), "fused": lambda: run("fused")}, args.repeats)
     hf, fused = out["hf"].table, out["fused"].table

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import transformers
 
-from esreason_lib.models.generation import _generate
+from esreason_lib.models.generation import Forward, Sampling, generate
 
 
 def _random_model(vocab_size: int, hidden: int, layers: int, mlp: int) -> transformers.Qwen2ForCausalLM:
@@ -74,8 +74,8 @@ def main(argv=None) -> None:
     results = {}
     for use_cache in ([True] if args.skip_uncached else [True, False]):
         def run():
-            return _generate(model, tok, prompts, n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens,
-                             seed=0, batch_size=args.batch_size, use_cache=use_cache)
+            return generate(model, tok, prompts, Sampling(temperature=1.0, max_new_tokens=args.max_new_tokens),
+                            n=args.n, seed=0, forward=Forward(batch_size=args.batch_size, use_cache=use_cache))
         seconds, ro = _time(run, args.repeats)
         tokens = int(ro.completion_mask.sum())
         results[use_cache] = (seconds, ro)

@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from gpu_check import build_model, build_tokenizer  # noqa: E402
 
-from esreason_lib.models.generation import generate  # noqa: E402
+from esreason_lib.models.generation import Sampling, generate  # noqa: E402
 
 tok = build_tokenizer(151_936)
 model = build_model("qwen2.5-1.5b", "cuda", tok)
@@ -23,10 +23,10 @@ def timed(fn):
     fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / T * 1e3
-generate(model, tok, prompts, greedy=True, max_new_tokens=8)
-first = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
-ours = timed(lambda: generate(model, tok, prompts, greedy=True, max_new_tokens=T))
-ours_s = timed(lambda: generate(model, tok, prompts, greedy=False, temperature=0.6, max_new_tokens=T))
+generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=8))
+first = timed(lambda: generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=T)))
+ours = timed(lambda: generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=T)))
+ours_s = timed(lambda: generate(model, tok, prompts, Sampling(greedy=False, temperature=0.6, max_new_tokens=T)))
 enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
 model.generate(**enc, max_new_tokens=8, do_sample=False)
 hf = timed(lambda: model.generate(**enc, max_new_tokens=T, min_new_tokens=T, do_sample=False))

@@ -31,7 +31,7 @@ def ratio(args) -> list[str]:
     from esreason_lib.es.backends.lowrank import LowRankBackend
     from esreason_lib.es.config import ESConfig
     from esreason_lib.es.core import ES
-    from esreason_lib.models.generation import generate
+    from esreason_lib.models.generation import Forward, Sampling, generate
 
     model, tok, task, ex = _inputs(args.model, args.prompts)
     prompts = [task.prompt(e, tok) for e in ex]
@@ -47,9 +47,9 @@ def ratio(args) -> list[str]:
         for label, (backend, forward) in paths.items():
             pop = low if label.startswith("low-rank") else full
             fns[label] = lambda b=backend, p=pop: b(model, p, ex, iteration=0)
-            fns[f"plain {forward}"] = lambda f=forward: generate(model, tok, prompts * n, greedy=True,
-                                                                 max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                                                 batch_size=n * len(prompts), forward=f)
+            fns[f"plain {forward}"] = lambda f=forward: generate(
+                model, tok, prompts * n, Sampling(greedy=True, max_new_tokens=task.max_new_tokens), stop=task.stop,
+                forward=Forward(kind=f, batch_size=n * len(prompts)))
         t = _best(fns, args.repeats)
         for label, (_, forward) in paths.items():
             plain, step = t[f"plain {forward}"], t[label]
@@ -144,9 +144,8 @@ def snapshots(args) -> list[str]:
 
     def run(path):
         forward, sampler, share = SNAPSHOT_PATHS[path]
-        out[path] = [evaluate(m, tok, task, examples, n=spec.n_samples, temperature=spec.temperature, ks=spec.ks,
-                              greedy=spec.greedy, seed=spec.seed, progress=False, forward=forward, sampler=sampler,
-                              share_prefixes=share) for m in models]
+        path_spec = dataclasses.replace(spec, forward=forward, sampler=sampler, share_prefixes=share)
+        out[path] = [evaluate(m, tok, task, examples, path_spec, progress=False) for m in models]
 
     t = _best({path: (lambda p=path: run(p)) for path in SNAPSHOT_PATHS}, args.repeats)
     scale = args.snapshots / len(models)

@@ -27,7 +27,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.backends.vllm_engines import VLLMBackend  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES
-from esreason_lib.models.generation import generate  # noqa: E402
+from esreason_lib.models.generation import Forward, Sampling, generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
 from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
@@ -55,8 +55,8 @@ def main() -> None:
     best = {"library generate": np.inf, "vLLM engine": np.inf}
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        ours = generate(model, tok, prompts, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                        batch_size=len(prompts)).completions
+        ours = generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=task.max_new_tokens), stop=task.stop,
+                        forward=Forward(batch_size=len(prompts))).completions
         best["library generate"] = min(best["library generate"], time.perf_counter() - t0)
         t0 = time.perf_counter()
         theirs = backend.complete(model, prompts, iteration=0)

@@ -8,9 +8,9 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 - `Task` (subclass it for your own verifier), `register_task` (name it for configs and the CLI), `get_task` (a
   task by name);
 - `load_model` (a zoo name, trained here or pretrained such as "smollm2-135m" (docs/pretrained.md), a local model
-  directory or a hub id -> model, tokenizer), `evaluate` (n samples per problem: Pass@k, greedy accuracy),
-  `results_table` (evaluations side by side, e.g. before / after training) and `pass_at_k` (the unbiased
-  estimator).
+  directory or a hub id -> model, tokenizer), `evaluate` (as an `EvalSpec` says: n samples per problem, Pass@k,
+  greedy accuracy), `results_table` (evaluations side by side, e.g. before / after training) and `pass_at_k` (the
+  unbiased estimator).
 
 README.md has a 20-line example; docs/ the rest.
 """
@@ -26,7 +26,7 @@ from esreason_lib.version import __version__  # noqa: F401 (eager: the store rec
 # transformers and no torch beyond what metrics itself needs.
 _API = {
     "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
-    "evaluate": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config",
+    "evaluate": "esreason_lib.evaluate", "EvalSpec": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config",
     "train_grpo": "esreason_lib.grpo.loop",
     "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
     "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluate",

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import functools
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from esreason_lib import eval_samples, metrics
-from esreason_lib.models.fused_qwen2 import model_weights
-from esreason_lib.models.generation import FORWARDS, SAMPLERS, generate
+from esreason_lib.models.generation import Generator
+from esreason_lib.models.sampling import FORWARDS, SAMPLERS, Forward, Sampling
 from esreason_lib.seeding import derive_seed
 from esreason_lib.store.identity import ADDED_OPTION
 from esreason_lib.tasks.base import score_completion
@@ -65,7 +65,7 @@ class EvalSpec:
     seed: int = 0
     """Seed of the test-problem draw and the sampling."""
     forward: str = field(default="hf", metadata=ADDED_OPTION)
-    """How the samples' logits are computed (`generation.FORWARDS`): "hf" (the model's modules), "fused"
+    """How the samples' logits are computed (`sampling.FORWARDS`): "hf" (the model's modules), "fused"
     (`models.fused_qwen2`, float32 Qwen2 only: faster, equal to "hf" up to float rounding) or "native" (that
     forward with `models.native`'s attention kernel). Part of the evaluation's identity, since the samples
     differ."""
@@ -74,13 +74,16 @@ class EvalSpec:
     weights, extra `vllm`; `forward` must then be "hf"). Part of the evaluation's identity: vLLM's sampler draws
     other random numbers."""
     sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
-    """How the samples are drawn (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`) or "inverse-cdf" (one
+    """How the samples are drawn (`sampling.SAMPLERS`): "multinomial" (`torch.multinomial`) or "inverse-cdf" (one
     uniform per token; the same distribution, faster, other samples). Part of the evaluation's identity."""
     share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
     """With forward "fused" or "native": forward each distinct running prefix once per decode step
-    (`generate(..., share_prefixes=True)`): the same draws and samples in every comparison made
+    (`Forward.share_prefixes`): the same draws and samples in every comparison made
     (tests/test_generation_sampler.py), log-probs and entropies to float rounding (the gemms run on fewer rows, and
     CPU BLAS picks kernels by row count), so it is part of the identity when on."""
+    batch_size: int = field(default=512, metadata=ADDED_OPTION)
+    """Rows per sampling call and forward batch (chunk i of the samples is seeded `derive_seed(seed, "eval", i)`,
+    so the samples depend on it: part of the identity when not the default, which every stored evaluation used)."""
 
     def __post_init__(self):
         check(self, "n_problems", self.n_problems is None or self.n_problems >= 1, "must be None or >= 1")
@@ -96,6 +99,21 @@ class EvalSpec:
               "must be 'multinomial' with backend 'vllm'")
         check(self, "share_prefixes", isinstance(self.share_prefixes, bool) and (
             not self.share_prefixes or self.forward != "hf"), "must be a bool, False with forward 'hf'")
+        check(self, "batch_size", isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool)
+              and self.batch_size >= 1, "must be a positive int")
+
+    def sampling(self, max_new_tokens: int) -> Sampling:
+        """The samples' `Sampling` (`max_new_tokens` when the spec leaves it None: the task's default)."""
+        return Sampling(temperature=self.temperature, top_p=self.top_p, sampler=self.sampler,
+                        max_new_tokens=max_new_tokens if self.max_new_tokens is None else self.max_new_tokens)
+
+    def forward_path(self) -> Forward:
+        """The `Forward` backend "local" computes the logits with."""
+        return Forward(kind=self.forward, share_prefixes=self.share_prefixes, batch_size=self.batch_size)
+
+
+DEFAULT_EVAL = EvalSpec()
+"""The default evaluation protocol (200 problems x 64 samples at T = 1, a greedy decode, the model's modules)."""
 
 
 @dataclass(frozen=True)
@@ -198,65 +216,49 @@ def _verdict(task, text: str, example: dict) -> tuple:
     return reward, ok, task.extract_answer(text), task.canonical_answer(text, example) if ok else None
 
 
-def evaluate(model, tokenizer, task, examples, *, n=16, temperature=1.0, top_p=1.0, ks=(1, 2, 4, 8, 16),
-             greedy=True, max_new_tokens=None, seed=0, batch_size=512, run=None, name="eval",
-             progress=True, backend="local", forward="hf", sampler="multinomial",
-             share_prefixes=False) -> EvalResult:
-    """Evaluate `model` on `examples` of `task` with `n` samples per problem (and a greedy decode if `greedy`).
+def evaluate(model, tokenizer, task, examples, spec: EvalSpec = DEFAULT_EVAL, *, run=None, name="eval",
+             progress=True) -> EvalResult:
+    """Evaluate `model` on `examples` of `task` as `spec` says: `spec.n_samples` samples per problem (and a greedy
+    decode if `spec.greedy`); `spec.n_problems` and `spec.n_boot` are the caller's (who drew `examples`).
 
     Prompts come from `task.prompt(example, tokenizer)`, generation stops at EOS or `task.stop`, and
-    `max_new_tokens` defaults to `task.max_new_tokens`. `ks` larger than `n` are dropped. Samples are drawn
-    `batch_size` rows at a time, chunk i with seed `derive_seed(seed, "eval", i)`, so results are
-    deterministic for given `seed` and `batch_size`. With `run`, the tables are stored as
-    `<name>_problems` / `<name>_curve` / `<name>_samples` and reloaded (not recomputed) when present for the
-    same problem ids, `n` and `ks` (other settings are not checked: put them in the run's config); a cache
-    without `<name>_samples` (written before samples were stored) reloads with `samples` None.
+    `spec.max_new_tokens` defaults to `task.max_new_tokens`. Samples are drawn `spec.batch_size` rows at a time,
+    chunk i with seed `derive_seed(spec.seed, "eval", i)`, so results are deterministic for a given spec. With
+    `run`, the tables are stored as `<name>_problems` / `<name>_curve` / `<name>_samples` and reloaded (not
+    recomputed; `model` may then be None) when present for the same problem ids, n and ks (other settings are not
+    checked: put them in the run's config); a cache without `<name>_samples` (written before samples were stored)
+    reloads with `samples` None.
 
-    `backend` "vllm" (extra `vllm`) samples with one vLLM engine holding `model`'s weights
-    (`models.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.generate`. Deviations: vLLM's
+    `spec.backend` "vllm" (extra `vllm`) samples with one vLLM engine holding `model`'s weights
+    (`models.rollouts_vllm.VLLMRollouts`, closed at the end) instead of `generation.Generator`. Deviations: vLLM's
     sampler draws other random numbers (same distribution), so the samples differ from "local"'s for the same
     seed; entropies and lengths come from one extra no-grad forward of `model`; each call re-sends the weights.
-    `forward`, `sampler` and `share_prefixes` are "local"'s `generate(..., forward=..., sampler=...,
-    share_prefixes=...)` (`EvalSpec.forward`: "hf", "fused" or "native"; `EvalSpec.sampler`: "multinomial" or
-    "inverse-cdf"; `EvalSpec.share_prefixes`).
+    "local" samples with `spec.sampling(...)` and `spec.forward_path()`.
     The task's verifier is held to its contract (`tasks.contract.held_to_contract`).
     """
-    if backend not in EVAL_BACKENDS:
-        raise ValueError(f"backend must be 'local' or 'vllm', got {backend!r}")
-    if forward not in FORWARDS or (backend == "vllm" and forward != "hf"):
-        raise ValueError(f"forward must be one of {FORWARDS} ('hf' with backend='vllm'), got {forward!r}")
-    if sampler not in SAMPLERS or (backend == "vllm" and sampler != "multinomial"):
-        raise ValueError(f"sampler must be one of {SAMPLERS} ('multinomial' with backend='vllm'), got {sampler!r}")
+    if not isinstance(spec, EvalSpec):
+        raise TypeError(f"spec must be an EvalSpec, got {type(spec).__name__}")
     examples = list(examples)
     if not examples:
         raise ValueError("examples must not be empty")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    ks = sorted({int(k) for k in ks if int(k) <= n})
-    if not ks or ks[0] < 1:
-        raise ValueError(f"ks must hold at least one k with 1 <= k <= n={n}, got {ks!r}")
     ids = [str(ex["id"]) for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError("examples must have distinct ids")
-    if run is not None and (cached := _reload(run, name, ids, n, ks)) is not None:
+    if run is not None and (cached := _reload(run, name, ids, spec.n_samples, sorted(set(spec.ks)))) is not None:
         return cached
-    max_new_tokens = task.max_new_tokens if max_new_tokens is None else max_new_tokens
-    fused = None if forward == "hf" else model_weights(model)  # folded once for every chunk
-    sampler = functools.partial(generate, forward=forward, sampler=sampler, fused=fused,
-                                share_prefixes=share_prefixes)
-    if backend == "vllm":
+    if spec.backend == "vllm":
+        from esreason_lib.models.logprobs import SCORING  # the bounds of the entropy pass, rows capped by the spec
         from esreason_lib.models.rollouts_vllm import VLLMRollouts  # the engine starts at the first call (extra `vllm`)
 
-        sampler = VLLMRollouts(engine_seed=seed)
-    try:
-        return _evaluate(sampler, model, tokenizer, held_to_contract(task), examples, ids, n=n, temperature=temperature,
-                         top_p=top_p, ks=ks, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed,
-                         batch_size=batch_size, run=run, name=name, progress=progress)
-    finally:
-        if backend == "vllm":
-            sampler.close()
+        chunks = replace(SCORING, rows=min(spec.batch_size, SCORING.rows))
+        engine = VLLMRollouts(engine_seed=spec.seed, chunks=chunks)
+        try:
+            return _evaluate(functools.partial(engine, model, tokenizer), tokenizer, held_to_contract(task), examples,
+                             spec, run=run, name=name, progress=progress)
+        finally:
+            engine.close()
+    return _evaluate(Generator(model, tokenizer, spec.forward_path()), tokenizer, held_to_contract(task), examples,
+                     spec, run=run, name=name, progress=progress)
 
 
 def results_table(results: Mapping[str, EvalResult], columns: Sequence[str] | None = None) -> str:
@@ -280,9 +282,12 @@ def results_table(results: Mapping[str, EvalResult], columns: Sequence[str] | No
     return "\n".join(lines)
 
 
-def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature, top_p, ks, greedy, max_new_tokens,
-              seed, batch_size, run, name, progress) -> EvalResult:
-    """`evaluate`'s body with `sampler` (`generate` or a callable taking its arguments) drawing the samples."""
+def _evaluate(sample, tokenizer, task, examples, spec: EvalSpec, *, run, name, progress) -> EvalResult:
+    """`evaluate`'s body with `sample(prompts, sampling, *, n, stop, seed)` (a `generation.Generator`, or vLLM's
+    rollouts bound to the model) drawing the samples."""
+    ids = [str(ex["id"]) for ex in examples]
+    n, ks, seed, batch_size = spec.n_samples, sorted(set(spec.ks)), spec.seed, spec.batch_size
+    sampling = spec.sampling(task.max_new_tokens)
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
     P = len(prompts)
     per_chunk = max(1, batch_size // n)  # prompts per sampling call, so one call is one forward batch
@@ -293,9 +298,7 @@ def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature,
     reward_sum, entropy_sum, token_count = np.zeros(P), np.zeros(P), np.zeros(P)
     starts = range(0, P, per_chunk)
     for i, s in enumerate(_progress(starts, progress, f"{name}: sampling", len(starts), leave=True)):
-        ro = sampler(model, tokenizer, prompts[s: s + per_chunk], n=n, temperature=temperature, top_p=top_p,
-                      max_new_tokens=max_new_tokens, stop=task.stop, seed=derive_seed(seed, "eval", i),
-                      batch_size=batch_size)
+        ro = sample(prompts[s: s + per_chunk], sampling, n=n, stop=task.stop, seed=derive_seed(seed, "eval", i))
         lengths = ro.completion_mask.sum(1).cpu().numpy()  # [b]
         ent_rows = ro.entropies.double().sum(1).cpu().numpy()  # [b]
         verdicts: dict[tuple[int, str], tuple] = {}  # (problem, completion) -> its scores: samples often repeat
@@ -314,11 +317,11 @@ def _evaluate(sampler, model, tokenizer, task, examples, ids, *, n, temperature,
                 answers[q].add(canonical)
     distinct = np.array([len(a - {None}) for a in answers], dtype=np.int64)
     greedy_correct = np.full(P, np.nan, dtype=object)
-    if greedy:
+    if spec.greedy:
+        greedy = Sampling(greedy=True, max_new_tokens=sampling.max_new_tokens)
         gstarts = range(0, P, batch_size)
         for s in _progress(gstarts, progress, f"{name}: greedy", len(gstarts), leave=False):
-            ro = sampler(model, tokenizer, prompts[s: s + batch_size], greedy=True, max_new_tokens=max_new_tokens,
-                          stop=task.stop, batch_size=batch_size)
+            ro = sample(prompts[s: s + batch_size], greedy, stop=task.stop)
             for j, text in enumerate(ro.completions):
                 greedy_correct[s + j] = bool(task.is_correct(text, examples[s + j]))
     table = _normalise_table(pd.DataFrame({

@@ -181,12 +181,12 @@ class Checker:
         import torch
 
         from esreason_lib.models.device import device_record
-        from esreason_lib.models.generation import generate
+        from esreason_lib.models.generation import Sampling, generate
 
         model = self.fresh()
         t0 = time.perf_counter()
-        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2, greedy=True,
-                      max_new_tokens=self.args.max_new_tokens)
+        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2,
+                      Sampling(greedy=True, max_new_tokens=self.args.max_new_tokens))
         if self.cuda:
             torch.cuda.synchronize()
         rec = device_record(next(model.parameters()).device)
@@ -314,14 +314,15 @@ class Checker:
         return {"start_s": start_s, "step_after_kill_s": kill_s, "restarts": backend.restarts}
 
     def s_evaluate(self) -> dict:
-        from esreason_lib.evaluate import evaluate
+        from esreason_lib.evaluate import EvalSpec, evaluate
         from esreason_lib.tasks import get_task
 
         task, n = get_task("gsm8k"), self.args.eval_samples
         backend = "vllm" if installed("vllm") and not self.args.no_vllm else "local"
-        res = evaluate(self.fresh(), self.tokenizer, task, task.examples("test", n=self.args.prompts), n=n,
-                       temperature=0.6, ks=(1, n), greedy=False, max_new_tokens=self.args.max_new_tokens,
-                       progress=False, backend=backend)
+        spec = EvalSpec(n_samples=n, temperature=0.6, ks=(1, n), greedy=False, max_new_tokens=self.args.max_new_tokens,
+                        backend=backend)
+        res = evaluate(self.fresh(), self.tokenizer, task, task.examples("test", n=self.args.prompts), spec,
+                       progress=False)
         return {"backend": backend, "samples": n, "pass_at_1": float(res.curve["pass_at_k"].iloc[0])}
 
     def _device_bytes(self) -> int | None:

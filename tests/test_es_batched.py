@@ -13,7 +13,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES
 from esreason_lib.es.noise import perturbed
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.params import named_params
 
 
@@ -71,7 +71,7 @@ def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):
         params = named_params(model)
         for i, (s, sign) in enumerate(zip(pop.seeds.tolist(), pop.signs.tolist())):
             with perturbed(params, s, sign, sigma):
-                ro = generate(model, tok, [task.prompt(e) for e in examples], greedy=True, max_new_tokens=10,
+                ro = generate(model, tok, [task.prompt(e) for e in examples], Sampling(greedy=True, max_new_tokens=10),
                               stop=task.stop)
             assert fast[i] == ro.completions, (it, i)
         a = sequential(model, pop, examples, iteration=it)

@@ -11,7 +11,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES
 from esreason_lib.es.noise import perturbed
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.models.weights import weights_checksum
 from esreason_lib.params import named_params
 
@@ -93,8 +93,8 @@ def test_fast_agrees_with_sequential_on_padded_prompts(setup, backend):
 
 def _greedy(model, tok, task, examples) -> list[str]:
     """The sequential path's completions (`base.score_examples`'s generate call)."""
-    ro = generate(model, tok, [task.prompt(e, tok) for e in examples], greedy=True,
-                  max_new_tokens=task.max_new_tokens, stop=task.stop)
+    ro = generate(model, tok, [task.prompt(e, tok) for e in examples],
+                  Sampling(greedy=True, max_new_tokens=task.max_new_tokens), stop=task.stop)
     return ro.completions
 
 

@@ -16,7 +16,7 @@ from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
 from esreason_lib.es.lowrank import apply_lowrank_update, lowrank_direction, lowrank_factors
 from esreason_lib.es.noise import noise
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.params import named_params
 
 
@@ -99,7 +99,7 @@ def test_backend_completions_equal_generation_by_the_materialised_models(tiny):
     for i, (s, sign) in enumerate(zip(pop.seeds.tolist(), pop.signs.tolist())):
         ref = make()
         _materialised(ref, s, sign, sigma, rank)
-        ro = generate(ref, tok, [task.prompt(e) for e in examples], greedy=True, max_new_tokens=4)
+        ro = generate(ref, tok, [task.prompt(e) for e in examples], Sampling(greedy=True, max_new_tokens=4))
         assert fast[i] == ro.completions, i
     assert fast[0] != fast[1]  # the +/- members of a pair decode differently at this sigma
     ev = backend(model, pop, examples, iteration=0)

@@ -18,7 +18,7 @@ from toy_tasks import Graded
 
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.loop import train_es
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.models.weights import weights_fingerprint
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.params import named_params
@@ -60,7 +60,8 @@ class Engine:
         assert all((q.temperature, q.max_tokens) == (p.temperature, p.max_tokens) for q in params)
         texts = [self.tokenizer.decode(r) for r in rows]
         self.prompts += texts
-        ro = generate(self.model, self.tokenizer, texts, greedy=p.temperature == 0.0, max_new_tokens=p.max_tokens)
+        ro = generate(self.model, self.tokenizer, texts,
+                      Sampling(greedy=p.temperature == 0.0, max_new_tokens=p.max_tokens))
         tokens = [ids[mask].tolist() for ids, mask in zip(ro.completion_ids, ro.completion_mask)]
         return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=t, token_ids=k)])
                 for t, k in zip(ro.completions, tokens)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.models.generation import Rollouts, _generate, completion_logprobs, generate, sequence_logprobs
+from esreason_lib.models.generation import Forward, Rollouts, Sampling, completion_logprobs, generate, sequence_logprobs
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 PROMPTS = ["03 12 07>022=", "A12+5=", "Sxq", "hello world, longer prompt!"]
@@ -47,7 +47,7 @@ def _check_consistency(ro: Rollouts, pad: int):
 
 
 def test_shapes_grouping_and_prompt_index(model, tok):
-    ro = generate(model, tok, PROMPTS, n=3, max_new_tokens=7, seed=1, batch_size=5)
+    ro = generate(model, tok, PROMPTS, Sampling(max_new_tokens=7), n=3, seed=1, forward=Forward(batch_size=5))
     _check_consistency(ro, tok.pad_token_id)
     assert ro.n == 3 and ro.prompts == PROMPTS
     np.testing.assert_array_equal(ro.prompt_index(), np.repeat(np.arange(4), 3))
@@ -58,9 +58,9 @@ def test_shapes_grouping_and_prompt_index(model, tok):
 
 
 def test_seed_determinism(model, tok):
-    a = generate(model, tok, PROMPTS, n=4, max_new_tokens=8, seed=3)
-    b = generate(model, tok, PROMPTS, n=4, max_new_tokens=8, seed=3)
-    c = generate(model, tok, PROMPTS, n=4, max_new_tokens=8, seed=4)
+    a = generate(model, tok, PROMPTS, Sampling(max_new_tokens=8), n=4, seed=3)
+    b = generate(model, tok, PROMPTS, Sampling(max_new_tokens=8), n=4, seed=3)
+    c = generate(model, tok, PROMPTS, Sampling(max_new_tokens=8), n=4, seed=4)
     assert a.completions == b.completions
     assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.logprobs, b.logprobs)
     assert a.completions != c.completions
@@ -69,7 +69,7 @@ def test_seed_determinism(model, tok):
 def test_eval_mode_restored_and_no_grad(model, tok):
     model.train()
     try:
-        ro = generate(model, tok, PROMPTS[:1], max_new_tokens=3)
+        ro = generate(model, tok, PROMPTS[:1], Sampling(max_new_tokens=3))
         assert model.training
         assert not ro.logprobs.requires_grad
     finally:
@@ -78,8 +78,8 @@ def test_eval_mode_restored_and_no_grad(model, tok):
 
 @pytest.mark.parametrize("greedy,temperature", [(False, 1.0), (False, 0.7), (True, 1.0), (True, 0.5)])
 def test_generate_logprobs_match_completion_logprobs(model, tok, greedy, temperature):
-    ro = generate(model, tok, PROMPTS, n=2, greedy=greedy, temperature=temperature, max_new_tokens=10, seed=0,
-                  batch_size=3)
+    ro = generate(model, tok, PROMPTS, Sampling(greedy=greedy, temperature=temperature, max_new_tokens=10), n=2, seed=0,
+                  forward=Forward(batch_size=3))
     t_eff = 1.0 if greedy else temperature  # greedy reports the T=1 distribution
     with torch.no_grad():
         logp, ent = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
@@ -89,7 +89,7 @@ def test_generate_logprobs_match_completion_logprobs(model, tok, greedy, tempera
 
 
 def test_completion_logprobs_is_differentiable(model, tok):
-    ro = generate(model, tok, PROMPTS[:2], n=2, max_new_tokens=5)
+    ro = generate(model, tok, PROMPTS[:2], Sampling(max_new_tokens=5), n=2)
     logp, ent = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     assert ent is None and logp.requires_grad
     logp.sum().backward()
@@ -113,8 +113,8 @@ def _greedy_reference(model, tok, prompt, steps):
 
 
 def test_kv_cache_greedy_equals_uncached_and_unpadded_reference(model, tok):
-    cached = _generate(model, tok, PROMPTS, greedy=True, max_new_tokens=12, use_cache=True)
-    uncached = _generate(model, tok, PROMPTS, greedy=True, max_new_tokens=12, use_cache=False)
+    cached = generate(model, tok, PROMPTS, Sampling(greedy=True, max_new_tokens=12), forward=Forward(use_cache=True))
+    uncached = generate(model, tok, PROMPTS, Sampling(greedy=True, max_new_tokens=12), forward=Forward(use_cache=False))
     assert torch.equal(cached.completion_ids, uncached.completion_ids)
     torch.testing.assert_close(cached.logprobs, uncached.logprobs, atol=1e-5, rtol=0)
     for i, p in enumerate(PROMPTS):  # left padding and batching do not change any row
@@ -123,21 +123,21 @@ def test_kv_cache_greedy_equals_uncached_and_unpadded_reference(model, tok):
 
 
 def test_sampling_cached_equals_uncached(model, tok):
-    a = _generate(model, tok, PROMPTS, n=3, max_new_tokens=8, seed=5, use_cache=True)
-    b = _generate(model, tok, PROMPTS, n=3, max_new_tokens=8, seed=5, use_cache=False)
+    a = generate(model, tok, PROMPTS, Sampling(max_new_tokens=8), n=3, seed=5, forward=Forward(use_cache=True))
+    b = generate(model, tok, PROMPTS, Sampling(max_new_tokens=8), n=3, seed=5, forward=Forward(use_cache=False))
     assert torch.equal(a.completion_ids, b.completion_ids)
 
 
 def test_tiny_top_p_equals_greedy(model, tok):
-    g = generate(model, tok, PROMPTS, n=1, greedy=True, max_new_tokens=10)
-    s = generate(model, tok, PROMPTS, n=1, top_p=1e-6, temperature=1.0, max_new_tokens=10, seed=9)
+    g = generate(model, tok, PROMPTS, Sampling(greedy=True, max_new_tokens=10), n=1)
+    s = generate(model, tok, PROMPTS, Sampling(top_p=1e-6, temperature=1.0, max_new_tokens=10), n=1, seed=9)
     assert torch.equal(g.completion_ids, s.completion_ids)
     torch.testing.assert_close(g.logprobs, s.logprobs, atol=1e-6, rtol=0)
 
 
 def test_top_p_restricts_support(model, tok):
     """With top_p < 1 every sampled token lies in the nucleus of its step's distribution."""
-    ro = generate(model, tok, PROMPTS, n=4, top_p=0.5, max_new_tokens=6, seed=2)
+    ro = generate(model, tok, PROMPTS, Sampling(top_p=0.5, max_new_tokens=6), n=4, seed=2)
     with torch.no_grad():
         ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
         mask = torch.cat([ro.prompt_mask, ro.completion_mask], 1)
@@ -151,7 +151,7 @@ def test_top_p_restricts_support(model, tok):
 
 
 def test_eos_handling_and_decoding(model, tok):
-    ro = generate(model, tok, PROMPTS, n=8, max_new_tokens=20, seed=0)
+    ro = generate(model, tok, PROMPTS, Sampling(max_new_tokens=20), n=8, seed=0)
     eos, pad = tok.eos_token_id, tok.pad_token_id
     lengths = ro.completion_mask.sum(1)
     saw_eos = 0
@@ -167,11 +167,11 @@ def test_eos_handling_and_decoding(model, tok):
 
 
 def test_stop_string(model, tok):
-    free = generate(model, tok, PROMPTS, n=4, max_new_tokens=16, seed=7)
+    free = generate(model, tok, PROMPTS, Sampling(max_new_tokens=16), n=4, seed=7)
     # pick a 2-char string that occurs in some completion, not at its very start
     text = next(c for c in free.completions if len(c) >= 4)
     stop = text[1:3]
-    ro = generate(model, tok, PROMPTS, n=4, max_new_tokens=16, seed=7, stop=stop)
+    ro = generate(model, tok, PROMPTS, Sampling(max_new_tokens=16), n=4, seed=7, stop=stop)
     n_hit = 0
     for full, cut, m in zip(free.completions, ro.completions, ro.completion_mask.sum(1).tolist()):
         if stop in full:
@@ -184,21 +184,21 @@ def test_stop_string(model, tok):
 
 
 def test_stop_string_spanning_many_tokens_is_cut(model, tok):
-    ro = generate(model, tok, ["Sxq"], n=16, max_new_tokens=16, seed=11, stop="a")
+    ro = generate(model, tok, ["Sxq"], Sampling(max_new_tokens=16), n=16, seed=11, stop="a")
     for c in ro.completions:
         assert c.count("a") <= 1 and (not c or "a" not in c or c.endswith("a"))
 
 
 def test_batch_size_chunking_and_zero_rows_padding(model, tok):
-    g1 = generate(model, tok, PROMPTS, greedy=True, max_new_tokens=9, batch_size=1)
-    g2 = generate(model, tok, PROMPTS, greedy=True, max_new_tokens=9, batch_size=512)
+    g1 = generate(model, tok, PROMPTS, Sampling(greedy=True, max_new_tokens=9), forward=Forward(batch_size=1))
+    g2 = generate(model, tok, PROMPTS, Sampling(greedy=True, max_new_tokens=9), forward=Forward(batch_size=512))
     assert g1.completions == g2.completions
     torch.testing.assert_close(g1.logprobs, g2.logprobs, atol=1e-5, rtol=0)
     assert torch.equal(g1.prompt_mask, g2.prompt_mask)
 
 
 def test_sequence_logprobs_matches_generation(model, tok):
-    ro = generate(model, tok, PROMPTS, n=2, max_new_tokens=30, seed=1, temperature=0.8)
+    ro = generate(model, tok, PROMPTS, Sampling(max_new_tokens=30, temperature=0.8), n=2, seed=1)
     prompts = [ro.prompts[i] for i in ro.prompt_index()]
     finished = [i for i in range(len(prompts)) if ro.completion_ids[i, ro.completion_mask[i].sum() - 1]
                 == tok.eos_token_id]
@@ -210,28 +210,52 @@ def test_sequence_logprobs_matches_generation(model, tok):
 
 
 def test_sequence_logprobs_prefers_likely_completion(model, tok):
-    g = generate(model, tok, PROMPTS[:2], greedy=True, max_new_tokens=5)
+    g = generate(model, tok, PROMPTS[:2], Sampling(greedy=True, max_new_tokens=5))
     lp = sequence_logprobs(model, tok, PROMPTS[:2] * 2, g.completions + ["~~~~~", "~~~~~"])
     assert np.all(lp[:2] > lp[2:])
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"n": 0}, "n must"), ({"temperature": 0.0}, "temperature"), ({"top_p": 0.0}, "top_p"),
-    ({"top_p": 1.5}, "top_p"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"batch_size": 0}, "batch_size"),
-    ({"stop": ""}, "stop"),
-])
+@pytest.mark.parametrize("kwargs,match", [({"n": 0}, "n must"), ({"stop": ""}, "stop")])
 def test_generate_validates_arguments(model, tok, kwargs, match):
     with pytest.raises(ValueError, match=match):
         generate(model, tok, PROMPTS, **kwargs)
 
 
+@pytest.mark.parametrize("make,match", [
+    (lambda: Sampling(temperature=0.0), "Sampling.temperature must be > 0 when sampling, got 0.0"),
+    (lambda: Sampling(top_p=0.0), "Sampling.top_p must be in"), (lambda: Sampling(top_p=1.5), "Sampling.top_p"),
+    (lambda: Sampling(max_new_tokens=0), "Sampling.max_new_tokens must be a positive int, got 0"),
+    (lambda: Sampling(max_new_tokens=True), "Sampling.max_new_tokens"), (lambda: Sampling(greedy=1), "greedy"),
+    (lambda: Sampling(sampler="x"), "Sampling.sampler must be one of"),
+    (lambda: Forward(kind="compiled"), "Forward.kind must be one of"),
+    (lambda: Forward(batch_size=0), "Forward.batch_size must be a positive int, got 0"),
+    (lambda: Forward(kind="fused", use_cache=False), "Forward.use_cache"),
+    (lambda: Forward(share_prefixes=True), "Forward.share_prefixes must be a bool, False with kind 'hf'"),
+])
+def test_sampling_and_forward_name_the_bad_field(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_sampling_scale_and_greedy_ignore_temperature():
+    assert Sampling(temperature=0.5).scale == 0.5 and Sampling(greedy=True, temperature=0.5).scale == 1.0
+    assert Sampling(greedy=True, temperature=0.0).scale == 1.0  # greedy needs no positive temperature
+
+
+def test_generate_takes_whole_objects(model, tok):
+    with pytest.raises(TypeError, match="sampling must be a Sampling, got dict"):
+        generate(model, tok, PROMPTS, {"greedy": True})
+    with pytest.raises(TypeError, match="forward must be a Forward, got str"):
+        generate(model, tok, PROMPTS, forward="fused")
+
+
 def test_generate_rejects_empty_prompt_and_str(model, tok):
     with pytest.raises(ValueError, match="prompts\\[1\\]"):
-        generate(model, tok, ["ab", ""], max_new_tokens=2)
+        generate(model, tok, ["ab", ""], Sampling(max_new_tokens=2))
     with pytest.raises(TypeError, match="prompts"):
-        generate(model, tok, "abc", max_new_tokens=2)
+        generate(model, tok, "abc", Sampling(max_new_tokens=2))
     with pytest.raises(ValueError, match="empty"):
-        generate(model, tok, [], max_new_tokens=2)
+        generate(model, tok, [], Sampling(max_new_tokens=2))
     with pytest.raises(ValueError, match="differ in length"):
         sequence_logprobs(model, tok, ["a"], ["b", "c"])
 
@@ -240,7 +264,7 @@ def test_non_finite_logits_sample_uniformly_instead_of_crashing(tok):
     broken = tiny_random_qwen2(len(tok), seed=3)
     with torch.no_grad():
         broken.lm_head.weight.fill_(float("nan"))
-    ro = generate(broken, tok, PROMPTS[:2], n=2, max_new_tokens=4, seed=0)
+    ro = generate(broken, tok, PROMPTS[:2], Sampling(max_new_tokens=4), n=2, seed=0)
     assert len(ro.completions) == 4
     torch.testing.assert_close(ro.logprobs[ro.completion_mask],
                                torch.full((int(ro.completion_mask.sum()),), -float(np.log(len(tok)))))
@@ -325,13 +349,15 @@ def test_stop_check_on_the_last_tokens_only_changes_nothing(model, tok, monkeypa
     running row gives, bit for bit, for the stops that end many completions."""
     import esreason_lib.models.generation as generation
 
-    free = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3)
+    free = generate(model, tok, PROMPTS, Sampling(max_new_tokens=16), n=8, seed=3)
     stops = {c[i: i + 2] for c in free.completions for i in range(1, len(c) - 2)}
     stops = sorted(stops, key=lambda s: -sum(s in c for c in free.completions))[:3]
     for stop in stops:
-        fast = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3, stop=stop, forward=forward)
+        fast = generate(model, tok, PROMPTS, Sampling(max_new_tokens=16), n=8, seed=3, stop=stop,
+                        forward=Forward(kind=forward))
         with monkeypatch.context() as m:
             m.setattr(generation, "stop_end_tokens", lambda tokenizer, stop, v, device: torch.ones(v, dtype=torch.bool))
-            every = generate(model, tok, PROMPTS, n=8, max_new_tokens=16, seed=3, stop=stop, forward=forward)
+            every = generate(model, tok, PROMPTS, Sampling(max_new_tokens=16), n=8, seed=3, stop=stop,
+                             forward=Forward(kind=forward))
         assert fast.completions == every.completions and sum(stop in c for c in fast.completions) >= 2
         assert torch.equal(fast.completion_ids, every.completion_ids) and torch.equal(fast.logprobs, every.logprobs)

@@ -12,7 +12,7 @@ import torch
 
 from esreason_lib.evaluate import EvalSpec, evaluate
 from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, model_weights
-from esreason_lib.models.generation import _generate, finite_rows, generate
+from esreason_lib.models.generation import Forward, Sampling, finite_rows, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash, stored_config
 
@@ -26,15 +26,16 @@ def setup(habit_countdown):
 FUSED = ["fused", "native"]
 
 
-def _both(model, tok, prompts, forward, **kw):
-    return [generate(model, tok, prompts, forward=f, **kw) for f in ("hf", forward)]
+def _both(model, tok, prompts, forward, sampling, **kw):
+    return [generate(model, tok, prompts, sampling, forward=Forward(kind=f), **kw) for f in ("hf", forward)]
 
 
 @pytest.mark.parametrize("forward", FUSED)
 def test_fused_greedy_matches_hf(setup, forward):
     model, tok, task, examples = setup
     prompts = [task.prompt(e, tok) for e in examples]
-    hf, fused = _both(model, tok, prompts, forward, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    hf, fused = _both(model, tok, prompts, forward, Sampling(greedy=True, max_new_tokens=task.max_new_tokens),
+                      stop=task.stop)
     same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
     assert same >= 0.995, same
     equal = torch.tensor([a == b for a, b in zip(hf.completions, fused.completions)])
@@ -49,7 +50,7 @@ def test_fused_sampling_matches_hf_draw_for_draw(setup, forward):
     boundary across a uniform draw, so almost every completion is the same string."""
     model, tok, task, examples = setup
     prompts = [task.prompt(e, tok) for e in examples[:24]]
-    hf, fused = _both(model, tok, prompts, forward, n=16, temperature=0.6, max_new_tokens=task.max_new_tokens,
+    hf, fused = _both(model, tok, prompts, forward, Sampling(temperature=0.6, max_new_tokens=task.max_new_tokens), n=16,
                       stop=task.stop, seed=5)
     same = np.mean([a == b for a, b in zip(hf.completions, fused.completions)])
     assert same >= 0.99, same
@@ -62,16 +63,16 @@ def test_fused_row_compaction_and_padding(setup, forward):
     fused cache) give the same completions as the model's modules."""
     model, tok, _, _ = setup
     prompts = ["12 7 3>", "5 9 40 2 1>", "8>", "33 1 9 17>"]
-    hf, fused = _both(model, tok, prompts, forward, n=3, temperature=1.0, max_new_tokens=20, seed=1)
+    hf, fused = _both(model, tok, prompts, forward, Sampling(temperature=1.0, max_new_tokens=20), n=3, seed=1)
     assert hf.completions == fused.completions
 
 
 @pytest.mark.parametrize("forward", FUSED)
 def test_evaluate_with_fused_forward_agrees(setup, forward):
     model, tok, task, examples = setup
-    kw = dict(n=8, temperature=0.6, ks=(1, 8), seed=0, progress=False)
-    hf = evaluate(model, tok, task, examples[:32], **kw)
-    fused = evaluate(model, tok, task, examples[:32], forward=forward, **kw)
+    spec = EvalSpec(n_samples=8, temperature=0.6, ks=(1, 8), seed=0)
+    hf = evaluate(model, tok, task, examples[:32], spec, progress=False)
+    fused = evaluate(model, tok, task, examples[:32], dataclasses.replace(spec, forward=forward), progress=False)
     assert np.abs(hf.table["c"].to_numpy() - fused.table["c"].to_numpy()).sum() <= 2
     assert (hf.table["greedy_correct"] == fused.table["greedy_correct"]).mean() >= 0.95
 
@@ -79,20 +80,12 @@ def test_evaluate_with_fused_forward_agrees(setup, forward):
 def test_fused_refuses_what_it_cannot_fold():
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
-    with pytest.raises(ValueError, match="forward must be one of"):
-        generate(model, tok, ["1>"], forward="compiled")
-    with pytest.raises(ValueError, match="use_cache"):
-        _generate(model, tok, ["1>"], forward="fused", use_cache=False)
     with pytest.raises(TypeError, match="float32"):
         check_fusable(model.to(torch.bfloat16), "here")
-    with pytest.raises(TypeError, match="Qwen2ForCausalLM"):
+    with pytest.raises(TypeError, match="needs a Qwen2ForCausalLM or LlamaForCausalLM, got Linear"):
         check_fusable(torch.nn.Linear(2, 2), "here")
-    with pytest.raises(ValueError, match="forward"):
-        evaluate(model.float(), tok, _FakeTask(), [{"id": 0}], n=1, ks=(1,), forward="fused", backend="vllm")
-
-
-class _FakeTask:
-    max_new_tokens, stop = 4, None
+    with pytest.raises(ValueError, match="EvalSpec.forward must be 'hf' with backend 'vllm'"):
+        EvalSpec(n_samples=1, ks=(1,), forward="fused", backend="vllm")
 
 
 def test_model_weights_fold_one_member():
@@ -147,7 +140,7 @@ def test_finite_rows_zeroes_only_rows_with_a_non_finite_logit():
 
 def test_eval_spec_forward_field_keeps_stored_identities():
     spec = EvalSpec(n_problems=300)
-    added = ("forward", "backend", "sampler", "share_prefixes")  # fields added after runs were stored
+    added = ("forward", "backend", "sampler", "share_prefixes", "batch_size")  # fields added after runs were stored
     old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in added}}
     assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
     fused = stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, forward="fused")})
@@ -186,8 +179,10 @@ def test_grpo_rollouts_on_the_fused_forward_match_hf(setup, forward):
     prompts = [task.prompt(e, tok) for e in examples]
     config = GRPOConfig(model="qwen2-s-habit", task="countdown", group_size=8, prompts_per_step=16, beta=0.0,
                         lr=1e-3, forward=forward, seed=3)
-    kw = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=task.max_new_tokens, stop=task.stop, seed=11)
-    hf, fast = generate(model, tok, prompts[:16], **kw), rollout_sampler(config)(model, tok, prompts[:16], **kw)
+    kw = dict(n=8, stop=task.stop, seed=11)
+    sampling = Sampling(temperature=1.0, top_p=1.0, max_new_tokens=task.max_new_tokens)
+    hf = generate(model, tok, prompts[:16], sampling, **kw)
+    fast = rollout_sampler(config)(model, tok, prompts[:16], sampling, **kw)
     same = np.mean([a == b for a, b in zip(hf.completions, fast.completions, strict=True)])
     assert same >= 0.99, same
     rewards = [[task.reward(s, examples[i // 8]) for i, s in enumerate(ro.completions)] for ro in (hf, fast)]
@@ -214,8 +209,9 @@ def test_grpo_forward_field_keeps_stored_identities_and_is_checked():
     assert config_hash(GRPOConfig(forward="hf")) == config_hash(GRPOConfig())  # stored runs keep their hash
     assert config_hash(GRPOConfig(forward="fused")) != config_hash(GRPOConfig())  # other samples, another run
     assert rollout_sampler(GRPOConfig()) is generate
-    assert rollout_sampler(GRPOConfig(forward="native")).keywords == {"forward": "native", "sampler": "multinomial",
-                                                                       "share_prefixes": False}
+    assert rollout_sampler(GRPOConfig(sampler="inverse-cdf")) is generate  # the sampler goes in grpo_step's Sampling
+    assert rollout_sampler(GRPOConfig(forward="native", share_prefixes=True)).keywords == {
+        "forward": Forward(kind="native", share_prefixes=True)}
     with pytest.raises(ValueError, match="GRPOConfig.forward must be one of"):
         GRPOConfig(forward="compiled")
     with pytest.raises(ValueError, match="GRPOConfig.forward must be 'hf' with backend='vllm'"):

@@ -1,7 +1,7 @@
-"""`generate(..., sampler="inverse-cdf")` (issue 34): one uniform per token instead of `torch.multinomial`'s draw
-per vocabulary entry. The same distribution (other samples), so held to distributions and to the tiny evaluation's
-correct-sample counts within noise; the default "multinomial" keeps every stored identity; and the precomputed
-fused weights an evaluation passes to each chunk change nothing."""
+"""`Sampling(sampler="inverse-cdf")` (issue 34): one uniform per token instead of `torch.multinomial`'s draw per
+vocabulary entry. The same distribution (other samples), so held to distributions and to the tiny evaluation's
+correct-sample counts within noise; the default "multinomial" keeps every stored identity; and a `Generator`'s fused
+weights, folded once for every chunk of an evaluation, change nothing."""
 
 from __future__ import annotations
 
@@ -14,16 +14,9 @@ import torch
 from esreason_lib.evaluate import EvalSpec, evaluate
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.models import generation
-from esreason_lib.models.fused_qwen2 import model_weights
-from esreason_lib.models.generation import generate, inverse_cdf_tokens
+from esreason_lib.models.generation import Forward, Generator, Sampling, generate, inverse_cdf_tokens
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.store.identity import config_hash, stored_config
-
-
-class _Paren:
-    """A task that is never called (argument checks fail first)."""
-
-    name, stop, max_new_tokens = "paren", None, 2
 
 
 def test_inverse_cdf_tokens_hand_computed():
@@ -51,8 +44,8 @@ def test_first_tokens_follow_the_model_under_both_samplers(tiny):
     model's temperature-scaled next-token probabilities (what each sample's recorded log-prob says)."""
     model, tok = tiny
     for sampler in generation.SAMPLERS:
-        ro = generate(model, tok, ["12+3="], n=4000, temperature=0.7, max_new_tokens=1, seed=2, sampler=sampler,
-                      batch_size=4000)
+        ro = generate(model, tok, ["12+3="], Sampling(temperature=0.7, max_new_tokens=1, sampler=sampler), n=4000,
+                      seed=2, forward=Forward(batch_size=4000))
         probs = torch.zeros(model.config.vocab_size)
         probs[ro.completion_ids[:, 0]] = ro.logprobs[:, 0].exp()  # [V] the model's probability of each drawn token
         freq = torch.bincount(ro.completion_ids[:, 0], minlength=len(probs)).float() / 4000
@@ -65,23 +58,27 @@ def test_inverse_cdf_rows_keep_their_draws_whatever_the_compaction(tiny, monkeyp
     """A row's uniforms are fixed by its place in the chunk: dropping finished rows at another point leaves every
     sample as it was (multinomial deals its draws out to the rows still running)."""
     model, tok = tiny
-    kw = dict(n=6, temperature=1.0, max_new_tokens=12, seed=4, stop="1", sampler="inverse-cdf")
+    kw = dict(n=6, seed=4, stop="1")
+    sampling = Sampling(temperature=1.0, max_new_tokens=12, sampler="inverse-cdf")
     prompts = ["12+3=", "A longer prompt>", "7>"]
-    want = generate(model, tok, prompts, **kw)
+    want = generate(model, tok, prompts, sampling, **kw)
     monkeypatch.setattr(generation, "COMPACT_FRACTION", 1.0)  # no compaction before every row is done
-    got = generate(model, tok, prompts, **kw)
+    got = generate(model, tok, prompts, sampling, **kw)
     assert got.completions == want.completions and torch.equal(got.completion_ids, want.completion_ids)
     torch.testing.assert_close(got.logprobs, want.logprobs)
     assert 0 < np.mean([len(c) < 12 for c in want.completions]) < 1  # some rows stopped early: compaction ran
 
 
-def test_evaluate_with_precomputed_weights_is_unchanged(tiny):
+def test_generator_reused_across_calls_is_unchanged(tiny):
+    """A `Generator` (the fused weights folded once, as `evaluate` keeps one) draws in its second call what a fresh
+    `generate` draws."""
     model, tok = tiny
-    prompts = ["12+3=", "7>"]
-    for forward in ("fused", "native"):
-        kw = dict(n=5, temperature=0.8, max_new_tokens=8, seed=1, forward=forward)
-        plain, given = generate(model, tok, prompts, **kw), generate(model, tok, prompts, fused=model_weights(model),
-                                                                      **kw)
+    prompts, sampling = ["12+3=", "7>"], Sampling(temperature=0.8, max_new_tokens=8)
+    for kind in ("fused", "native"):
+        reused = Generator(model, tok, Forward(kind=kind))
+        reused(prompts, sampling, n=3, seed=0)
+        plain = generate(model, tok, prompts, sampling, n=5, seed=1, forward=Forward(kind=kind))
+        given = reused(prompts, sampling, n=5, seed=1)
         assert plain.completions == given.completions and torch.equal(plain.logprobs, given.logprobs)
 
 
@@ -92,9 +89,9 @@ def test_tiny_evaluation_counts_agree_within_noise(habit_countdown):
     (no sampling) agree exactly."""
     model, tok, task = habit_countdown
     examples = task.examples("test", n=60, seed=0)
-    kw = dict(n=64, temperature=0.6, ks=(1, 64), seed=0, progress=False, forward="native")
-    a = evaluate(model, tok, task, examples, **kw)
-    b = evaluate(model, tok, task, examples, sampler="inverse-cdf", **kw)
+    spec = EvalSpec(n_samples=64, temperature=0.6, ks=(1, 64), seed=0, forward="native")
+    a = evaluate(model, tok, task, examples, spec, progress=False)
+    b = evaluate(model, tok, task, examples, dataclasses.replace(spec, sampler="inverse-cdf"), progress=False)
     ca, cb = a.table["c"].to_numpy(), b.table["c"].to_numpy()
     q = (ca + cb) / 128
     se = np.sqrt((2 * 64 * q * (1 - q)).sum())  # [] the standard error of sum(ca - cb)
@@ -105,7 +102,7 @@ def test_tiny_evaluation_counts_agree_within_noise(habit_countdown):
 
 def test_sampler_fields_keep_stored_identities_and_are_checked(tiny):
     spec = EvalSpec(n_problems=300)
-    added = ("forward", "backend", "sampler", "share_prefixes")  # fields added after runs were stored
+    added = ("forward", "backend", "sampler", "share_prefixes", "batch_size")  # fields added after runs were stored
     old = {"model": "m", "eval": {k: v for k, v in dataclasses.asdict(spec).items() if k not in added}}
     assert config_hash(stored_config("eval", {"model": "m", "eval": spec})) == config_hash(stored_config("eval", old))
     assert stored_config("eval", {"model": "m", "eval": dataclasses.replace(spec, sampler="inverse-cdf")})[
@@ -117,10 +114,10 @@ def test_sampler_fields_keep_stored_identities_and_are_checked(tiny):
         GRPOConfig(sampler="gumbel")
     with pytest.raises(ValueError, match="GRPOConfig.sampler must be 'multinomial' with backend='vllm'"):
         GRPOConfig(sampler="inverse-cdf", backend="vllm")
-    with pytest.raises(ValueError, match="sampler must be one of"):
-        generate(*tiny, ["1"], sampler="x")
-    with pytest.raises(ValueError, match="sampler must be one of .* got 'inverse-cdf'"):
-        evaluate(*tiny, _Paren(), [{"id": 0}], backend="vllm", sampler="inverse-cdf")
+    with pytest.raises(ValueError, match="Sampling.sampler must be one of .* got 'x'"):
+        Sampling(sampler="x")
+    with pytest.raises(ValueError, match="EvalSpec.sampler must be 'multinomial' with backend 'vllm'"):
+        EvalSpec(backend="vllm", sampler="inverse-cdf")
 
 
 @pytest.mark.parametrize("forward", ["fused", "native"])
@@ -133,9 +130,10 @@ def test_shared_prefixes_decode_the_same_samples(habit_countdown, forward, sampl
     AVX-512 machine rounds a gemm of <= 3 rows otherwise: entropies then differ by < 1e-9 at such a step)."""
     model, tok, task = habit_countdown
     prompts = [task.prompt(e, tok) for e in task.examples("test", n=24, seed=0)]
-    kw = dict(n=1, greedy=True) if sampler == "greedy" else dict(n=32, temperature=0.6, sampler=sampler)
-    a, b = (generate(model, tok, prompts, max_new_tokens=task.max_new_tokens, stop=task.stop, seed=3, forward=forward,
-                     batch_size=256, share_prefixes=share, **kw) for share in (False, True))
+    n, sampling = (1, Sampling(greedy=True, max_new_tokens=task.max_new_tokens)) if sampler == "greedy" else (
+        32, Sampling(temperature=0.6, sampler=sampler, max_new_tokens=task.max_new_tokens))
+    a, b = (generate(model, tok, prompts, sampling, n=n, stop=task.stop, seed=3,
+                     forward=Forward(kind=forward, batch_size=256, share_prefixes=share)) for share in (False, True))
     assert a.completions == b.completions
     assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.completion_mask, b.completion_mask)
     for name in ("logprobs", "entropies"):
@@ -145,8 +143,9 @@ def test_shared_prefixes_decode_the_same_samples(habit_countdown, forward, sampl
 def test_evaluate_with_shared_prefixes_is_unchanged(habit_countdown):
     model, tok, task = habit_countdown
     examples = task.examples("test", n=16, seed=0)
-    kw = dict(n=16, temperature=0.6, ks=(1, 16), seed=0, progress=False, forward="native", sampler="inverse-cdf")
-    a, b = evaluate(model, tok, task, examples, **kw), evaluate(model, tok, task, examples, share_prefixes=True, **kw)
+    spec = EvalSpec(n_samples=16, temperature=0.6, ks=(1, 16), seed=0, forward="native", sampler="inverse-cdf")
+    a = evaluate(model, tok, task, examples, spec, progress=False)
+    b = evaluate(model, tok, task, examples, dataclasses.replace(spec, share_prefixes=True), progress=False)
     assert a.samples.equals(b.samples)  # the same completions and verdicts; the entropies to float rounding
     assert a.table.drop(columns="mean_entropy").equals(b.table.drop(columns="mean_entropy"))
     np.testing.assert_allclose(b.table["mean_entropy"], a.table["mean_entropy"], rtol=1e-6)
@@ -154,5 +153,5 @@ def test_evaluate_with_shared_prefixes_is_unchanged(habit_countdown):
     assert stored_config("eval", {"eval": EvalSpec(forward="native", share_prefixes=True)})["eval"]["share_prefixes"]
     with pytest.raises(ValueError, match="EvalSpec.share_prefixes must be a bool, False with forward 'hf'"):
         EvalSpec(share_prefixes=True)
-    with pytest.raises(ValueError, match="share_prefixes needs forward 'fused' or 'native'"):
-        generate(model, tok, ["1>"], share_prefixes=True)
+    with pytest.raises(ValueError, match="Forward.share_prefixes must be a bool, False with kind 'hf'"):
+        Forward(share_prefixes=True)

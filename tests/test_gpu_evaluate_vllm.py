@@ -3,13 +3,14 @@ library's `generate` (the engine itself needs the `vllm` extra: tests/vllm_parit
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pandas as pd
 import pytest
 from toy_tasks import FirstCharTask
 
-from esreason_lib.evaluate import evaluate
+from esreason_lib.evaluate import EvalSpec, evaluate
 from esreason_lib.models import rollouts_vllm
 from esreason_lib.models.generation import generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
@@ -20,13 +21,13 @@ class Standin:
 
     made: list = []
 
-    def __init__(self, *, engine_seed):
+    def __init__(self, *, engine_seed, chunks=None):
         self.calls, self.closed = 0, False
         Standin.made.append(self)
 
-    def __call__(self, model, tokenizer, prompts, **kw):
+    def __call__(self, model, tokenizer, prompts, sampling, **kw):
         self.calls += 1
-        return generate(model, tokenizer, prompts, **kw)
+        return generate(model, tokenizer, prompts, sampling, **kw)
 
     def close(self):
         self.closed = True
@@ -37,9 +38,9 @@ def test_vllm_backend_samples_with_the_engine_sampler_and_closes_it(monkeypatch)
     Standin.made.clear()  # test_cli shares this stand-in; under xdist it may have run first in this worker
     tok, task = build_char_tokenizer(), FirstCharTask()
     model = tiny_random_qwen2(len(tok), seed=1)
-    kw = dict(n=4, temperature=0.6, ks=(1, 4), seed=3, progress=False)
-    got = evaluate(model, tok, task, task.examples(), backend="vllm", **kw)
-    want = evaluate(model, tok, task, task.examples(), **kw)  # the stand-in draws what `generate` draws
+    spec = EvalSpec(n_samples=4, temperature=0.6, ks=(1, 4), seed=3)
+    got = evaluate(model, tok, task, task.examples(), dataclasses.replace(spec, backend="vllm"), progress=False)
+    want = evaluate(model, tok, task, task.examples(), spec, progress=False)  # the stand-in draws what `generate` does
     (made,) = Standin.made
     assert made.calls == 2 and made.closed  # one sampling call, one greedy call
     pd.testing.assert_frame_equal(got.table, want.table)
@@ -48,11 +49,12 @@ def test_vllm_backend_samples_with_the_engine_sampler_and_closes_it(monkeypatch)
 def test_unknown_backend_and_missing_extra():
     tok, task = build_char_tokenizer(), FirstCharTask()
     model = tiny_random_qwen2(len(tok), seed=1)
-    with pytest.raises(ValueError, match="backend must be 'local' or 'vllm', got 'tpu'"):
-        evaluate(model, tok, task, task.examples(), backend="tpu", progress=False)
+    with pytest.raises(ValueError, match="EvalSpec.backend must be one of .*, got 'tpu'"):
+        evaluate(model, tok, task, task.examples(), EvalSpec(n_samples=16, ks=(1, 2, 4, 8, 16), backend="tpu"),
+                 progress=False)
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError, match="vllm"):
-            evaluate(model, tok, task, task.examples(), n=2, ks=(1,), backend="vllm", progress=False)
+            evaluate(model, tok, task, task.examples(), EvalSpec(n_samples=2, ks=(1,), backend="vllm"), progress=False)
 
 
 def test_eval_spec_backend_is_validated_and_left_out_of_old_identities():

@@ -14,7 +14,7 @@ import torch
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import fit_check
 from esreason_lib.grpo.memory import GIB, HEADROOM, check_grpo_fits, grpo_memory
-from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.hf_compat import is_checkpointing, set_checkpointing
 from esreason_lib.models.logprobs import Chunks, completion_scores
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
@@ -30,7 +30,7 @@ H200 = 141 * 10**9  # bytes (NVIDIA's 141 GB); torch reports ~139.8 GiB
 def rollout():
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
-    ro = generate(model, tok, ["12+3=", "A longer prompt>"], n=3, max_new_tokens=9, seed=1)
+    ro = generate(model, tok, ["12+3=", "A longer prompt>"], Sampling(max_new_tokens=9), n=3, seed=1)
     return model, ro
 
 

@@ -19,7 +19,7 @@ from toy_tasks import ParenTask
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import forward_rows, grpo_step, policy_update, train_grpo
 from esreason_lib.grpo.loss import group_advantages, policy_loss
-from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
@@ -327,8 +327,8 @@ def test_train_grpo_builds_named_task_with_shaping(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- paper scale: minibatches, bf16 masters
 def _rollout(model, tok, cfg, task):
     ex = task.examples("train")[: cfg.prompts_per_step]
-    return generate(model, tok, [task.prompt(e) for e in ex], n=cfg.group_size, max_new_tokens=task.max_new_tokens,
-                    seed=7)
+    return generate(model, tok, [task.prompt(e) for e in ex], Sampling(max_new_tokens=task.max_new_tokens),
+                    n=cfg.group_size, seed=7)
 
 
 def test_policy_update_minibatches_make_the_ratio_and_clip_live_from_the_second_step():

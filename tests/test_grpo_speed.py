@@ -10,7 +10,7 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.logprobs import shared_prompt_logprobs
-from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
 
@@ -27,7 +27,7 @@ def rollout():
     """Three left-padded prompts of different lengths (one given twice), three samples each."""
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
-    ro = generate(model, tok, ["12+3=", "A longer prompt>", "12+3=", "7>"], n=3, max_new_tokens=9, seed=1)
+    ro = generate(model, tok, ["12+3=", "A longer prompt>", "12+3=", "7>"], Sampling(max_new_tokens=9), n=3, seed=1)
     return model, ro
 
 

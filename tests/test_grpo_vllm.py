@@ -8,7 +8,7 @@ import torch
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.loop import grpo_step, rollout_sampler
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.models.logprobs import Chunks
 from esreason_lib.models.rollouts_vllm import rollouts_from_tokens
 from esreason_lib.store.identity import config_hash
@@ -25,7 +25,7 @@ def test_rollouts_from_tokens_equals_generates_rollouts(tiny, greedy):
     tok, make = tiny
     model = make()
     prompts = ["1 2>3=", "12+", "(", "7"]
-    ro = generate(model, tok, prompts, n=3, temperature=0.7, top_p=0.9, greedy=greedy, max_new_tokens=12,
+    ro = generate(model, tok, prompts, Sampling(temperature=0.7, top_p=0.9, greedy=greedy, max_new_tokens=12), n=3,
                   stop="=", seed=5)
     assert {len(t) for t in _tokens(ro)} != {12}  # some rows stopped early (stop string or EOS): padding is tested
     got = rollouts_from_tokens(model, tok, prompts, 3, _tokens(ro), temperature=1.0 if greedy else 0.7, stop="=",
@@ -53,11 +53,11 @@ def test_grpo_step_samples_through_the_rollout_it_is_given(tiny):
                         max_new_tokens=8, seed=1)
     calls = []
 
-    def through_tokens(model, tokenizer, prompts, **kw):  # an engine that returns generate's tokens
+    def through_tokens(model, tokenizer, prompts, sampling, **kw):  # an engine that returns generate's tokens
         calls.append((list(prompts), kw["n"], kw["seed"]))
-        ro = generate(model, tokenizer, prompts, **kw)
+        ro = generate(model, tokenizer, prompts, sampling, **kw)
         return rollouts_from_tokens(model, tokenizer, prompts, kw["n"], _tokens(ro),
-                                    temperature=kw["temperature"], stop=kw["stop"])
+                                    temperature=sampling.temperature, stop=kw["stop"])
 
     metrics = {}
     for rollout in (generate, through_tokens):

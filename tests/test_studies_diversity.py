@@ -154,9 +154,9 @@ def tiny():
 
 
 def _rollouts(model, tok, n=2, seed=0):
-    from esreason_lib.models.generation import generate
+    from esreason_lib.models.generation import Sampling, generate
 
-    return generate(model, tok, ["12+3=", "7+8="], n=n, max_new_tokens=5, seed=seed)
+    return generate(model, tok, ["12+3=", "7+8="], Sampling(max_new_tokens=5), n=n, seed=seed)
 
 
 def test_full_logprobs_and_sequence_logp_agree_with_generation(tiny):

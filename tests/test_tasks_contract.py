@@ -121,14 +121,14 @@ def test_train_es_refuses_a_half_true_verdict(tmp_path):
 
 
 def test_evaluate_refuses_a_half_true_verdict():
-    from esreason_lib.evaluate import evaluate
+    from esreason_lib.evaluate import EvalSpec, evaluate
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
     task = Custom(verdict=0.5)
     with pytest.raises(ValueError, match="task 'custom': is_correct must return a bool"):
-        evaluate(tiny_random_qwen2(len(tok)), tok, task, task.examples()[:2], n=1, ks=(1,), greedy=False,
-                 max_new_tokens=2, progress=False)
+        evaluate(tiny_random_qwen2(len(tok)), tok, task, task.examples()[:2],
+                 EvalSpec(n_samples=1, ks=(1,), greedy=False, max_new_tokens=2), progress=False)
 
 
 class ReadmeParity(Task):
@@ -164,15 +164,15 @@ def _readme_route(task, home):
     """The README's route: `evaluate`, then `train_es` with the task instance."""
     from esreason_lib.es.config import ESConfig
     from esreason_lib.es.loop import train_es
-    from esreason_lib.evaluate import evaluate
+    from esreason_lib.evaluate import EvalSpec, evaluate
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
     config = ESConfig(model="my-model", task=task.name, population_size=2, iterations=1, prompts_per_step=2,
                       device="cpu")
-    yield lambda: evaluate(model, tok, task, task.examples("test", n=2), n=1, ks=(1,), greedy=False,
-                           max_new_tokens=2, progress=False)
+    yield lambda: evaluate(model, tok, task, task.examples("test", n=2),
+                           EvalSpec(n_samples=1, ks=(1,), greedy=False, max_new_tokens=2), progress=False)
     yield lambda: train_es(config, model=model, tokenizer=tok, task=task, home=home, progress=False)
 
 

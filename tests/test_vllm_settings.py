@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from esreason_lib.models.generation import Sampling
 from esreason_lib.models.vllm_settings import PROMPT_TOKENS, engine_max_model_len
 
 
@@ -82,12 +83,12 @@ def test_rollouts_size_the_engine_for_the_first_calls_budget(standin):
 
     model, tok = standin
     sampler = VLLMRollouts()
-    ro = sampler(model, tok, ["1+2=", "3"], n=2, max_new_tokens=12)
+    ro = sampler(model, tok, ["1+2=", "3"], Sampling(max_new_tokens=12), n=2)
     assert ro.completions == ["", "", "", ""] and sampler.max_new_tokens == 12
-    sampler(model, tok, ["1"], n=1, max_new_tokens=5)  # a smaller budget fits the context
+    sampler(model, tok, ["1"], Sampling(max_new_tokens=5))  # a smaller budget fits the context
     (engine,) = _Engine.made
     assert engine.max_new_tokens == 12 and engine.loads == 1 and not engine.closed
-    sampler(model, tok, ["1"], n=1, max_new_tokens=13)  # too long for it: a new engine, sized anew
+    sampler(model, tok, ["1"], Sampling(max_new_tokens=13))  # too long for it: a new engine, sized anew
     assert engine.closed and [e.max_new_tokens for e in _Engine.made] == [12, 13] and sampler.max_new_tokens == 13
     sampler.close()
     assert _Engine.made[1].closed and sampler.max_new_tokens is None
@@ -103,7 +104,7 @@ def test_a_sleeping_engine_sleeps_after_drawing_and_wakes_before_the_weight_copy
     sampler = rollout_sampler(GRPOConfig(backend="vllm", engine_sleep=True))
     assert sampler.sleep
     for _ in range(2):
-        sampler(model, tok, ["1+2="], n=2, max_new_tokens=4)
+        sampler(model, tok, ["1+2="], Sampling(max_new_tokens=4), n=2)
     (engine,) = _Engine.made
     assert engine.sleep_mode and engine.events == ["generate", "sleep", "wake", "load", "generate", "sleep"]
     assert not rollout_sampler(GRPOConfig(backend="vllm")).sleep  # off by default

@@ -60,6 +60,7 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
     sys.modules["vllm"] = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: kw)
     sys.modules["cloudpickle"] = pickle
     from esreason_lib.models.rollouts_vllm import VLLMRollouts
+    from esreason_lib.models.sampling import Sampling
     from esreason_lib.models.weights import weights_fingerprint
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
@@ -69,7 +70,7 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
     FakeLLM.fingerprint = weights_fingerprint(model)
-    ro = VLLMRollouts(engine_seed=11)(model, tok, ["1+2=", "3*4=", "5"], n=3, max_new_tokens=4, seed=2)
+    ro = VLLMRollouts(engine_seed=11)(model, tok, ["1+2=", "3*4=", "5"], Sampling(max_new_tokens=4), n=3, seed=2)
     (llm,) = FakeLLM.made
     torch.save({"ids": ro.completion_ids, "logprobs": ro.logprobs, "batches": llm.batches,
                 "kwargs": {k: llm.kwargs.get(k) for k in ("distributed_executor_backend", "seed")}}, f"{out}.{rank}")

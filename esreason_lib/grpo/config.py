@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from esreason_lib.grpo.loss import AGGREGATIONS, SCALES
-from esreason_lib.models.generation import FORWARDS, SAMPLERS
 from esreason_lib.models.placement import check_memory_share
+from esreason_lib.models.sampling import FORWARDS, SAMPLERS
 from esreason_lib.store.identity import ADDED_OPTION, execution
 from esreason_lib.training.settings import RunSettings
 from esreason_lib.validation import (
@@ -85,16 +85,16 @@ class GRPOConfig(RunSettings):
     gradient up to float rounding (so part of the run's identity), ~1.6x faster updates at the tiny preset's
     shapes. Not with `gradient_checkpointing` (Hugging Face drops the KV cache under it) or `logit_chunk`."""
     forward: str = field(default="hf", metadata=ADDED_OPTION)
-    """How backend "local" computes the rollouts' logits (`generation.FORWARDS`): "hf" (the model's own modules),
+    """How backend "local" computes the rollouts' logits (`sampling.FORWARDS`): "hf" (the model's own modules),
     "fused" (`models.fused_qwen2`, float32 Qwen2 only) or "native" (that forward with `models.native`'s attention
     kernel). The samples equal "hf"'s up to float rounding (a draw can flip where a cumulative-probability boundary
     moves by ~1e-6), so it is part of the run's identity; the update's log-probs always use the model's modules."""
     sampler: str = field(default="multinomial", metadata=ADDED_OPTION)
-    """How backend "local" draws the rollouts' tokens (`generation.SAMPLERS`): "multinomial" (`torch.multinomial`)
+    """How backend "local" draws the rollouts' tokens (`sampling.SAMPLERS`): "multinomial" (`torch.multinomial`)
     or "inverse-cdf" (one uniform per token: the same distribution, other samples, so part of the identity)."""
     share_prefixes: bool = field(default=False, metadata=ADDED_OPTION)
     """With forward "fused" or "native": the rollouts forward each distinct running prefix once per decode step
-    (`generate(..., share_prefixes=True)`; the same draws and samples wherever compared)."""
+    (`generation.Forward.share_prefixes`; the same draws and samples wherever compared)."""
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of the GPU's memory the vLLM rollout engine takes (backend "vllm"); None: 0.5. Placement only."""
     check_every: int = field(default=1, metadata=execution())

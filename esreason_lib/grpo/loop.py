@@ -80,7 +80,7 @@ from esreason_lib.guards import check_finite_step
 from esreason_lib.learning_signal import grpo_note
 from esreason_lib.metrics import mean_token_entropy
 from esreason_lib.models.device import record_device
-from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.generation import Forward, Sampling, completion_logprobs, generate
 from esreason_lib.models.hf_compat import set_checkpointing
 from esreason_lib.models.logprobs import Chunks, completion_scores
 from esreason_lib.models.optim import master_weight_adamw, optimizer_step
@@ -227,8 +227,9 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
     device = next(model.parameters()).device
     idx = prompt_indices(len(examples), c.prompts_per_step, iteration, c.seed, "grpo", c.prompt_order)  # [P]
     t_rollout = time.perf_counter()
-    ro = rollout(model, tokenizer, [prompts[i] for i in idx], n=G, temperature=c.temperature, top_p=c.top_p,
-                 max_new_tokens=c.max_new_tokens or task.max_new_tokens, stop=task.stop,
+    sampling = Sampling(temperature=c.temperature, top_p=c.top_p,
+                        max_new_tokens=c.max_new_tokens or task.max_new_tokens, sampler=c.sampler)
+    ro = rollout(model, tokenizer, [prompts[i] for i in idx], sampling, n=G, stop=task.stop,
                  seed=derive_seed(c.seed, "grpo", "sample", iteration))
     t_rollout = time.perf_counter() - t_rollout
     scored: dict[tuple[int, str], tuple[float, bool]] = {}  # a group's repeated completions are scored once
@@ -258,8 +259,8 @@ def grpo_step(model, ref, opt, tokenizer, task, examples, prompts, config: GRPOC
 
 
 def rollout_sampler(config: GRPOConfig):
-    """What samples `config`'s rollouts: `generate` (with `config.forward`, `sampler` and `share_prefixes` when they
-    are not the defaults), or a
+    """What samples `config`'s rollouts: `generate` (with the `Forward` of `config.forward` and `share_prefixes` when
+    they are not the defaults; `grpo_step` passes `config.sampler` in its `Sampling`), or a
     `models.rollouts_vllm.VLLMRollouts` (to be closed) for "vllm"."""
     if config.backend == "vllm":
         from esreason_lib.models.rollouts_vllm import VLLMRollouts
@@ -268,10 +269,9 @@ def rollout_sampler(config: GRPOConfig):
         return VLLMRollouts(engine_seed=config.seed, chunks=scoring_chunks(config),
                             check_every=config.check_every, sleep=config.engine_sleep,
                             engine_kwargs=None if share is None else {"gpu_memory_utilization": share})
-    if config.forward == "hf" and config.sampler == "multinomial":
+    if config.forward == "hf":
         return generate
-    return functools.partial(generate, forward=config.forward, sampler=config.sampler,
-                             share_prefixes=config.share_prefixes)
+    return functools.partial(generate, forward=Forward(kind=config.forward, share_prefixes=config.share_prefixes))
 
 
 def fit_check(config: GRPOConfig, model, tokenizer, prompts: list[str]) -> dict[str, float] | None:

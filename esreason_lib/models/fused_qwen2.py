@@ -1,12 +1,16 @@
-"""A fused float32 Qwen2 forward over member-stacked weights: fewer, larger ops than Hugging Face's modules, equal to
-them up to float rounding (not bit for bit).
+"""A fused float32 forward of the Qwen2 and Llama families over member-stacked weights: fewer, larger ops than Hugging
+Face's modules, equal to them up to float rounding (not bit for bit).
+
+The two families share one architecture (RMSNorm, rotary embeddings, grouped-query attention, a SwiGLU MLP); Qwen2's
+q, k and v projections carry biases, a Llama's (without `attention_bias` or `mlp_bias`: SmolLM2, Llama 3) carry
+none. `FAMILIES` names each family's class and what its projections hold; everything below is shared.
 
 `fused_weights` turns per-name weight stacks ([N, *shape]: N members, N = 1 for one model) into per-layer fused
 tensors, and `FusedQwen2` runs the forward with a preallocated KV cache. It serves the population backend
-`backend="fast"` (`es.backends.fast`, N members) and `generation.generate(..., forward="fused")` (one model:
-evaluation's sampling); with `native=True` (backend "native", forward "native") each layer's rotary, cache write
-and attention run in the C kernel of `models.native` instead of torch ops. What it changes against the Hugging Face
-forward:
+`backend="fast"` (`es.backends.fast`, N members) and generation's `decode_steps.FusedStep` (one model: evaluation's
+sampling, `Forward(kind="fused")`); with `native=True` (backend "native", forward "native") each layer's rotary,
+cache write and attention run in the C kernel of `models.native` instead of torch ops. What it changes against the
+Hugging Face forward:
 
 - every linear layer is one `bmm` over the whole [N, R] row grid, padded rows included; gate and up are one gemm;
 - each RMSNorm weight is folded into the next linear layer's weight (W_i diag(g_i)), and the final one into the
@@ -36,15 +40,26 @@ import math
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import LlamaForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
 from esreason_lib.models.native import RotaryAttention
 
+FAMILIES = {Qwen2ForCausalLM: "q, k and v biases", LlamaForCausalLM: "no biases"}
+"""The model classes `fused_weights` folds -> the biases their linear layers hold (a Llama only without
+`config.attention_bias` and `config.mlp_bias`, the Llama 3 and SmolLM2 layout)."""
+
 
 def check_fusable(model, who: str) -> None:
-    """TypeError unless `model` is a float32 Qwen2ForCausalLM (the architecture and dtype `fused_weights` folds)."""
-    if not isinstance(model, Qwen2ForCausalLM):
-        raise TypeError(f"{who}: needs a Qwen2ForCausalLM, got {type(model).__name__}")
+    """TypeError unless `model` is a float32 model of a class in `FAMILIES` with the biases listed there (the
+    architectures and dtype `fused_weights` folds)."""
+    if type(model) not in FAMILIES:
+        names = " or ".join(cls.__name__ for cls in FAMILIES)
+        raise TypeError(f"{who}: needs a {names}, got {type(model).__name__}")
+    if isinstance(model, LlamaForCausalLM):
+        for flag in ("attention_bias", "mlp_bias"):
+            if getattr(model.config, flag, False):
+                raise TypeError(f"{who}: needs a Llama without biases, got config.{flag}=True")
     if model.dtype != torch.float32:
         raise TypeError(f"{who}: needs a float32 model, got {model.dtype}")
 
@@ -88,11 +103,11 @@ def model_weights(model) -> list:
 @torch.no_grad()
 def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
     """From per-name weight stacks ([N, *shape]; `es.backends.batched.member_weights`, or `model_weights`' one
-    model as N = 1): [embedding [N, V, d], head [N, d, V] (final norm
-    folded in), then per layer (qkv weight [N, d, 2 (H + KV) D + KV D] (input norm folded in), its bias
-    [N, 1, 2 (H + KV) D + KV D], o_proj [N, H D, d], gate|up [N, d, 2 I] (post-attention norm folded in),
-    down_proj [N, I, d])]: each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v;
-    the q columns carry the attention's 1 / sqrt(D) scale."""
+    model as N = 1): [embedding [N, V, d], head [N, d, V] (final norm folded in), then per layer (qkv weight
+    [N, d, 2 (H + KV) D + KV D] (input norm folded in), its bias [N, 1, 2 (H + KV) D + KV D] (None for a family
+    without biases), o_proj [N, H D, d], gate|up [N, d, 2 I] (post-attention norm folded in), down_proj [N, I, d])]:
+    each weight [N, in, out], the output columns of qkv ordered q, k, rot(q), rot(k), v; the q columns carry the
+    attention's 1 / sqrt(D) scale."""
     name = {id(p): n for n, p in model.named_parameters()}
     w = lambda t: weights[name[id(t)]]  # noqa: E731
     net = model.model
@@ -101,10 +116,12 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
         att, mlp = layer.self_attn, layer.mlp
         d = att.head_dim
         q, k, v = (w(att.q_proj.weight) * att.scaling, w(att.k_proj.weight), w(att.v_proj.weight))
-        bq, bk, bv = (w(att.q_proj.bias) * att.scaling, w(att.k_proj.bias), w(att.v_proj.bias))
+        bias = None
+        if att.q_proj.bias is not None:
+            bq, bk, bv = (w(att.q_proj.bias) * att.scaling, w(att.k_proj.bias), w(att.v_proj.bias))
+            bias = torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :]
         g1, g2 = (w(layer.input_layernorm.weight)[:, None, :], w(layer.post_attention_layernorm.weight)[:, None, :])
-        out.append((_transposed([q, k, _rotated(q, d), _rotated(k, d), v], g1),
-                    torch.cat([bq, bk, _rotated(bq, d), _rotated(bk, d), bv], 1)[:, None, :],
+        out.append((_transposed([q, k, _rotated(q, d), _rotated(k, d), v], g1), bias,
                     _transposed([w(att.o_proj.weight)]),
                     _transposed([w(mlp.gate_proj.weight), w(mlp.up_proj.weight)], g2),
                     _transposed([w(mlp.down_proj.weight)])))
@@ -112,8 +129,10 @@ def fused_weights(model, weights: dict[str, torch.Tensor]) -> list:
 
 
 def _project(x, qkv_w, qkv_b, *, eps: float):
-    """The fused qkv projection y [n, R*L, 2 QK + V] of x [n, R*L, d] (input norm folded into qkv_w)."""
-    return torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w).add_(qkv_b)
+    """The fused qkv projection y [n, R*L, 2 QK + V] of x [n, R*L, d] (input norm folded into qkv_w; `qkv_b` None:
+    no bias)."""
+    y = torch.bmm(F.rms_norm(x, (x.shape[-1],), eps=eps), qkv_w)
+    return y if qkv_b is None else y.add_(qkv_b)
 
 
 def _split(y, cos, sin, *, rows: int, heads: int, kv_heads: int, head_dim: int):
@@ -176,7 +195,7 @@ class KVBuffers:
 
 
 class FusedQwen2:
-    """A Qwen2 forward over member-stacked fused weights (`fused_weights`) with a preallocated KV cache: the
+    """A Qwen2 or Llama forward over member-stacked fused weights (`fused_weights`) with a preallocated KV cache: the
     interface of `es.backends.batched._Qwen2Population` (ids, positions and mask in, last-position logits out;
     `select` keeps cache rows; the caller advances `length`). One member (N = 1) is a single model."""
 
@@ -260,7 +279,8 @@ class FusedQwen2:
                 shape = (len(qkv_w), width, sh["kv_heads"], self.capacity, sh["head_dim"])
                 self.cache.append([self.buffers.take((li, j, self._half), shape, x.device) for j in (0, 1)])
             keys, values = (t[members].view(n * width, *t.shape[2:]) for t in self.cache[li])
-            y = _project(x, qkv_w[members], qkv_b[members], eps=self.eps)  # [n, R*L, 2QK + V]
+            qkv_bias = None if qkv_b is None else qkv_b[members]
+            y = _project(x, qkv_w[members], qkv_bias, eps=self.eps)  # [n, R*L, 2QK + V]
             queries = 1 if li == len(layers) - 1 else length  # the prefill's last layer: only the last position is read
             if self.kernel is not None:
                 o = self.kernel(y, cos, sin, keys, values, start, bias, queries, heads=sh["heads"])

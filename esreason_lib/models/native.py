@@ -6,7 +6,7 @@ of [2 x 16] x [16 x T] per row and kv head around a softmax). The decode's atten
 cache (~40 MB per step at N = 32, P = 128: beyond the core's caches), so the kernel prefetches each next row's
 cache while it computes the current one. It serves
 `FusedQwen2(..., native=True)`: backend "native" (`es.backends.fast.NativeBackend`) and
-`generate(..., forward="native")`.
+`generate(..., forward=Forward(kind="native"))`.
 
 The kernel is built with the system C compiler (`$CC`, else `cc`) as `-O3 -march=native -ffast-math` with the
 head dimension fixed at compile time, once per (source, flags, compiler, CPU, head dimension), into
@@ -54,7 +54,7 @@ COMPILER_TIMEOUT_S = 300.0
 """Seconds one compiler call (`$CC --version` or the build, ~2 s here) may take before it is stopped."""
 STALE_BUILD_S = 3600.0
 """A build folder whose process is gone, or that is older than this, was left by a killed build: removed."""
-_FALLBACK = "use backend 'fast' (or generate(..., forward='fused')), which needs no compiler"
+_FALLBACK = "use backend 'fast' (or generate(..., forward=Forward(kind='fused'))), which needs no compiler"
 
 
 class KernelBuildError(RuntimeError):

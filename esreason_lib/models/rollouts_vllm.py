@@ -34,12 +34,12 @@ Deviations from the in-process path:
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from esreason_lib.models.generation import (
+    DEFAULT_SAMPLING,
     Rollouts,
+    Sampling,
     cut_at_stop,
     decode_rows,
     encode_texts,
@@ -118,15 +118,15 @@ class VLLMRollouts:
         self.calls = 0
         """Rollout calls so far (each one a weight sync)."""
 
-    def __call__(self, model, tokenizer, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, max_new_tokens: int = 32, stop: str | None = None,
-                 seed: int = 0, batch_size: int | None = None) -> Rollouts:
-        """`generate`'s arguments and result; `batch_size` only caps the rows per decoder forward of the no-grad
-        log-prob / entropy pass below `chunks.rows` (the engine batches its requests itself)."""
+    def __call__(self, model, tokenizer, prompts: list[str], sampling: Sampling = DEFAULT_SAMPLING, *, n: int = 1,
+                 stop: str | None = None, seed: int = 0) -> Rollouts:
+        """`generate`'s arguments (but its `forward`) and result; `sampling.sampler` is vLLM's own. The constructor's
+        `chunks` bound the no-grad log-prob / entropy pass (the engine batches its requests itself)."""
         from vllm import SamplingParams
 
         from esreason_lib.models.vllm_engine import Engine
 
+        max_new_tokens, greedy = sampling.max_new_tokens, sampling.greedy
         if self.engine is not None and max_new_tokens > self.max_new_tokens:
             self.close()  # its context is too short for this budget: a new engine, sized for it
         if self.engine is None:
@@ -143,7 +143,8 @@ class VLLMRollouts:
         ids = encode_texts(tokenizer, prompts, "prompts")
         rows = [ids[i // n] for i in range(len(ids) * n)]  # [B] row i -> prompt i // n
         mine = shard_rows(len(rows), *process_rank_world())  # under torchrun: this process's share of the rows
-        params = [SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0 if greedy else top_p,
+        params = [SamplingParams(temperature=0.0 if greedy else float(sampling.temperature),
+                                 top_p=1.0 if greedy else sampling.top_p,
                                  max_tokens=int(max_new_tokens), stop=[stop] if stop else None,
                                  include_stop_str_in_output=True, seed=None if greedy else derive_seed(seed, "vllm", r))
                   for r in range(mine.start, mine.stop)]
@@ -151,11 +152,8 @@ class VLLMRollouts:
         tokens = gathered_rows(shard)  # [B] every process's share, in row order
         if self.sleep:
             self.engine.sleep()
-        chunks = self.chunks
-        if batch_size is not None:
-            chunks = dataclasses.replace(chunks, rows=min(batch_size, chunks.rows or batch_size))
-        return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=1.0 if greedy else temperature,
-                                    stop=stop, chunks=chunks)
+        return rollouts_from_tokens(model, tokenizer, prompts, n, tokens, temperature=sampling.scale, stop=stop,
+                                    chunks=self.chunks)
 
     def close(self) -> None:
         """Shut the engine down (a later call starts a new one)."""

@@ -28,7 +28,7 @@ from esreason_lib.es.backends.vllm_engines import VLLMBackend, es_perturb, es_re
 from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES, Population
 from esreason_lib.es.noise import perturbed  # noqa: E402
-from esreason_lib.models.generation import generate  # noqa: E402
+from esreason_lib.models.generation import Sampling, generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
 from esreason_lib.models.vllm_engine import WorkerExtension, engine_layout  # noqa: E402
 from esreason_lib.params import named_params
@@ -99,7 +99,8 @@ def test_greedy_completions_match_library_generation(setup):
     model, tok, task, _, backend = setup
     assert isinstance(backend, VLLMBackend)
     prompts = [task.prompt(ex, tok) for ex in task.examples("train", n=128, seed=0)]
-    ours = generate(model, tok, prompts, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop).completions
+    ours = generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=task.max_new_tokens),
+                    stop=task.stop).completions
     theirs = backend.complete(model, prompts, iteration=0)
     same = sum(a == b for a, b in zip(ours, theirs))
     assert same == 128, [(a, b) for a, b in zip(ours, theirs) if a != b][:5]

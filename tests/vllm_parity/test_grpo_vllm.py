@@ -20,7 +20,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from esreason_lib.grpo.config import GRPOConfig  # noqa: E402
 from esreason_lib.grpo.loop import train_grpo
-from esreason_lib.models.generation import generate  # noqa: E402
+from esreason_lib.models.generation import Sampling, generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
 from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
@@ -50,7 +50,7 @@ def _same_rollouts(a, b) -> None:
 def test_greedy_rollouts_equal_the_librarys(setup):
     model, tok, task, rollouts = setup
     prompts = _prompts(task, tok, 64, 0)
-    kw = dict(n=2, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    kw = dict(n=2, sampling=Sampling(greedy=True, max_new_tokens=task.max_new_tokens), stop=task.stop)
     ours, theirs = generate(model, tok, prompts, **kw), rollouts(model, tok, prompts, **kw)
     _same_rollouts(ours, theirs)
     assert len(set(ours.completions)) > 10  # varied completions, so equality is not vacuous
@@ -60,7 +60,7 @@ def test_greedy_rollouts_equal_the_librarys(setup):
 def test_the_engine_follows_the_policy_after_each_update(setup):
     model, tok, task, rollouts = setup
     prompts = _prompts(task, tok, 32, 1)
-    kw = dict(n=1, greedy=True, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    kw = dict(n=1, sampling=Sampling(greedy=True, max_new_tokens=task.max_new_tokens), stop=task.stop)
     moved = copy.deepcopy(model)
     with torch.no_grad():
         for p in moved.parameters():  # an optimizer step's worth of change everywhere
@@ -74,7 +74,7 @@ def test_the_engine_follows_the_policy_after_each_update(setup):
 def test_sampled_rollouts_are_seeded(setup):
     model, tok, task, rollouts = setup
     prompts = _prompts(task, tok, 8, 2)
-    kw = dict(n=4, temperature=1.0, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    kw = dict(n=4, sampling=Sampling(temperature=1.0, max_new_tokens=task.max_new_tokens), stop=task.stop)
     a, b, c = (rollouts(model, tok, prompts, seed=s, **kw) for s in (3, 3, 4))
     assert a.completions == b.completions and a.completions != c.completions
     assert len(set(a.completions[:4])) > 1  # a group's samples differ: each row is its own seeded request
@@ -109,7 +109,7 @@ def test_prefix_caching_never_serves_the_old_weights(setup):
     model, tok, task, _ = setup
     rollouts = VLLMRollouts(engine_kwargs={"block_size": 32})  # the CPU default (128) is longer than these prompts
     prompts = [p * 3 for p in _prompts(task, tok, 16, 3)]  # >= 32 tokens: each prompt fills one cached block
-    kw = dict(n=4, greedy=True, max_new_tokens=8)
+    kw = dict(n=4, sampling=Sampling(greedy=True, max_new_tokens=8))
     moved = copy.deepcopy(model)
     with torch.no_grad():
         for p in moved.parameters():

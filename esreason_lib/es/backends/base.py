@@ -99,11 +99,11 @@ def score_examples(model, tokenizer, task, examples: list[dict], *, greedy: bool
     `forward` is `generate`'s (`CENTER_FORWARD` names the one each backend's members are scored with).
     """
     from esreason_lib.metrics import mean_token_entropy
-    from esreason_lib.models.generation import generate
+    from esreason_lib.models.generation import Forward, Sampling, generate
 
     prompts = [task.prompt(ex, tokenizer) for ex in examples]
-    ro = generate(model, tokenizer, prompts, n=1, temperature=temperature, greedy=greedy,
-                  max_new_tokens=max_new_tokens, stop=task.stop, seed=seed, forward=forward)
+    sampling = Sampling(temperature=temperature, greedy=greedy, max_new_tokens=max_new_tokens)
+    ro = generate(model, tokenizer, prompts, sampling, stop=task.stop, seed=seed, forward=Forward(kind=forward))
     scores = [score_completion(task, c, ex) for c, ex in zip(ro.completions, examples)]
     rewards = np.array([r for r, _ in scores], dtype=np.float64)  # [P]
     correct = np.array([ok for _, ok in scores], dtype=np.float64)  # [P]

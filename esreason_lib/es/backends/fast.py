@@ -1,5 +1,5 @@
-"""Faster, not bit-identical, population evaluators: `backend="fast"` and `backend="native"` (greedy, Qwen2,
-float32).
+"""Faster, not bit-identical, population evaluators: `backend="fast"` and `backend="native"` (greedy, float32 Qwen2 or
+Llama: what `fused_qwen2.check_fusable` accepts).
 
 `FastBackend` runs `batched`'s decode loop (the same member weights W_i, prompts, masks, stop rule and row
 compaction) with the fused forward of `models.fused_qwen2` (`FusedQwen2`), which trades bit-identity for fewer,
@@ -41,7 +41,7 @@ class FastBackend(BatchedBackend):
         """The KV cache storage every `population` forward reuses (they run one at a time)."""
 
     def check_model(self, model) -> None:
-        """Raise unless `model` is a float32 Qwen2ForCausalLM (what `fused_weights` folds)."""
+        """Raise unless `model` is a float32 Qwen2 or Llama (what `fused_weights` folds: `check_fusable`)."""
         check_fusable(model, "FastBackend")
 
     def prepare(self, model, weights: dict) -> list:

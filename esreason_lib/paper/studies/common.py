@@ -40,10 +40,7 @@ def evaluate_ref(ref: str, task: str, task_kwargs: dict, spec: EvalSpec, *, devi
         examples = task_obj.examples("test", n=spec.n_problems, seed=spec.seed)
         if model is None and not run.is_complete():
             model, tokenizer = load_model(ref, device=resolve_device(device), home=home, progress=progress)
-        result = evaluate(model, tokenizer, task_obj, examples, n=spec.n_samples, temperature=spec.temperature,
-                          top_p=spec.top_p, ks=spec.ks, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
-                          seed=spec.seed, run=run, name="eval", progress=progress, forward=spec.forward,
-                          backend=spec.backend, sampler=spec.sampler, share_prefixes=spec.share_prefixes)
+        result = evaluate(model, tokenizer, task_obj, examples, spec, run=run, name="eval", progress=progress)
         if not run.is_complete():
             run.finish(**{k: float(v) for k, v in result.summary().items()})
     finally:

@@ -14,7 +14,7 @@ from esreason_lib.es.core import ES
 from esreason_lib.es.loop import es_step
 from esreason_lib.es.noise import perturbed
 from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_population, pass_same
-from esreason_lib.models.generation import generate
+from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.paper.studies.diversity_estimators import (
     ess_fraction,
     fisher_projections,
@@ -36,7 +36,7 @@ from esreason_lib.seeding import derive_seed, numpy_rng
 
 
 def _sample(model, tokenizer, task, prompts, n, seed):
-    return generate(model, tokenizer, prompts, n=n, temperature=1.0, max_new_tokens=task.max_new_tokens,
+    return generate(model, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=task.max_new_tokens), n=n,
                     stop=task.stop, seed=seed)
 
 

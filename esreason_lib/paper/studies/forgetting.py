@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from esreason_lib.methods import METHODS, trainer
-from esreason_lib.models.generation import completion_logprobs, generate
+from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.load import load_model
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.models.zoo import ZOO, get_spec
@@ -139,7 +139,7 @@ def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_to
 
     Log-probabilities are recomputed in row chunks whose [rows, Lc, V] logits stay under `max_logits` floats.
     """
-    ro = generate(tuned, tokenizer, prompts, n=n, temperature=1.0, max_new_tokens=max_new_tokens, stop=stop,
+    ro = generate(tuned, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=max_new_tokens), n=n, stop=stop,
                   seed=seed)
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     vocab = tuned.get_output_embeddings().weight.shape[0]
