@@ -26,8 +26,8 @@ EX = {"id": "countdown-3-12-7-22", "numbers": [3, 12, 7], "target": 22}
 
 
 def test_registry():
-    assert TASK_NAMES == ("countdown", "addition", "sorting", "gsm8k", "math", "commonsenseqa", "gpqa", "hotpotqa",
-                          "mbpp")
+    assert TASK_NAMES == ("countdown", "addition", "sorting", "multistep", "gsm8k", "math", "commonsenseqa", "gpqa",
+                          "hotpotqa", "mbpp")
     task = get_task("countdown", num_count=4, high=9)
     assert isinstance(task, Countdown) and isinstance(task, Task) and task.num_count == 4
     with pytest.raises(ValueError, match="nope.*countdown"):

@@ -25,6 +25,7 @@ EXAMPLES = {
     "countdown": {"id": "c", "numbers": [3, 12, 7], "target": 22},
     "addition": {"id": "a", "a": 347, "b": 86},
     "sorting": {"id": "s", "digits": "53819"},
+    "multistep": {"id": "ms", "expression": "48 + 27 - 19", "answer": 56},
     "gsm8k": {"id": "g", "question": "q", "answer": "18", "solution": "#### 18"},
     "math": {"id": "m", "problem": "p", "answer": "\\frac{1}{2}"},
     "commonsenseqa": {"id": "q", "question": "q", "choices": [[k, k.lower()] for k in "ABCDE"], "answer": "B"},

@@ -1,5 +1,5 @@
-"""Verifiable tasks: synthetic (countdown, addition, sorting), real training and test sets (gsm8k, math) and the
-paper's held-out suite (commonsenseqa, gpqa, hotpotqa, mbpp), one module each.
+"""Verifiable tasks: synthetic (countdown, addition, sorting, multistep), real training and test sets (gsm8k, math)
+and the paper's held-out suite (commonsenseqa, gpqa, hotpotqa, mbpp), one module each.
 
 `get_task("countdown", num_count=4)` builds a task by name; every task follows `base.Task`. `register_task` adds
 your own under a name (then `ESConfig(task=name)` and `esreason train --task-module` find it), and `task_version`
@@ -23,12 +23,14 @@ from .gsm8k import GSM8K
 from .hotpotqa import HotpotQA
 from .math_task import MathTask
 from .mbpp import MBPP
+from .multistep import MultiStep
 from .sorting import Sorting
 
 _REGISTRY: dict[str, Callable[..., Task]] = {
     "countdown": Countdown,
     "addition": Addition,
     "sorting": Sorting,
+    "multistep": MultiStep,
     "gsm8k": GSM8K,
     "math": MathTask,
     "commonsenseqa": CommonsenseQA,
@@ -126,6 +128,7 @@ __all__ = [
     "HotpotQA",
     "MBPP",
     "MathTask",
+    "MultiStep",
     "RewardShaping",
     "Sorting",
     "Task",

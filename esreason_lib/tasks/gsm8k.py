@@ -40,7 +40,7 @@ from ._hedge import NUMBER, hedged
 from .base import Example, RewardShaping, Task, total
 from .math_task import last_boxed, last_boxed_span
 
-__all__ = ["GSM8K", "extract_number", "normalize_number"]
+__all__ = ["GSM8K", "extract_number", "normalize_number", "number_after"]
 
 ARTIFACT_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 """The instruction of every chat prompt: the artifact's system turn, and the end of the user turn otherwise."""
@@ -91,6 +91,15 @@ def _number_at(text: str, start: int) -> str | None:
     if number is not None and hedged(text, _NUMBER_END.match(text, start).end(), NUMBER):
         raise _Hedge
     return number
+
+
+def number_after(text: str, start: int) -> str | None:
+    """The normalised number that is the token at `text[start:]` (after spaces, ":", "$" or "*"), or None, a hedge
+    ("18 or 19") included: what follows an answer marker. Never raises."""
+    try:
+        return _number_at(text, start)
+    except _Hedge:
+        return None
 
 
 def boxed_number(text: str) -> str | None:

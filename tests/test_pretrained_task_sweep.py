@@ -1,0 +1,109 @@
+"""benchmarks/sweep_pretrained_task.py (the base sweep) and benchmarks/pilot_pretrained.py (its variance components
+and operating-characteristic floor), on a scripted stand-in for the model: no weights are loaded."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from esreason_lib.paper.power import Components
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import pilot_pretrained  # noqa: E402
+import sweep_pretrained_task as sweep  # noqa: E402
+
+EOS, PAD = 0, 0
+
+
+class _Tokenizer:
+    """Characters as token ids (ord), EOS 0; left padding like the sweep's."""
+
+    eos_token_id = EOS
+    chat_template = None
+
+    def __call__(self, texts, return_tensors, padding, add_special_tokens):
+        width = max(len(t) for t in texts)
+        ids = torch.tensor([[PAD] * (width - len(t)) + [ord(c) for c in t] for t in texts])
+        return {"input_ids": ids, "attention_mask": (ids != PAD).long()}
+
+    def decode(self, ids, skip_special_tokens):
+        return "".join(chr(i) for i in ids)
+
+
+class _Model:
+    """Answers each prompt "a+b=" (the multistep task's plain prompt) with a scripted list of completions in turn."""
+
+    def __init__(self, script: list[str]):
+        self.script, self.calls = list(script), []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        self.calls.append(kwargs)
+        rows = [([ord(c) for c in self.script.pop(0)] + [EOS])[:max_new_tokens] for _ in range(input_ids.shape[0])]
+        width = max(len(r) for r in rows)
+        gen = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, gen], dim=1)
+
+
+def test_run_cell_scores_each_sample_and_reports_pass_at_k(monkeypatch):
+    monkeypatch.setitem(sweep.CELLS, "toy", ("multistep", {"terms": 2, "digits": 1, "test_fraction": 0.5}, 8))
+    from esreason_lib.tasks import get_task
+
+    examples = get_task("multistep", terms=2, digits=1, test_fraction=0.5).examples("test", n=2)
+    right = [str(e["answer"]) for e in examples]
+    # problem 0: 2 of 4 right; problem 1: none right (one completion cut at the 8-token budget)
+    script = [right[0], "x", right[0], "y", "wrong", "123456789", "no", "no"]
+    model = _Model(script)
+    record = sweep.run_cell("toy", model, _Tokenizer(), problems=2, samples=4, temperature=0.6, batch=3, seed=0)
+    assert record["correct"] == [[1, 0, 1, 0], [0, 0, 0, 0]]
+    assert record["pass_at"] == {"1": 0.25, "2": pytest.approx((1 - 1 / 6) / 2), "4": 0.5}
+    lengths = [len(right[0]), 1, len(right[0]), 1, 5, 8, 2, 2]
+    assert record["mean_tokens"] == pytest.approx(np.mean(lengths)) and record["cut_share"] == 1 / 8
+    assert record["ids"] == [e["id"] for e in examples] and record["completion_examples"] == [right[0], "wrong"]
+    assert len(model.calls) == 3 and model.calls[0]["temperature"] == 0.6 and model.calls[0]["top_k"] == 0
+
+
+def test_seed_split_by_hand():
+    correct = [[1, 1, 0, 0], [1, 0, 1, 1]]
+    assert pilot_pretrained.seed_split(correct, 2).tolist() == [[1.0, 0.5], [0.0, 1.0]]
+    assert pilot_pretrained.seed_split(correct, 4).shape == (4, 2)
+    for bad in (3, 1, True, 2.0):
+        with pytest.raises(ValueError, match="groups"):
+            pilot_pretrained.seed_split(correct, bad)
+    with pytest.raises(ValueError, match="correct"):
+        pilot_pretrained.seed_split([1, 0], 2)
+
+
+def test_floor_components_scale_the_base_to_the_design():
+    base = Components(seed=0.001, problem=0.05, resid=0.02, arms=1)
+    floor = pilot_pretrained.floor_components(base, measured_samples=4, design_samples=64)
+    assert floor == Components(seed=0.002 / 16, problem=0.0, resid=0.04 / 16, arms=2)
+    with pytest.raises(ValueError, match="design_samples"):
+        pilot_pretrained.floor_components(base, 4, 0)
+
+
+def test_status_rates_separate_a_clear_effect_from_none():
+    quiet = Components(seed=0.0, problem=0.0, resid=1e-4, arms=2)  # SE of a difference ~ 0.0006 at 3 x 500
+    up = pilot_pretrained.status_rates(quiet, 3, 500, truth=0.01, delta=0.01, n_sims=20)
+    down = pilot_pretrained.status_rates(quiet, 3, 500, truth=-0.01, delta=0.01, n_sims=20)
+    assert up == {"reproduced": 1.0} and down == {"not reproduced": 1.0}
+    loud = Components(seed=0.0, problem=0.0, resid=10.0, arms=2)  # SE ~ 0.2: nothing is decided at delta 0.01
+    rates = pilot_pretrained.status_rates(loud, 3, 500, truth=0.01, delta=0.01, n_sims=20)
+    assert rates["not resolved"] >= 0.9 and sum(rates.values()) == pytest.approx(1.0)
+
+
+def test_pilot_main_reads_the_sweep_record(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    correct = (rng.random((40, 8)) < np.linspace(0.05, 0.6, 40)[:, None]).astype(int).tolist()
+    path = tmp_path / "sweep.jsonl"
+    path.write_text(json.dumps({"cell": "c", "samples": 8, "correct": correct}) + "\n")
+    pilot_pretrained.main(["--sweep", str(path), "--cell", "c", "--designs", "3x100", "--sims", "10"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["problems"] == 40 and out["pass1"] == pytest.approx(np.mean(correct))
+    assert out["floor_components"]["problem"] == 0.0 and out["floor_components"]["arms"] == 2
+    (row,) = out["oc"]
+    assert (row["n_seeds"], row["n_problems"]) == (3, 100) and sum(row["rates"]["0"].values()) == pytest.approx(1)
