@@ -60,8 +60,8 @@ def test_statuses(rec: dict | None) -> dict[str, str]:
 
 def stored_check(record: dict, name: str) -> Check:
     """The `findings.Check` named `name` in `record`, rebuilt from its stored fields (the computed status and
-    reason, and keys a `Check` does not have, are dropped; records written before issue 31 lack `fixed` and `oc`);
-    KeyError naming the check when the record has none of that name."""
+    reason, and keys a `Check` does not have, are dropped; records written before checks carried an operating
+    characteristic lack `fixed` and `oc`); KeyError naming the check when the record has none of that name."""
     fields = set(Check.__dataclass_fields__)
     stored = next((c for c in record.get("checks", []) if c.get("name") == name), None)
     if stored is None:
