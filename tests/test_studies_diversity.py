@@ -498,3 +498,23 @@ def test_prop1_evidence_fails_for_harmful_updates(k):
     assert status[f"Pass@{k} change per iteration, fresh samples"] == "not reproduced"
     assert f.status == "not reproduced"
     assert not any(n.startswith(("Lemma", "Prop 1")) for n in status)  # reported lines, never evidence
+
+
+def test_prop1_keys_leave_out_fields_added_after_the_stored_runs(monkeypatch):
+    """A `diversity-prop1` run's key holds its ES config's fields but those added later at their defaults
+    (`LATER_FIELDS`: `ray_address`, `report_to`), so the runs stored before those fields keep their identity."""
+    from esreason_lib.paper.studies import diversity
+    from esreason_lib.paper.studies.presets import get_preset
+
+    class Keyed(Exception):
+        pass
+
+    def keyed(kind, config, names, compute, *, seed, home=None):
+        raise Keyed(config)
+
+    monkeypatch.setattr(diversity, "cached", keyed)
+    with pytest.raises(Keyed) as got:
+        diversity.compute_prop1(get_preset("smoke"), progress=False)
+    es = got.value.args[0]["es"]
+    assert not set(diversity.LATER_FIELDS) & set(es)
+    assert {"alpha", "sigma", "population_size", "seed", "device", "checkpoint_every"} <= set(es)

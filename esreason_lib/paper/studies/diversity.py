@@ -81,6 +81,11 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
 # ------------------------------------------------------------------------------------------ Lemma 3 and Prop 1
 
 
+LATER_FIELDS = {"ray_address": None, "report_to": ()}
+"""ES config fields added after the stored `diversity-prop1` runs: at these values they are left out of a run's
+key (which holds every other field of its ES config), so the stored runs keep their identity."""
+
+
 def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive") -> pd.DataFrame:
     """`prop1_trajectory` for the preset's ES runs of seeds `preset.seeds[:prop1.seeds]` (`prop1.iterations`
     iterations) on `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run; stacked with
@@ -92,7 +97,7 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
     out = []
     for seed in preset.seeds[:preset.prop1.seeds]:
         config = replace(preset.es, iterations=preset.prop1.iterations, seed=seed)
-        es = {k: v for k, v in asdict(config).items() if not (k == "ray_address" and v is None)}  # added later:
+        es = {k: v for k, v in asdict(config).items() if LATER_FIELDS.get(k, ...) != v}
         key = {"es": es, "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
                "scheme": scheme, "probe_seed": preset.eval.seed, "version": 3,
                # at its default, old runs keep their key
