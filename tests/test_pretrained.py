@@ -177,13 +177,13 @@ def _recording_prompts(monkeypatch) -> list[str]:
     from esreason_lib.models import generation
 
     seen: list[str] = []
-    inner = generation._generate
+    inner = generation.Generator.__call__  # every local decode (generate, evaluate, the ES backends) goes through it
 
-    def record(model, tokenizer, prompts, **kwargs):
+    def record(self, prompts, *args, **kwargs):
         seen.extend(prompts)
-        return inner(model, tokenizer, prompts, **kwargs)
+        return inner(self, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(generation, "_generate", record)
+    monkeypatch.setattr(generation.Generator, "__call__", record)
     return seen
 
 
