@@ -16,6 +16,8 @@ import torch
 
 pytest.importorskip("trl")
 
+import toy_tasks  # noqa: E402
+
 from esreason_lib.grpo.config import GRPOConfig  # noqa: E402
 from esreason_lib.grpo.loop import train_grpo  # noqa: E402
 from esreason_lib.grpo.loss import policy_loss  # noqa: E402
@@ -31,34 +33,15 @@ from esreason_lib.models.generation import completion_logprobs  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 from esreason_lib.store.identity import canonical_config  # noqa: E402
 from esreason_lib.store.runs import Run  # noqa: E402
-from esreason_lib.tasks.base import BINARY, Task  # noqa: E402
 from esreason_lib.training.settings import prompt_indices  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-class ParenTask(Task):
-    """Reward 1 iff the completion starts with "("; stop ")"."""
+class ParenTask(toy_tasks.ParenTask):
+    """The shared toy paren task, stopping at ")" (the TRL engine's reward cuts completions there)."""
 
-    name = "paren"
     stop = ")"
-    max_new_tokens = 4
-
-    def __init__(self):
-        super().__init__(BINARY)
-
-    def examples(self, split="test", n=None, seed=0):
-        ex = [{"id": f"{split}-{i}", "text": f"{i:02d}>"} for i in range(16)]
-        return ex[:n] if n else ex
-
-    def prompt(self, example, tokenizer=None):
-        return example["text"]
-
-    def extract_answer(self, completion):
-        return completion[:1] or None
-
-    def is_correct(self, completion, example):
-        return completion.startswith("(")
 
 
 def config(**kw) -> GRPOConfig:
