@@ -9,30 +9,13 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+from toy_tasks import Parity
 
 from esreason_lib import tasks
 from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluate import EvalResult, results_table
-from esreason_lib.tasks import Countdown, Task, get_task, register_task, task_version
+from esreason_lib.tasks import Countdown, get_task, register_task, task_version
 from esreason_lib.training.run_entry import run_identity
-
-
-class Parity(Task):
-    name, max_new_tokens = "parity", 3
-
-    def examples(self, split="test", n=None, seed=0):
-        start = 0 if split == "train" else 500
-        return [{"id": str(i), "n": i} for i in range(start, start + (n or 40))]
-
-    def prompt(self, example, tokenizer=None):
-        return f"Is {example['n']} even? "
-
-    def extract_answer(self, completion):
-        word = completion.strip()[:3].lower()
-        return word if word in ("yes", "no") else None
-
-    def is_correct(self, completion, example):
-        return self.extract_answer(completion) == ("yes" if example["n"] % 2 == 0 else "no")
 
 
 class EditedParity(Parity):

@@ -9,10 +9,11 @@ import pickle
 
 import numpy as np
 import pytest
+from toy_tasks import Parity
 
 from esreason_lib.guards import NonFiniteError
 from esreason_lib.tasks import get_task
-from esreason_lib.tasks.base import RewardShaping, Task
+from esreason_lib.tasks.base import RewardShaping
 from esreason_lib.tasks.contract import TIMEOUT_ENV, ContractTask, VerifierTimeout, held_to_contract, timeout_s
 
 EX = {"id": "p0", "text": "1"}
@@ -131,21 +132,9 @@ def test_evaluate_refuses_a_half_true_verdict():
                  EvalSpec(n_samples=1, ks=(1,), greedy=False, max_new_tokens=2), progress=False)
 
 
-class ReadmeParity(Task):
-    """The README's own-task example (a `Task` subclass: its `reward` and `score` are the base class's)."""
-
-    name, max_new_tokens = "parity", 3
-
-    def examples(self, split="test", n=None, seed=0):
-        start = 0 if split == "train" else 500
-        return [{"id": str(i), "n": i} for i in range(start, start + (n or 40))]
-
-    def prompt(self, example, tokenizer=None):
-        return f"Is {example['n']} even? "
-
-    def extract_answer(self, completion):
-        word = completion.strip()[:3].lower()
-        return word if word in ("yes", "no") else None
+class ReadmeParity(Parity):
+    """The README's own-task example (a `Task` subclass: its `reward` and `score` are the base class's) with a
+    verifier that returns 0.5."""
 
     def is_correct(self, completion, example):
         return 0.5  # half true: no bool

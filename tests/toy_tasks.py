@@ -159,3 +159,23 @@ class FirstCharTask(Task):
         if example["ok"] is None:
             return True
         return bool(completion) and completion[0] in example["ok"]
+
+
+class Parity(Task):
+    """The README's own-task example: is n even? ("yes" / "no"), 40 problems per split."""
+
+    name, max_new_tokens = "parity", 3
+
+    def examples(self, split="test", n=None, seed=0):
+        start = 0 if split == "train" else 500
+        return [{"id": str(i), "n": i} for i in range(start, start + (n or 40))]
+
+    def prompt(self, example, tokenizer=None):
+        return f"Is {example['n']} even? "
+
+    def extract_answer(self, completion):
+        word = completion.strip()[:3].lower()
+        return word if word in ("yes", "no") else None
+
+    def is_correct(self, completion, example):
+        return self.extract_answer(completion) == ("yes" if example["n"] % 2 == 0 else "no")
