@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# GPU readiness check (minutes): on a CUDA machine, the sections of scripts/gpu_check.py (versions + generate, ES,
-# ES on one vLLM engine, GRPO at the preset's micro-batch, two Ray + vLLM actors on one GPU with one killed,
-# evaluation) of the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then
+# GPU readiness check (minutes): on a CUDA machine, the sections of scripts/gpu_check.py (versions + generate, device
+# noise, bounded scoring, ES, ES on one vLLM engine, GRPO at the preset's micro-batch, GRPO on vLLM, two Ray + vLLM
+# actors on one GPU with one killed, evaluation, ES's centre on vLLM at 2048 tokens, vLLM sleep/wake, the CUDA IPC
+# weight sync, GRPO on vLLM under torchrun with 2 processes, ray-vllm over every visible GPU at N = 8 for two
+# iterations) of the paper-easy preset on a random Qwen2 in bfloat16, first the tiny shape (plumbing), then
 # Qwen2.5-1.5B's architecture and vocabulary (realistic time and memory); prints times and peak GPU memory.
-# Usage: scripts/gpu_check.sh [extra gpu_check.py arguments, e.g. --no-ray or --max-new-tokens 64]
-# A section skipped because vllm or ray is missing fails the check unless named in --allow-skip or
-# GPU_CHECK_ALLOW_SKIP (e.g. GPU_CHECK_ALLOW_SKIP=es-vllm,grpo-vllm,ray-vllm-kill on a box without the GPU extras).
+# Usage: scripts/gpu_check.sh [extra gpu_check.py arguments, e.g. --no-ray, --max-new-tokens 64, --time-limit 1800]
+# Each shape's run stops at --time-limit (default 3600 s). A section skipped because vllm or ray is missing fails
+# the check unless named in --allow-skip or GPU_CHECK_ALLOW_SKIP (e.g.
+# GPU_CHECK_ALLOW_SKIP=es-vllm,grpo-vllm,ray-vllm-kill,centre,sleep-wake,ipc-sync,torchrun,ray-vllm on a box
+# without the GPU extras).
 # PYTHON picks the interpreter (default .venv/bin/python when present, else python3); RESULTS a folder for the
 # JSON results (default: none written).
 set -euo pipefail

@@ -166,7 +166,7 @@ class MultiSections:
             engine.wake()
             wake_s = time.perf_counter() - t0
             engine.check(model, "the wake after a sleep")
-            out = engine.generate([[5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=self.args.max_new_tokens))
+            out = engine.generate([[5, 6, 7]], [SamplingParams(temperature=0.0, max_tokens=self.args.max_new_tokens)])
         finally:
             engine.close()
         if asleep >= awake:

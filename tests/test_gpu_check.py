@@ -33,9 +33,10 @@ def test_cpu_run_of_the_checks(tmp_path):
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--no-ray",
-                           "--allow-skip", "es-vllm,grpo-vllm,ray-vllm-kill", "--prompts", "2", "--population", "2",
-                           "--max-new-tokens", "8", "--eval-samples", "2", "--scoring-tokens", "64",
-                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
+                           "--allow-skip", "es-vllm,grpo-vllm,ray-vllm-kill,centre,ray-vllm", "--prompts", "2",
+                           "--population", "2", "--max-new-tokens", "8", "--eval-samples", "2", "--scoring-tokens",
+                           "64", "--centre-tokens", "16", "--centre-rows", "2", "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "gpu_check: ok" in proc.stdout and "peak GPU memory n/a (cpu)" in proc.stdout
     result = json.loads(out.read_text())
@@ -44,6 +45,9 @@ def test_cpu_run_of_the_checks(tmp_path):
     vllm = "skipped: vllm not installed" if gpu_check.installed("vllm") is None else "skipped: vllm disabled"
     assert by["es-vllm"]["status"] in (vllm, "ok") and by["grpo-vllm"]["status"] in (vllm, "ok")
     assert by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
+    assert by["centre"]["status"] in (vllm, "ok") and by["ray-vllm"]["status"].startswith(("skipped", "ok"))
+    for name in ("sleep-wake", "ipc-sync", "torchrun"):  # the stated skip, listed in the summary
+        assert by[name]["status"] == gpu_check.CUDA_SKIP and f"{name}: needs a CUDA device" in result["skipped"]
     for name in ("versions", "noise", "scoring", "es", "grpo", "evaluate"):
         assert by[name]["status"] == "ok" and by[name]["wall_s"] > 0 and by[name]["peak_gpu_mib"] is None, name
     assert by["versions"]["transformers"] and by["versions"]["tokens"] > 0
