@@ -1,5 +1,6 @@
 """The README and docs/ against the code: the module map is generated from it, the README's Python example runs,
-and the README stays a five-minute read whose links resolve."""
+the README stays a five-minute read whose links resolve, and docs/gpus.md's launch lines name files and presets
+that exist and its cost table marks every figure measured or estimate."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def test_readme_is_short_and_its_links_resolve():
         link for link in links if not (ROOT / link).exists()]
     assert text.index("](figures/summary.png)") < text.index("<!-- claims:start -->")  # the summary figure heads it
     assert "](docs/usage.md)" in text and "](papers/claims.md)" in text
+
+
+def test_gpu_docs_launch_lines_name_files_and_presets_that_exist_and_mark_every_cost_figure():
+    from esreason_lib.paper.studies.presets import get_preset
+
+    text = (ROOT / "docs" / "gpus.md").read_text()
+    code = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S))
+    paths = set(re.findall(r"\b(?:scripts|configs|benchmarks)/[\w./-]+\.(?:py|sh|yaml)\b", text))
+    assert paths and all((ROOT / p).is_file() for p in paths), sorted(p for p in paths if not (ROOT / p).is_file())
+    for preset in set(re.findall(r"--preset ([\w-]+)", code)):
+        get_preset(preset)
+    block = re.search(r"```bash\n(.*?)```", text[text.index("**Launch lines**"):], flags=re.S).group(1)
+    launches = [line for line in block.splitlines() if not line.startswith(("#", "ray start", " "))]
+    for command in ("esreason train es", "torchrun", "accelerate launch"):  # one node and several, ES and GRPO
+        assert sum(line.startswith(command) for line in launches) == 2, command
+    table = text[text.index("| method, backend | GPUs | wall time | status |"):].split("\n\n")[0].splitlines()[2:]
+    assert table and {row.split("|")[4].strip() for row in table} <= {"estimate", "measured"}
+    assert "Paper scale in five steps" in text and "GPU-hours (estimate)" in text
 
 
 def test_readme_names_the_task_the_base_and_its_measured_size():
