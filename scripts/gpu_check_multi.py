@@ -14,8 +14,8 @@
   `--ray-iterations` (2) iterations.
 
 Peak memory: torch's in this process misses the engines, Ray actors and torchrun processes, so on CUDA every
-section also samples the memory in use on each visible GPU (all processes, `torch.cuda.mem_get_info`, every
-`SAMPLE_S`) and reports the highest (`DeviceMemory`). `Deadline` bounds the whole check (`--time-limit`).
+section also samples the memory in use on each visible GPU (all processes, `device_used_mib`, every `SAMPLE_S`)
+and reports the highest (`DeviceMemory`). `Deadline` bounds the whole check (`--time-limit`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,16 @@ SAMPLE_S = 0.2
 
 
 def device_used_mib(index: int) -> float:
-    """MiB in use on CUDA device `index` by every process (total minus free)."""
+    """MiB in use on CUDA device `index` by every process, as nvidia-smi reports it (NVML: no CUDA context is made
+    on the other devices, whose memory Ray's placement counts); without pynvml, total minus free
+    (`torch.cuda.mem_get_info`, which makes one)."""
     import torch
 
-    free, total = torch.cuda.mem_get_info(index)
-    return (total - free) / 2**20
+    try:
+        return torch.cuda.device_memory_used(index) / 2**20
+    except (ImportError, ModuleNotFoundError):
+        free, total = torch.cuda.mem_get_info(index)
+        return (total - free) / 2**20
 
 
 class DeviceMemory:

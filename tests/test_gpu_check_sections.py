@@ -146,13 +146,19 @@ def test_time_limit_stops_the_running_section_and_fails_the_rest(monkeypatch):
 def test_device_memory_keeps_the_highest_sample_of_any_device(monkeypatch):
     used = {0: [10, 50, 20], 1: [30, 30, 30]}
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "mem_get_info",
-                        lambda i: (100 * 2**20 - (used[i].pop(0) if len(used[i]) > 1 else used[i][0]) * 2**20,
-                                   100 * 2**20))
+    monkeypatch.setattr(torch.cuda, "device_memory_used",
+                        lambda i: (used[i].pop(0) if len(used[i]) > 1 else used[i][0]) * 2**20)
     monkeypatch.setattr(gpu_check_multi, "SAMPLE_S", 0.05)
     with gpu_check_multi.DeviceMemory(True) as mem:
         time.sleep(0.3)
     assert mem.peak_mib == 50.0
+
+    def no_nvml(i):
+        raise ModuleNotFoundError("pynvml")
+
+    monkeypatch.setattr(torch.cuda, "device_memory_used", no_nvml)  # the fallback: total minus free
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (60 * 2**20, 100 * 2**20))
+    assert gpu_check_multi.device_used_mib(1) == 40.0
     with gpu_check_multi.DeviceMemory(False) as off:
         pass
     assert off.peak_mib is None
