@@ -50,11 +50,13 @@ Placement. Replicas use the driver model's device type (noise is a function of t
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
 `gpus_per_worker` GPUs (a fraction shares a GPU; None: the largest share with which every worker fits) and each
 vLLM engine takes `gpu_memory_utilization` of its GPU. Before the first actor starts, the request is compared
-with `ray.cluster_resources()` (`placement.plan_placement`, the driver's own GPU memory counted): a shortfall fails
-in one line instead of leaving an actor pending and `ray.get` blocked. Each actor then runs in its own bundle of one
-placement group (`ray_cluster.reserve_bundles`, a bounded wait), and actors whose vLLM engines share a GPU start
-one after another. `RayBackend.from_config` joins the cluster `ESConfig.ray_address` or $RAY_ADDRESS names, shipping
-this package with the job, or starts a local Ray (`ray_cluster.start_ray`), unless the caller already did `ray.init`.
+with `ray.cluster_resources()` (`placement.plan_placement`, the driver's own GPU memory counted) and, with CUDA,
+every GPU's bytes are counted (`placement.gpu_commitments`): a shortfall or an over-committed GPU fails in one line
+instead of leaving an actor pending and `ray.get` blocked, or a GPU out of memory. Each actor then runs in its own
+bundle of one placement group (`ray_cluster.reserve_bundles`, a bounded wait), and actors whose vLLM engines share
+a GPU start one after another. `RayBackend.from_config` joins the cluster `ESConfig.ray_address` or $RAY_ADDRESS
+names, shipping this package with the job, or starts a local Ray (`ray_cluster.start_ray`), unless the caller already
+did `ray.init`.
 """
 
 from __future__ import annotations
@@ -80,15 +82,9 @@ from esreason_lib.es.backends.ray_cluster import actor_bundles, driver_gpu_share
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
+from esreason_lib.es.noise import COUNTER_BUFFER_BYTES
 from esreason_lib.models.logprobs import SCORING, logit_bytes
-from esreason_lib.models.placement import (
-    ModelSize,
-    check_gpu_commitment,
-    check_memory_share,
-    driver_gpu_commitment,
-    plan_placement,
-    start_one_by_one,
-)
+from esreason_lib.models.placement import GPUMemory, ModelSize, check_memory_share, plan_placement, start_one_by_one
 from esreason_lib.models.weights import load_module_state, materialise, module_state, weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
 
@@ -307,18 +303,11 @@ class RayBackend:
         the driver's weights: all at once, or one after another (each ready before the next) when their vLLM
         engines share a GPU (`placement.start_one_by_one`)."""
         state = ray.put(module_state(model))  # starts a local Ray cluster when none is running
-        driver = driver_gpu_share(model)
-        self._placement = plan_placement(
+        driver, cuda = driver_gpu_share(model), _device_type(model) == "cuda"
+        self._placement = plan_placement(  # with CUDA, every GPU's bytes counted before any actor starts
             workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
-            cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
-            resources=ray.cluster_resources(), driver_share=driver)
-        if _device_type(model) == "cuda":  # refuse before any actor starts when the driver's GPU is over-committed
-            total = torch.cuda.get_device_properties(next(model.parameters()).device).total_memory
-            scoring = logit_bytes(SCORING, rows=self.config.prompts_per_step, vocab=model.config.vocab_size,
-                                  positions=self.config.max_new_tokens or self.task.max_new_tokens)
-            check_gpu_commitment(driver_gpu_commitment(
-                ModelSize.of(model), workers=self.workers, gpus_per_worker=self._placement[0], driver_share=driver,
-                engine_share=self._placement[1], device_bytes=total, scoring=scoring), total)
+            cuda=cuda, engine=self.engine, memory_share=self.gpu_memory_utilization,
+            resources=ray.cluster_resources(), driver_share=driver, memory=self._gpu_memory(model) if cuda else None)
         bundles = actor_bundles(workers=self.workers, cpus_per_worker=self.cpus_per_worker,
                                 gpus_per_worker=self._placement[0], driver_share=driver)
         self._group, self._first_bundle = reserve_bundles(bundles), len(bundles) - self.workers
@@ -328,6 +317,14 @@ class RayBackend:
             if start_one_by_one(self.engine, self._placement[0]):
                 ray.get(self._actors[w].started.remote())
         self._calls = 0  # a fresh pool is always checked once
+
+    def _gpu_memory(self, model) -> GPUMemory:
+        """What the placement counts on each GPU for `model` (on CUDA): its size, the device's memory, the centre's
+        scoring pass over the step's prompts at the generation budget, the noise draws' chunk buffers."""
+        scoring = logit_bytes(SCORING, rows=self.config.prompts_per_step, vocab=model.config.vocab_size,
+                              positions=self.config.max_new_tokens or self.task.max_new_tokens)
+        return GPUMemory(ModelSize.of(model), scoring=scoring, noise_buffers=COUNTER_BUFFER_BYTES,
+                         device_bytes=torch.cuda.get_device_properties(next(model.parameters()).device).total_memory)
 
     def _resync(self, w: int, model, iteration: int, got: str, want: str) -> None:
         """Reload replica `w`, whose checksum `got` differs from the driver's `want`, from the driver's weights
