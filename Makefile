@@ -39,7 +39,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup pretrained resolve-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: setup pretrained resolve-gpu lock-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -72,6 +72,9 @@ resolve-gpu: setup  ## resolve (not install) the GPU stack: pip --dry-run with c
 	mkdir -p build
 	$(PY) -m pip install --dry-run --ignore-installed --quiet --report build/gpu-resolve.json \
 		-c constraints/gpu.txt -e ".[vllm,ray]"
+
+lock-gpu: resolve-gpu  ## rewrite constraints/gpu.lock (every package of the GPU install pinned) from that report
+	$(PY) scripts/gpu_lock.py build/gpu-resolve.json
 
 test: setup  ## lint (pyproject's ruff rules: pyflakes, pycodestyle errors, import order, bugbear), then the suite
 	$(VENV)/bin/ruff check --quiet esreason_lib tests benchmarks notebooks scripts

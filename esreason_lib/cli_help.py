@@ -31,6 +31,8 @@ PRESET_SUMMARIES: dict[str, str] = {
     "powered": "tiny with the larger designs the power analysis asks for (about 13 min after tiny's runs)",
     "full": "tiny with the powered designs that do not fit tiny's budget (CPU, hours)",
     "paper-easy": "Qwen2.5-1.5B-Instruct on GSM8K with the paper's hyperparameters (GPUs)",
+    "paper-easy-3b": "paper-easy on Qwen2.5-3B-Instruct, GRPO on TRL's GRPOTrainer (GPUs)",
+    "paper-easy-7b": "paper-easy on Qwen2.5-7B-Instruct, GRPO on TRL's GRPOTrainer (GPUs)",
     "paper-hard": "DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, tested on MATH-500 (GPUs)",
 }
 """Every preset name (`paper.studies.presets.PRESETS`) with one line saying what it is for."""

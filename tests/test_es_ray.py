@@ -19,7 +19,7 @@ from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
 from esreason_lib.es.core import ES
 from esreason_lib.es.loop import train_es
-from esreason_lib.models.weights import weights_checksum, weights_fingerprint  # noqa: E402
+from esreason_lib.models.weights import module_state, weights_checksum, weights_fingerprint  # noqa: E402
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2  # noqa: E402
 
 
@@ -242,7 +242,7 @@ def test_check_every_reaches_every_actors_engine(monkeypatch):
     model = _model()
     cfg = dataclasses.replace(CFG, check_every=7)
     for share in (None, 0.2):
-        Replica(type(model), model.config, torch.float32, "cpu", _bits(model), None, Digits(), cfg, None,
+        Replica(type(model), model.config, torch.float32, "cpu", module_state(model), None, Digits(), cfg, None,
                 engine="vllm", memory_share=share)
     assert [kw["check_every"] for kw in made] == [7, 7]
     assert made[1]["engine_kwargs"] == {"gpu_memory_utilization": 0.2}

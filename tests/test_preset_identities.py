@@ -21,6 +21,9 @@ PINNED = {
     "frontier-multi": ("fe49e3496ee7513b", "c0f2ccc406", "38008a2665"),
     "full": ("00a9e0006e4caf3a", "7c8832acc2", "073df19991"),
     "paper-easy": ("7b04b766e26eb01c", "b8df2e6455", "e5a40e83ec"),
+    # added with issue 44.6: paper-easy on Qwen2.5-3B / 7B-Instruct, GRPO on TRL's engine (no stored runs yet)
+    "paper-easy-3b": ("0e1ca35b6fcfe894", "f17673fc4e", "5ecb8df9f2"),
+    "paper-easy-7b": ("ef47df63e9ac8f75", "8e5baf8d4c", "a90825b25e"),
     "paper-hard": ("b7bfee2fa36fa046", "226647773a", "5898daf0b2"),
     "powered": ("f858fd39e0627743", "7c8832acc2", "073df19991"),
     "smoke": ("acd55df674104e47", "9b4c819706", "0d0edffb7c"),

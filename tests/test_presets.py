@@ -42,7 +42,8 @@ STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forget
 # ------------------------------------------------------------------------------------------- construction
 def test_preset_names():
     assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-exact",
-                            "frontier-habit", "frontier-clean", "frontier-m", "frontier-multi"}
+                            "frontier-habit", "frontier-clean", "frontier-m", "frontier-multi", "paper-easy-3b",
+                            "paper-easy-7b"}
 
 
 def test_frontier_settings_run_the_registered_design():
@@ -125,6 +126,18 @@ def test_every_preset_constructs_and_validates(name):
         preset.seeds = (9,)
 
 
+def test_paper_size_presets_are_paper_easy_on_a_larger_base():
+    """Issue 44.6: the paper's 3B and 7B rows, paper-easy's design and hyperparameters on Qwen2.5-3B / 7B-Instruct,
+    GRPO on TRL's engine (the native loop does not fit past 1.5B on 8 x 80 GB)."""
+    easy = get_preset("paper-easy")
+    for name, model in (("paper-easy-3b", "Qwen/Qwen2.5-3B-Instruct"), ("paper-easy-7b", "Qwen/Qwen2.5-7B-Instruct")):
+        preset = get_preset(name)
+        assert preset.es == dataclasses.replace(easy.es, model=model)
+        assert preset.grpo == dataclasses.replace(easy.grpo, model=model, engine="trl")
+        assert (preset.es.population_size, preset.es.sigma, preset.es.alpha) == (32, 1.5e-3, 2.5e-4)
+        assert preset.eval == easy.eval and preset.comparison == easy.comparison
+
+
 def test_paper_presets_use_the_paper_setup():
     easy, hard = get_preset("paper-easy"), get_preset("paper-hard")
     assert (easy.task, easy.base_model) == ("gsm8k", "Qwen/Qwen2.5-1.5B-Instruct")
@@ -181,7 +194,8 @@ def test_base_model_and_task_overrides_propagate():
 
 def test_unknown_preset_name():
     with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['frontier-clean', 'frontier-habit', "
-                                         r"'frontier-m', 'frontier-multi', 'full', 'paper-easy', 'paper-hard', "
+                                         r"'frontier-m', 'frontier-multi', 'full', 'paper-easy', 'paper-easy-3b', "
+                                         r"'paper-easy-7b', 'paper-hard', "
                                          r"'powered', 'smoke', 'tiny', 'tiny-exact'\]"):
         get_preset("nope")
 

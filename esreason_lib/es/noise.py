@@ -51,6 +51,10 @@ def noise(seed: int, name: str, like: torch.Tensor) -> torch.Tensor:
 
 COUNTER_CHUNK = 1 << 22
 """Elements per chunk of `counter_normal` (bounds its temporaries to a few x 32 MiB); the draw does not depend on it."""
+COUNTER_BUFFER_BYTES = 28 * COUNTER_CHUNK
+"""Bytes of `counter_normal`'s temporaries beside its output, per chunk (112 MiB): the int64 counters (8 per element),
+the two float32 uniforms (8) and Box-Muller's float32 intermediates (up to 3 alive: 12); what
+`models.placement.GPUMemory.noise_buffers` counts per drawing process."""
 
 _M64 = (1 << 64) - 1
 

@@ -8,9 +8,11 @@ a GPU, and vLLM's `gpu_memory_utilization` (the share of the GPU's memory one en
 room for the others: the shares of the engines on one GPU must sum below 1. A driver whose model sits on a GPU
 takes `driver_share` of one GPU (`ray_cluster.driver_gpu_share`), counted in both: the actors on that GPU get
 the rest, and the engines' shares there sum below 1 - driver_share. `start_one_by_one` says when actors must
-start their engines in turn. `gpu_commitment` counts the bytes one GPU holds at once (the driver's model and theta_0,
-every replica with its perturbation temporaries, the engines' shares, the centre's scoring pass) and
-`check_gpu_commitment` refuses, in one line, a plan that over-commits it.
+start their engines in turn. Given the model's size (`GPUMemory`), `plan_placement` also counts the bytes every GPU
+holds at once (`gpu_commitments`: the driver's model and theta_0 with its update temporaries, every replica with its
+fix-up list and its perturbation and update temporaries, the engines' memory shares, the noise draws' chunk buffers,
+the centre's scoring pass) and refuses, in one line naming the GPU, its need and its capacity, a plan that
+over-commits one.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _floor4(x: float) -> float:
 
 def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: float | None, cuda: bool,
                    engine: str, memory_share: float | None, resources: dict,
-                   driver_share: float = 0.0) -> tuple[float, float | None]:
+                   driver_share: float = 0.0, memory: GPUMemory | None = None) -> tuple[float, float | None]:
     """(GPUs per actor, memory share per vLLM engine or None) for `workers` actors on a cluster with `resources`
     (`ray.cluster_resources()`); ValueError naming the knob when the cluster cannot hold them all at once.
 
@@ -65,7 +67,8 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
     share 1 / k with which every worker fits (k = ceil(workers / GPUs)). `memory_share` None (engine "vllm"):
     `ENGINE_SHARE` split among the engines on one GPU (None without GPUs: the engine's own default).
     `driver_share`: the share of one GPU the driver holds (0 off CUDA); the default GPUs per actor become
-    (1 - driver_share) / k, so that the actors of the driver's GPU fit beside it."""
+    (1 - driver_share) / k, so that the actors of the driver's GPU fit beside it. `memory` (a CUDA driver): every
+    GPU's bytes are counted (`gpu_commitments`) and a plan that over-commits one is refused in one line naming it."""
     if not (is_real(driver_share) and 0 <= driver_share < 1):
         raise ValueError(f"RayBackend: the driver's GPU share must be in [0, 1), got {driver_share!r}")
     gpus_total, cpus_total = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
@@ -94,8 +97,20 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
                              f"{workers * gpus:g} GPUs, the Ray cluster has {gpus_total:g} ({fits} such actors "
                              f"fit): lower workers or gpus_per_worker (e.g. --gpus-per-worker "
                              f"{1 / math.ceil(workers / max(math.floor(gpus_total), 1)):g})")
+    share = _engine_share(workers=workers, gpus=gpus, engine=engine, memory_share=memory_share,
+                          driver_share=driver_share)
+    if memory is not None:
+        check_gpu_commitments(gpu_commitments(memory, workers=workers, gpus_per_worker=gpus, gpus_total=gpus_total,
+                                              driver_share=driver_share, engine=engine, engine_share=share),
+                              memory.device_bytes)
+    return gpus, share
+
+
+def _engine_share(*, workers: int, gpus: float, engine: str, memory_share: float | None,
+                  driver_share: float) -> float | None:
+    """Each vLLM engine's memory share for actors of `gpus` GPUs (`plan_placement`); None without one on a GPU."""
     if engine != "vllm" or (gpus == 0 and memory_share is None):  # a CPU engine takes no GPU share
-        return gpus, None
+        return None
     sharing = min(workers, actors_per_gpu(gpus)) if 0 < gpus < 1 else 1  # engines on one GPU
     share = ENGINE_SHARE / sharing if memory_share is None else float(memory_share)
     if sharing * share + driver_share >= 1:
@@ -103,7 +118,7 @@ def plan_placement(*, workers: int, cpus_per_worker: float, gpus_per_worker: flo
         raise ValueError(f"RayBackend: {sharing} vLLM engines share a GPU at gpu_memory_utilization={share:g} "
                          f"each ({sharing * share:g} of its memory{beside}): lower gpu_memory_utilization below "
                          f"{(1 - driver_share) / sharing:.3g}")
-    return gpus, share
+    return share
 
 
 GIB = 2**30
@@ -128,43 +143,85 @@ class ModelSize:
                    width=params[0].element_size())
 
 
-def replica_bytes(size: ModelSize) -> int:
-    """One actor's replica at its peak: its weights, the fix-up list of a perturbed member (`es.noise`: at most one
-    copy of the weights), and one tensor's temporaries while it is perturbed (its float32 noise, the original bits
-    and the round-trip copy)."""
-    return 2 * size.params * size.width + size.largest * (4 + 2 * size.width)
+@dataclass(frozen=True)
+class GPUMemory:
+    """What `plan_placement` counts in bytes on every GPU of a plan (a driver whose model is on CUDA)."""
+
+    size: ModelSize
+    """The ES model (every copy is one of it)."""
+    device_bytes: int
+    """Memory of one GPU (every GPU of the cluster is taken to be the driver's kind)."""
+    scoring: int = 0
+    """Bytes of the centre's log-prob / entropy pass (`models.logprobs.logit_bytes`), on actor 0's GPU."""
+    noise_buffers: int = 0
+    """Bytes of one noise draw's chunk temporaries (`es.noise.COUNTER_BUFFER_BYTES`), once per process that draws
+    (the driver, each replica, each vLLM engine): the CUDA caching allocator keeps them reserved after the draw."""
 
 
-def driver_bytes(size: ModelSize, scoring: int = 0) -> int:
+def driver_bytes(size: ModelSize) -> int:
     """The driver at its peak: its model, theta_0 (the drift's reference), one tensor's update temporaries (the
-    float32 accumulator and noise of `es.noise.apply_update`), and `scoring` bytes of a centre scored here."""
-    return 2 * size.params * size.width + 8 * size.largest + scoring
+    float32 accumulator and noise of `es.noise.apply_update`)."""
+    return 2 * size.params * size.width + 8 * size.largest
 
 
-def gpu_commitment(size: ModelSize, *, actors: int, engine_share: float | None, device_bytes: int,
-                   driver: bool, scoring: int = 0) -> dict[str, int]:
-    """{term: bytes} one GPU holds at once: the driver (when `driver`), `actors` replicas and their vLLM engines
-    (each `engine_share` of the device; None: no engine), `scoring` (the centre's log-prob / entropy pass,
-    `models.logprobs.logit_bytes`) counted once."""
-    return {"driver": driver_bytes(size) if driver else 0, "replicas": actors * replica_bytes(size),
-            "engines": int(actors * (engine_share or 0.0) * device_bytes), "scoring": scoring}
+def replica_bytes(size: ModelSize, engine: str = "local") -> int:
+    """One actor's copies at their peak, its engine's share apart: the replica's weights; the fix-up list of a
+    perturbed member (`es.noise`: at most one copy of the weights); one tensor's perturbation temporaries (its float32
+    noise, the original bits and the round-trip copy); one tensor's update temporaries (8 bytes per element, as the
+    driver's). With engine "local" one process does both, its temporaries reused (the larger counts); with "vllm"
+    the member is perturbed inside the engine's process and the update replayed in the replica's, each keeping its
+    own."""
+    perturb, update = size.largest * (4 + 2 * size.width), 8 * size.largest
+    temporaries = perturb + update if engine == "vllm" else max(perturb, update)
+    return 2 * size.params * size.width + temporaries
 
 
-def check_gpu_commitment(terms: dict[str, int], device_bytes: int, gpu: int = 0) -> None:
-    """ValueError (one line: the GPU, its terms and the knobs) when `terms` (`gpu_commitment`) exceed the device."""
-    total = sum(terms.values())
-    if total <= device_bytes:
-        return
-    parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in terms.items() if v)
-    raise ValueError(f"RayBackend: GPU {gpu} would hold {total / GIB:.1f} GiB ({parts}) of its "
-                     f"{device_bytes / GIB:.1f} GiB: lower workers or gpu_memory_utilization, or add GPUs")
+def actors_by_gpu(*, workers: int, gpus_per_worker: float, gpus_total: float, driver_share: float) -> list[int]:
+    """How many actors hold their model on each GPU, in Ray's PACK order: for g <= 1, GPU 0 (the driver's when
+    `driver_share` > 0) floor((1 - driver_share) / g) of them and every other GPU floor(1 / g); an actor of g > 1
+    GPUs holds its model on the first of its ceil(g) whole GPUs (none on a GPU the driver shares); none for g = 0
+    (CPU actors)."""
+    counts, left = [0] * max(int(math.floor(gpus_total + 1e-9)), 1), workers
+    if gpus_per_worker > 1:
+        k, start = math.ceil(gpus_per_worker - 1e-9), int(driver_share > 0)
+        for i in range(start, len(counts) - k + 1, k):
+            counts[i], left = min(left, 1), left - min(left, 1)
+    elif gpus_per_worker > 0:
+        for i in range(len(counts)):
+            room = 1 - driver_share if i == 0 else 1.0
+            counts[i] = min(left, int(math.floor(room / gpus_per_worker + 1e-9)))
+            left -= counts[i]
+    return counts
 
 
-def driver_gpu_commitment(size: ModelSize, *, workers: int, gpus_per_worker: float, driver_share: float,
-                          engine_share: float | None, device_bytes: int, scoring: int = 0) -> dict[str, int]:
-    """`gpu_commitment` of the driver's GPU, the most committed: the driver, and beside it the actors Ray packs
-    into the rest of that GPU (floor((1 - driver_share) / gpus_per_worker), at most `workers`; none for an actor
-    of a whole GPU or more) with their engines and the centre's scoring pass."""
-    beside = min(workers, int(math.floor((1 - driver_share) / gpus_per_worker + 1e-9))) if gpus_per_worker else 0
-    return gpu_commitment(size, actors=beside, engine_share=engine_share, device_bytes=device_bytes, driver=True,
-                          scoring=scoring)
+def gpu_commitments(memory: GPUMemory, *, workers: int, gpus_per_worker: float, gpus_total: float,
+                    driver_share: float, engine: str, engine_share: float | None) -> list[dict[str, int]]:
+    """{term: bytes} each GPU holds at once, by GPU index (`actors_by_gpu`): the driver (GPU 0, when
+    `driver_share` > 0), its actors' replicas (`replica_bytes`) and vLLM engines (each `engine_share` of the
+    device; the engine's weights and KV cache are inside it), the noise draws' chunk buffers of every process that
+    draws there, and the centre's scoring pass on actor 0's GPU."""
+    counts = actors_by_gpu(workers=workers, gpus_per_worker=gpus_per_worker, gpus_total=gpus_total,
+                           driver_share=driver_share)
+    first = next((i for i, n in enumerate(counts) if n), None)  # actor 0's GPU
+    out = []
+    for i, n in enumerate(counts):
+        driver = i == 0 and driver_share > 0
+        drawing = int(driver) + n * (2 if engine == "vllm" else 1)
+        out.append({"driver": driver_bytes(memory.size) if driver else 0,
+                    "replicas": n * replica_bytes(memory.size, engine),
+                    "engines": int(n * (engine_share or 0.0) * memory.device_bytes),
+                    "noise": drawing * memory.noise_buffers, "scoring": memory.scoring if i == first else 0})
+    return out
+
+
+def check_gpu_commitments(commitments: list[dict[str, int]], device_bytes: int) -> None:
+    """ValueError, one line naming the first over-committed GPU, its need (by term) and its capacity, when any of
+    `commitments` (`gpu_commitments`) exceeds `device_bytes`."""
+    for gpu, terms in enumerate(commitments):
+        total = sum(terms.values())
+        if total <= device_bytes:
+            continue
+        parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in terms.items() if v)
+        raise ValueError(f"RayBackend: GPU {gpu} would hold {total / GIB:.1f} GiB ({parts}) of its "
+                         f"{device_bytes / GIB:.1f} GiB: lower workers or gpu_memory_utilization, raise "
+                         f"gpus_per_worker, or add GPUs")

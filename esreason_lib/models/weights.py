@@ -1,7 +1,9 @@
 """A model's weights (`esreason_lib.params.named_params`): their bitwise
 checksum (`weights_checksum`, on the host), a cheap fingerprint computed where they live (`weights_fingerprint`,
 what the remote backends compare in their hot path), and their drift from a start (`relative_drift`), shared by the ES
-backends and loop, the vLLM engine, the noise control and the run store's guards."""
+backends and loop, the vLLM engine, the noise control and the run store's guards; and a copy of a model built from
+its tensors alone (`module_state` -> `materialise`, what a Ray replica is): on the meta device first, so no random
+initialisation runs and no host copy of random weights is made (eight fp32 7B models at once were ~240 GB)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,43 @@ def relative_drift(params: Mapping[str, torch.Tensor], theta0: Mapping[str, torc
         num += float((p.detach().double() - base).pow(2).sum())
         den += float(base.pow(2).sum())
     return math.sqrt(num / den) if den > 0 else math.nan
+
+
+def module_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor `model` holds, as CPU tensors by name: its state dict, plus the buffers no state dict carries
+    (non-persistent ones, e.g. the rotary frequencies), which a model built on the meta device would lack."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {**state, **{k: b.detach().cpu() for k, b in model.named_buffers() if k not in state}}
+
+
+def load_module_state(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy `state` (`module_state` of a model of the same architecture) into `model`: its state dict as
+    `load_state_dict` does (strict), its other buffers replaced by name (device and dtype as given, moved to the
+    model's device)."""
+    keys = set(model.state_dict())
+    extra = {k: v for k, v in state.items() if k not in keys}
+    model.load_state_dict({k: v for k, v in state.items() if k in keys})
+    buffers = dict(model.named_buffers())
+    for name, value in extra.items():
+        if name not in buffers:
+            raise KeyError(f"load_module_state: {name!r} is neither in the model's state dict nor one of its buffers")
+        owner, _, leaf = name.rpartition(".")
+        model.get_submodule(owner)._buffers[leaf] = value.to(next(model.parameters()).device)
+
+
+def materialise(model_class, config, state: Mapping[str, torch.Tensor], *, dtype: torch.dtype,
+                device: str | torch.device) -> torch.nn.Module:
+    """`model_class(config)` holding `state` (`module_state`) on `device` in `dtype`, in eval mode: built on the
+    meta device (no memory, no random initialisation of real tensors), given uninitialised storage on `device`
+    (`to_empty`), its tied weights tied again, then filled from `state` (`load_module_state`). KeyError when
+    `state` lacks a buffer (a plain state dict has no non-persistent ones)."""
+    with torch.device("meta"):
+        model = model_class(config)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    if hasattr(model, "tie_weights"):  # to_empty gives each tied parameter storage of its own
+        model.tie_weights()
+    missing = sorted(k for k, _ in model.named_buffers() if k not in state)
+    if missing:  # to_empty left them uninitialised, and a state dict does not carry them
+        raise KeyError(f"materialise: state lacks the buffers {missing}; give it `module_state(model)`")
+    load_module_state(model, state)
+    return model.eval()

@@ -39,8 +39,10 @@ itself (a task bug) is not a worker failure and propagates.
 
 Generation. With `engine="local"` (the default) an actor generates with the library's own code on its replica;
 with `engine="vllm"` (`backend="ray-vllm"`, extras `ray` and `vllm`) each actor also holds one vLLM engine
-(`es.backends.vllm_engines.VLLMBackend`) that scores its members: the actor passes every replayed `tell` on with
-`follow` and every reload with `forget`, so the engine follows the replica and is checked against its checksum.
+(`es.backends.vllm_engines.VLLMBackend`) that scores its members. The update is drawn once per actor: the replica
+replays `tell` and its engine copies the updated weights (`forget`, then one `Engine.load` at the next call: device
+to device by CUDA IPC handle on a GPU) instead of drawing every member's noise again; a reload is passed on the same
+way. The copy is exact, so the engine equals the replica bit for bit and is checked against its checksum.
 `score_center` decodes the unperturbed model on the first actor (on its engine with "vllm"), so the driver
 generates nothing: `es.loop.es_step` logs its rewards as reward/center.
 
@@ -48,11 +50,13 @@ Placement. Replicas use the driver model's device type (noise is a function of t
 with CUDA replicas could not stay bit-identical) and dtype; with a CUDA driver each actor asks Ray for
 `gpus_per_worker` GPUs (a fraction shares a GPU; None: the largest share with which every worker fits) and each
 vLLM engine takes `gpu_memory_utilization` of its GPU. Before the first actor starts, the request is compared
-with `ray.cluster_resources()` (`placement.plan_placement`, the driver's own GPU memory counted): a shortfall fails
-in one line instead of leaving an actor pending and `ray.get` blocked. Each actor then runs in its own bundle of one
-placement group (`ray_cluster.reserve_bundles`, a bounded wait), and actors whose vLLM engines share a GPU start
-one after another. `RayBackend.from_config` joins the cluster `ESConfig.ray_address` or $RAY_ADDRESS names, shipping
-this package with the job, or starts a local Ray (`ray_cluster.start_ray`), unless the caller already did `ray.init`.
+with `ray.cluster_resources()` (`placement.plan_placement`, the driver's own GPU memory counted) and, with CUDA,
+every GPU's bytes are counted (`placement.gpu_commitments`): a shortfall or an over-committed GPU fails in one line
+instead of leaving an actor pending and `ray.get` blocked, or a GPU out of memory. Each actor then runs in its own
+bundle of one placement group (`ray_cluster.reserve_bundles`, a bounded wait), and actors whose vLLM engines share
+a GPU start one after another. `RayBackend.from_config` joins the cluster `ESConfig.ray_address` or $RAY_ADDRESS
+names, shipping this package with the job, or starts a local Ray (`ray_cluster.start_ray`), unless the caller already
+did `ray.init`.
 """
 
 from __future__ import annotations
@@ -78,22 +82,11 @@ from esreason_lib.es.backends.ray_cluster import actor_bundles, driver_gpu_share
 from esreason_lib.es.backends.sequential import SequentialBackend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
+from esreason_lib.es.noise import COUNTER_BUFFER_BYTES
 from esreason_lib.models.logprobs import SCORING, logit_bytes
-from esreason_lib.models.placement import (
-    ModelSize,
-    check_gpu_commitment,
-    check_memory_share,
-    driver_gpu_commitment,
-    plan_placement,
-    start_one_by_one,
-)
-from esreason_lib.models.weights import weights_fingerprint
+from esreason_lib.models.placement import GPUMemory, ModelSize, check_memory_share, plan_placement, start_one_by_one
+from esreason_lib.models.weights import load_module_state, materialise, module_state, weights_fingerprint
 from esreason_lib.validation import check, check_nonnegative_float, check_nonnegative_int, check_positive_int, is_real
-
-
-def _driver_state(model) -> dict[str, torch.Tensor]:
-    """The driver's state dict as CPU tensors (what a new replica is built from)."""
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
 class Replica:
@@ -103,8 +96,7 @@ class Replica:
                  config: ESConfig, fitness_shaping: Callable | None, engine: str = "local",
                  memory_share: float | None = None):
         self.created_at = time.time()  # wall clock (comparable across the actors' processes)
-        self.model = model_class(model_config).to(device=device, dtype=dtype).eval()
-        self.model.load_state_dict(state)
+        self.model = materialise(model_class, model_config, state, dtype=dtype, device=device)  # no random init
         if engine == "vllm":  # one vLLM engine following this replica (es.backends.vllm_engines, extra `vllm`)
             from esreason_lib.es.backends.vllm_engines import VLLMBackend
 
@@ -135,14 +127,16 @@ class Replica:
         return score_center(self.model, self.scorer.tokenizer, self.scorer.task, examples, self.config, iteration)
 
     def tell(self, population: Population, rewards: np.ndarray) -> None:
-        """Apply the update the driver's `ES.tell(population, rewards)` applied."""
+        """Apply the update the driver's `ES.tell(population, rewards)` applied. With "vllm" the engine then copies
+        the updated replica (`VLLMBackend.forget`: one weight copy at the next call, by CUDA IPC handle on a GPU)
+        instead of drawing every member's noise again to replay the update itself."""
         ES(self.config, self.model, fitness_shaping=self.shaping).tell(population, rewards)
         if self.engine == "vllm":
-            self.scorer.follow(population, rewards)
+            self.scorer.forget()
 
     def load(self, state: dict) -> None:
         """Overwrite the replica with the driver's weights."""
-        self.model.load_state_dict(state)
+        load_module_state(self.model, state)
         if self.engine == "vllm":
             self.scorer.forget()
 
@@ -279,7 +273,7 @@ class RayBackend:
     def _replace(self, w: int, model) -> None:
         """Kill actor `w` (if still alive) and start a new one from the driver's current weights."""
         ray.kill(self._actors[w], no_restart=True)
-        self._actors[w] = self._new_actor(w, model, ray.put(_driver_state(model)))
+        self._actors[w] = self._new_actor(w, model, ray.put(module_state(model)))
         self.restarts += 1
 
     def _sync(self, model, iteration: int) -> None:
@@ -292,7 +286,7 @@ class RayBackend:
             self._start_actors(model)
         elif model is not self._driver or self._iteration is None or iteration not in (self._iteration,
                                                                                        self._iteration + 1):
-            self._on_all("load", ray.put(_driver_state(model)), model=model)
+            self._on_all("load", ray.put(module_state(model)), model=model)
         elif iteration == self._iteration + 1 and self._pending is not None:
             self._on_all("tell", *self._pending, model=model)
         self._driver, self._iteration, self._pending = model, iteration, None
@@ -308,19 +302,12 @@ class RayBackend:
         """Plan the placement, reserve one bundle per actor (and the driver's GPU share), start the actors from
         the driver's weights: all at once, or one after another (each ready before the next) when their vLLM
         engines share a GPU (`placement.start_one_by_one`)."""
-        state = ray.put(_driver_state(model))  # starts a local Ray cluster when none is running
-        driver = driver_gpu_share(model)
-        self._placement = plan_placement(
+        state = ray.put(module_state(model))  # starts a local Ray cluster when none is running
+        driver, cuda = driver_gpu_share(model), _device_type(model) == "cuda"
+        self._placement = plan_placement(  # with CUDA, every GPU's bytes counted before any actor starts
             workers=self.workers, cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker,
-            cuda=_device_type(model) == "cuda", engine=self.engine, memory_share=self.gpu_memory_utilization,
-            resources=ray.cluster_resources(), driver_share=driver)
-        if _device_type(model) == "cuda":  # refuse before any actor starts when the driver's GPU is over-committed
-            total = torch.cuda.get_device_properties(next(model.parameters()).device).total_memory
-            scoring = logit_bytes(SCORING, rows=self.config.prompts_per_step, vocab=model.config.vocab_size,
-                                  positions=self.config.max_new_tokens or self.task.max_new_tokens)
-            check_gpu_commitment(driver_gpu_commitment(
-                ModelSize.of(model), workers=self.workers, gpus_per_worker=self._placement[0], driver_share=driver,
-                engine_share=self._placement[1], device_bytes=total, scoring=scoring), total)
+            cuda=cuda, engine=self.engine, memory_share=self.gpu_memory_utilization,
+            resources=ray.cluster_resources(), driver_share=driver, memory=self._gpu_memory(model) if cuda else None)
         bundles = actor_bundles(workers=self.workers, cpus_per_worker=self.cpus_per_worker,
                                 gpus_per_worker=self._placement[0], driver_share=driver)
         self._group, self._first_bundle = reserve_bundles(bundles), len(bundles) - self.workers
@@ -331,13 +318,21 @@ class RayBackend:
                 ray.get(self._actors[w].started.remote())
         self._calls = 0  # a fresh pool is always checked once
 
+    def _gpu_memory(self, model) -> GPUMemory:
+        """What the placement counts on each GPU for `model` (on CUDA): its size, the device's memory, the centre's
+        scoring pass over the step's prompts at the generation budget, the noise draws' chunk buffers."""
+        scoring = logit_bytes(SCORING, rows=self.config.prompts_per_step, vocab=model.config.vocab_size,
+                              positions=self.config.max_new_tokens or self.task.max_new_tokens)
+        return GPUMemory(ModelSize.of(model), scoring=scoring, noise_buffers=COUNTER_BUFFER_BYTES,
+                         device_bytes=torch.cuda.get_device_properties(next(model.parameters()).device).total_memory)
+
     def _resync(self, w: int, model, iteration: int, got: str, want: str) -> None:
         """Reload replica `w`, whose checksum `got` differs from the driver's `want`, from the driver's weights
         (a warning, counted in `resyncs`); RuntimeError when it still differs after the reload."""
         warnings.warn(f"RayBackend: replica {w} drifted from the driver's weights at iteration {iteration} "
                       f"(checksum {got} != driver {want}; was tell given other rewards?): reloading it from the "
                       f"driver", RuntimeWarning, stacklevel=3)
-        ray.get(self._actors[w].load.remote(ray.put(_driver_state(model))))
+        ray.get(self._actors[w].load.remote(ray.put(module_state(model))))
         self.resyncs += 1
         again = ray.get(self._actors[w].checksum.remote())
         if again != want:

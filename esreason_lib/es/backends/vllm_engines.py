@@ -11,7 +11,7 @@ RPC per member. `score_center` decodes the unperturbed model on the engine too (
 so that `es.loop.es_step` scores no member with the library's own generation.
 
 Keeping the engine in step with `ES.tell`: as `es.backends.ray_actors` does, the backend keeps the last call's
-(population, rewards) (or what `follow` was given), and at the next iteration the worker replays
+(population, rewards), and at the next iteration the worker replays
 `ES(config, views).tell(population, rewards)`; a call at any other iteration or with another model (a resumed run)
 copies the driver's weights again, and calls at the same iteration leave the engine as it is. After every
 `check_every`-th sync the engine's `weights_fingerprint` is compared with the driver's; a difference reloads the
@@ -147,14 +147,9 @@ class VLLMBackend:
         self._pending = (population, rewards.copy())
         return Evaluation(rewards=rewards, correct=correct, fixup_frac=float(fix.mean()), generations=n * p)
 
-    def follow(self, population, rewards) -> None:
-        """Record that `ES.tell(population, rewards)` updated the driver, for a caller that scores a population
-        in several calls (an `es.backends.ray_actors` replica: one member per call); the next iteration's call
-        replays it."""
-        self._pending = (population, np.asarray(rewards, dtype=np.float64).copy())
-
     def forget(self) -> None:
-        """The driver's weights changed some other way: the next call copies them into the engine."""
+        """The driver's weights changed some other way (a reload, or an update the caller applied itself: an
+        `es.backends.ray_actors` replica's `tell`): the next call copies them into the engine."""
         self._driver = None
 
     def close(self) -> None:

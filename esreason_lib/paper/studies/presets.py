@@ -23,6 +23,7 @@ overrides (`DERIVATIONS`: name -> (base, overrides)), so what `get_preset(name)`
   and chat prompt (`GSM8K(protocol="artifact")`: the instruction as the system turn) and generation budget (2048
   new tokens in training and evaluation; its vLLM engines' context is then the artifact's 4096,
   `models.vllm_settings.engine_max_model_len`) (GPUs).
+- `paper-easy-3b`, `paper-easy-7b`: paper-easy on Qwen2.5-3B- and 7B-Instruct, GRPO on TRL's engine (`PAPER_SIZES`).
 - `paper-hard`: DeepSeek-R1-Distill-Qwen-1.5B on one epoch of DeepScaleR, ES sampling at temperature 0.6,
   evaluated on MATH-500 (GPUs). This preset is this project's own design, not the artifact's: the artifact ships no
   configuration for it, and its budgets (4096 new tokens, the populations, the evaluation) were chosen here.
@@ -288,6 +289,13 @@ more than "solved once")."""
 DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS)}
 """Multi-setting designs: name -> its settings (presets whose records live apart, `paper.records.DESIGN_SETTINGS`)."""
 
+PAPER_SIZES: dict[str, str] = {"paper-easy-3b": "Qwen/Qwen2.5-3B-Instruct", "paper-easy-7b": "Qwen/Qwen2.5-7B-Instruct"}
+"""paper-easy at the paper's 3B and 7B rows: the same design, ES and GRPO hyperparameters (the paper's, as
+paper-easy's: N = 32, sigma 1.5e-3, alpha 2.5e-4), on a larger base, with GRPO on TRL's `GRPOTrainer`
+(`grpo.engine="trl"`: the native loop does not fit past 1.5B on 8 x 80 GB, docs/gpus.md). ES at 7B needs one whole GPU
+per actor beside the driver's (`--workers 7 --gpus-per-worker 1` on 8 x 80 GiB: `models.placement` refuses the
+default plan, tests/test_gpu_commitment.py)."""
+
 _FAST_PATHS: dict[str, Any] = {
     "grpo.forward": "fused", "grpo.share_prefixes": True, "grpo.shared_prompts": True, "grpo.sampler": "inverse-cdf",
     **{f"{spec}.{field}": value for spec in _EVAL_SPECS
@@ -304,6 +312,7 @@ DERIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny": ("tiny-design", _FAST_PATHS),
     "paper-easy": ("paper-easy", {}),
     "paper-hard": ("paper-hard", {}),
+    **{name: ("paper-easy", {"base_model": model, "grpo.engine": "trl"}) for name, model in PAPER_SIZES.items()},
     "full": ("tiny-design", _FULL_OVERRIDES),
     "powered": ("tiny-design", _POWERED_OVERRIDES),
     "tiny-exact": ("tiny-design", _EXACT_OVERRIDES),
