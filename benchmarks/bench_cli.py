@@ -11,7 +11,8 @@ start-up and imports included) kept as the median of `--repeats` rounds. The rat
 machine (another process busy on each core) it should stay near 1.
 
 `error` times what a user waits for the answer to bad input (`ERRORS`: a misspelt `--set` field, a setting of the
-other method, a missing bundle folder): each command's `check` runs before torch loads (`esreason_lib.cli.main`).
+other method, bad values, a missing model directory, an unknown preset, a missing bundle folder): each command's
+`check` runs before torch loads (`esreason_lib.cli.main`; values: `training.early_checks`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ESREASON_THREADS")
 """What decides the thread count besides `--threads`: unset for the README's run, the Makefile's for make's."""
 GOALS = {"cli": "<= 1.3", "error": "< 2 s"}
 ERRORS = (("train", "es", "--set", "sigam=1"), ("train", "es", "--set", "grpo.lr=1"),
+          ("train", "es", "--set", "population_size=-3"), ("train", "grpo", "--set", "group_size=1"),
+          ("train", "es", "--set", "model=/nonexistent/model"), ("train", "es", "--preset", "tinny"),
           ("import-results", "/nonexistent/bundle"))
 """Bad command lines `error` times, each answered by one `esreason: error:` line and exit status 2."""
 

@@ -45,8 +45,16 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.plots import figure_legend, plot_pass_at_k, plot_pass_plane, save_figure, use_paper_style
+from esreason_lib.paper.plots import (
+    figure_legend,
+    plot_pass_at_k,
+    plot_pass_plane,
+    register_arms,
+    save_figure,
+    use_paper_style,
+)
 from esreason_lib.paper.records import record_finding
+from esreason_lib.paper.studies.comparison import arm_label, grid, preset_arms
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.studies.sequential import compute, finding
 from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
@@ -54,6 +62,8 @@ from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 use_paper_style()
 
 config = get_preset(preset)
+# notebook 01's colours: "es" and "grpo" here are its runs at the preset's step sizes, in their shades there
+_ = register_arms([arm_label(*arm) for arm in grid(config)], aliases=preset_arms(config))
 tables = compute(config)
 tables["cost"].groupby(["arm", "stages"], sort=False)[["generations", "seconds"]].agg(["mean", "min", "max"]).round(1)
 

@@ -44,8 +44,9 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, save_figure, use_paper_style
+from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, register_arms, save_figure, use_paper_style
 from esreason_lib.paper.records import record_finding
+from esreason_lib.paper.studies.comparison import arm_label, grid, preset_arms
 from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
@@ -53,6 +54,8 @@ from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 use_paper_style()
 
 config = get_preset(preset)
+# notebook 01's colours: "es" and "grpo" here are its runs at the preset's step sizes, in their shades there
+_ = register_arms([arm_label(*arm) for arm in grid(config)], aliases=preset_arms(config))
 tables = compute(config)
 deltas = tables.deltas
 tables.scores.round(3)

@@ -267,15 +267,18 @@ def test_flags_are_config_fields_and_win_over_set_items():
 
 
 def test_bad_input_is_answered_before_torch_loads(tmp_path):
-    """A misspelt field, a setting of the other method, a flag that does not apply, a missing path: each is one
-    error line from the command's `check`, before torch or transformers is imported (`esreason_lib.cli.main`)."""
+    """A misspelt field, a setting of the other method, a flag that does not apply, a bad value, a missing path:
+    each is one error line from the command's `check`, naming the field and the value, before torch or
+    transformers is imported (`esreason_lib.cli.main`)."""
     import subprocess
     import sys
 
     cases = [["train", "es", "--set", "sigam=1"], ["train", "grpo", "--workers", "2"],
              ["train", "es", "--set", "grpo.lr=1"], ["import-results", str(tmp_path / "none")],
              ["relocate", "--home", str(tmp_path / "none")], ["reproduce", "notebooks/99_none.py"],
-             ["prefill", "--shard", "2/2"]]
+             ["prefill", "--shard", "2/2"], ["train", "es", "--set", "population_size=-3"],
+             ["train", "sequence", "--set", "grpo.group_size=1"], ["train", "es", "--backend", "foo"],
+             ["train", "es", "--set", f"model={tmp_path / 'no_model'}"]]
     code = ("import sys; from esreason_lib.cli import main\n"
             f"codes = [main(a) for a in {cases!r}]\n"
             "print(codes, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
@@ -285,6 +288,10 @@ def test_bad_input_is_answered_before_torch_loads(tmp_path):
     lines = done.stderr.splitlines()
     assert len(lines) == len(cases) and all(line.startswith("esreason: error: ") for line in lines), lines
     assert "did you mean 'sigma'" in lines[0] and "is not a directory" in lines[3] and "99_none.py" in lines[5]
+    assert lines[7] == "esreason: error: ESConfig.population_size must be a positive int, got -3"
+    assert lines[8].startswith("esreason: error: GRPOConfig.group_size must be >= 2") and lines[8].endswith("got 1")
+    assert lines[9].startswith("esreason: error: ESConfig.backend must be one of (") and lines[9].endswith("'foo'")
+    assert f"ESConfig.model: no directory exists at '{tmp_path / 'no_model'}'" in lines[10]
 
 
 def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):

@@ -63,6 +63,7 @@ def test_noisy_outputs_finds_a_stderr_cell_and_progress_bars_leave_their_final_l
 def test_notebook_runs_with_smoke_preset(path, smoke_env):
     out = run_notebook(path, parameters={"preset": "smoke"}, out_dir=smoke_env / "build", progress=False)
     assert noisy_outputs(out) == []  # no error, no stderr (warnings, transformers' bars, tqdm without widgets)
+    assert str(smoke_env) not in out.read_text(), "the executed notebook names a folder of this machine"
     assert list((smoke_env / "figures" / "smoke").glob(f"{path.stem[:2]}_*.png")), "the notebook saved no figure"
     assert (smoke_env / "runs" / "findings" / "smoke" / f"{path.stem}.json").is_file(), "it recorded no finding"
 
@@ -123,6 +124,24 @@ def test_an_interrupted_or_failed_notebook_leaves_no_executed_notebook(tmp_path,
     with pytest.raises(NotebookError, match=r"99_x.py failed in cell 2: ValueError: boom, got$"):  # its first line
         run_notebook(source, out_dir=out)
     assert list(out.iterdir()) == []
+
+
+def test_an_executed_notebook_names_no_absolute_path(tmp_path):
+    """papermill records its input and output files, here temporary ones with absolute paths: the executed notebook
+    keeps the source and its own path relative to the repository (or their names, outside it) and no folder of this
+    machine (the notebook's working directory is the repository)."""
+    from esreason_lib.paper.notebooks import portable_path
+    from esreason_lib.paths import REPO_ROOT
+
+    source = tmp_path / "99_x.py"
+    source.write_text('# %% tags=["parameters"]\npreset = "smoke"\n\n# %%\nimport os\nprint(len(os.getcwd()))\n')
+    executed = run_notebook(source, out_dir=tmp_path / "out")
+    text = executed.read_text()
+    papermill = json.loads(text)["metadata"]["papermill"]
+    assert (papermill["input_path"], papermill["output_path"]) == ("99_x.py", "99_x.ipynb")
+    assert str(tmp_path) not in text and str(REPO_ROOT) not in text and f'"{len(str(REPO_ROOT))}\\n"' in text
+    assert portable_path(REPO_ROOT / "notebooks" / "00_base_models.py") == "notebooks/00_base_models.py"
+    assert portable_path(REPO_ROOT / "build" / "notebooks" / ".." / "x.ipynb") == "build/x.ipynb"
 
 
 def test_a_notebook_run_prints_no_progress_bar_and_no_kernel_warning(tmp_path, capfd):

@@ -141,6 +141,19 @@ def test_arm_styles_one_colour_per_arm_controls_grey_and_dotted_stages_apart():
     assert plots.arm_style("grpo->es")["ls"] == "-" and plots.color_for("es") == plots.METHOD_COLORS["es"]
 
 
+def test_an_alias_takes_the_shade_of_the_arm_it_is(monkeypatch):
+    """Notebook 03's "grpo" (GRPO-only at the preset's lr) is notebook 01's "grpo lr=0.0001": the same light blue in
+    both figures, not the method's own blue; the sequence arms keep their colours."""
+    monkeypatch.setattr(plots, "_ARM_COLORS", {})
+    assert plots.color_for("grpo") == plots.METHOD_COLORS["grpo"]  # nothing registered: the method's colour
+    arms = ["grpo lr=2e-05", "grpo lr=0.0001", "es alpha=0.0012", "es alpha=0.0024"]
+    colours = plots.register_arms(arms, aliases={"grpo": "grpo lr=0.0001", "es": "es alpha=0.0024"})
+    assert colours["grpo"] == plots.color_for("grpo lr=0.0001") != plots.METHOD_COLORS["grpo"]
+    assert colours["es"] == plots.color_for("es alpha=0.0024") != plots.color_for("es alpha=0.0012")
+    fig, ax = plots.plot_pass_at_k({"grpo": _curve(0), "grpo->es": _curve(0.1)})
+    assert [line.get_color() for line in ax.lines] == [colours["grpo"], plots.METHOD_COLORS["grpo->es"]]
+
+
 def test_frontier_paths_draws_arms_apart_and_legends_sit_off_the_axes():
     pts = pd.DataFrame({"arm": ["base", "es alpha=1", "es alpha=2", "noise es alpha=1"], "step": [0, 2, 2, 2],
                         "pass@1": [0.1, 0.2, 0.3, 0.1], "pass@K": [0.5, 0.6, 0.55, 0.45]})

@@ -219,6 +219,7 @@ def test_grid_labels_and_evaluation_spec():
     assert [C.arm_label(m, s) for m, s in C.grid(tiny)] == ["grpo lr=2e-05", "grpo lr=0.0001", "es alpha=0.0012",
                                                              "es alpha=0.0024"]
     assert (tiny.es.alpha, tiny.grpo.lr) == (2.4e-3, 1e-4)  # the grids hold the preset's own: 03-05 reuse the runs
+    assert C.preset_arms(tiny) == {"es": "es alpha=0.0024", "grpo": "grpo lr=0.0001"}  # 03-05's arms in 01's grid
     configs = C.training_configs(tiny)
     assert len(configs) == 4 * 3 and configs["grpo", 2e-5, 1].lr == 2e-5 and configs["grpo", 2e-5, 1].seed == 1
     assert configs["es", 2.4e-3, 0] == tiny.config("es", seed=0)  # the preset's own arm: notebook 01's default runs

@@ -165,6 +165,14 @@ def test_reset_checks_hand_computed():
     assert all(c.n_seeds == 3 and c.status == "reproduced" for c in checks)
 
 
+def test_the_primary_check_on_the_reset_axis_is_read_against_the_kept_share_of_the_gain():
+    checks = sp.reset_checks(_tables(_problems(reset=0.10, unreset=0.11, rand=0.02)), "es")
+    y, low, high, line = sp.primary_on_reset_axis(checks)
+    assert (y, line) == pytest.approx((0.10, 0.75 * 0.11))  # reset - base, against 75% of the 0.11 gain
+    assert (low - line, high - line) == pytest.approx((checks[1].ci_low, checks[1].ci_high))
+    assert low <= y <= high and (low > line) == (checks[1].ci_low > 0)
+
+
 def test_a_reset_equal_to_the_random_reset_is_not_evidence():
     """Alternative explanation: any reset of that many coordinates keeps the gain (the small updates are not
     special). The magnitude reset scores exactly like the random one."""

@@ -42,9 +42,9 @@ def test_the_figure_prints_the_numbers_of_the_readme_and_claims_md_for_the_same_
     side = Check("a secondary", 0.01, -0.02, 0.04, 0.03)
     finding = make_finding("x", [side], tests=[Test("paper", "the paper's", above, (side,)),
                                                Test("control", "noise", below)])
-    records.record_finding("01_passk_es_vs_grpo", finding, preset="tiny")
+    records.record_finding("05_forgetting", finding, preset="tiny")  # declares no co-primary check
     rows = summary.summary_table().set_index("check")
-    record = records.read_record("01_passk_es_vs_grpo")
+    record = records.read_record("05_forgetting")
     readme, full = "\n".join(claims.readme_table()), claims.render_claims()
     for role, check in (("paper", above), ("control", below)):
         row = rows.loc[check.name]
@@ -120,3 +120,30 @@ def test_verdict_table_shows_a_co_primary_check_in_its_test():
     lead, moved = Check("Pass@K above GRPO", 0.15, 0.1, 0.2, 0.05), Check("Pass@1 above base", 0.0, -0.01, 0.01, 0.02)
     table = summary.verdict_table(make_finding("x", tests=[Test("paper", "p", lead, also=(moved,))]))
     assert list(table["part"]) == ["primary", "co-primary"] and list(table["test"]) == ["paper", "paper"]
+
+
+def test_the_figure_stars_every_check_that_sets_a_status_co_primary_ones_too(tmp_path, monkeypatch):
+    """Both checks a claim's paper test needs (its primary and the co-primary) are starred and drawn larger, in a
+    record that stores "also" and in one written before co-primary checks existed (its first secondary, as the
+    registry declares one co-primary for 01's paper test)."""
+    from esreason_lib.paper.findings import Test
+
+    monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "runs"))
+    lead, co = Check("Pass@K above GRPO", 0.15, 0.1, 0.2, 0.05), Check("Pass@1 above base", 0.02, 0.01, 0.03, 0.02)
+    side, noise = Check("entropy below base", -0.05, -0.08, -0.03, 0.02, direction="less"), \
+        Check("ES above noise", 0.1, 0.05, 0.15, 0.04)
+    finding = make_finding("x", tests=[Test("paper", "p", lead, (side,), also=(co,)), Test("control", "n", noise)])
+    records.record_finding("01_passk_es_vs_grpo", finding, preset="tiny")
+    rows = summary.summary_table().set_index("check")
+    assert list(rows["primary"]) == [True, True, False, True] and rows.loc["Pass@1 above base", "role"] == "paper"
+    fig, ax = summary.plot_forest(summary.summary_table())
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[1:] == ["\u2605 Pass@K above GRPO", "\u2605 Pass@1 above base", "entropy below base",
+                          "\u2605 control: ES above noise"]
+    sizes = [float(c.get_sizes()[0]) for c in ax.collections]
+    assert sizes[0] == sizes[1] == sizes[3] > sizes[2]  # the deciding checks drawn larger
+    old = records.read_record("01_passk_es_vs_grpo")
+    old["tests"][0].pop("also")
+    old["tests"][0]["secondary"] = ["Pass@1 above base", "entropy below base"]
+    assert summary.check_roles(old)["Pass@1 above base"] == ("paper", True)
+    assert summary.check_roles(old)["entropy below base"] == ("paper", False)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from esreason_lib.cli_help import TrainHelp, preset_name, presets_help
 from esreason_lib.cli_settings import train_overrides
+from esreason_lib.training.early_checks import check_values
 
 EVAL_SAMPLES = 16
 """Samples per held-out problem in `train --eval` (Pass@1 and Pass@16; the notebooks use the preset's n)."""
@@ -75,8 +76,9 @@ def before_after(preset, runs, backend: str = "local") -> str:
 
 
 def _check_train(args) -> None:
-    """`train`'s input, before torch loads: the config dicts (`train_overrides`: fields, prefixes, flags) and
-    `--budget` only with a sequence."""
+    """`train`'s input, before torch loads: the config dicts (`train_overrides`: fields, prefixes, flags), the
+    values they set (`early_checks.check_values`: the configs' own checks of one field) and `--budget` only with a
+    sequence."""
     if args.budget is not None and args.method != "sequence":
         raise ValueError(f"--budget applies to train sequence only (train {args.method} runs its config's "
                          f"iterations), got --budget {args.budget}")
@@ -84,6 +86,7 @@ def _check_train(args) -> None:
         args.method, args.set, backend=args.backend, workers=args.workers, ray_address=args.ray_address,
         gpus_per_worker=args.gpus_per_worker, memory_share=args.gpu_memory_utilization,
         keep_checkpoints=args.keep_checkpoints)
+    check_values(args.overrides)
 
 
 def _train(args) -> int:

@@ -7,8 +7,10 @@ converted in memory, executed by papermill in the repository's Python (kernel `p
 and written, executed, to `build/notebooks/NN_name.ipynb` (`build/notebooks/<preset>/` for a preset other than tiny:
 `paths.executed_dir`). Heavy work inside a notebook is cached in the run store, so re-running a notebook only
 redraws what is already computed. A notebook executes into a temporary file renamed when it completes, so an
-interrupted or failed run leaves no half-executed notebook behind. `figure_names` reads the figures a notebook
-saves from its source: the one list of figure names (papers/claims.md's figure column).
+interrupted or failed run leaves no half-executed notebook behind, and the paths papermill records in the executed
+notebook's metadata are the source's and the output's relative to the repository (`portable_path`), not the
+temporary files' absolute ones, so an executed notebook names no folder of the machine that ran it. `figure_names`
+reads the figures a notebook saves from its source: the one list of figure names (papers/claims.md's figure column).
 """
 
 from __future__ import annotations
@@ -61,6 +63,23 @@ def figure_names(source: str | Path) -> tuple[str, ...]:
     return tuple(names)
 
 
+def portable_path(path: str | Path) -> str:
+    """`path` relative to the repository root (POSIX), or its file name alone when it lies outside the repository:
+    what an executed notebook records of where it came from and went."""
+    path = Path(path).resolve()
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else path.name
+
+
+def record_origin(executed: Path, source: Path, output: Path) -> None:
+    """Rewrite papermill's `input_path` and `output_path` in the executed notebook at `executed` (the temporary
+    files' absolute paths) as `source` and `output`, `portable_path`s."""
+    import nbformat
+
+    notebook = nbformat.read(executed, as_version=4)
+    notebook.metadata.papermill.update(input_path=portable_path(source), output_path=portable_path(output))
+    nbformat.write(notebook, executed)
+
+
 class NotebookError(RuntimeError):
     """A notebook raised; the message is the notebook's name and its own error line (`ename: evalue`)."""
 
@@ -76,7 +95,8 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
     notebooks run side by side would interleave theirs). The notebook executes into a temporary file in `out_dir`,
     renamed to `<stem>.ipynb` when it completes: a notebook that raises is a `NotebookError` carrying the first
     line of its own error, and it or an interrupt (Ctrl-C) leaves no executed notebook in `out_dir` (nor the
-    staged input).
+    staged input). The executed notebook records `source` and its own path relative to the repository
+    (`record_origin`).
     """
     import jupytext
     import papermill
@@ -101,6 +121,7 @@ def run_notebook(source: str | Path, *, parameters: dict | None = None, out_dir:
             progress_bar=progress, cwd=str(REPO_ROOT), execution_timeout=timeout,
             extra_arguments=list(KERNEL_ARGUMENTS),
         )
+        record_origin(partial, source, output)
         os.replace(partial, output)
     except PapermillExecutionError as err:
         raise NotebookError(f"notebook {source.name} failed in cell {err.exec_count}: {err.ename}: "

@@ -78,10 +78,11 @@ def _setting(label: str) -> float:
         return float("inf")
 
 
-def register_arms(arms) -> dict[str, tuple]:
+def register_arms(arms, aliases: Mapping[str, str] | None = None) -> dict[str, tuple]:
     """Give every arm of `arms` its colour for all later figures (returned as {arm: rgb}): the arms of one method
     ("es alpha=0.0012", "es alpha=0.0024") get shades of the method's colour, darkest for the smallest step size, so
-    that they stay apart in every figure; a method with one arm keeps the method's colour."""
+    that they stay apart in every figure; a method with one arm keeps the method's colour. `aliases` {label: arm}
+    give a label the colour of the arm it is (notebook 03's "grpo" is notebook 01's "grpo lr=0.0001" run)."""
     by_method: dict[str, list[str]] = {}
     for arm in dict.fromkeys(str(a) for a in arms):
         if not is_control(arm) and " stage " not in arm:
@@ -90,7 +91,8 @@ def register_arms(arms) -> dict[str, tuple]:
         base = METHOD_COLORS.get(method)
         if base is not None:
             _ARM_COLORS.update(zip(sorted(names, key=_setting), _shades(base, len(names))))
-    return {a: _ARM_COLORS[a] for a in map(str, arms) if a in _ARM_COLORS}
+    _ARM_COLORS.update({label: color_for(arm) for label, arm in (aliases or {}).items()})
+    return {a: _ARM_COLORS[a] for a in [*map(str, arms), *(aliases or {})] if a in _ARM_COLORS}
 
 
 def register_shades(labels, kind: str) -> dict[str, tuple]:

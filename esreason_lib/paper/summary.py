@@ -20,6 +20,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from esreason_lib.paper.deviations import co_primary_names
 from esreason_lib.paper.findings import Finding
 from esreason_lib.paper.plots import PALETTE, axes_or_new, finish_axes, save_figure
 from esreason_lib.paper.records import read_record, records_dir
@@ -35,7 +36,8 @@ STATUS_COLORS = {"reproduced": PALETTE[2], "smaller than delta": PALETTE[8], "no
 REASON_WIDTH = 90
 """The most characters of an `undecidable` check's reason printed beside its row (the whole is in papers/claims.md)."""
 PRIMARY_MARK = "\u2605 "
-"""Put before a primary check's label in the figure (a star): the check that sets its test's status."""
+"""Put before the label of a primary or co-primary check in the figure (a star): the checks that set its test's
+status."""
 
 
 def check_numbers(check: dict) -> str:
@@ -58,11 +60,14 @@ def check_note(check: dict) -> str:
 
 
 def check_roles(record: dict) -> dict[str, tuple[str, bool]]:
-    """{check name: (its test's role, whether it is that test's primary check)} from a record's tests (a check in
-    two tests keeps its first, primary before secondary)."""
+    """{check name: (its test's role, whether it sets that test's status: its primary check or a co-primary one,
+    `deviations.co_primary_names`)} from a record's tests (a check in two tests keeps its first, the checks that
+    set a status before the secondary ones)."""
     roles: dict[str, tuple[str, bool]] = {}
     for test in record.get("tests", []):
-        for name, primary in [(test["primary"], True), *((n, False) for n in test.get("secondary", []))]:
+        deciding = [test["primary"], *co_primary_names(record, test)]
+        for name, primary in [*((n, True) for n in deciding),
+                              *((n, False) for n in test.get("secondary", []) if n not in deciding)]:
             roles.setdefault(name, (test["role"], primary))
     return roles
 
@@ -71,7 +76,8 @@ def summary_row(finding: str, check: dict, role: str = "", primary: bool = False
     """One stored check as a forest-plot row: its effect and interval as stored (printed as `text`,
     `check_note`), where it is drawn (`x`, `x_low`, `x_high`: shifted by its threshold and signed so that the
     claimed side is positive, "less" checks flipped), its delta (0 when it has none), status, `role` ("paper",
-    "control" or "": default the check's own `role` or `kind` field) and whether it is its test's primary check."""
+    "control" or "": default the check's own `role` or `kind` field) and whether it sets its test's status
+    (`check_roles`)."""
     sign = 1.0 if check.get("direction", "greater") == "greater" else -1.0
     threshold = check.get("threshold", 0.0)
     low, high = sorted(sign * (check[k] - threshold) for k in ("ci_low", "ci_high"))
@@ -97,7 +103,8 @@ def summary_table(preset: str | None = None, home: str | Path | None = None) -> 
 
 
 def row_label(row) -> str:
-    """A row's label: a star for a primary check, "control: " for the control's checks, then the check's name."""
+    """A row's label: a star for a primary or co-primary check, "control: " for the control's checks, then the
+    check's name."""
     return (PRIMARY_MARK if row["primary"] else "") + ("control: " if row["role"] == "control" else "") + \
         str(row["check"])
 
@@ -106,7 +113,8 @@ def plot_forest(rows: pd.DataFrame, ax=None):
     """Every check as one row of a forest plot (rliable's style): drawn at its effect and 95% interval measured
     from its threshold on the claimed side (0 = the threshold; right of 0 = the direction the paper claims), a
     tick at its `delta`, the colour of its status; rows grouped under their finding, the paper's test's checks as
-    circles, the control's as squares, each test's primary check starred and larger; beside each row the numbers
+    circles, the control's as squares, the checks that set each test's status (its primary and any co-primary
+    check: `row["primary"]`) starred and larger; beside each row the numbers
     every table prints for it (`text`), with the reason of an `undecidable`.
 
     `rows` has the columns of `summary_table`: one row per check, top to bottom."""
@@ -136,7 +144,7 @@ def plot_forest(rows: pd.DataFrame, ax=None):
         ax.plot([], [], color=color, lw=3, label=status)
     ax.plot([], [], color="black", lw=1, marker="|", ls="none", ms=8, label=r"$\delta$ (smallest effect of interest)")
     ax.plot([], [], color="0.5", marker="o", ls="none", ms=8, mec="black", mew=1.2,
-            label=f"{PRIMARY_MARK}primary check (sets its test's status)")
+            label=f"{PRIMARY_MARK}primary or co-primary check (together set its test's status)")
     finish_axes(ax, "distance from the check's threshold, the paper's claimed side positive (bars: 95% interval "
                 "over training seeds and problems)", "", loc="upper center",
                 bbox_to_anchor=(0.5, -0.6 / len(ticks) - 0.04), ncol=3)

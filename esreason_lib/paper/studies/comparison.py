@@ -76,6 +76,13 @@ def grid(preset: Preset) -> list[tuple[str, float]]:
     return [("grpo", lr) for lr in preset.comparison.grpo_lrs] + [("es", a) for a in preset.comparison.es_alphas]
 
 
+def preset_arms(preset: Preset) -> dict[str, str]:
+    """{"es": ..., "grpo": ...}: the arm of the grid (`arm_label`) that a study's run of each method at the preset's
+    own step size is (notebooks 03-05 train `preset.config(method)`: notebook 01's run of that setting), so that it
+    takes that arm's colour (`plots.register_arms(..., aliases=preset_arms(preset))`)."""
+    return {m: arm_label(m, getattr(getattr(preset, m), field)) for m, field in STEP_FIELDS.items()}
+
+
 def training_configs(preset: Preset) -> dict[tuple[str, float, int], object]:
     """{(method, step size, seed): the config `compute` trains} for every arm of `grid(preset)` and every seed."""
     return {(m, s, seed): preset.config(m, seed=seed, **{STEP_FIELDS[m]: s})

@@ -310,6 +310,16 @@ def reset_checks(tables: SparsityTables, method: str = "es") -> list[Check]:
     return checks
 
 
+def primary_on_reset_axis(checks: list[Check]) -> tuple[float, float, float, float]:
+    """The paper test's primary check (the reset keeps >= 1 - f of the gain, `reset_checks`' second) on the reset
+    sweep's axis, reset - base: (the reset's effect, its 95% interval, the line it must stay above: (1 - f) x the
+    unreset gain). Both checks are means over the same seeds and problems: the line is their effects' difference,
+    and the interval is the primary's, moved by it."""
+    above_base, keep = checks[:2]
+    line = above_base.effect - keep.effect
+    return above_base.effect, keep.ci_low + line, keep.ci_high + line, line
+
+
 def drift_summary(drift: pd.DataFrame) -> pd.DataFrame:
     """Per method (mean over seeds): rel_l2 of the whole model, and `modules`, the module types in decreasing
     order of their relative L2 (those that moved)."""
