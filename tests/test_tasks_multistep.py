@@ -108,3 +108,24 @@ def test_number_after():
     assert number_after("The answer is 56.", 14) == "56"
     assert number_after("x: 18 or 19", 2) is None and number_after("x: $7.", 2) == "7"
     assert number_after("x: abc", 2) is None
+
+
+def test_short_style_prompts_for_the_number_and_reads_the_last_number():
+    from esreason_lib.models.zoo import build_chat_char_tokenizer
+
+    short = MultiStep(terms=2, digits=2, style="short")
+    ex = {"id": "multistep-84-10", "expression": "84 - 10", "answer": 74}
+    assert short.max_new_tokens == 64 and MultiStep(terms=2, digits=2).max_new_tokens == 128
+    assert "What is 84 - 10? Reply with just the number." in short.prompt(ex, build_chat_char_tokenizer())
+    assert short.prompt(ex, None) == MultiStep(terms=2, digits=2).prompt(ex, None) == "84-10="
+    assert short.examples("test", n=30) == MultiStep(terms=2, digits=2).examples("test", n=30)  # the same problems
+    for text, answer in [("84 - 10 is 74.", "74"), ("74", "74"), ("84 - 10 = 74", "74"),
+                         ("84 - 10 = 72. Checking: 84 - 10 = 74.", "74"), ("The answer is 74.", "74"), ("The answer is 74 or 84.", None),
+                         ("84 - 10, so \\boxed{74}", "74"), ("84 minus ten", "84"), ("no number", None),
+                         ("", None), (None, None), ("1,074.", "1074")]:
+        assert short.extract_answer(text) == answer, text
+    assert short.is_correct("84 - 10 is 74.", ex) and not short.is_correct("84 - 10 is 78.", ex)
+    steps = MultiStep(terms=2, digits=2)
+    assert steps.extract_answer("84 - 10 is 74.") is None  # the steps style keeps its rules
+    with pytest.raises(ValueError, match="style must be one of .* got 'long'"):
+        MultiStep(style="long")

@@ -143,7 +143,12 @@ def _extract(text: str, lenient: bool) -> str | None:
         pass
     if said is not None and (number := _number_at(text, said.end())) is not None:
         return number
-    numbers = _NUMBER.findall(text) if lenient else []
+    return last_number(text) if lenient else None
+
+
+def last_number(text: str) -> str | None:
+    """The normalised last number of `text` (rule 4, "lenient"), or None when it holds none. Never raises."""
+    numbers = _NUMBER.findall(text) if isinstance(text, str) else []
     return normalize_number(numbers[-1]) if numbers else None
 
 

@@ -5,14 +5,19 @@ digit) joined by "+" or "-" (a fair coin each), redrawn until the value is >= 0:
 working paths reach the answer (left to right, the positive terms first, pairing terms), so the task scores the
 answer, not the path. The problem (its expression) is assigned to a split by a fixed hash.
 
-Chat prompt: `Compute 48 + 27 - 19. Work it out step by step, then end with "The answer is N."`; plain prompt
-(a tokenizer without a chat template): `48+27-19=`.
+Chat prompt, by `style` (`STYLES`): "steps" asks for the working, `Compute 48 + 27 - 19. Work it out step by step,
+then end with "The answer is N."`; "short" asks for the number, `What is 48 + 27 - 19? Reply with just the number.`
+(SmolLM2-135M-Instruct, the pretrained base, writes a wrong working far more often than a wrong short answer:
+docs/pretrained.md). Plain prompt (a tokenizer without a chat template), either style: `48+27-19=`.
 Answer, the first rule that finds one wins (linear time, never raises; completions are cut to their last
 `MAX_CHARS` characters):
   1. the number right after the last answer marker: "answer is" or "answer:", the word in any case ("The answer
      is 56.", "**Answer:** 56", "the final answer is $56"; `_common.after_answer_marker`);
   2. the content of the last `\\boxed{}` when it is a number;
-  3. for the plain prompt's bare completions: the whole first line when it is one number ("56").
+  3. "steps": for the plain prompt's bare completions, the whole first line when it is one number ("56");
+     "short": the last number of the completion ("48 + 27 - 19 is 56.", "56"; GSM8K's lenient rule 4: a short
+     reply states the expression, then its value), in training and evaluation alike; where rule 1's marker is
+     there, it decides (a hedge after it is no answer).
 Numbers are read as GSM8K reads them (`gsm8k.normalize_number`: "56", "56.", "56.0", "$56", "1,056"), and a hedge
 ("56 or 57", "56-57") is no answer.
 
@@ -28,7 +33,7 @@ import numpy as np
 
 from ._common import after_answer_marker, check_fraction, render_prompt, sample_distinct, split_of
 from .base import Example, RewardShaping, Task, total
-from .gsm8k import boxed_number, normalize_number, number_after
+from .gsm8k import boxed_number, last_number, normalize_number, number_after
 
 __all__ = ["MultiStep"]
 
@@ -36,6 +41,11 @@ MAX_CHARS = 100_000
 """Completions are read from their last this-many characters."""
 MAX_TERMS, MAX_DIGITS = 8, 6
 """The largest `terms` and `digits` accepted."""
+STYLES = {
+    "steps": 'Compute {expression}. Work it out step by step, then end with "The answer is N."',
+    "short": "What is {expression}? Reply with just the number.",
+}
+"""The chat instruction of each prompt style (module docstring)."""
 
 
 class MultiStep(Task):
@@ -53,6 +63,7 @@ class MultiStep(Task):
         test_fraction: float = 0.1,
         train_size: int = 5000,
         test_size: int = 2000,
+        style: str = "steps",
         shaping: RewardShaping = RewardShaping(),
     ):
         super().__init__(shaping)
@@ -63,10 +74,13 @@ class MultiStep(Task):
         for field, size in (("train_size", train_size), ("test_size", test_size)):
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise ValueError(f"{field} must be an int >= 0, got {size!r}")
-        self.terms, self.digits = terms, digits
+        if style not in STYLES:
+            raise ValueError(f"style must be one of {sorted(STYLES)}, got {style!r}")
+        self.terms, self.digits, self.style = terms, digits, style
         self.test_fraction = check_fraction(test_fraction)
         self.sizes = {"train": train_size, "test": test_size}
-        self.max_new_tokens = 64 + 32 * terms  # room for a worked line per step (docs/pretrained.md)
+        # room for a worked line per step; a short reply ("48 + 27 - 19 is 56.") fits in 64 (docs/pretrained.md)
+        self.max_new_tokens = 64 if style == "short" else 64 + 32 * terms
 
     def _draw(self, rng: np.random.Generator, split: str):
         low = 10 ** (self.digits - 1)
@@ -86,9 +100,9 @@ class MultiStep(Task):
                                self._draw)
 
     def prompt(self, example: Example, tokenizer: Any = None) -> str:
-        """The chat instruction of the module docstring, or `48+27-19=` for a tokenizer without a chat template."""
+        """The chat instruction of the task's style, or `48+27-19=` for a tokenizer without a chat template."""
         expression = example["expression"]
-        instruction = f'Compute {expression}. Work it out step by step, then end with "The answer is N."'
+        instruction = STYLES[self.style].format(expression=expression)
         return render_prompt(expression.replace(" ", "") + "=", instruction, tokenizer)
 
     @total(None)
@@ -98,10 +112,12 @@ class MultiStep(Task):
             return None
         text = completion[-MAX_CHARS:]
         start = after_answer_marker(text)
-        if start is not None and (number := number_after(text, start)) is not None:
-            return number
+        if start is not None and ((number := number_after(text, start)) is not None or self.style == "short"):
+            return number  # "short": a marker decides, a hedge after it ("56 or 57") is no answer
         if (number := boxed_number(text)) is not None:
             return number
+        if self.style == "short":
+            return last_number(text)
         return normalize_number(text.split("\n", 1)[0])
 
     @total(False)
