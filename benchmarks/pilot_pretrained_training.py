@@ -9,8 +9,10 @@ Each run trains `smollm2-135m` on `multistep` (2 two-digit terms, the "short" st
 with the library's `train_es` / `train_grpo` (runs in the store under --home, resumed when there), then evaluates
 its final weights (and, with `--base`, the base once) with the library's `evaluate` at T = 0.6 on the first
 `--problems` test problems (`--samples` samples each, native forward, shared prefixes, inverse-cdf: the design's
-evaluation path). One JSON line per evaluated model goes to --out: the arm, seed, settings, Pass@k, each problem's
-number of correct samples, the wall seconds of training and of evaluation, and the run's last training metrics.
+evaluation path; `--eval-on heldout`: the held-out task's, three one-digit terms, for claim 05; a stored run is
+evaluated again without training). One JSON line per evaluated model goes to --out: the arm, seed, settings,
+Pass@k, each problem's number of correct samples, the wall seconds of training and of evaluation, and the run's
+last training metrics.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 TASK = "multistep"
 TASK_KWARGS = {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
 """The training task the base sweep chose (docs/pretrained.md, "Choosing the task")."""
+HELDOUT_KWARGS = {"terms": 3, "digits": 1, "style": "short", "test_fraction": 0.5}
+"""The held-out task of claim 05 (`--eval-on heldout`): three one-digit terms, the same prompt style."""
 BASE = "smollm2-135m"
 
 
@@ -52,11 +55,12 @@ def grpo_config(seed: int, args):
 
 
 def evaluation(model, tokenizer, args) -> tuple[dict, list[int], float]:
-    """(Pass@k by k, correct samples per problem, seconds) of `model` on the pilot's test problems."""
+    """(Pass@k by k, correct samples per problem, seconds) of `model` on the pilot's test problems of the training
+    task (`--eval-on train-task`) or of the held-out task."""
     from esreason_lib import EvalSpec, evaluate
     from esreason_lib.tasks import get_task
 
-    task = get_task(TASK, **TASK_KWARGS)
+    task = get_task(TASK, **(TASK_KWARGS if args.eval_on == "train-task" else HELDOUT_KWARGS))
     problems = task.examples("test", n=args.problems)
     ks = tuple(k for k in (1, 2, 4, 8, 16, 32) if k <= args.samples)
     spec = EvalSpec(n_problems=args.problems, n_samples=args.samples, ks=ks, temperature=0.6, greedy=False,
@@ -83,6 +87,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--problems", type=int, default=48)
     parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--eval-on", choices=("train-task", "heldout"), default="train-task",
+                        help="the test problems evaluated: the training task's or the held-out task's")
     parser.add_argument("--home", default="runs")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file, appended to")
     args = parser.parse_args(argv)
@@ -108,7 +114,8 @@ def main(argv=None) -> None:
             trained = load_model(run.model_dir)[0]
         torch.manual_seed(0)
         pass_at, counts, eval_s = evaluation(trained, tokenizer, args)
-        record = {"arm": args.method, "seed": seed, **settings, "problems": args.problems, "samples": args.samples,
+        record = {"arm": args.method, "seed": seed, "eval_on": args.eval_on, **settings, "problems": args.problems,
+                  "samples": args.samples,
                   "pass_at": pass_at, "correct_counts": counts, "train_s": round(train_s, 1),
                   "eval_s": round(eval_s, 1), "last_metrics": metrics}
         with open(args.out, "a") as fh:
