@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from esreason_lib.metrics import pass_at_k
 from esreason_lib.paper.findings import OC_SIMS, effect_check, interval_status
 from esreason_lib.paper.power import Components, estimate_components, simulated_arms
 from esreason_lib.seeding import numpy_rng
@@ -67,6 +68,49 @@ def status_rates(components: Components, n_seeds: int, n_problems: int, truth: f
     return {status: count / n_sims for status, count in sorted(counts.items())}
 
 
+TRAINING_CHECKS = (
+    # (name, arm a, arm b, evaluated on, k, delta by rule B)
+    ("01 co-primary: ES Pass@1 - base", "es", "base", "train-task", 1, 0.01),
+    ("01 paper: ES Pass@K - GRPO Pass@K", "es", "grpo", "train-task", "K", 0.02),
+    ("01 Pass@1: GRPO - base", "grpo", "base", "train-task", 1, 0.01),
+    ("02 restated: ES Pass@K - base Pass@K", "es", "base", "train-task", "K", 0.02),
+    ("05 paper: ES - base held-out Pass@K", "es", "base", "heldout", "K", 0.01),
+    ("05 control: ES - GRPO held-out Pass@K", "es", "grpo", "heldout", "K", 0.02),
+)
+"""The pilot's checks (`--training`): the design's primary checks that its arms measure, each with its delta."""
+
+
+def arm_matrix(records: list[dict], arm: str, eval_on: str, k: int) -> np.ndarray | None:
+    """[seeds, P] per-problem Pass@k of `arm`'s pilot records evaluated on `eval_on` (None when there are none)."""
+    rows = [pass_at_k(r["samples"], np.asarray(r["correct_counts"]), k) for r in records
+            if r["arm"] == arm and r.get("eval_on", "train-task") == eval_on]
+    return np.vstack(rows) if rows else None
+
+
+def training_oc(records: list[dict], designs, big_k: int, sims: int) -> list[dict]:
+    """Each `TRAINING_CHECKS` check's components from the pilot's arms and its status rates at each design (seeds
+    per arm x problems) for a true effect of +delta, 0 and -delta."""
+    out = []
+    for name, a_arm, b_arm, eval_on, k, delta in TRAINING_CHECKS:
+        k = big_k if k == "K" else k
+        a, b = arm_matrix(records, a_arm, eval_on, k), arm_matrix(records, b_arm, eval_on, k)
+        if a is None or b is None:
+            out.append({"check": name, "missing": [x for x, m in ((a_arm, a), (b_arm, b)) if m is None]})
+            continue
+        comp = estimate_components(a, b)
+        row = {"check": name, "k": k, "delta": delta, "effect": float(a.mean() - b.mean()), "seeds": [len(a), len(b)],
+               "components": comp.__dict__, "oc": []}
+        for n_seeds, n_problems in designs:
+            rates = {label: status_rates(comp, n_seeds, n_problems, truth, delta, n_sims=sims)
+                     for label, truth in (("+delta", delta), ("0", 0.0), ("-delta", -delta))}
+            row["oc"].append({"design": f"{n_seeds}x{n_problems}",
+                              "P(reproduced | +delta)": rates["+delta"].get("reproduced", 0.0),
+                              "P(reproduced | 0)": rates["0"].get("reproduced", 0.0),
+                              "P(not reproduced | -delta)": rates["-delta"].get("not reproduced", 0.0)})
+        out.append(row)
+    return out
+
+
 def _design(text: str) -> tuple[int, int]:
     seeds, _, problems = text.partition("x")
     return int(seeds), int(problems)
@@ -74,8 +118,11 @@ def _design(text: str) -> tuple[int, int]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", type=Path, required=True, help="the sweep's JSON lines")
-    parser.add_argument("--cell", required=True)
+    parser.add_argument("--sweep", type=Path, help="the sweep's JSON lines")
+    parser.add_argument("--cell")
+    parser.add_argument("--training", type=Path, help="the training pilot's JSON lines "
+                        "(pilot_pretrained_training.py): each training check's components and operating characteristic")
+    parser.add_argument("--k", type=int, default=8, help="--training: the K of the Pass@K checks")
     parser.add_argument("--groups", type=int, default=2, help="sampling seeds the samples split into")
     parser.add_argument("--designs", nargs="+", type=_design, default=[(3, 500), (3, 2000)],
                         help="seeds per arm x problems, e.g. 3x500")
@@ -83,6 +130,12 @@ def main(argv=None) -> None:
     parser.add_argument("--delta", type=float, default=0.01, help="the checks' delta (rule B: 0.01 for Pass@1)")
     parser.add_argument("--sims", type=int, default=OC_SIMS)
     args = parser.parse_args(argv)
+    if args.training:
+        records = [json.loads(line) for line in args.training.read_text().splitlines() if line.strip()]
+        print(json.dumps(training_oc(records, args.designs, args.k, args.sims), indent=1))
+        return
+    if not (args.sweep and args.cell):
+        parser.error("give --sweep and --cell (the base's components), or --training")
     records = [json.loads(line) for line in args.sweep.read_text().splitlines() if line.strip()]
     record = [r for r in records if r["cell"] == args.cell][-1]
     matrix = seed_split(record["correct"], args.groups)

@@ -58,7 +58,8 @@ def test_run_cell_scores_each_sample_and_reports_pass_at_k(monkeypatch):
     # problem 0: 2 of 4 right; problem 1: none right (one completion cut at the 8-token budget)
     script = [right[0], "x", right[0], "y", "wrong", "123456789", "no", "no"]
     model = _Model(script)
-    record = sweep.run_cell("toy", model, _Tokenizer(), problems=2, samples=4, temperature=0.6, batch=3, seed=0)
+    record = sweep.run_cell("toy", model, _Tokenizer(), problems=2, samples=4, temperature=0.6, batch=3, seed=0,
+                            path="hf")
     assert record["correct"] == [[1, 0, 1, 0], [0, 0, 0, 0]]
     assert record["pass_at"] == {"1": 0.25, "2": pytest.approx((1 - 1 / 6) / 2), "4": 0.5}
     lengths = [len(right[0]), 1, len(right[0]), 1, 5, 8, 2, 2]
@@ -107,3 +108,48 @@ def test_pilot_main_reads_the_sweep_record(tmp_path, capsys):
     assert out["floor_components"]["problem"] == 0.0 and out["floor_components"]["arms"] == 2
     (row,) = out["oc"]
     assert (row["n_seeds"], row["n_problems"]) == (3, 100) and sum(row["rates"]["0"].values()) == pytest.approx(1)
+
+
+def test_run_cell_on_the_native_path_samples_each_problem_through_the_library(monkeypatch):
+    """The design's evaluation path (`generate` on the native forward with shared prefixes) on a tiny random Llama
+    with a chat template: every problem gets its samples, lengths stay within the budget."""
+    from esreason_lib.models.zoo import build_chat_char_tokenizer, tiny_random_llama
+
+    monkeypatch.setitem(sweep.CELLS, "toy", ("multistep", {"terms": 2, "digits": 1, "style": "short",
+                                                           "test_fraction": 0.5}, 6))
+    tokenizer = build_chat_char_tokenizer()
+    model = tiny_random_llama(len(tokenizer))
+    record = sweep.run_cell("toy", model, tokenizer, problems=3, samples=4, temperature=0.6, batch=8, seed=0)
+    assert record["path"] == "native" and np.asarray(record["correct"]).shape == (3, 4)
+    assert 0 <= record["mean_tokens"] <= 6 and 0 <= record["cut_share"] <= 1
+    again = sweep.run_cell("toy", model, tokenizer, problems=3, samples=4, temperature=0.6, batch=8, seed=0)
+    assert again["correct"] == record["correct"] and again["completion_examples"] == record["completion_examples"]
+
+
+def _pilot_record(arm, counts, samples=4, eval_on="train-task", seed=0):
+    return {"arm": arm, "seed": seed, "eval_on": eval_on, "samples": samples, "correct_counts": counts}
+
+
+def test_arm_matrix_stacks_each_seed_per_problem_pass_at_k():
+    records = [_pilot_record("es", [4, 0, 2]), _pilot_record("es", [2, 2, 0], seed=1),
+               _pilot_record("es", [1, 1, 1], eval_on="heldout"), _pilot_record("grpo", [0, 0, 0])]
+    assert pilot_pretrained.arm_matrix(records, "es", "train-task", 1).tolist() == [[1.0, 0.0, 0.5], [0.5, 0.5, 0.0]]
+    # Pass@2 of 2 right in 4: 1 - C(2,2)/C(4,2) = 5/6
+    assert pilot_pretrained.arm_matrix(records, "es", "train-task", 2)[1].tolist() == pytest.approx([5 / 6, 5 / 6, 0])
+    assert pilot_pretrained.arm_matrix(records, "es", "heldout", 1).tolist() == [[0.25, 0.25, 0.25]]
+    assert pilot_pretrained.arm_matrix(records, "base", "train-task", 1) is None
+
+
+def test_training_oc_names_missing_arms_and_gives_rates_per_design():
+    rng = np.random.default_rng(0)
+    records = [_pilot_record("es", rng.integers(0, 5, 40).tolist(), seed=s) for s in (0, 1)]
+    records.append(_pilot_record("base", rng.integers(0, 5, 40).tolist(), seed=None))
+    out = pilot_pretrained.training_oc(records, [(3, 40)], big_k=2, sims=20)
+    by_name = {row["check"]: row for row in out}
+    coprimary = by_name["01 co-primary: ES Pass@1 - base"]
+    assert coprimary["seeds"] == [2, 1] and coprimary["k"] == 1 and coprimary["delta"] == 0.01
+    oc = coprimary["oc"][0]
+    assert oc["design"] == "3x40" and all(0.0 <= oc[key] <= 1.0 for key in oc if key.startswith("P("))
+    assert by_name["01 paper: ES Pass@K - GRPO Pass@K"] == {"check": "01 paper: ES Pass@K - GRPO Pass@K",
+                                                           "missing": ["grpo"]}
+    assert by_name["05 paper: ES - base held-out Pass@K"]["missing"] == ["es", "base"]
