@@ -150,7 +150,7 @@ class SingleSections:
         return {"start_s": start_s, "step_after_kill_s": kill_s, "restarts": backend.restarts}
 
     def s_evaluate(self) -> dict:
-        from esreason_lib.evaluate import EvalSpec, evaluate
+        from esreason_lib.evaluation import EvalSpec, evaluate
         from esreason_lib.tasks import get_task
 
         task, n = get_task("gsm8k"), self.args.eval_samples
