@@ -144,7 +144,7 @@ def training(args) -> list[str]:
 def evaluation(args) -> list[str]:
     """One evaluation of the tiny preset's base as notebook 01 runs it (its test and selection problems, 64 samples
     at T = 0.6, and greedy), with the model's modules and with the fused forward, and how far the two agree."""
-    from esreason_lib.evaluate import evaluate
+    from esreason_lib.evaluation import evaluate
     from esreason_lib.models.load import load_model
     from esreason_lib.paper.studies.comparison import evaluation_spec
     from esreason_lib.paper.studies.presets import get_preset

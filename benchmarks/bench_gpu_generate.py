@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from gpu_check import build_model, build_tokenizer  # noqa: E402
+from gpu_check_fixtures import build_model, build_tokenizer  # noqa: E402
 
 from esreason_lib.models.generation import Sampling, generate  # noqa: E402
 

@@ -129,7 +129,7 @@ def snapshots(args) -> list[str]:
     test and selection problems, 64 samples at T = 0.6, greedy), `--timed` of them timed per path of
     `SNAPSHOT_PATHS` and the time scaled to the whole set; with how far the paths' results agree (correct samples,
     summed over problems and snapshots, and the greedy verdicts)."""
-    from esreason_lib.evaluate import evaluate
+    from esreason_lib.evaluation import evaluate
     from esreason_lib.paper.studies.comparison import evaluation_spec
     from esreason_lib.paper.studies.presets import get_preset
     from esreason_lib.tasks import get_task

@@ -51,7 +51,7 @@ come from the preset."""
 
 def _spec(preset, n: int):
     """The evaluation that holds the preset's whole tuning split (its first `splits.end("tuning")` problems)."""
-    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.evaluation import EvalSpec
 
     return EvalSpec(n_problems=preset.splits.end("tuning"), n_samples=n, ks=(1, n), n_boot=100)
 

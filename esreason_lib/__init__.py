@@ -15,8 +15,6 @@ than GRPO" (arXiv 2608.27351). The public API, for ES or GRPO on your own Huggin
 README.md has a 20-line example; docs/ the rest.
 """
 
-import sys
-import types
 from importlib import import_module
 
 from esreason_lib.store.identity import register_zoo_versions
@@ -26,10 +24,10 @@ from esreason_lib.version import __version__  # noqa: F401 (eager: the store rec
 # transformers and no torch beyond what metrics itself needs.
 _API = {
     "ES": "esreason_lib.es.core", "ESConfig": "esreason_lib.es.config", "train_es": "esreason_lib.es.loop",
-    "evaluate": "esreason_lib.evaluate", "EvalSpec": "esreason_lib.evaluate", "GRPOConfig": "esreason_lib.grpo.config",
-    "train_grpo": "esreason_lib.grpo.loop",
+    "evaluate": "esreason_lib.evaluation", "EvalSpec": "esreason_lib.evaluation",
+    "GRPOConfig": "esreason_lib.grpo.config", "train_grpo": "esreason_lib.grpo.loop",
     "pass_at_k": "esreason_lib.metrics", "load_model": "esreason_lib.models.load", "Task": "esreason_lib.tasks",
-    "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluate",
+    "get_task": "esreason_lib.tasks", "register_task": "esreason_lib.tasks", "results_table": "esreason_lib.evaluation",
 }
 
 __all__ = sorted([*_API, "__version__"])
@@ -56,16 +54,3 @@ def _zoo_versions() -> dict[str, str]:
 
 
 register_zoo_versions(_zoo_versions)
-
-
-class _Package(types.ModuleType):
-    """Keeps an API name bound to its object: importing the submodule `esreason_lib.evaluate` would otherwise
-    rebind `esreason_lib.evaluate` from the function to the module (as the eager imports never let it)."""
-
-    def __setattr__(self, name, value):
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

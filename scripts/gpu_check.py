@@ -1,7 +1,8 @@
 """GPU readiness check of the paper-easy preset on a random Qwen2 in bfloat16, one section at a time, with wall
 seconds and peak GPU memory per section, as text and (`--json`) JSON.
 
-Sections (each reports "ok", "failed" or "skipped: <why>"):
+Sections (each reports "ok", "failed" or "skipped: <why>"; the methods: scripts/gpu_check_single.py, and
+scripts/gpu_check_multi.py from `centre` on; the model, tokenizer and rows: scripts/gpu_check_fixtures.py):
 - versions: torch / transformers / vllm / ray versions, the device record (name, SM count), one `generate`.
 - es: one ES iteration of the preset on the library's own backend.
 - es-vllm: two ES iterations scored on one vLLM engine (the second replays `tell`), then the engine's weights
@@ -41,8 +42,6 @@ processes included). Exit status 1 when a section fails or is skipped unexpected
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -53,17 +52,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_check_fixtures import SHAPES, VOCAB, build_model, build_tokenizer, installed, write_gsm8k
 from gpu_check_multi import Deadline, DeviceMemory, MultiSections
-
-SHAPES = {
-    "tiny": dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                 tie_word_embeddings=False),  # head size 32: the smallest vLLM's attention kernels take
-    "qwen2.5-1.5b": dict(hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2, intermediate_size=8960,
-                         tie_word_embeddings=True),
-}
-"""Random model shapes (Qwen2 keyword arguments of `zoo.qwen2_config`)."""
-VOCAB = {"tiny": None, "qwen2.5-1.5b": 151_936}
-"""Vocabulary size per shape (None: the character tokenizer's own)."""
+from gpu_check_single import SingleSections
 
 
 @dataclass(frozen=True)
@@ -87,59 +78,6 @@ REGISTRY = (Section("versions"), Section("noise"), Section("scoring"), Section("
 SECTIONS = tuple(s.name for s in REGISTRY)
 CUDA_SKIP = "skipped: needs a CUDA device"
 """The one stated reason a section may skip without failing the check."""
-
-
-def write_gsm8k(root: Path, n: int = 64) -> None:
-    """`n` synthetic GSM8K-format rows ("What is a + b?", "... #### a+b") as `root/gsm8k/{train,test}.jsonl`."""
-    (root / "gsm8k").mkdir(parents=True, exist_ok=True)
-    pairs = [(a, a % 7 + 2) for a in range(3, 3 + n)]
-    rows = [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"} for a, b in pairs]
-    for split in ("train", "test"):
-        (root / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def build_tokenizer(vocab_size: int | None):
-    """The character tokenizer, padded with filler tokens `<x{id}>` to `vocab_size` entries (None: as is)."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    from esreason_lib.models.zoo import build_char_tokenizer
-
-    base = build_char_tokenizer()
-    if vocab_size is None:
-        return base
-    vocab = dict(base.get_vocab())
-    vocab.update({f"<x{i}>": i for i in range(len(vocab), vocab_size)})
-    backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
-    backend.pre_tokenizer, backend.decoder = base.backend_tokenizer.pre_tokenizer, base.backend_tokenizer.decoder
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=base.pad_token, eos_token=base.eos_token,
-                                   padding_side="left", clean_up_tokenization_spaces=False, model_max_length=1_000_000)
-
-
-def build_model(shape: str, device: str, tokenizer):
-    """A random Qwen2 of `shape` in bfloat16 on `device` (seed 0) with `tokenizer`'s vocabulary."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from esreason_lib.models.zoo import qwen2_config
-
-    config = qwen2_config(len(tokenizer), max_position_embeddings=4096, **SHAPES[shape])
-    with torch.random.fork_rng(devices=[]), torch.device(device):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
-    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 1
-    model.generation_config.bos_token_id = None
-    return model.eval()
-
-
-def installed(name: str) -> str | None:
-    """The installed version of distribution `name` (None when absent)."""
-    if importlib.util.find_spec(name) is None:
-        return None
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 ALLOW_SKIP_ENV = "GPU_CHECK_ALLOW_SKIP"
@@ -182,7 +120,7 @@ def parse_sections(text: str, flag: str) -> set[str]:
     return names
 
 
-class Checker(MultiSections):
+class Checker(SingleSections, MultiSections):
     """Runs the sections for `args`, one fresh model each, within `args.time_limit`, and collects their results."""
 
     def __init__(self, args):
@@ -241,160 +179,6 @@ class Checker(MultiSections):
             memory = "n/a (cpu)" if peak is None else f"{peak:.0f} MiB (this process), {device.peak_mib:.0f} MiB in use"
             print(f"  {name:14s} wall {r['wall_s']:8.2f} s   peak GPU memory {memory}   "
                   + "   ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()))
-
-    # ---------------------------------------------------------------------------------------------- sections
-    def s_versions(self) -> dict:
-        import torch
-
-        from esreason_lib.models.device import device_record
-        from esreason_lib.models.generation import Sampling, generate
-
-        model = self.fresh()
-        t0 = time.perf_counter()
-        ro = generate(model, self.tokenizer, ["What is 3 + 5?"] * 2,
-                      Sampling(greedy=True, max_new_tokens=self.args.max_new_tokens))
-        if self.cuda:
-            torch.cuda.synchronize()
-        rec = device_record(next(model.parameters()).device)
-        return {"generate_s": time.perf_counter() - t0, "tokens": int(ro.completion_mask.sum()),
-                "params": sum(p.numel() for p in model.parameters()), "device_name": rec["name"],
-                "sm_count": rec["sm_count"], **{k: installed(k) for k in ("torch", "transformers", "vllm", "ray")}}
-
-    def s_noise(self) -> dict:
-        import torch
-
-        from esreason_lib.es.noise import counter_normal
-
-        numel, start = 1 << 20, 3 << 30  # an offset past 2^31: the counters' int64 range
-        counter_normal(5, 16, self.args.device, start=start)  # compiles the fused kernel, untimed
-        t0 = time.perf_counter()
-        got = counter_normal(5, numel, self.args.device, start=start)
-        if self.cuda:
-            torch.cuda.synchronize()
-        rate = numel / (time.perf_counter() - t0) / 1e6
-        want = counter_normal(5, numel, "cpu", start=start, fused=False)
-        differ = int((got.cpu().view(torch.int32) != want.view(torch.int32)).sum())
-        if differ:
-            raise AssertionError(f"{differ} of {numel} normals differ from the CPU reference (same key and offset)")
-        return {"numel": numel, "differ": differ, "mnormals_per_s": rate}
-
-    def s_scoring(self) -> dict:
-        import torch
-
-        from esreason_lib.models.logprobs import SCORING, completion_scores, logit_bytes
-
-        model, rows, length = self.fresh(), self.args.prompts, self.args.scoring_tokens
-        vocab = model.config.vocab_size
-        g = torch.Generator().manual_seed(0)
-        p_ids = torch.randint(vocab, (rows, 64), generator=g).to(self.args.device)
-        c_ids = torch.randint(vocab, (rows, length), generator=g).to(self.args.device)
-        with torch.no_grad():
-            _, ent = completion_scores(model, p_ids, torch.ones_like(p_ids, dtype=torch.bool), c_ids,
-                                       torch.ones_like(c_ids, dtype=torch.bool), with_entropy=True, chunks=SCORING)
-        bound = logit_bytes(SCORING, rows=rows, positions=length, vocab=vocab) / 2**20
-        return {"rows": rows, "tokens": length, "logit_bound_mib": bound, "mean_entropy": float(ent.mean())}
-
-    def _train(self, method: str, **kw) -> dict:
-        from esreason_lib.methods import trainer
-
-        config = self.preset.config(method, **{**self.small, **kw})
-        run = trainer(method)(config, model=self.fresh(), tokenizer=self.tokenizer, progress=False)
-        row = run.metrics().iloc[-1]
-        times = {k.removeprefix("time/"): float(row[k]) for k in row.index
-                 if k.startswith("time/") and k != "time/step_s"}
-        return {"config": config, "step_s": float(row["time/step_s"]), "reward_mean": float(row["reward/mean"]),
-                **times}
-
-    def s_es(self) -> dict:
-        out = self._train("es", population_size=self.args.population)
-        out.pop("config")
-        return out
-
-    def s_es_vllm(self) -> dict:
-        from esreason_lib.es.backends.vllm_engines import VLLMBackend
-        from esreason_lib.es.core import ES
-        from esreason_lib.es.loop import es_step
-        from esreason_lib.models.weights import weights_fingerprint
-        from esreason_lib.tasks import get_task
-
-        config = self.preset.config("es", population_size=self.args.population, backend="vllm", **self.small)
-        model, task = self.fresh(), get_task("gsm8k")
-        examples = task.examples("train", n=64)
-        es, backend = ES(config, model), VLLMBackend.from_config(config, task, self.tokenizer)
-        theta0 = {k: v.detach().clone() for k, v in es.params.items()}
-        try:
-            steps = [es_step(es, model, self.tokenizer, task, examples, backend, theta0=theta0)[0] for _ in range(2)]
-            bitwise = backend.engine.rpc("es_checksum") == weights_fingerprint(model)
-        finally:
-            backend.close()
-        if not bitwise:
-            raise RuntimeError("es-vllm: the engine's weights differ from the driver's after two iterations")
-        return {"step_s": sum(m["time/population_s"] for m in steps) / 2, "sync_s": steps[1]["time/sync_s"],
-                "bitwise": bitwise, "resyncs": steps[1]["es/resyncs"]}
-
-    def s_grpo(self) -> dict:
-        from esreason_lib.grpo.memory import grpo_memory
-        from esreason_lib.tasks import get_task
-
-        out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2))
-        config, task = out.pop("config"), get_task("gsm8k")
-        prompts = [task.prompt(ex, self.tokenizer) for ex in task.examples("train", n=64)]
-        longest = max(len(x) for x in self.tokenizer(prompts, add_special_tokens=False)["input_ids"])
-        est = grpo_memory(config, build_model(self.args.shape, "meta", self.tokenizer), prompt_tokens=longest,
-                          device_bytes=self._device_bytes())
-        return {**out, "micro_batch_size": config.micro_batch_size, "estimate_gib": est["total"]}
-
-    def s_grpo_vllm(self) -> dict:
-        out = self._train("grpo", minibatch_size=max(1, self.args.prompts // 2), backend="vllm")
-        out.pop("config")
-        return out
-
-    def s_ray_vllm_kill(self) -> dict:
-        import numpy as np
-        import ray
-
-        from esreason_lib.es.backends.ray_actors import RayBackend
-        from esreason_lib.es.core import ES
-        from esreason_lib.tasks import get_task
-
-        config = self.preset.config("es", population_size=self.args.population, backend="ray-vllm", workers=2,
-                                    gpus_per_worker=0.5 if self.cuda else None, **self.small)
-        ray.init(num_cpus=2, num_gpus=1 if self.cuda else 0, include_dashboard=False, ignore_reinit_error=True)
-        model, task = self.fresh(), get_task("gsm8k")
-        backend = RayBackend.from_config(config, task, self.tokenizer, workers=2, engine="vllm")
-        try:
-            pop, batch = ES(config, model).ask(), task.examples("train", n=self.args.prompts)
-            t0 = time.perf_counter()
-            first = backend(model, pop, batch, iteration=0)
-            start_s = time.perf_counter() - t0
-            ray.kill(backend.actors[0], no_restart=True)  # dies before it scores its next member
-            t0 = time.perf_counter()
-            again = backend(model, pop, batch, iteration=0)
-            kill_s = time.perf_counter() - t0
-        finally:
-            backend.close()
-            ray.shutdown()
-        if not np.array_equal(first.rewards, again.rewards) or backend.restarts != 1:
-            raise RuntimeError(f"ray-vllm-kill: rewards {first.rewards} -> {again.rewards}, restarts "
-                               f"{backend.restarts} (want equal rewards and 1 restart)")
-        return {"start_s": start_s, "step_after_kill_s": kill_s, "restarts": backend.restarts}
-
-    def s_evaluate(self) -> dict:
-        from esreason_lib.evaluate import EvalSpec, evaluate
-        from esreason_lib.tasks import get_task
-
-        task, n = get_task("gsm8k"), self.args.eval_samples
-        backend = "vllm" if installed("vllm") and not self.args.no_vllm else "local"
-        spec = EvalSpec(n_samples=n, temperature=0.6, ks=(1, n), greedy=False, max_new_tokens=self.args.max_new_tokens,
-                        backend=backend)
-        res = evaluate(self.fresh(), self.tokenizer, task, task.examples("test", n=self.args.prompts), spec,
-                       progress=False)
-        return {"backend": backend, "samples": n, "pass_at_1": float(res.curve["pass_at_k"].iloc[0])}
-
-    def _device_bytes(self) -> int | None:
-        import torch
-
-        return torch.cuda.get_device_properties(self.args.device).total_memory if self.cuda else None
 
 
 def positive_int(text: str) -> int:

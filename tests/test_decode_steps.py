@@ -98,7 +98,7 @@ def test_no_function_on_the_generation_path_takes_more_than_eight_parameters():
     """The wall issue 46 drew: `Sampling` and `Forward` pass whole from an `EvalSpec` to the decode loop."""
     import inspect
 
-    from esreason_lib.evaluate import _evaluate, evaluate
+    from esreason_lib.evaluation import _evaluate, evaluate
     from esreason_lib.models import decode_steps, generation
     from esreason_lib.models.rollouts_vllm import VLLMRollouts
 

@@ -1,4 +1,4 @@
-"""Tests for esreason_lib.evaluate on a stub task whose verdicts are computable by hand from the samples."""
+"""Tests for esreason_lib.evaluation on a stub task whose verdicts are computable by hand from the samples."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from toy_tasks import FirstCharTask
 
 from esreason_lib import metrics
-from esreason_lib.evaluate import (
+from esreason_lib.evaluation import (
     CURVE_COLUMNS,
     MAJ_COLUMNS,
     PROBLEM_COLUMNS,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.evaluate import EvalSpec, evaluate
+from esreason_lib.evaluation import EvalSpec, evaluate
 from esreason_lib.models.fused_qwen2 import FusedQwen2, KVBuffers, check_fusable, model_weights
 from esreason_lib.models.generation import Forward, Sampling, finite_rows, generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2

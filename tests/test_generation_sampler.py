@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from esreason_lib.evaluate import EvalSpec, evaluate
+from esreason_lib.evaluation import EvalSpec, evaluate
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.models import generation
 from esreason_lib.models.generation import Forward, Generator, Sampling, generate, inverse_cdf_tokens

@@ -1,7 +1,7 @@
 """scripts/gpu_check: the CPU-runnable sections (versions, es, grpo, evaluate on device cpu, tiny shape, without
-Ray: the Ray backend has its own tests), the vLLM sections' skip lines, its synthetic GSM8K rows, the padded
-tokenizer, and the shell wrapper's refusal on a machine without CUDA. The CUDA path itself (bfloat16 on a GPU, peak
-memory, the Qwen2.5-1.5B shape, vLLM, Ray with a GPU) cannot run here."""
+Ray: the Ray backend has its own tests), the vLLM sections' skip lines, its synthetic GSM8K rows and the padded
+tokenizer (gpu_check_fixtures), and the shell wrapper's refusal on a machine without CUDA. The CUDA path itself
+(bfloat16 on a GPU, peak memory, the Qwen2.5-1.5B shape, vLLM, Ray with a GPU) cannot run here."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from esreason_lib.tasks import GSM8K
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check  # noqa: E402
+import gpu_check_fixtures  # noqa: E402
 
 
 def test_synthetic_gsm8k_rows_load_and_verify(tmp_path):
-    gpu_check.write_gsm8k(tmp_path, n=5)
+    gpu_check_fixtures.write_gsm8k(tmp_path, n=5)
     task = GSM8K(path=tmp_path / "gsm8k")
     first = next(e for e in task.examples("train") if e["id"] == "gsm8k-train-0")
     assert first["question"] == "What is 3 + 5?" and first["answer"] == "8"  # 3 % 7 + 2 = 5
@@ -42,7 +43,8 @@ def test_cpu_run_of_the_checks(tmp_path):
     result = json.loads(out.read_text())
     by = {r["check"]: r for r in result["results"]}
     assert list(by) == list(gpu_check.SECTIONS) and result["failed"] == []
-    vllm = "skipped: vllm not installed" if gpu_check.installed("vllm") is None else "skipped: vllm disabled"
+    missing = gpu_check_fixtures.installed("vllm") is None
+    vllm = "skipped: vllm not installed" if missing else "skipped: vllm disabled"
     assert by["es-vllm"]["status"] in (vllm, "ok") and by["grpo-vllm"]["status"] in (vllm, "ok")
     assert by["ray-vllm-kill"]["status"].startswith(("skipped", "ok"))
     assert by["centre"]["status"] in (vllm, "ok") and by["ray-vllm"]["status"].startswith(("skipped", "ok"))
@@ -82,13 +84,13 @@ def test_model_shapes_build_in_bfloat16():
     from esreason_lib.models.zoo import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    tiny = gpu_check.build_model("tiny", "cpu", tok)
-    assert gpu_check.build_tokenizer(None).get_vocab() == tok.get_vocab()
-    big_tok = gpu_check.build_tokenizer(gpu_check.VOCAB["qwen2.5-1.5b"])
+    tiny = gpu_check_fixtures.build_model("tiny", "cpu", tok)
+    assert gpu_check_fixtures.build_tokenizer(None).get_vocab() == tok.get_vocab()
+    big_tok = gpu_check_fixtures.build_tokenizer(gpu_check_fixtures.VOCAB["qwen2.5-1.5b"])
     assert len(big_tok) == 151_936 and big_tok.decode([1000, 5]) == "<x1000>" + tok.decode([5])
     assert big_tok("What is 3 + 5?")["input_ids"] == tok("What is 3 + 5?")["input_ids"]
     assert {p.dtype for p in tiny.parameters()} == {torch.bfloat16}
-    big = gpu_check.build_model("qwen2.5-1.5b", "meta", big_tok)  # shapes only, no memory
+    big = gpu_check_fixtures.build_model("qwen2.5-1.5b", "meta", big_tok)  # shapes only, no memory
     body = sum(p.numel() for name, p in big.named_parameters() if "embed_tokens" not in name)
     # per layer: q 1536^2 + 1536 bias, k and v 1536 * 256 + 256 each (2 of 12 heads), o 1536^2, MLP 3 * 1536 * 8960,
     # 2 norms; 28 layers and the final norm: Qwen2.5-1.5B's published 1.31B non-embedding parameters

@@ -23,6 +23,7 @@ from esreason_lib.models.weights import weights_fingerprint
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check  # noqa: E402
+import gpu_check_fixtures  # noqa: E402
 import gpu_check_multi  # noqa: E402
 import torchrun_grpo  # noqa: E402
 
@@ -38,7 +39,7 @@ def data(tmp_path, monkeypatch):
     """The synthetic GSM8K rows and a run store in `tmp_path`, as `main` sets them."""
     monkeypatch.setenv("ESREASON_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ESREASON_HOME", str(tmp_path / "runs"))
-    gpu_check.write_gsm8k(tmp_path / "data")
+    gpu_check_fixtures.write_gsm8k(tmp_path / "data")
     return tmp_path
 
 
@@ -200,7 +201,8 @@ def test_ipc_sync_section_copies_changed_weights_in_an_engine_process(data, engi
     (made,) = Engine.made
     assert seen == ["1"] and gpu_check_multi.os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # restored
     assert made.calls == ["check"] and out["ipc"] is False and out["gib"] > 0  # CPU tensors go pickled
-    assert weights_fingerprint(made.model) != weights_fingerprint(gpu_check.build_model("tiny", "cpu", made.tokenizer))
+    fresh = gpu_check_fixtures.build_model("tiny", "cpu", made.tokenizer)
+    assert weights_fingerprint(made.model) != weights_fingerprint(fresh)
 
 
 def test_torchrun_section_launches_two_processes_sharing_one_gpu(data, monkeypatch):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from toy_tasks import FirstCharTask
 
-from esreason_lib.evaluate import EvalSpec, evaluate
+from esreason_lib.evaluation import EvalSpec, evaluate
 from esreason_lib.models import rollouts_vllm
 from esreason_lib.models.generation import generate
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
@@ -58,7 +58,7 @@ def test_unknown_backend_and_missing_extra():
 
 
 def test_eval_spec_backend_is_validated_and_left_out_of_old_identities():
-    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.evaluation import EvalSpec
     from esreason_lib.store.identity import jsonable
 
     assert "backend" not in jsonable(EvalSpec()) and jsonable(EvalSpec(backend="vllm"))["backend"] == "vllm"
@@ -73,7 +73,7 @@ def test_eval_spec_backend_is_validated_and_left_out_of_old_identities():
 
 def test_a_studys_eval_spec_reaches_the_engine(monkeypatch, tmp_path):
     """`studies.common.evaluate_ref` (every study's evaluation) samples on vLLM when its `EvalSpec.backend` says so."""
-    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.evaluation import EvalSpec
     from esreason_lib.paper.studies.common import evaluate_ref
 
     monkeypatch.setattr(rollouts_vllm, "VLLMRollouts", Standin)

@@ -21,7 +21,7 @@ from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import gpu_check  # noqa: E402
+import gpu_check_fixtures  # noqa: E402
 
 H200 = 141 * 10**9  # bytes (NVIDIA's 141 GB); torch reports ~139.8 GiB
 
@@ -105,7 +105,7 @@ def _paper_model():
 
     from esreason_lib.models.zoo import qwen2_config
 
-    config = qwen2_config(151_936, max_position_embeddings=4096, **gpu_check.SHAPES["qwen2.5-1.5b"])
+    config = qwen2_config(151_936, max_position_embeddings=4096, **gpu_check_fixtures.SHAPES["qwen2.5-1.5b"])
     with torch.device("meta"):
         return Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
 

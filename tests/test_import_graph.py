@@ -137,7 +137,7 @@ def test_package_api_is_lazy_and_keeps_its_names():
     import sys
 
     code = ("import sys, esreason_lib; assert 'esreason_lib.es.loop' not in sys.modules\n"
-            "import esreason_lib.evaluate\n"
+            "import esreason_lib.evaluation\n"
             "from esreason_lib import evaluate, ESConfig, train_es\n"
             "print(callable(evaluate) and not isinstance(evaluate, type(sys)), ESConfig.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -149,7 +149,7 @@ GROUND = ("paths", "seeding", "validation", "progress", "guards", "metrics", "pa
           "eval_samples", "cli_help", "learning_signal")
 """The ground floor's modules: they import nothing of the package (checked below), and anything may import them."""
 
-FLOORS = (("tasks", "store", "cli_settings"), ("models",), ("training", "evaluate"), ("es", "grpo"), ("methods",),
+FLOORS = (("tasks", "store", "cli_settings"), ("models",), ("training", "evaluation"), ("es", "grpo"), ("methods",),
           ("paper",), ("cli",), ("__main__",))
 """The rooms above the ground floor, bottom up (docs/modules.md): a module imports only rooms on lower floors, never
 a room beside it on its own floor (es/ and grpo/ are siblings), never one above."""

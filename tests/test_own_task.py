@@ -13,7 +13,7 @@ from toy_tasks import Parity
 
 from esreason_lib import tasks
 from esreason_lib.es.config import ESConfig
-from esreason_lib.evaluate import EvalResult, results_table
+from esreason_lib.evaluation import EvalResult, results_table
 from esreason_lib.tasks import Countdown, get_task, register_task, task_version
 from esreason_lib.training.run_entry import run_identity
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from esreason_lib.es.config import ESConfig
-from esreason_lib.evaluate import EvalSpec
+from esreason_lib.evaluation import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper.studies.presets import (
     _FAST_PATHS,

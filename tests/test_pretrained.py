@@ -210,7 +210,7 @@ def test_es_and_grpo_train_a_pretrained_base_on_chat_prompts(method, tiny_base, 
 
 
 def test_evaluation_takes_a_pretrained_base(tiny_base, tmp_path, monkeypatch):
-    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.evaluation import EvalSpec
     from esreason_lib.paper.studies.common import evaluate_ref
 
     seen = _recording_prompts(monkeypatch)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import esreason_lib.models.load
-from esreason_lib.evaluate import CURVE_COLUMNS, PROBLEM_COLUMNS, EvalSpec
+from esreason_lib.evaluation import CURVE_COLUMNS, PROBLEM_COLUMNS, EvalSpec
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 from esreason_lib.store.runs import Run

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from esreason_lib.evaluate import EvalResult
+from esreason_lib.evaluation import EvalResult
 from esreason_lib.paper.studies.presets import get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

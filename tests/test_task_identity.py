@@ -181,7 +181,7 @@ def test_code_that_cannot_be_hashed_is_never_cached_and_says_so_once(capsys, mon
 def test_evaluations_are_keyed_on_the_tasks_code(modules, monkeypatch, tmp_path):
     """`paper.studies.common.evaluate_ref` opens its `eval` run under the task's version: an always-True verifier's
     stored result is not served after it is replaced by an always-False one under the same name."""
-    from esreason_lib.evaluate import EvalSpec
+    from esreason_lib.evaluation import EvalSpec
     from esreason_lib.paper.studies import common
 
     monkeypatch.setattr(tasks, "_REGISTRY", dict(tasks._REGISTRY))

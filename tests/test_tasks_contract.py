@@ -122,7 +122,7 @@ def test_train_es_refuses_a_half_true_verdict(tmp_path):
 
 
 def test_evaluate_refuses_a_half_true_verdict():
-    from esreason_lib.evaluate import EvalSpec, evaluate
+    from esreason_lib.evaluation import EvalSpec, evaluate
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()
@@ -153,7 +153,7 @@ def _readme_route(task, home):
     """The README's route: `evaluate`, then `train_es` with the task instance."""
     from esreason_lib.es.config import ESConfig
     from esreason_lib.es.loop import train_es
-    from esreason_lib.evaluate import EvalSpec, evaluate
+    from esreason_lib.evaluation import EvalSpec, evaluate
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     tok = build_char_tokenizer()

@@ -260,7 +260,7 @@ def test_one_verifier_call_chain_parses_a_completion_once(monkeypatch):
     """`reward` (is_correct, then is_well_formed), `score` and evaluation's verdict parse each completion once;
     the next completion is parsed afresh, and the verdicts are those of a fresh task."""
     import esreason_lib.tasks.countdown as countdown
-    from esreason_lib.evaluate import _verdict
+    from esreason_lib.evaluation import _verdict
 
     calls = []
     monkeypatch.setattr(countdown, "parse_expression", lambda text: calls.append(text) or parse_expression(text))

@@ -143,7 +143,7 @@ def non_dominated(x, y) -> np.ndarray:
 
 
 def per_problem_pass(table: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Per problem of an evaluation table (columns problem_id, n, c; `evaluate.EvalResult.table`): problem_id,
+    """Per problem of an evaluation table (columns problem_id, n, c; `evaluation.EvalResult.table`): problem_id,
     pass@1 = c / n, pass@K (the unbiased Pass@k at `k`) and K = k."""
     n, c = table["n"].to_numpy(), table["c"].to_numpy()  # [P], [P]
     return pd.DataFrame({"problem_id": table["problem_id"].astype(str).to_numpy(), "pass@1": c / n,

@@ -55,7 +55,7 @@ def before_after(preset, runs, backend: str = "local") -> str:
     """The table printed by `train --eval`: the first run's base model, then each run in `runs`, on the same
     held-out problems of the runs' task (the preset gives the evaluation protocol; `backend` draws the samples,
     `EvalSpec.backend`)."""
-    from esreason_lib.evaluate import results_table
+    from esreason_lib.evaluation import results_table
     from esreason_lib.paper.studies.common import evaluate_ref, model_ref
 
     n = min(EVAL_SAMPLES, preset.eval.n_samples)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from esreason_lib.evaluate import EvalResult, EvalSpec, evaluate
+from esreason_lib.evaluation import EvalResult, EvalSpec, evaluate
 from esreason_lib.models.load import load_model
 from esreason_lib.store.runs import Run
 from esreason_lib.tasks import get_task, task_version

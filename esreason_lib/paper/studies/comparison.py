@@ -35,7 +35,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from esreason_lib.evaluate import EvalResult, EvalSpec
+from esreason_lib.evaluation import EvalResult, EvalSpec
 from esreason_lib.methods import trainer
 from esreason_lib.metrics import bootstrap_ci, pass_at_k
 from esreason_lib.paper.analysis import non_dominated
@@ -99,7 +99,7 @@ def evaluation_spec(preset: Preset, temperature: float | None = None) -> EvalSpe
 
 def evaluate_models(preset: Preset, refs: Mapping[tuple[str, int], str], *, home=None, progress: bool = True,
                     temperature: float | None = None, maj_k: int | None = None) -> pd.DataFrame:
-    """Per-problem rows (`evaluate.PROBLEM_COLUMNS`) of every model in `refs` ({(arm, seed): model reference})
+    """Per-problem rows (`evaluation.PROBLEM_COLUMNS`) of every model in `refs` ({(arm, seed): model reference})
     under `evaluation_spec(preset, temperature)`, with arm, seed and split: "test" for `preset.eval`'s problems,
     else "selection". With `maj_k`, a column `maj@K`: the model's Maj@K on the test split (`EvalResult.maj_curve`,
     the same value on each of its rows; shown, never checked)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from esreason_lib.es.config import ESConfig
-from esreason_lib.evaluate import EvalSpec
+from esreason_lib.evaluation import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.paper.splits import Splits
 from esreason_lib.paper.studies.specs import (

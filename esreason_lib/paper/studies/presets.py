@@ -31,7 +31,7 @@ Both paper presets follow the paper's protocol: 32 samples per problem at T = 0.
 K = 1..32), train prompts drawn by epoch, GRPO minibatches of 32 of the 64 prompts, Table 6's populations and
 absolute sparsity thresholds.
 
-A `Preset` (`preset_spec`) nests one frozen spec per study (`studies.specs`; evaluations are `evaluate.EvalSpec`),
+A `Preset` (`preset_spec`) nests one frozen spec per study (`studies.specs`; evaluations are `evaluation.EvalSpec`),
 every value explicit (no "None means another field"), so two presets compare field by field (`dataclasses.asdict`).
 
 `get_preset(name, **overrides)` returns a validated, frozen `Preset`; overrides use dotted keys for the nested
@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from esreason_lib.evaluate import EvalSpec
+from esreason_lib.evaluation import EvalSpec
 from esreason_lib.paper.splits import COUNTDOWN, NONE, SMOKE, Splits
 from esreason_lib.paper.studies.preset_spec import Preset, build_preset, with_overrides
 from esreason_lib.paper.studies.specs import (

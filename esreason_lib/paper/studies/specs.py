@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esreason_lib.evaluate import EvalSpec
+from esreason_lib.evaluation import EvalSpec
 
 
 def check_deltas(spec, *names: str) -> None:
