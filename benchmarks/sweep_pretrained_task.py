@@ -46,6 +46,7 @@ CELLS: dict[str, tuple[str, dict, int]] = {
     "multistep-4x1": ("multistep", {"terms": 4, "digits": 1}, 192),
     "multistep-2x2-short": ("multistep", {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}, 64),
     "multistep-3x1-short": ("multistep", {"terms": 3, "digits": 1, "style": "short", "test_fraction": 0.5}, 64),
+    "multistep-2x1-short": ("multistep", {"terms": 2, "digits": 1, "style": "short", "test_fraction": 0.9}, 64),
 }
 """Named cells: (task name, task kwargs, max new tokens: the multistep task's own budget, 64 + 32 per term)."""
 
