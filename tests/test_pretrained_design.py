@@ -160,3 +160,53 @@ def test_base_models_evaluate_held_out_tasks_with_their_arguments(monkeypatch, t
 def test_the_design_declares_its_notebooks():
     assert preset_notebooks(NAME) == ("01", "02", "04", "05")
     assert all(preset_notebooks(s) is None for s in ("tiny", "smoke", *DESIGNS["frontier"]))
+
+
+def test_the_makefile_runs_each_setting_s_declared_notebooks_and_installs_its_base():
+    """`make computed PRESET=<setting>` executes exactly the notebooks `DESIGN_NOTEBOOKS` declares (read from the
+    Makefile's expanded `EXECUTED`), other presets every notebook; the base's target installs the extra first."""
+    import subprocess
+
+    from esreason_lib.paper.studies.presets import DESIGN_NOTEBOOKS
+    from esreason_lib.paths import REPO_ROOT
+
+    def executed(preset: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-p", f"PRESET={preset}", "-f", "Makefile", "clean"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=60).stdout
+        line = next(x for x in out.splitlines() if x.startswith("EXECUTED := "))
+        return sorted(p.rsplit("/", 1)[1][:2] for p in line.split(":=", 1)[1].split())
+
+    every = sorted(p.name[:2] for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    for design, settings in DESIGNS.items():
+        for setting in settings:
+            assert executed(setting) == sorted(DESIGN_NOTEBOOKS.get(design, every)), setting
+    assert executed("tiny") == every
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "pretrain-smollm2-135m: $(VENV)/.pretrained" in makefile and get_preset(NAME).zoo_bases() == [
+        "smollm2-135m"]
+
+
+def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeypatch):
+    """The `pretrained` design's records name its own registration file; its tally reads "not in this design" for
+    notebooks 03 and 06, "not run" for a notebook it runs but has not run yet; a stray 03 record is not counted."""
+    from test_claims import _two_tests
+
+    from esreason_lib.paper import claims, provenance, records
+
+    asked = []
+    monkeypatch.setattr(provenance, "registration", lambda path=None: asked.append(path) or {
+        "registered_commit": "a" * 40, "registered_at": "2030-01-01T00:00:00+00:00", "registration_sha256": "0" * 64})
+    home = tmp_path / "runs"
+    for finding_id in ("01_passk_es_vs_grpo", "03_sequential"):
+        records.record_finding(finding_id, _two_tests("reproduced", "not resolved"), preset=NAME, home=home)
+    assert asked == [provenance.DESIGN_REGISTRATIONS["pretrained"]] * 2
+    assert asked[0].name == "preregistration-pretrained.md"
+    text = claims.render_design("pretrained", home)
+    assert "| `01_passk_es_vs_grpo` | `pretrained-smollm2` | reproduced | not resolved |" in text
+    assert "`03_sequential`" not in text
+    assert "(03) | not in this design | not in this design |" in text
+    assert "(06) | not in this design | not in this design |" in text and "(02) | not run | not run |" in text
+    assert claims.design_tally("pretrained", "06_population_scaling", home) == "not in this design"
+    assert claims.design_tally("pretrained", "01_passk_es_vs_grpo", home) == (
+        "1 / 0 / 0 / 0 / 0 of 1; 0 / 0 / 0 / 1 / 0 of 1")
+    assert claims.design_tally("frontier", "03_sequential", home) == "not run; not run"
