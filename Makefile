@@ -5,7 +5,9 @@
 # writes papers/claims.md. Heavy work inside a notebook is cached in the run store, so a re-run redraws.
 # `make figures` re-executes the notebooks against the stored results only (ESREASON_STORED_ONLY=1): nothing
 # is trained or evaluated, and a missing result fails naming the run it needed.
-# `make reproduce-design` (DESIGN=frontier) runs every setting of a multi-setting design, two at a time.
+# `make reproduce-design` (DESIGN=frontier) runs every setting of a design, two at a time; DESIGN=pretrained installs
+# the pretrained base first (`make bases`: pretrain-smollm2-135m needs `make pretrained`) and runs the notebooks its
+# registration covers (01, 02, 04, 05).
 # PRESET=smoke (etc.) overrides every notebook's preset (default: the notebooks' own, tiny). A preset other than
 # tiny keeps its figures, finding records and executed notebooks apart (figures/<preset>/, findings/<preset>/,
 # build/notebooks/<preset>/: the library keys them by preset), and its claims leave tiny's rows as they are.
@@ -21,13 +23,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PRESET ?= tiny
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+# The settings of a design that runs only some notebooks (`presets.DESIGN_NOTEBOOKS`: the `pretrained` design runs
+# 01, 02, 04 and 05), by number; tests/test_pretrained_design.py checks that the two agree. Any other preset
+# runs every notebook.
+NOTEBOOKS_OF_pretrained-smollm2 := 01 02 04 05
+RUN_NOTEBOOKS := $(if $(NOTEBOOKS_OF_$(PRESET)),$(foreach n,$(NOTEBOOKS_OF_$(PRESET)),$(filter notebooks/$(n)_%,$(NOTEBOOKS))),$(NOTEBOOKS))
 NB := build/notebooks$(if $(filter tiny,$(PRESET)),,/$(PRESET))
 # Longest first, so that `make -j2` starts the two long notebooks together (01's evaluations, 03's sequences) and
 # the short ones fill whichever core frees first (tiny, measured: 03 568 s, 01 478 s, 02 100 s, 04 45 s, 06 38 s,
 # 00 33 s, 05 27 s; run one after the other, 01 then 03 left a core idle for ~13 minutes).
 LONGEST_FIRST := 01 03 02 04 06 00 05
-ORDERED := $(foreach n,$(LONGEST_FIRST),$(filter notebooks/$(n)_%,$(NOTEBOOKS)))
-EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(ORDERED) $(filter-out $(ORDERED),$(NOTEBOOKS)))
+ORDERED := $(foreach n,$(LONGEST_FIRST),$(filter notebooks/$(n)_%,$(RUN_NOTEBOOKS)))
+EXECUTED := $(patsubst notebooks/%.py,$(NB)/%.ipynb,$(ORDERED) $(filter-out $(ORDERED),$(RUN_NOTEBOOKS)))
 RESULTS := papers/results
 # The committed bundle into the store (never over a run or record that is there): before `make figures` redraws, and
 # before `make reproduce` writes the claims, so that the presets this run did not compute keep their committed rows.

@@ -27,6 +27,8 @@ PRESET_SUMMARIES: dict[str, str] = {
     "frontier-clean": "the multi-setting design on the clean base qwen2-s",
     "frontier-m": "the multi-setting design on the larger base qwen2-m (998k parameters)",
     "frontier-multi": "the multi-setting design on Countdown problems with >= 2 distinct correct expressions",
+    "pretrained-smollm2": "the pretrained design (papers/preregistration-pretrained.md): SmolLM2-135M-Instruct on "
+                          "two-term arithmetic, notebooks 01, 02, 04 and 05 (CPU hours)",
     "tiny-exact": "tiny computed with the model's own modules and the bit-exact batched ES backend",
     "powered": "tiny with the larger designs the power analysis asks for (about 13 min after tiny's runs)",
     "full": "tiny with the powered designs that do not fit tiny's budget (CPU, hours)",

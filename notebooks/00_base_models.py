@@ -54,9 +54,10 @@ tables["summary"].round(3)
 # `n_samples` samples per problem at the evaluation temperature; bands are 95% bootstrap intervals over problems.
 
 # %%
-fig, axes = plt.subplots(1, 1 + len(config.heldout_tasks), figsize=(5 * (1 + len(config.heldout_tasks)), 3.8))
+tasks = [config.task, *(held.label for held in config.heldout())]  # the held-out tasks by their labels
+fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8))
 _ = register_shades(curves["model"].unique(), "base")  # bases are grey in every figure, one shade each
-for ax, task in zip(axes, (config.task, *config.heldout_tasks)):
+for ax, task in zip(axes, tasks):
     sub = curves[curves["task"] == task]
     plot_pass_at_k({m: g for m, g in sub.groupby("model", sort=False)}, ax=ax)
     ax.set_title(task)

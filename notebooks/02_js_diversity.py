@@ -90,13 +90,17 @@ cells, prop1 = tables["cells"], tables["prop1"]
 # noisy estimate came out negative).
 
 # %%
-lemma1 = diversity.lemma1_table(cells)
-fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
-                  reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
-ax.set(xlabel=r"$\sigma$", ylabel=r"$\mathrm{JS}_{\mathrm{pol}}$ (nats)",
-       title=f"Lemma 1: policy diversity against sigma, $N$ = {config.lemma.population} (a Taylor limit, a sanity line)")
-_ = save_figure(fig, "02_lemma1", preset=preset)
-lemma1
+if cells.empty:  # a design without the Lemma 1-2 study (`lemma.sigmas = ()`)
+    display(Markdown(diversity.LEMMAS_LEFT_OUT))
+else:
+    lemma1 = diversity.lemma1_table(cells)
+    fig, ax = plot_xy(diversity.lemma1_plot_table(cells), "sigma", "js", hue="estimator", logx=True, logy=True,
+                      reference=(lemma1["sigma"], lemma1["prediction"], "Lemma 1 prediction"))
+    ax.set(xlabel=r"$\sigma$", ylabel=r"$\mathrm{JS}_{\mathrm{pol}}$ (nats)",
+           title=f"Lemma 1: policy diversity against sigma, $N$ = {config.lemma.population} (a Taylor limit, a "
+                 "sanity line)")
+    _ = save_figure(fig, "02_lemma1", preset=preset)
+    display(lemma1)
 
 # %% [markdown]
 # **Lemma 2.** Left: JS_succ against JS_pol for every (sigma, population, prompt) cell with both positive; the
@@ -105,19 +109,22 @@ lemma1
 # averages each quantity over populations and prompts per sigma.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-pos = cells[(cells["js_succ"] > 0) & (cells["js_pol"] > 0)]
-plot_scatter(pos, "js_pol", "js_succ", hue="sigma", ax=axes[0], logx=True, logy=True)
-axes[0].set(xlabel=r"$\mathrm{JS}_{\mathrm{pol}}$", ylabel=r"$\mathrm{JS}_{\mathrm{succ}}$")
-spread = cells[(cells["gap"] > 0) & (cells["gap_approx"] > 0)]
-plot_scatter(spread, "gap_approx", "gap", hue="sigma", ax=axes[1], logx=True, logy=True)
-axes[1].set(xlabel=r"$N\,\bar p\,(1-\bar p)^{N-1}\,\mathrm{JS}_{\mathrm{succ}}$",
-            ylabel=r"$P_{\mathrm{pop}} - P_{\mathrm{same}}$")
-fig.suptitle("Lemma 2 per (sigma, population, prompt) cell: JS_succ below JS_pol (left), the coverage gain against "
-             "its approximation (right)", fontsize="medium")
-figure_legend(fig, ncol=6)
-_ = save_figure(fig, "02_lemma2", preset=preset)
-cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", "gap_approx"]].mean()
+if cells.empty:
+    display(Markdown(diversity.LEMMAS_LEFT_OUT))
+else:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    pos = cells[(cells["js_succ"] > 0) & (cells["js_pol"] > 0)]
+    plot_scatter(pos, "js_pol", "js_succ", hue="sigma", ax=axes[0], logx=True, logy=True)
+    axes[0].set(xlabel=r"$\mathrm{JS}_{\mathrm{pol}}$", ylabel=r"$\mathrm{JS}_{\mathrm{succ}}$")
+    spread = cells[(cells["gap"] > 0) & (cells["gap_approx"] > 0)]
+    plot_scatter(spread, "gap_approx", "gap", hue="sigma", ax=axes[1], logx=True, logy=True)
+    axes[1].set(xlabel=r"$N\,\bar p\,(1-\bar p)^{N-1}\,\mathrm{JS}_{\mathrm{succ}}$",
+                ylabel=r"$P_{\mathrm{pop}} - P_{\mathrm{same}}$")
+    fig.suptitle("Lemma 2 per (sigma, population, prompt) cell: JS_succ below JS_pol (left), the coverage gain "
+                 "against its approximation (right)", fontsize="medium")
+    figure_legend(fig, ncol=6)
+    _ = save_figure(fig, "02_lemma2", preset=preset)
+    display(cells.groupby("sigma")[["js_pol", "js_succ", "p_bar", "p_pop", "p_same", "gap", "gap_approx"]].mean())
 
 # %% [markdown]
 # **Lemma 3 and Proposition 1 along the ES runs.** For each K, averaged over the followed seeds: the mixture's margin

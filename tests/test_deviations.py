@@ -37,6 +37,9 @@ def test_recompute_gives_each_test_three_ways_and_moved_lists_the_changes():
     test = old["tests"][0]
     test["secondary"] = test.pop("also") + test["secondary"]
     assert co_primary_names(old, test) == ["still"] and recompute(old)[0] == paper
+    # a design registered under the current rule (`pretrained`): the registered status is the current rule's
+    later = recompute({**rec, "preset": "pretrained-smollm2"})[1]
+    assert later.registered == later.rule_now == "not reproduced" and not moved([later], "rule")
     with pytest.raises(ValueError, match="stage"):
         Deviation("2026-12-07", "x", "", "w", "y", stage="later")
     with pytest.raises(ValueError, match="stage must be 'rule' or 'test', got 'later'"):

@@ -23,6 +23,15 @@ def test_plan_is_the_studies_configs_once_each():
     assert len(configs) == 12 + 12 + 24
 
 
+def test_a_design_without_notebook_06_plans_no_scaling_runs():
+    """The `pretrained` design runs notebooks 01, 02, 04 and 05: its plan is notebook 01's grid alone (3 GRPO lrs
+    and 1 ES alpha at 3 seeds), never 06's zoo-size cells."""
+    preset = get_preset("pretrained-smollm2")
+    configs = plan.training_plan(preset)
+    assert [config_hash(c) for c in configs] == [config_hash(c) for c in comparison.training_configs(preset).values()]
+    assert len(configs) == 12 and {c.model for c in configs} == {"smollm2-135m"}
+
+
 def test_expected_cost_counts_completions_and_grpo_twice():
     es = ESConfig(population_size=4, prompts_per_step=3, iterations=5)
     grpo = GRPOConfig(group_size=2, prompts_per_step=3, iterations=5)

@@ -43,7 +43,7 @@ STUDY_SPECS = ("comparison", "lemma", "prop1", "sequential", "sparsity", "forget
 def test_preset_names():
     assert set(PRESETS) == {"smoke", "tiny", "full", "paper-easy", "paper-hard", "powered", "tiny-exact",
                             "frontier-habit", "frontier-clean", "frontier-m", "frontier-multi", "paper-easy-3b",
-                            "paper-easy-7b"}
+                            "paper-easy-7b", "pretrained-smollm2"}
 
 
 def test_frontier_settings_run_the_registered_design():
@@ -196,7 +196,7 @@ def test_unknown_preset_name():
     with pytest.raises(ValueError, match=r"preset 'nope' is not one of \['frontier-clean', 'frontier-habit', "
                                          r"'frontier-m', 'frontier-multi', 'full', 'paper-easy', 'paper-easy-3b', "
                                          r"'paper-easy-7b', 'paper-hard', "
-                                         r"'powered', 'smoke', 'tiny', 'tiny-exact'\]"):
+                                         r"'powered', 'pretrained-smollm2', 'smoke', 'tiny', 'tiny-exact'\]"):
         get_preset("nope")
 
 
@@ -368,7 +368,7 @@ def test_presets_compare_field_by_field():
     assert {k: tiny["sequential"][k] for k in ("es_budget", "grpo_budget")} == {"es_budget": 150, "grpo_budget": 150}
 
 
-@pytest.mark.parametrize("name", ["smoke", "tiny", "full", "powered"])
+@pytest.mark.parametrize("name", ["smoke", "tiny", "full", "powered", "pretrained-smollm2"])
 def test_held_out_evaluations_fit_their_task_pools(name):
     """A preset asks no held-out task for more test problems than it has (powered once asked addition for 1000
     of its 960, and notebook 05 failed after two hours of other work)."""
@@ -376,5 +376,5 @@ def test_held_out_evaluations_fit_their_task_pools(name):
 
     preset = get_preset(name)
     n = preset.forgetting.eval.n_problems
-    for task in preset.heldout_tasks:
-        assert len(get_task(task).examples("test", n=n)) == n
+    for held in preset.heldout():
+        assert len(get_task(held.task, **held.kwargs).examples("test", n=n)) == n

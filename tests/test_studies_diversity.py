@@ -331,6 +331,22 @@ def test_finding_reproduced_when_every_check_holds():
                                                          "Lemma 3 identity"]
 
 
+def test_a_design_without_the_lemma_study_loads_nothing_and_says_so(monkeypatch):
+    """`lemma.sigmas = ()` (the `pretrained` design): no Lemma 1-2 run, and the finding's statuses are those of the
+    same Proposition 1 tables with the lemma cells (the lemmas are sanity lines only)."""
+    from esreason_lib.paper.studies.presets import get_preset
+
+    monkeypatch.setattr(div, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    cells, members = div.compute_lemmas(get_preset("pretrained-smollm2"))
+    assert cells.empty and members.empty
+    with_lemmas, without = div.finding(_tables()), div.finding(_tables(cells=pd.DataFrame()))
+    assert [t.status for t in without.tests] == [t.status for t in with_lemmas.tests] and without.checks == (
+        with_lemmas.checks)
+    assert div.LEMMAS_LEFT_OUT in without.sanity and not any(s.startswith("Taylor") for s in without.sanity)
+    assert [s for s in with_lemmas.sanity if not s.startswith(("Taylor", "P_pop", "JS_succ"))] == [
+        s for s in without.sanity if s != div.LEMMAS_LEFT_OUT]
+
+
 def test_finding_with_a_falling_pass_k_or_an_inverted_link():
     f = div.finding(_tables(probes=_probes(p_next=0.2)))
     assert f.tests[0].status == "not reproduced" and f.status == "not reproduced", f.sentence

@@ -25,7 +25,7 @@ from esreason_lib.paper.findings import redraw_keep
 from esreason_lib.paper.provenance import registered_late
 from esreason_lib.paper.records import read_record, stored_check, test_statuses
 from esreason_lib.paper.status import STATUSES
-from esreason_lib.paper.studies.presets import DESIGNS
+from esreason_lib.paper.studies.presets import DESIGN_NOTEBOOKS, DESIGNS
 from esreason_lib.paper.studies.registry import CLAIMS
 from esreason_lib.paths import CLAIMS_PATH, DEFAULT_PRESET, README_PATH, findings_dir
 from esreason_lib.store.bundle import reviewed_lines
@@ -168,10 +168,20 @@ def readme_table(home: str | Path | None = None) -> list[str]:
 # ------------------------------------------------------------------------------------ multi-setting designs
 
 
+NOT_IN_DESIGN = "not in this design"
+"""A design's cell for a claim whose notebook it does not run (`presets.DESIGN_NOTEBOOKS`)."""
+
+
+def in_design(design: str, finding_id: str) -> bool:
+    """Whether `design` runs the notebook of `finding_id` (every notebook unless `DESIGN_NOTEBOOKS` names some)."""
+    return design not in DESIGN_NOTEBOOKS or finding_id[:2] in DESIGN_NOTEBOOKS[design]
+
+
 def _design_records(design: str, home) -> list[dict]:
-    """Every record with tests of a claim (kind "claim") of `design`'s settings, claim by claim, setting by
-    setting."""
-    recs = [read_record(c.id, s, home) for c in CLAIMS if c.kind == "claim" for s in DESIGNS[design]]
+    """Every record with tests of a claim (kind "claim") that `design` runs (`in_design`), of its settings, claim
+    by claim, setting by setting."""
+    recs = [read_record(c.id, s, home) for c in CLAIMS if c.kind == "claim" and in_design(design, c.id)
+            for s in DESIGNS[design]]
     return [r for r in recs if r is not None and r.get("tests")]
 
 
@@ -230,6 +240,8 @@ def design_tally(design: str, finding_id: str, home: str | Path | None = None) -
     `finding_id` counted over `design`'s measurements (`measurements`, `_tally_cell`); "-" for the setup check."""
     if next(c.kind for c in CLAIMS if c.id == finding_id) != "claim":
         return "-"
+    if not in_design(design, finding_id):
+        return NOT_IN_DESIGN
     mine = [r for r in _design_records(design, home) if r["id"] == finding_id]
     return "; ".join(_tally_cell(measurements(mine, role)) for role in ("paper", "control"))
 
@@ -241,8 +253,9 @@ def tally_table(design: str, home: str | Path | None = None) -> list[str]:
     lines = [f"| claim | the paper's test ({COUNTED}, of Y measurements) | the control (the same) |", "|---|---|---|"]
     for c in (c for c in CLAIMS if c.kind == "claim"):
         mine = [r for r in recs if r["id"] == c.id]
-        lines.append(f"| {c.short} ({c.id[:2]}) | {_tally_cell(measurements(mine, 'paper'))} | "
-                     f"{_tally_cell(measurements(mine, 'control'))} |")
+        cells = ([_tally_cell(measurements(mine, role)) for role in ("paper", "control")] if in_design(design, c.id)
+                 else [NOT_IN_DESIGN] * 2)
+        lines.append(f"| {c.short} ({c.id[:2]}) | {cells[0]} | {cells[1]} |")
     return lines
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esreason_lib.paper.records import stored_check
+from esreason_lib.paper.records import DESIGN_OF, stored_check
 from esreason_lib.paper.status import STATUSES, combined_status, status_and_reason
 from esreason_lib.paper.studies.grids import GRID_RULE
 from esreason_lib.paper.studies.registry import declared
@@ -108,14 +108,21 @@ def co_primary_names(record: dict, test: dict) -> list[str]:
     return list(test.get("secondary", []))[:len(declared(record["id"], test["role"]).also)]
 
 
+REGISTERED_RULES = {"frontier": "registered"}
+"""The status rule (`status.RULES`) each design was registered with, where it is not the current one: the
+`frontier` design's (`DEVIATIONS`); a design registered later (`pretrained`) uses the current rule."""
+
+
 def recompute(record: dict) -> list[TestStatuses]:
-    """Each test of `record`, its status three ways, from its stored checks (module docstring)."""
+    """Each test of `record`, its status three ways, from its stored checks (module docstring); `registered` under
+    the rule its design was registered with (`REGISTERED_RULES`, else the current one)."""
+    rule = REGISTERED_RULES.get(DESIGN_OF.get(record["preset"]), "current")
     out = []
     for test in record.get("tests", []):
         primary = stored_check(record, test["primary"])
         also = [stored_check(record, n) for n in co_primary_names(record, test)]
         out.append(TestStatuses(record["preset"], record["id"], test["role"],
-                                status_and_reason(primary, "registered")[0], status_and_reason(primary)[0],
+                                status_and_reason(primary, rule)[0], status_and_reason(primary)[0],
                                 combined_status(status_and_reason(c)[0] for c in (primary, *also))))
     return out
 

@@ -19,15 +19,18 @@ import time
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.methods import trainer
-from esreason_lib.paper.studies.presets import Preset
+from esreason_lib.paper.studies.presets import Preset, preset_notebooks
 from esreason_lib.store.identity import config_hash
 
 
 def training_plan(preset: Preset) -> list[ESConfig | GRPOConfig]:
-    """Every distinct training config of notebooks 01 and 06 under `preset`, in the studies' order."""
+    """Every distinct training config of notebooks 01 and 06 under `preset`, in the studies' order (06's only when
+    the preset runs it: `presets.preset_notebooks`)."""
     from esreason_lib.paper.studies import comparison, scaling
 
-    configs = [*comparison.training_configs(preset).values(), *scaling.training_configs(preset).values()]
+    notebooks = preset_notebooks(preset.name)
+    configs = [*comparison.training_configs(preset).values(),
+               *(scaling.training_configs(preset).values() if notebooks is None or "06" in notebooks else ())]
     unique = {(type(c).__name__, config_hash(c)): c for c in configs}  # a config shared by two studies trains once
     return list(unique.values())
 

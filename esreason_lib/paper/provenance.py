@@ -29,7 +29,10 @@ from esreason_lib.store.bundle import IMPORTED
 from esreason_lib.store.runs import STORED_ONLY
 
 PREREGISTRATION_PATH = REPO_ROOT / "papers" / "preregistration.md"
-"""Where a multi-setting design is registered (`preregistration`), committed before any run of it."""
+"""Where the `frontier` design is registered (`preregistration`), committed before any run of it."""
+DESIGN_REGISTRATIONS = {"frontier": PREREGISTRATION_PATH,
+                        "pretrained": REPO_ROOT / "papers" / "preregistration-pretrained.md"}
+"""Where each design (`presets.DESIGNS`) is registered: its settings' records name that file's commit."""
 REGISTRATION = ("registered_commit", "registered_at", "registration_sha256")
 """A design record's registration fields: the commit that last changed the registration file, that commit's date
 (ISO 8601, UTC) and the file's sha256."""
@@ -119,9 +122,10 @@ def registration(path: str | Path = PREREGISTRATION_PATH) -> dict:
     return {"registered_commit": commit, "registered_at": when, "registration_sha256": digest}
 
 
-def carried(record: dict, stored: dict, *, registered: bool) -> dict:
+def carried(record: dict, stored: dict, *, registered: bool, registration_path: Path = PREREGISTRATION_PATH) -> dict:
     """The provenance fields of `record` (a finding just computed) given the `stored` record of it ({} when none):
-    its first-measured `time`, its imported mark and, with `registered`, its `registration` (module docstring).
+    its first-measured `time`, its imported mark and, with `registered`, the `registration` of the file at
+    `registration_path` (module docstring).
     `BundleMismatch` when, under `$ESREASON_STORED_ONLY`, an imported `stored` record differs from `record`."""
     computed, kept = finding_part(json.loads(json.dumps(record))), finding_part(stored)
     same = computed == kept
@@ -134,7 +138,7 @@ def carried(record: dict, stored: dict, *, registered: bool) -> dict:
     if same and stored.get(IMPORTED):
         out[IMPORTED] = stored[IMPORTED]
     if registered:
-        out.update(registration())
+        out.update(registration(registration_path))
     return out
 
 

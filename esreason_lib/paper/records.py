@@ -4,10 +4,10 @@ Each notebook ends by calling `record_finding(id, finding, preset=...)` with the
 computed (status, sentence, tests and checks; never typed by hand). Each preset's records are kept apart
 (`findings/` for tiny, `findings/<preset>/` for any other: `paths.findings_dir`), so a run at one preset never
 changes another's. A record keeps the time its result was first measured: a redraw that computes the same finding
-(`make figures`) leaves it byte-identical. A record of a setting of a multi-setting design names the commit that
-last changed its registration, with its date and sha256 (`provenance.registration`). Records are read as
-untrusted: a malformed one is skipped with a warning naming it (`read_record`). `paper.claims` renders them; this
-module only stores and reads.
+(`make figures`) leaves it byte-identical. A record of a setting of a design names the commit that last changed
+the design's registration (`provenance.DESIGN_REGISTRATIONS`), with its date and sha256 (`provenance.registration`).
+Records are read as untrusted: a malformed one is skipped with a warning naming it (`read_record`).
+`paper.claims` renders them; this module only stores and reads.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ import json
 from pathlib import Path
 
 from esreason_lib.paper.findings import Check, Finding
-from esreason_lib.paper.provenance import carried
+from esreason_lib.paper.provenance import DESIGN_REGISTRATIONS, carried
 from esreason_lib.paper.status import STATUSES
 from esreason_lib.paper.studies.presets import DESIGNS
 from esreason_lib.paper.studies.registry import claim
 from esreason_lib.paths import findings_dir
 from esreason_lib.store.integrity import atomic_write_bytes, read_json, warn_store
 
-DESIGN_SETTINGS = tuple(s for settings in DESIGNS.values() for s in settings)
-"""The presets that are settings of a multi-setting design (their records name their registration commit)."""
+DESIGN_OF = {s: design for design, settings in DESIGNS.items() for s in settings}
+"""{setting: the design it belongs to} for every setting of `presets.DESIGNS`."""
+DESIGN_SETTINGS = tuple(DESIGN_OF)
+"""The presets that are settings of a design (their records name their registration commit)."""
 
 
 def records_dir(preset: str | None = None, home: str | Path | None = None) -> Path:
@@ -83,6 +85,8 @@ def record_finding(finding_id: str, finding: Finding, *, preset: str, home: str 
         raise TypeError(f"finding must be a findings.Finding (a study's `finding(...)`), got {type(finding).__name__}")
     path = record_path(finding_id, preset, home)
     record = {"id": finding_id, **finding.to_json(), "preset": preset}
-    record.update(carried(record, read_record(finding_id, preset, home) or {}, registered=preset in DESIGN_SETTINGS))
+    registered = preset in DESIGN_SETTINGS
+    record.update(carried(record, read_record(finding_id, preset, home) or {}, registered=registered,
+                          **({"registration_path": DESIGN_REGISTRATIONS[DESIGN_OF[preset]]} if registered else {})))
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())  # fsynced: a full disk leaves the last record
     return path

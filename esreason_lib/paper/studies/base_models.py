@@ -19,6 +19,7 @@ from esreason_lib.models.load import load_model
 from esreason_lib.models.zoo import num_parameters
 from esreason_lib.paper.findings import Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref
+from esreason_lib.paper.studies.preset_spec import HeldoutTask
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.training.inputs import resolve_device
@@ -50,9 +51,10 @@ def compute(preset: Preset, *, models: list[str] | None = None, home=None,
         model, _ = load_model(name, device=device, home=home, progress=progress)
         params = num_parameters(model)
         del model
-        for task in (preset.task, *preset.heldout_tasks):
-            kwargs = preset.test_task_kwargs() if task == preset.task else {}
-            result = evaluate_ref(name, task, kwargs, preset.eval, device=device, home=home, progress=progress)
+        for held in (HeldoutTask(preset.task, preset.task, preset.test_task_kwargs()), *preset.heldout()):
+            task = held.label
+            result = evaluate_ref(name, held.task, held.kwargs, preset.eval, device=device, home=home,
+                                  progress=progress)
             curves.append(result.curve.assign(model=name, task=task))
             table, curve = result.table, result.curve.set_index("k")["pass_at_k"]
             rows.append({"model": name, "task": task, "role": roles.get(name, "scaling"), "params": params,

@@ -56,7 +56,11 @@ def lemma1_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`lemma_cells` on the preset's base model and held-out prompts; cached as a `diversity-lemmas` run."""
+    """`lemma_cells` on the preset's base model and held-out prompts; cached as a `diversity-lemmas` run. A preset
+    without sigmas (`lemma.sigmas = ()`: a design that leaves the Lemma 1-2 study out) gets two empty tables and
+    loads nothing."""
+    if not preset.lemma.sigmas:
+        return pd.DataFrame(), pd.DataFrame()
     config = {"model": preset.base_model, "task": preset.task, "task_kwargs": dict(preset.task_kwargs),
               "sigmas": list(preset.lemma.sigmas), "population": preset.lemma.population,
               "repeats": preset.lemma.repeats, "prompts": preset.lemma.prompts,
@@ -189,6 +193,23 @@ def lemma_checks(cells: pd.DataFrame, n_boot: int = 2000) -> list:
     return checks
 
 
+LEMMAS_LEFT_OUT = "Lemmas 1-2 are not in this design (`lemma.sigmas` is empty): no Taylor-limit or inequality line"
+"""The sanity line of a design that leaves the Lemma 1-2 study out."""
+
+
+def lemma_sanity(cells: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The Lemma 1-2 sanity lines of the finding (never evidence): the Taylor limits, then the inequalities;
+    ([`LEMMAS_LEFT_OUT`], []) for empty `cells`."""
+    if cells.empty:
+        return [LEMMAS_LEFT_OUT], []
+    res = lemma2_resolved(cells)
+    return [f"Taylor limit, cannot fail: {c.describe()}" for c in lemma_checks(cells)], [
+            f"P_pop >= P_same (AM-GM) in {(cells['p_pop'] >= cells['p_same'] - 1e-12).sum()}/{len(cells)} cells",
+            f"JS_succ >= 0 (Jensen) in {(cells['js_succ'] >= -1e-12).sum()}/{len(cells)} cells",
+            f"JS_succ <= JS_pol (data processing) in {(cells['js_succ'] <= cells['js_pol'])[res].sum()}/"
+            f"{res.sum()} resolved cells"]
+
+
 DELTAS = {"delta_change": 3e-4, "delta_condition": 3e-4, "delta_link": 0.1}
 """`Prop1Spec`'s smallest effects of interest (the presets' values), used when the tables carry none."""
 
@@ -233,20 +254,15 @@ def finding(tables: dict[str, pd.DataFrame]) -> Finding:
     deltas = tables["deltas"].iloc[0].to_dict() if "deltas" in tables else None
     ks = sorted(prop1["k"].unique())
     change, link = prop1_checks(probes, ks, deltas)
-    s1, res = prop1_summary(prop1), lemma2_resolved(cells)
+    s1, (taylor, inequalities) = prop1_summary(prop1), lemma_sanity(cells)
     held = ", ".join(f"K={r.k}: {r.condition} of {r.iterations}" for r in s1.itertuples())
     bound = [effect_check(f"Prop 1 K={k}: fresh J_K(theta+) - bound", prop1_slack(probes, k)) for k in ks]
     condition = [effect_check(f"Prop 1 K={k}: J_K(w) - J_K(theta) - K sqrt(eps/2)", condition_slack(probes, k))
                  for k in ks]
     sanity = (f"Proposition 1's sufficient condition (pooled over probes) held in {held} iterations x seeds; "
               "a sufficient condition that does not hold contradicts nothing",
-              *(f"condition margin, reported: {c.describe()}" for c in condition),
-              *(f"Taylor limit, cannot fail: {c.describe()}" for c in lemma_checks(cells)),
-              *(f"Pinsker, holds for any update: {c.describe()}" for c in bound),
-              f"P_pop >= P_same (AM-GM) in {(cells['p_pop'] >= cells['p_same'] - 1e-12).sum()}/{len(cells)} cells",
-              f"JS_succ >= 0 (Jensen) in {(cells['js_succ'] >= -1e-12).sum()}/{len(cells)} cells",
-              f"JS_succ <= JS_pol (data processing) in {(cells['js_succ'] <= cells['js_pol'])[res].sum()}/"
-              f"{res.sum()} resolved cells",
+              *(f"condition margin, reported: {c.describe()}" for c in condition), *taylor,
+              *(f"Pinsker, holds for any update: {c.describe()}" for c in bound), *inequalities,
               f"Lemma 3 identity (algebra): max error {prop1['lemma3_err'].max():.1e}")
     return make_finding(f"Along ES's first {int(prop1['iteration'].max())} iterations; Proposition 1's condition "
                         f"held in {held} iterations x seeds (reported, never evidence)", (), sanity=sanity,

@@ -36,6 +36,7 @@ from esreason_lib.models.zoo import ZOO, get_spec
 from esreason_lib.paper.analysis import per_problem_pass, seed_by_problem
 from esreason_lib.paper.findings import Check, Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import evaluate_ref, model_ref
+from esreason_lib.paper.studies.preset_spec import HeldoutTask
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
 from esreason_lib.seeding import derive_seed
@@ -49,16 +50,17 @@ LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretrai
 
 def heldout_problems(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
                      progress: bool = True) -> pd.DataFrame:
-    """One row per (method, seed, task, problem): pass@1, pass@K and K (largest ks) on each held-out task under
-    `preset.forgetting.eval`; `refs` maps (method, seed) to a model reference, and the base is added as method
-    "base", seed -1."""
+    """One row per (method, seed, task, problem): pass@1, pass@K and K (largest ks) on each held-out task
+    (`Preset.heldout`: `task` is its label) under `preset.forgetting.eval`; `refs` maps (method, seed) to a model
+    reference, and the base is added as method "base", seed -1."""
     spec = preset.forgetting.eval
     frames = []
     for (method, seed), ref in {("base", -1): preset.base_model, **refs}.items():
-        for task in preset.heldout_tasks:
-            result = evaluate_ref(ref, task, {}, spec, device=resolve_device(preset.device), home=home,
+        for held in preset.heldout():
+            result = evaluate_ref(ref, held.task, held.kwargs, spec, device=resolve_device(preset.device), home=home,
                                   progress=progress)
-            frames.append(per_problem_pass(result.table, max(spec.ks)).assign(method=method, seed=seed, task=task))
+            frames.append(per_problem_pass(result.table, max(spec.ks)).assign(method=method, seed=seed,
+                                                                              task=held.label))
     return pd.concat(frames, ignore_index=True)[["method", "seed", "task", "problem_id", "pass@1", "pass@K", "K"]]
 
 
@@ -171,9 +173,8 @@ def model_stats(preset: Preset, ref: str, *, home=None) -> pd.DataFrame:
             for scope, value in lm_loss_by_family(model, tokenizer, records).items():
                 rows.append({"quantity": "lm_loss", "scope": scope, "value": value})
         base = model if ref == preset.base_model else load_model(preset.base_model, device=device, home=home)[0]
-        for task_name in (preset.task, *preset.heldout_tasks):
-            kwargs = preset.test_task_kwargs() if task_name == preset.task else {}
-            task = get_task(task_name, **dict(kwargs))
+        for held in (HeldoutTask(preset.task, preset.task, preset.test_task_kwargs()), *preset.heldout()):
+            task_name, task = held.label, get_task(held.task, **held.kwargs)
             prompts = [task.prompt(ex, tokenizer)
                        for ex in task.examples("test", n=preset.forgetting.kl_prompts,
                                                seed=derive_seed(0, "kl") % 2**31)]

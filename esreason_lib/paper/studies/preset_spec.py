@@ -24,6 +24,27 @@ from esreason_lib.paper.studies.specs import (
 
 
 @dataclass(frozen=True)
+class HeldoutTask:
+    """A held-out task with keyword arguments of its own (a `Preset.heldout_tasks` entry beside plain task names):
+    e.g. the training task's own family at another size, which needs a label of its own in the tables."""
+
+    label: str
+    """How it shows in tables and figures (the `task` column of notebooks 00 and 05, a KL scope): distinct from the
+    other held-out tasks' labels (and, to read apart in notebook 05's KL table, from the preset's task)."""
+    task: str
+    """The task's registered name (`esreason_lib.tasks.get_task`)."""
+    kwargs: dict[str, Any]
+    """Keyword arguments of the task."""
+
+    def __post_init__(self):
+        for name in ("label", "task"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"HeldoutTask.{name} must be a non-empty str, got {getattr(self, name)!r}")
+        if not isinstance(self.kwargs, dict):
+            raise ValueError(f"HeldoutTask.kwargs must be a dict, got {self.kwargs!r}")
+
+
+@dataclass(frozen=True)
 class Preset:
     """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 
@@ -37,8 +58,9 @@ class Preset:
     """Training and evaluation task (`esreason_lib.tasks.get_task`)."""
     task_kwargs: dict[str, Any]
     """Keyword arguments of the task."""
-    heldout_tasks: tuple[str, ...]
-    """Tasks the training never sees (base models and forgetting studies)."""
+    heldout_tasks: tuple[str | HeldoutTask, ...]
+    """Tasks the training never sees (base models and forgetting studies): a task name (its default arguments) or a
+    `HeldoutTask` (a label, a name and arguments); read them through `heldout()`."""
     es: ESConfig
     """ES hyperparameters (its `model` and `task` fields are set from this preset)."""
     grpo: GRPOConfig
@@ -78,6 +100,9 @@ class Preset:
                              "whole test split is evaluated, so no held-out problems are left to choose on)")
         if not all(t > 0 for t in self.sparsity.taus):
             raise ValueError(f"Preset.sparsity.taus must all be > 0, got {self.sparsity.taus!r}")
+        labels = [h.label for h in self.heldout()]
+        if len(set(labels)) < len(labels):
+            raise ValueError(f"Preset.heldout_tasks must have distinct labels, got {labels!r}")
         for name, cfg in (("es", self.es), ("grpo", self.grpo)):
             if cfg.model != self.base_model or cfg.task != self.task:
                 raise ValueError(f"Preset.{name} must use the preset's base_model and task "
@@ -89,6 +114,16 @@ class Preset:
         from esreason_lib.models.zoo import is_zoo_name
 
         return sorted({m for m in (self.base_model, self.control_model) if is_zoo_name(m)})
+
+    def heldout(self) -> tuple[HeldoutTask, ...]:
+        """`heldout_tasks` as `HeldoutTask`s (a plain name is its own label, with no arguments); ValueError naming an
+        entry that is neither."""
+        out = []
+        for entry in self.heldout_tasks:
+            if not isinstance(entry, (str, HeldoutTask)):
+                raise ValueError(f"Preset.heldout_tasks entries must be task names or HeldoutTask, got {entry!r}")
+            out.append(HeldoutTask(entry, entry, {}) if isinstance(entry, str) else entry)
+        return tuple(out)
 
     def test_task_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `task` for its held-out (test-split) problems: `eval_task_kwargs` when set."""

@@ -17,6 +17,8 @@ overrides (`DERIVATIONS`: name -> (base, overrides)), so what `get_preset(name)`
   snapshots every 10 iterations, K = 16 and 32 at T = 0.6 everywhere, every free test problem), on the default base,
   the clean base, the larger base and a task whose problems have several correct answers; on tiny's fast paths
   (`_FAST_PATHS`). `make reproduce-design` runs all four (3 h 6 min here, `docs/speed.md`).
+- `pretrained-smollm2`: the setting of the `pretrained` design (`DESIGNS["pretrained"]`): `tiny-design` with
+  `pretrained_design.PRETRAINED_OVERRIDES` (SmolLM2-135M-Instruct on two-term arithmetic; notebooks 01, 02, 04, 05).
 - `tiny-exact`: `tiny-design` with `_EXACT_OVERRIDES`: the same design computed with the model's own modules and the
   bit-exact batched ES backend.
 - `paper-easy`: Qwen2.5-1.5B-Instruct on GSM8K with the paper's ES and GRPO hyperparameters and the artifact's grading
@@ -47,6 +49,7 @@ from typing import Any
 from esreason_lib.evaluation import EvalSpec
 from esreason_lib.paper.splits import COUNTDOWN, NONE, SMOKE, Splits
 from esreason_lib.paper.studies.preset_spec import Preset, build_preset, with_overrides
+from esreason_lib.paper.studies.pretrained_design import PRETRAINED_NOTEBOOKS, PRETRAINED_SETTINGS
 from esreason_lib.paper.studies.specs import (
     ComparisonSpec,
     ForgettingSpec,
@@ -286,8 +289,11 @@ FRONTIER_SETTINGS: dict[str, dict[str, Any]] = {
 """The settings of the `frontier` design: the default base (its designed 40% habit), the clean base, the larger
 base, and Countdown restricted to problems with at least 2 distinct correct expressions (coverage can then mean
 more than "solved once")."""
-DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS)}
-"""Multi-setting designs: name -> its settings (presets whose records live apart, `paper.records.DESIGN_SETTINGS`)."""
+DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS), "pretrained": tuple(PRETRAINED_SETTINGS)}
+"""Designs: name -> its settings (presets whose records live apart, `paper.records.DESIGN_SETTINGS`)."""
+DESIGN_NOTEBOOKS: dict[str, tuple[str, ...]] = {"pretrained": PRETRAINED_NOTEBOOKS}
+"""The designs that run only some notebooks: name -> the two-digit numbers of those it runs (`preset_notebooks`);
+a design not named runs every notebook."""
 
 PAPER_SIZES: dict[str, str] = {"paper-easy-3b": "Qwen/Qwen2.5-3B-Instruct", "paper-easy-7b": "Qwen/Qwen2.5-7B-Instruct"}
 """paper-easy at the paper's 3B and 7B rows: the same design, ES and GRPO hyperparameters (the paper's, as
@@ -318,6 +324,7 @@ DERIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny-exact": ("tiny-design", _EXACT_OVERRIDES),
     **{name: ("tiny-design", {**_FRONTIER_OVERRIDES, **changes, **_FAST_PATHS})
        for name, changes in FRONTIER_SETTINGS.items()},
+    **{name: ("tiny-design", changes) for name, changes in PRETRAINED_SETTINGS.items()},
 }
 """Every registered preset: name -> (the base in `_BASES` it starts from, the dotted-key overrides applied to it in
 their order)."""
@@ -337,6 +344,13 @@ def get_preset(name: str, **overrides) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"preset {name!r} is not one of {sorted(PRESETS)}")
     return with_overrides(PRESETS[name], overrides, f"preset {name!r}")
+
+
+def preset_notebooks(name: str) -> tuple[str, ...] | None:
+    """The two-digit numbers of the notebooks preset `name` runs when it is a setting of a design that runs only
+    some (`DESIGN_NOTEBOOKS`), else None (every notebook)."""
+    return next((DESIGN_NOTEBOOKS[d] for d, settings in DESIGNS.items() if name in settings and d in DESIGN_NOTEBOOKS),
+                None)
 
 
 SMOKE_PRESETS = ("smoke",)

@@ -1,0 +1,68 @@
+"""The `pretrained` design (issue 43 part B): SmolLM2-135M-Instruct (`smollm2-135m`, docs/pretrained.md) on
+two-term two-digit arithmetic it half-knows, one setting (`pretrained-smollm2`), registered in
+papers/preregistration-pretrained.md.
+
+`PRETRAINED_OVERRIDES` is the one place its numbers are written: `presets.DERIVATIONS` derives the setting from
+`tiny-design` with it and nothing else, so retuning a size is one edit here. The design runs notebooks 01, 02, 04
+and 05 (`PRETRAINED_NOTEBOOKS`); 00, 03 and 06 are out of it (the registration says why), and notebook 02 runs
+Proposition 1 over the whole run without the Lemma 1-2 populations (`lemma.sigmas = ()`: a sanity study, never
+evidence, whose population of perturbed 135M models does not fit the budget).
+
+Problems: the training task's held-out pool (`multistep` 2 x 2 digits, short replies, 20% of expressions held
+out) holds 2,449 distinct problems in its seed-0 order (`PRETRAINED_SPLITS`): notebook 01 tests on [0, 200) and
+chooses each method's step size on the next 100 ([200, 300), `comparison.selection_problems`), never on a test
+problem; [300, 500) is the tuning split (where a pilot may tune), the rest is test. The held-out task of notebook
+05 (`HELDOUT`) is the same family at three one-digit terms, half of its expressions held out (1,051 problems).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from esreason_lib.evaluation import EvalSpec
+from esreason_lib.paper.splits import Splits
+from esreason_lib.paper.studies.preset_spec import HeldoutTask
+
+PRETRAINED_TASK_KWARGS: dict[str, Any] = {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
+"""The training task's arguments (`tasks.multistep`): "What is 18 + 93? Reply with just the number."."""
+PRETRAINED_POOL = 2449
+"""Distinct test problems of `multistep` at `PRETRAINED_TASK_KWARGS` (the seed-0 draw exhausts there)."""
+PRETRAINED_SPLITS = Splits(seed=0, pool=PRETRAINED_POOL, selection=(200, 300), tuning=(300, 500))
+"""Test [0, 200) (notebooks 01 and 04) and [500, 2449); selection [200, 300) (notebook 01's step sizes); tuning
+[300, 500)."""
+HELDOUT = HeldoutTask("multistep-3x1", "multistep", {"terms": 3, "digits": 1, "style": "short",
+                                                     "test_fraction": 0.5})
+"""Notebook 05's held-out task: three one-digit terms ("What is 3 + 1 - 4? ..."), 1,051 test problems."""
+PRETRAINED_EVAL = EvalSpec(n_problems=200, n_samples=32, ks=(1, 2, 4, 8, 16), temperature=0.6, greedy=False,
+                           max_new_tokens=64, forward="native", share_prefixes=True, sampler="inverse-cdf")
+"""Every evaluation of the design (notebooks 01, 04 and 05): 32 samples per problem at the paper's T = 0.6,
+K <= 16 = n / 2, replies of up to 64 tokens, on the native forward with shared prefixes."""
+PRETRAINED_NOTEBOOKS = ("01", "02", "04", "05")
+"""The notebooks the design runs (`presets.DESIGN_NOTEBOOKS`)."""
+
+PRETRAINED_OVERRIDES: dict[str, Any] = {
+    "base_model": "smollm2-135m", "control_model": None, "task": "multistep", "task_kwargs": PRETRAINED_TASK_KWARGS,
+    "heldout_tasks": (HELDOUT,), "seeds": (0, 1, 2), "splits": PRETRAINED_SPLITS,
+    # ES: greedy answers of 8 members on 16 prompts per iteration, on the fused float32 forward
+    "es.population_size": 8, "es.sigma": 1e-3, "es.alpha": 1e-3, "es.iterations": 30, "es.prompts_per_step": 16,
+    "es.greedy": True, "es.max_new_tokens": 64, "es.backend": "fast", "es.checkpoint_every": 5,
+    "es.snapshot_every": 10,
+    # GRPO: 8 prompts x 8 completions at T = 1, no KL, on the native forward with shared prefixes
+    "grpo.group_size": 8, "grpo.prompts_per_step": 8, "grpo.iterations": 30, "grpo.lr": 3e-5, "grpo.beta": 0.0,
+    "grpo.clip_eps": 0.2, "grpo.temperature": 1.0, "grpo.max_new_tokens": 64, "grpo.forward": "native",
+    "grpo.share_prefixes": True, "grpo.shared_prompts": True, "grpo.sampler": "inverse-cdf",
+    "grpo.checkpoint_every": 5, "grpo.snapshot_every": 10,
+    # notebook 01: a GRPO lr grid around the preset's 3e-5, ES at its one alpha; GRPO's path for the matching
+    "comparison.grpo_lrs": (1e-5, 3e-5, 1e-4), "comparison.es_alphas": (1e-3,), "comparison.selection_problems": 100,
+    "comparison.path_methods": ("grpo",),
+    "eval": PRETRAINED_EVAL, "sparsity.eval": PRETRAINED_EVAL, "forgetting.eval": PRETRAINED_EVAL,
+    # notebook 02: Proposition 1 over the whole run, the diversity link on independent samples; no Lemma 1-2 study
+    "prop1.iterations": 30, "prop1.probe_prompts": 64, "prop1.independent_link": True, "lemma.sigmas": (),
+    # deltas by `registry.DELTA_RULE` clause B, as the frontier's: Pass@1 0.01, Pass@K 0.02, entropy 0.02 nats,
+    # correlation 0.1; Pass@K rising 0.02 over the 30 followed iterations
+    "comparison.delta_pass1": 0.01, "comparison.delta_passk": 0.02, "comparison.delta_entropy": 0.02,
+    "prop1.delta_change": 0.02 / 30, "prop1.delta_link": 0.1,
+}
+"""`pretrained-smollm2` = `tiny-design` with these dotted-key overrides (the design's every number)."""
+PRETRAINED_SETTINGS: dict[str, dict[str, Any]] = {"pretrained-smollm2": PRETRAINED_OVERRIDES}
+"""The settings of the `pretrained` design: one."""

@@ -1,0 +1,212 @@
+"""The `pretrained` design (issue 43 part B): its one setting's values, its problem splits, held-out tasks with
+arguments of their own (`HeldoutTask`), and the notebooks it runs. The 01 comparison path on a stand-in base:
+tests/test_pretrained_design_run.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from esreason_lib.paper.studies import base_models, forgetting
+from esreason_lib.paper.studies.preset_spec import HeldoutTask
+from esreason_lib.paper.studies.presets import DESIGNS, PRESETS, get_preset, preset_notebooks
+from esreason_lib.paper.studies.pretrained_design import HELDOUT, PRETRAINED_OVERRIDES, PRETRAINED_SPLITS
+from esreason_lib.tasks import get_task
+
+NAME = "pretrained-smollm2"
+
+
+def test_the_design_is_one_setting_derived_from_tiny_design_by_one_table():
+    from esreason_lib.paper.studies.presets import DERIVATIONS
+
+    assert DESIGNS["pretrained"] == (NAME,)
+    assert DERIVATIONS[NAME] == ("tiny-design", PRETRAINED_OVERRIDES)
+    assert get_preset(NAME) is PRESETS[NAME]
+
+
+def test_the_setting_holds_the_briefed_values():
+    p = get_preset(NAME)
+    assert (p.base_model, p.control_model, p.task) == ("smollm2-135m", None, "multistep")
+    assert p.task_kwargs == {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
+    assert p.zoo_bases() == ["smollm2-135m"] and p.seeds == (0, 1, 2)
+    es = p.es
+    assert (es.population_size, es.sigma, es.alpha, es.iterations, es.prompts_per_step) == (8, 1e-3, 1e-3, 30, 16)
+    assert (es.greedy, es.max_new_tokens, es.backend, es.checkpoint_every, es.snapshot_every) == (
+        True, 64, "fast", 5, 10)
+    g = p.grpo
+    assert (g.group_size, g.prompts_per_step, g.iterations, g.lr, g.beta, g.clip_eps, g.temperature) == (
+        8, 8, 30, 3e-5, 0.0, 0.2, 1.0)
+    assert (g.max_new_tokens, g.forward, g.share_prefixes, g.shared_prompts, g.sampler) == (
+        64, "native", True, True, "inverse-cdf")
+    assert (g.checkpoint_every, g.snapshot_every) == (5, 10)
+    assert p.comparison.grpo_lrs == (1e-5, 3e-5, 1e-4) and p.comparison.es_alphas == (1e-3,)
+    assert p.comparison.grpo_lrs[0] < p.grpo.lr < p.comparison.grpo_lrs[-1]  # the preset's lr inside its grid
+    for spec in (p.eval, p.sparsity.eval, p.forgetting.eval):
+        assert (spec.n_problems, spec.n_samples, spec.ks, spec.temperature, spec.greedy) == (
+            200, 32, (1, 2, 4, 8, 16), 0.6, False)
+        assert (spec.max_new_tokens, spec.forward, spec.share_prefixes, spec.sampler) == (
+            64, "native", True, "inverse-cdf")
+    # deltas by rule B, as the frontier's; Proposition 1 over the whole run on independent samples
+    frontier = get_preset("frontier-habit")
+    for field in ("delta_pass1", "delta_passk", "delta_entropy"):
+        assert getattr(p.comparison, field) == getattr(frontier.comparison, field)
+    assert (p.prop1.delta_change, p.prop1.delta_link) == (frontier.prop1.delta_change, frontier.prop1.delta_link)
+    assert p.prop1.independent_link and p.prop1.iterations == p.es.iterations and p.lemma.sigmas == ()
+
+
+def test_selection_problems_are_never_test_problems():
+    """Notebook 01 tests on the first `eval.n_problems` of the pool and chooses step sizes on the next
+    `selection_problems` (`comparison.evaluation_spec`): the splits name exactly those, inside the task's pool."""
+    p = get_preset(NAME)
+    assert p.splits == PRETRAINED_SPLITS
+    n, extra = p.eval.n_problems, p.comparison.selection_problems
+    assert p.splits.indices("test", n).tolist() == list(range(n))
+    assert p.splits.indices("selection").tolist() == list(range(n, n + extra))
+    assert p.sparsity.eval.n_problems <= n and p.prop1.probe_prompts <= n  # both read test problems only
+    pool = get_task(p.task, **p.test_task_kwargs()).examples("test", n=p.splits.pool, seed=p.splits.seed)
+    assert len(pool) == p.splits.pool
+    with pytest.raises(ValueError, match="found only 2449"):  # the pool is the whole held-out draw
+        get_task(p.task, **p.test_task_kwargs()).examples("test", n=p.splits.pool + 1, seed=p.splits.seed)
+
+
+def test_the_held_out_task_has_its_own_arguments_and_pool():
+    p = get_preset(NAME)
+    assert p.heldout_tasks == (HELDOUT,) and p.heldout() == (HELDOUT,)
+    assert HELDOUT.task == "multistep" and HELDOUT.label != p.task
+    assert HELDOUT.kwargs == {"terms": 3, "digits": 1, "style": "short", "test_fraction": 0.5}
+    task = get_task(HELDOUT.task, **HELDOUT.kwargs)
+    problems = task.examples("test", n=p.forgetting.eval.n_problems)
+    assert len(problems) == p.forgetting.eval.n_problems and problems[0]["expression"].count(" ") == 4
+
+
+def test_plain_names_read_as_held_out_tasks_without_arguments():
+    smoke = get_preset("smoke")
+    assert smoke.heldout() == (HeldoutTask("addition", "addition", {}), HeldoutTask("sorting", "sorting", {}))
+
+
+@pytest.mark.parametrize("entries, pattern", [
+    (("addition", HeldoutTask("addition", "addition", {"digits": 1})), r"distinct labels, got \['addition', 'addi"),
+    ((("addition", {"digits": 1}),), r"entries must be task names or HeldoutTask, got \('addition'"),
+])
+def test_bad_held_out_entries_are_named(entries, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        get_preset("smoke", heldout_tasks=entries)
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(label="", task="addition", kwargs={}), r"HeldoutTask\.label must be a non-empty str, got ''"),
+    (dict(label="a", task=3, kwargs={}), r"HeldoutTask\.task must be a non-empty str, got 3"),
+    (dict(label="a", task="addition", kwargs=[("digits", 1)]), r"HeldoutTask\.kwargs must be a dict"),
+])
+def test_held_out_task_fields_are_checked(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        HeldoutTask(**kwargs)
+
+
+ONE_DIGIT = HeldoutTask("addition-1", "addition", {"digits": 1})
+
+
+def _recording_evaluate(calls):
+    def evaluate_ref(ref, task, task_kwargs, spec, *, device, home, progress):
+        calls.append((ref, task, dict(task_kwargs)))
+        table = pd.DataFrame({"problem_id": ["p0", "p1"], "n": spec.n_samples, "c": [0, 1], "greedy_correct": 0,
+                              "distinct_correct": 0})
+        curve = pd.DataFrame({"k": list(spec.ks), "pass_at_k": 0.5})
+        return SimpleNamespace(table=table, curve=curve)
+    return evaluate_ref
+
+
+def test_forgetting_evaluates_each_held_out_task_with_its_arguments_under_its_label(monkeypatch, tmp_path):
+    preset = get_preset("smoke", heldout_tasks=("sorting", ONE_DIGIT))
+    calls = []
+    monkeypatch.setattr(forgetting, "evaluate_ref", _recording_evaluate(calls))
+    problems = forgetting.heldout_problems(preset, {("es", 0): "dir/es"}, home=tmp_path, progress=False)
+    assert calls == [(r, t, k) for r in ("smoke", "dir/es")
+                     for t, k in (("sorting", {}), ("addition", {"digits": 1}))]
+    assert list(dict.fromkeys(problems["task"])) == ["sorting", "addition-1"]
+
+
+def test_forgetting_kl_prompts_come_from_the_held_out_task_with_its_arguments(monkeypatch, tmp_path):
+    preset = get_preset("smoke", heldout_tasks=(ONE_DIGIT,), **{"forgetting.kl_prompts": 2})
+    made = []
+    real = forgetting.get_task
+
+    def get_task_recorded(name, **kwargs):
+        made.append((name, kwargs))
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(forgetting, "get_task", get_task_recorded)
+    monkeypatch.setattr(forgetting, "load_model", lambda ref, **kw: (object(), None))
+    monkeypatch.setattr(forgetting, "heldout_lm_records", lambda base, n: None)
+    monkeypatch.setattr(forgetting, "cached", lambda kind, config, names, compute, **kw: compute())
+    stats = forgetting.model_stats(preset, preset.base_model, home=tmp_path)  # the base: KL 0, never sampled
+    assert made == [("countdown", {}), ("addition", {"digits": 1})]
+    assert stats[stats["quantity"] == "kl"]["scope"].tolist() == ["countdown", "addition-1"]
+
+
+def test_base_models_evaluate_held_out_tasks_with_their_arguments(monkeypatch, tmp_path):
+    preset = get_preset("smoke", heldout_tasks=(ONE_DIGIT,))
+    calls = []
+    monkeypatch.setattr(base_models, "evaluate_ref", _recording_evaluate(calls))
+    monkeypatch.setattr(base_models, "load_model", lambda name, **kw: (SimpleNamespace(), None))
+    monkeypatch.setattr(base_models, "num_parameters", lambda model: 1)
+    tables = base_models.compute(preset, models=["smoke"], home=tmp_path, progress=False)
+    assert calls == [("smoke", "countdown", {}), ("smoke", "addition", {"digits": 1})]
+    assert tables["summary"]["task"].tolist() == ["countdown", "addition-1"]
+
+
+def test_the_design_declares_its_notebooks():
+    assert preset_notebooks(NAME) == ("01", "02", "04", "05")
+    assert all(preset_notebooks(s) is None for s in ("tiny", "smoke", *DESIGNS["frontier"]))
+
+
+def test_the_makefile_runs_each_setting_s_declared_notebooks_and_installs_its_base():
+    """`make computed PRESET=<setting>` executes exactly the notebooks `DESIGN_NOTEBOOKS` declares (read from the
+    Makefile's expanded `EXECUTED`), other presets every notebook; the base's target installs the extra first."""
+    import subprocess
+
+    from esreason_lib.paper.studies.presets import DESIGN_NOTEBOOKS
+    from esreason_lib.paths import REPO_ROOT
+
+    def executed(preset: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-p", f"PRESET={preset}", "-f", "Makefile", "clean"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=60).stdout
+        line = next(x for x in out.splitlines() if x.startswith("EXECUTED := "))
+        return sorted(p.rsplit("/", 1)[1][:2] for p in line.split(":=", 1)[1].split())
+
+    every = sorted(p.name[:2] for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    for design, settings in DESIGNS.items():
+        for setting in settings:
+            assert executed(setting) == sorted(DESIGN_NOTEBOOKS.get(design, every)), setting
+    assert executed("tiny") == every
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "pretrain-smollm2-135m: $(VENV)/.pretrained" in makefile and get_preset(NAME).zoo_bases() == [
+        "smollm2-135m"]
+
+
+def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeypatch):
+    """The `pretrained` design's records name its own registration file; its tally reads "not in this design" for
+    notebooks 03 and 06, "not run" for a notebook it runs but has not run yet; a stray 03 record is not counted."""
+    from test_claims import _two_tests
+
+    from esreason_lib.paper import claims, provenance, records
+
+    asked = []
+    monkeypatch.setattr(provenance, "registration", lambda path=None: asked.append(path) or {
+        "registered_commit": "a" * 40, "registered_at": "2030-01-01T00:00:00+00:00", "registration_sha256": "0" * 64})
+    home = tmp_path / "runs"
+    for finding_id in ("01_passk_es_vs_grpo", "03_sequential"):
+        records.record_finding(finding_id, _two_tests("reproduced", "not resolved"), preset=NAME, home=home)
+    assert asked == [provenance.DESIGN_REGISTRATIONS["pretrained"]] * 2
+    assert asked[0].name == "preregistration-pretrained.md"
+    text = claims.render_design("pretrained", home)
+    assert "| `01_passk_es_vs_grpo` | `pretrained-smollm2` | reproduced | not resolved |" in text
+    assert "`03_sequential`" not in text
+    assert "(03) | not in this design | not in this design |" in text
+    assert "(06) | not in this design | not in this design |" in text and "(02) | not run | not run |" in text
+    assert claims.design_tally("pretrained", "06_population_scaling", home) == "not in this design"
+    assert claims.design_tally("pretrained", "01_passk_es_vs_grpo", home) == (
+        "1 / 0 / 0 / 0 / 0 of 1; 0 / 0 / 0 / 1 / 0 of 1")
+    assert claims.design_tally("frontier", "03_sequential", home) == "not run; not run"
