@@ -43,9 +43,9 @@ def test_the_setting_holds_the_briefed_values():
     assert (g.checkpoint_every, g.snapshot_every) == (5, 10)
     assert p.comparison.grpo_lrs == (1e-5, 3e-5, 1e-4) and p.comparison.es_alphas == (1e-3,)
     assert p.comparison.grpo_lrs[0] < p.grpo.lr < p.comparison.grpo_lrs[-1]  # the preset's lr inside its grid
-    for spec in (p.eval, p.sparsity.eval, p.forgetting.eval):
+    for spec, problems in ((p.eval, 200), (p.sparsity.eval, 200), (p.forgetting.eval, 112)):
         assert (spec.n_problems, spec.n_samples, spec.ks, spec.temperature, spec.greedy) == (
-            200, 32, (1, 2, 4, 8, 16), 0.6, False)
+            problems, 32, (1, 2, 4, 8, 16), 0.6, False)
         assert (spec.max_new_tokens, spec.forward, spec.share_prefixes, spec.sampler) == (
             64, "native", True, "inverse-cdf")
     # deltas by rule B, as the frontier's; Proposition 1 over the whole run on independent samples
@@ -75,10 +75,10 @@ def test_the_held_out_task_has_its_own_arguments_and_pool():
     p = get_preset(NAME)
     assert p.heldout_tasks == (HELDOUT,) and p.heldout() == (HELDOUT,)
     assert HELDOUT.task == "multistep" and HELDOUT.label != p.task
-    assert HELDOUT.kwargs == {"terms": 3, "digits": 1, "style": "short", "test_fraction": 0.5}
+    assert HELDOUT.kwargs == {"terms": 2, "digits": 1, "style": "short", "test_fraction": 0.9}
     task = get_task(HELDOUT.task, **HELDOUT.kwargs)
     problems = task.examples("test", n=p.forgetting.eval.n_problems)
-    assert len(problems) == p.forgetting.eval.n_problems and problems[0]["expression"].count(" ") == 4
+    assert len(problems) == p.forgetting.eval.n_problems and problems[0]["expression"].count(" ") == 2
 
 
 def test_plain_names_read_as_held_out_tasks_without_arguments():

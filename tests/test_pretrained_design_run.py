@@ -57,8 +57,8 @@ def test_notebooks_02_04_05_compute_on_the_design_with_a_stand_in_base(tiny_base
     assert sorted(tables["probes"]["iteration"].unique().tolist()) == [1, 2]  # the whole (2-iteration) run
     sparsity.finding(sparsity.compute(preset, home=home, progress=False))
     held = forgetting.compute(preset, home=home, progress=False)
-    assert set(held.problems["task"]) == {"multistep-3x1"}
-    ops = held.problems["problem_id"].str.count(r"[+-]")  # "multistep-" and the problem's 2 operators
-    assert ops.eq(3).all()
-    assert set(held.stats.loc[held.stats["quantity"] == "kl", "scope"]) == {"multistep", "multistep-3x1"}
+    assert set(held.problems["task"]) == {"multistep-2x1"}
+    ops = held.problems["problem_id"].str.count(r"[+-]")  # "multistep-" and the problem's 1 operator
+    assert ops.eq(2).all()
+    assert set(held.stats.loc[held.stats["quantity"] == "kl", "scope"]) == {"multistep", "multistep-2x1"}
     forgetting.finding(held)

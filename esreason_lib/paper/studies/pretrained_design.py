@@ -12,11 +12,14 @@ Problems: the training task's held-out pool (`multistep` 2 x 2 digits, short rep
 out) holds 2,449 distinct problems in its seed-0 order (`PRETRAINED_SPLITS`): notebook 01 tests on [0, 200) and
 chooses each method's step size on the next 100 ([200, 300), `comparison.selection_problems`), never on a test
 problem; [300, 500) is the tuning split (where a pilot may tune), the rest is test. The held-out task of notebook
-05 (`HELDOUT`) is the same family at three one-digit terms, half of its expressions held out (1,051 problems).
+05 (`HELDOUT`) is the same family at two one-digit terms, 90% of its expressions held out (112 problems, all of
+them evaluated): the base's Pass@1 there is 0.46 (docs/pretrained.md), inside the 0.3-0.8 the issue asks of it,
+where three one-digit terms gave 0.075.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from esreason_lib.evaluation import EvalSpec
@@ -30,9 +33,12 @@ PRETRAINED_POOL = 2449
 PRETRAINED_SPLITS = Splits(seed=0, pool=PRETRAINED_POOL, selection=(200, 300), tuning=(300, 500))
 """Test [0, 200) (notebooks 01 and 04) and [500, 2449); selection [200, 300) (notebook 01's step sizes); tuning
 [300, 500)."""
-HELDOUT = HeldoutTask("multistep-3x1", "multistep", {"terms": 3, "digits": 1, "style": "short",
-                                                     "test_fraction": 0.5})
-"""Notebook 05's held-out task: three one-digit terms ("What is 3 + 1 - 4? ..."), 1,051 test problems."""
+HELDOUT = HeldoutTask("multistep-2x1", "multistep", {"terms": 2, "digits": 1, "style": "short",
+                                                     "test_fraction": 0.9})
+"""Notebook 05's held-out task: two one-digit terms ("What is 7 - 3? Reply with just the number."), 112 test
+problems."""
+HELDOUT_POOL = 112
+"""Distinct test problems of the held-out task (the seed-0 draw exhausts there): notebook 05 evaluates all."""
 PRETRAINED_EVAL = EvalSpec(n_problems=200, n_samples=32, ks=(1, 2, 4, 8, 16), temperature=0.6, greedy=False,
                            max_new_tokens=64, forward="native", share_prefixes=True, sampler="inverse-cdf")
 """Every evaluation of the design (notebooks 01, 04 and 05): 32 samples per problem at the paper's T = 0.6,
@@ -55,7 +61,8 @@ PRETRAINED_OVERRIDES: dict[str, Any] = {
     # notebook 01: a GRPO lr grid around the preset's 3e-5, ES at its one alpha; GRPO's path for the matching
     "comparison.grpo_lrs": (1e-5, 3e-5, 1e-4), "comparison.es_alphas": (1e-3,), "comparison.selection_problems": 100,
     "comparison.path_methods": ("grpo",),
-    "eval": PRETRAINED_EVAL, "sparsity.eval": PRETRAINED_EVAL, "forgetting.eval": PRETRAINED_EVAL,
+    "eval": PRETRAINED_EVAL, "sparsity.eval": PRETRAINED_EVAL,
+    "forgetting.eval": replace(PRETRAINED_EVAL, n_problems=HELDOUT_POOL),
     # notebook 02: Proposition 1 over the whole run, the diversity link on independent samples; no Lemma 1-2 study
     "prop1.iterations": 30, "prop1.probe_prompts": 64, "prop1.independent_link": True, "lemma.sigmas": (),
     # deltas by `registry.DELTA_RULE` clause B, as the frontier's: Pass@1 0.01, Pass@K 0.02, entropy 0.02 nats,
