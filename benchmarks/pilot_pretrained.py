@@ -80,20 +80,24 @@ TRAINING_CHECKS = (
 """The pilot's checks (`--training`): the design's primary checks that its arms measure, each with its delta."""
 
 
-def arm_matrix(records: list[dict], arm: str, eval_on: str, k: int) -> np.ndarray | None:
-    """[seeds, P] per-problem Pass@k of `arm`'s pilot records evaluated on `eval_on` (None when there are none)."""
-    rows = [pass_at_k(r["samples"], np.asarray(r["correct_counts"]), k) for r in records
-            if r["arm"] == arm and r.get("eval_on", "train-task") == eval_on]
+def arm_matrix(records: list[dict], arm: str, eval_on: str, k: int, split: str = "tuning") -> np.ndarray | None:
+    """[seeds, P] per-problem Pass@k of `arm`'s pilot records evaluated on `eval_on` (for the training task: on
+    `split`; a record without one is of the first evaluations, on test problems), None when there are none."""
+    def on(r):
+        where = r.get("eval_on", "train-task")
+        return where == eval_on and (where != "train-task" or r.get("split", "test") == split)
+
+    rows = [pass_at_k(r["samples"], np.asarray(r["correct_counts"]), k) for r in records if r["arm"] == arm and on(r)]
     return np.vstack(rows) if rows else None
 
 
-def training_oc(records: list[dict], designs, big_k: int, sims: int) -> list[dict]:
-    """Each `TRAINING_CHECKS` check's components from the pilot's arms and its status rates at each design (seeds
-    per arm x problems) for a true effect of +delta, 0 and -delta."""
+def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str = "tuning") -> list[dict]:
+    """Each `TRAINING_CHECKS` check's components from the pilot's arms (training-task evaluations on `split`) and its
+    status rates at each design (seeds per arm x problems) for a true effect of +delta, 0 and -delta."""
     out = []
     for name, a_arm, b_arm, eval_on, k, delta in TRAINING_CHECKS:
         k = big_k if k == "K" else k
-        a, b = arm_matrix(records, a_arm, eval_on, k), arm_matrix(records, b_arm, eval_on, k)
+        a, b = arm_matrix(records, a_arm, eval_on, k, split), arm_matrix(records, b_arm, eval_on, k, split)
         if a is None or b is None:
             out.append({"check": name, "missing": [x for x, m in ((a_arm, a), (b_arm, b)) if m is None]})
             continue
@@ -123,6 +127,7 @@ def main(argv=None) -> None:
     parser.add_argument("--training", type=Path, help="the training pilot's JSON lines "
                         "(pilot_pretrained_training.py): each training check's components and operating characteristic")
     parser.add_argument("--k", type=int, default=8, help="--training: the K of the Pass@K checks")
+    parser.add_argument("--split", default="tuning", help="--training: the training task's evaluations read")
     parser.add_argument("--groups", type=int, default=2, help="sampling seeds the samples split into")
     parser.add_argument("--designs", nargs="+", type=_design, default=[(3, 500), (3, 2000)],
                         help="seeds per arm x problems, e.g. 3x500")
@@ -132,7 +137,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.training:
         records = [json.loads(line) for line in args.training.read_text().splitlines() if line.strip()]
-        print(json.dumps(training_oc(records, args.designs, args.k, args.sims), indent=1))
+        print(json.dumps(training_oc(records, args.designs, args.k, args.sims, args.split), indent=1))
         return
     if not (args.sweep and args.cell):
         parser.error("give --sweep and --cell (the base's components), or --training")

@@ -1,5 +1,5 @@
 """The training pilot behind papers/preregistration-pretrained.md: a few short ES and GRPO runs on the pretrained base,
-each final model evaluated on the same test problems, so that the training seed and problem components of the
+each final model evaluated on the same problems, so that the training seed and problem components of the
 design's checks can be measured before it is registered (a script, not a test; its runs are not the design's).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pilot_pretrained_training.py --method es --seeds 0 1 \\
@@ -7,12 +7,13 @@ design's checks can be measured before it is registered (a script, not a test; i
 
 Each run trains `smollm2-135m` on `multistep` (2 two-digit terms, the "short" style, 20% of the problems held out)
 with the library's `train_es` / `train_grpo` (runs in the store under --home, resumed when there), then evaluates
-its final weights (and, with `--base`, the base once) with the library's `evaluate` at T = 0.6 on the first
-`--problems` test problems (`--samples` samples each, native forward, shared prefixes, inverse-cdf: the design's
-evaluation path; `--eval-on heldout`: the held-out task's, three one-digit terms, for claim 05; a stored run is
-evaluated again without training). One JSON line per evaluated model goes to --out: the arm, seed, settings,
-Pass@k, each problem's number of correct samples, the wall seconds of training and of evaluation, and the run's
-last training metrics.
+its final weights (`--method base`: the base) with the library's `evaluate` at T = 0.6 on `--problems` problems of
+the design's tuning split (`--split test`: its first test problems, where the first pilot evaluations ran), with
+`--samples` samples each on the native forward with shared prefixes and inverse-cdf draws (the design's evaluation
+path); `--eval-on heldout` evaluates the held-out task of claim 05 instead (two one-digit terms; its 112 problems
+are the design's). A stored run is evaluated again without training. One JSON line per evaluated model goes to
+--out: the arm, seed, settings, split, Pass@k, each problem's number of correct samples, the wall seconds of
+training and of evaluation, and the run's last training metrics.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from pathlib import Path
 
 import torch
 
-TASK = "multistep"
-TASK_KWARGS = {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
-"""The training task the base sweep chose (docs/pretrained.md, "Choosing the task")."""
-HELDOUT_KWARGS = {"terms": 3, "digits": 1, "style": "short", "test_fraction": 0.5}
-"""The held-out task of claim 05 (`--eval-on heldout`): three one-digit terms, the same prompt style."""
-BASE = "smollm2-135m"
+from esreason_lib.paper.studies.pretrained_design import HELDOUT, PRETRAINED_SPLITS, PRETRAINED_TASK_KWARGS
+
+TASK, TASK_KWARGS, BASE = "multistep", PRETRAINED_TASK_KWARGS, "smollm2-135m"
+"""The design's base and training task (esreason_lib/paper/studies/pretrained_design.py)."""
 
 
 def es_config(seed: int, args):
@@ -60,8 +59,13 @@ def evaluation(model, tokenizer, args) -> tuple[dict, list[int], float]:
     from esreason_lib import EvalSpec, evaluate
     from esreason_lib.tasks import get_task
 
-    task = get_task(TASK, **(TASK_KWARGS if args.eval_on == "train-task" else HELDOUT_KWARGS))
-    problems = task.examples("test", n=args.problems)
+    if args.eval_on == "train-task":  # the design's tuning split, never one of its test or selection problems
+        start = PRETRAINED_SPLITS.tuning[0] if args.split == "tuning" else 0
+        problems = get_task(TASK, **TASK_KWARGS).examples("test", n=start + args.problems)[start:]
+        task = get_task(TASK, **TASK_KWARGS)
+    else:  # the held-out task's pool is the design's (112 problems, all evaluated by notebook 05)
+        task = get_task(HELDOUT.task, **HELDOUT.kwargs)
+        problems = task.examples("test", n=args.problems)
     ks = tuple(k for k in (1, 2, 4, 8, 16, 32) if k <= args.samples)
     spec = EvalSpec(n_problems=args.problems, n_samples=args.samples, ks=ks, temperature=0.6, greedy=False,
                     max_new_tokens=args.max_new_tokens, forward="native", share_prefixes=True, sampler="inverse-cdf",
@@ -89,6 +93,9 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--eval-on", choices=("train-task", "heldout"), default="train-task",
                         help="the test problems evaluated: the training task's or the held-out task's")
+    parser.add_argument("--split", choices=("tuning", "test"), default="tuning",
+                        help="train-task problems from the design's tuning split [300, ...) (default) or its first "
+                        "test problems [0, ...) (the first pilot evaluations, before the splits were fixed)")
     parser.add_argument("--home", default="runs")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file, appended to")
     args = parser.parse_args(argv)
@@ -114,8 +121,9 @@ def main(argv=None) -> None:
             trained = load_model(run.model_dir)[0]
         torch.manual_seed(0)
         pass_at, counts, eval_s = evaluation(trained, tokenizer, args)
-        record = {"arm": args.method, "seed": seed, "eval_on": args.eval_on, **settings, "problems": args.problems,
-                  "samples": args.samples,
+        record = {"arm": args.method, "seed": seed, "eval_on": args.eval_on,
+                  "split": args.split if args.eval_on == "train-task" else "heldout-test", **settings,
+                  "problems": args.problems, "samples": args.samples,
                   "pass_at": pass_at, "correct_counts": counts, "train_s": round(train_s, 1),
                   "eval_s": round(eval_s, 1), "last_metrics": metrics}
         with open(args.out, "a") as fh:

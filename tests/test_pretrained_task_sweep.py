@@ -126,8 +126,8 @@ def test_run_cell_on_the_native_path_samples_each_problem_through_the_library(mo
     assert again["correct"] == record["correct"] and again["completion_examples"] == record["completion_examples"]
 
 
-def _pilot_record(arm, counts, samples=4, eval_on="train-task", seed=0):
-    return {"arm": arm, "seed": seed, "eval_on": eval_on, "samples": samples, "correct_counts": counts}
+def _pilot_record(arm, counts, samples=4, eval_on="train-task", seed=0, split="tuning"):
+    return {"arm": arm, "seed": seed, "eval_on": eval_on, "samples": samples, "correct_counts": counts, "split": split}
 
 
 def test_arm_matrix_stacks_each_seed_per_problem_pass_at_k():
@@ -138,6 +138,9 @@ def test_arm_matrix_stacks_each_seed_per_problem_pass_at_k():
     assert pilot_pretrained.arm_matrix(records, "es", "train-task", 2)[1].tolist() == pytest.approx([5 / 6, 5 / 6, 0])
     assert pilot_pretrained.arm_matrix(records, "es", "heldout", 1).tolist() == [[0.25, 0.25, 0.25]]
     assert pilot_pretrained.arm_matrix(records, "base", "train-task", 1) is None
+    first = [{k: v for k, v in _pilot_record("es", [4, 4, 4]).items() if k != "split"}]  # before splits: test
+    assert pilot_pretrained.arm_matrix(first, "es", "train-task", 1) is None
+    assert pilot_pretrained.arm_matrix(first, "es", "train-task", 1, split="test").tolist() == [[1.0, 1.0, 1.0]]
 
 
 def test_training_oc_names_missing_arms_and_gives_rates_per_design():
