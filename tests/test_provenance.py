@@ -280,3 +280,12 @@ def test_write_claims_puts_the_digest_in_the_header(tmp_path):
     claims.write_claims(tmp_path, claims_path=out, readme_path=None)
     header = out.read_text().split("| finding |")[0]
     assert all(line in header.splitlines() for line in bundle.reviewed_lines()) and bundle.reviewed_lines()
+
+
+def test_a_draft_registration_is_refused_before_any_run(tmp_path):
+    from esreason_lib.paper.provenance import DRAFT_MARK, registration
+
+    draft = tmp_path / "preregistration-x.md"
+    draft.write_text(f"{DRAFT_MARK} (not registered): a design\n\nsizes to be measured\n")
+    with pytest.raises(ValueError, match="preregistration-x.md is a draft .*nothing written"):
+        registration(draft)

@@ -36,6 +36,8 @@ DESIGN_REGISTRATIONS = {"frontier": PREREGISTRATION_PATH,
 REGISTRATION = ("registered_commit", "registered_at", "registration_sha256")
 """A design record's registration fields: the commit that last changed the registration file, that commit's date
 (ISO 8601, UTC) and the file's sha256."""
+DRAFT_MARK = "# DRAFT"
+"""How a registration file that is not yet a registration begins (its first line): no run may test it."""
 PROVENANCE = ("time", IMPORTED, *REGISTRATION)
 """The fields of a record that say where its finding comes from, never what it found: left out of comparisons."""
 
@@ -106,8 +108,13 @@ def _git(where: Path, *args: str) -> str | None:
 def registration(path: str | Path = PREREGISTRATION_PATH) -> dict:
     """The `REGISTRATION` fields of the registration file `path` (each None outside a git checkout). ValueError
     naming the file when it differs from its last commit (an uncommitted edit: no run may test a registration that
-    is not committed) or was never committed while the repository is a git checkout."""
+    is not committed) or was never committed while the repository is a git checkout, and when it is still a draft
+    (it begins with `DRAFT_MARK`)."""
     path = Path(path)
+    if path.is_file() and path.read_text().startswith(DRAFT_MARK):
+        raise ValueError(f"the registration {path} is a draft (it begins {DRAFT_MARK!r}): register the design first "
+                         "(the measured operating characteristics, then the text committed without the draft mark) "
+                         "before a run tests it; nothing written")
     digest = hashlib.sha256(registered_text(path.read_text()).encode()).hexdigest() if path.is_file() else None
     commit = registered_commit(path)
     if path.parent.is_dir() and _git(path.parent, "rev-parse", "--is-inside-work-tree") == "true":
