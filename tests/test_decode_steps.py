@@ -20,14 +20,16 @@ def test_next_tokens_greedy_and_inverse_cdf_by_hand():
     last = torch.tensor([[0.0, math.log(3.0)]])  # probabilities 1/4, 3/4
     tok, logp, entropy = next_tokens(last, Sampling(greedy=True, temperature=0.5), None, None)
     assert tok.tolist() == [1]  # greedy ignores the temperature
-    torch.testing.assert_close(logp, torch.tensor([[math.log(0.25), math.log(0.75)]]))
+    torch.testing.assert_close(logp, torch.tensor([math.log(0.75)]))  # the chosen token's
     torch.testing.assert_close(entropy, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75))]))
     inverse = Sampling(sampler="inverse-cdf")
     assert next_tokens(last.expand(2, 2), inverse, None, torch.tensor([0.2, 0.3]))[0].tolist() == [0, 1]
     nucleus = Sampling(sampler="inverse-cdf", top_p=0.5)  # the 3/4 token alone reaches 0.5
     assert next_tokens(last, nucleus, None, torch.tensor([0.0]))[0].tolist() == [1]
-    hot = next_tokens(last, Sampling(temperature=2.0), torch.Generator().manual_seed(0), None)[1]  # logits / 2
-    torch.testing.assert_close(hot.exp(), torch.tensor([[1 / (1 + math.sqrt(3)), math.sqrt(3) / (1 + math.sqrt(3))]]))
+    hot = next_tokens(last.expand(2, 2), Sampling(sampler="inverse-cdf", temperature=2.0), None,
+                      torch.tensor([0.0, 0.99]))  # logits / 2: probabilities 1 / (1 + sqrt 3), sqrt 3 / (1 + sqrt 3)
+    assert hot[0].tolist() == [0, 1]
+    torch.testing.assert_close(hot[1].exp(), torch.tensor([1 / (1 + math.sqrt(3)), math.sqrt(3) / (1 + math.sqrt(3))]))
 
 
 def test_top_p_filter_keeps_the_smallest_top_set():
