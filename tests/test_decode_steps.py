@@ -96,6 +96,29 @@ def test_steps_follow_the_whole_sequence_forward(tiny, forward):
     torch.testing.assert_close(got[live], want()[live], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["fused", "native"])
+@pytest.mark.parametrize("share", [False, True])
+def test_fused_steps_write_the_kv_cache_in_place(tiny, monkeypatch, kind, share):
+    """The fused forward's KV cache is allocated once at the chunk's capacity: decode steps write each new position
+    into it (the same storage step after step) and concatenate nothing bigger than the [r, L] key mask."""
+    model, tok = tiny
+    ids, mask = left_pad([tok.encode("12+3=", add_special_tokens=False), tok.encode("7>", add_special_tokens=False)],
+                         0, "cpu")
+    expand, capacity = torch.tensor([0, 0, 1, 1]), ids.shape[1] + 4
+    step = make_step(model, Forward(kind=kind, share_prefixes=share), model_weights(model), capacity, KVBuffers())
+    cats, cat = [], torch.cat
+    monkeypatch.setattr(torch, "cat", lambda ts, *a, **k: cats.append(sum(t.numel() for t in ts)) or cat(ts, *a, **k))
+    with torch.no_grad():
+        step.prefill(ids, mask, expand)
+        step.step(torch.tensor([5, 6, 7, 8]), torch.ones(4, dtype=torch.bool))  # shared: the 2 prompts' rows part
+        storage = [t.data_ptr() for kv in step.net.cache for t in kv]
+        assert all(t.shape[-2] == capacity for kv in step.net.cache for t in kv)
+        for token in (torch.tensor([1, 2, 3, 4]), torch.tensor([9, 9, 9, 9])):
+            step.step(token, torch.ones(4, dtype=torch.bool))  # every row its own prefix: no cache row moves
+            assert [t.data_ptr() for kv in step.net.cache for t in kv] == storage
+    assert cats and max(cats) <= 4 * capacity  # the key mask's growth alone
+
+
 def test_no_function_on_the_generation_path_takes_more_than_eight_parameters():
     """The wall issue 46 drew: `Sampling` and `Forward` pass whole from an `EvalSpec` to the decode loop."""
     import inspect
