@@ -235,10 +235,12 @@ class RotaryAttention:
         out = y.new_empty(y.shape[0], y.shape[1] // length * queries, heads * head_dim)
         cs_row = 0 if cos.shape[0] * cos.shape[1] == 1 else length * cos.shape[-1]
         bias_row = 0 if bias is None else bias.shape[-2] * bias.shape[-1]
+        cache_row = kv_heads * capacity * head_dim
 
         def block(lo: int, hi: int) -> int:  # rows lo .. hi - 1: every row-indexed pointer advanced by lo rows
-            at = lambda t, row_floats: t.data_ptr() + 4 * lo * row_floats  # noqa: E731  (float32: 4 bytes)
-            cache_row = kv_heads * capacity * head_dim
+            def at(t, row_floats: int) -> int:
+                return t.data_ptr() + 4 * lo * row_floats  # float32: 4 bytes
+
             return self.lib.rotary_attention(
                 at(y, length * y.shape[-1]), length, y.shape[-1], at(cos, cs_row), at(sin, cs_row), cs_row,
                 at(keys, cache_row), at(values, cache_row), capacity, start,

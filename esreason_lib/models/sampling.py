@@ -126,10 +126,10 @@ def next_tokens(last: torch.Tensor, sampling: Sampling, gen, uniforms) -> tuple:
     finite; a non-finite entropy (a non-finite logit, or one whose log-probability overflowed to -inf, where
     p log p is 0 x -inf) sends the step through `finite_rows` and zeroes the NaN terms (that case alone needs it)."""
     logits = last.float() if sampling.scale == 1.0 else last.float() / sampling.scale  # [r, V] (x / 1 is x)
-    logp, probs, entropy = _distribution(logits, exact=False)
-    if not bool(torch.isfinite(entropy).all()):  # the one host sync, on [r]
+    logp, probs, entropy = _distribution(logits, zero_nans=False)
+    if not bool(torch.isfinite(entropy).all()):  # a host sync on [r] (finite_rows' own check was one on [r, V])
         logits = finite_rows(logits)
-        logp, probs, entropy = _distribution(logits, exact=True)
+        logp, probs, entropy = _distribution(logits, zero_nans=True)
     if sampling.greedy:
         tok = logits.max(-1).indices  # argmax's tokens, at half its cost on CPU
     else:
@@ -139,10 +139,10 @@ def next_tokens(last: torch.Tensor, sampling: Sampling, gen, uniforms) -> tuple:
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
 
 
-def _distribution(logits: torch.Tensor, *, exact: bool) -> tuple:
-    """(log-probabilities [r, V], probabilities [r, V], entropies [r]) of `logits` [r, V]; with `exact`, entropy
+def _distribution(logits: torch.Tensor, *, zero_nans: bool) -> tuple:
+    """(log-probabilities [r, V], probabilities [r, V], entropies [r]) of `logits` [r, V]; with `zero_nans`, entropy
     terms p log p that are NaN (p = 0 at log p = -inf) count 0, else they are summed as they are."""
     logp = torch.log_softmax(logits, dim=-1)
     probs = logp.exp()
     terms = torch.mul(probs, logp)  # [r, V]
-    return logp, probs, -(terms.nan_to_num_() if exact else terms).sum(-1)
+    return logp, probs, -(terms.nan_to_num_() if zero_nans else terms).sum(-1)
