@@ -20,14 +20,16 @@ def test_next_tokens_greedy_and_inverse_cdf_by_hand():
     last = torch.tensor([[0.0, math.log(3.0)]])  # probabilities 1/4, 3/4
     tok, logp, entropy = next_tokens(last, Sampling(greedy=True, temperature=0.5), None, None)
     assert tok.tolist() == [1]  # greedy ignores the temperature
-    torch.testing.assert_close(logp, torch.tensor([[math.log(0.25), math.log(0.75)]]))
+    torch.testing.assert_close(logp, torch.tensor([math.log(0.75)]))  # the chosen token's
     torch.testing.assert_close(entropy, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75))]))
     inverse = Sampling(sampler="inverse-cdf")
     assert next_tokens(last.expand(2, 2), inverse, None, torch.tensor([0.2, 0.3]))[0].tolist() == [0, 1]
     nucleus = Sampling(sampler="inverse-cdf", top_p=0.5)  # the 3/4 token alone reaches 0.5
     assert next_tokens(last, nucleus, None, torch.tensor([0.0]))[0].tolist() == [1]
-    hot = next_tokens(last, Sampling(temperature=2.0), torch.Generator().manual_seed(0), None)[1]  # logits / 2
-    torch.testing.assert_close(hot.exp(), torch.tensor([[1 / (1 + math.sqrt(3)), math.sqrt(3) / (1 + math.sqrt(3))]]))
+    hot = next_tokens(last.expand(2, 2), Sampling(sampler="inverse-cdf", temperature=2.0), None,
+                      torch.tensor([0.0, 0.99]))  # logits / 2: probabilities 1 / (1 + sqrt 3), sqrt 3 / (1 + sqrt 3)
+    assert hot[0].tolist() == [0, 1]
+    torch.testing.assert_close(hot[1].exp(), torch.tensor([1 / (1 + math.sqrt(3)), math.sqrt(3) / (1 + math.sqrt(3))]))
 
 
 def test_top_p_filter_keeps_the_smallest_top_set():
@@ -92,6 +94,29 @@ def test_steps_follow_the_whole_sequence_forward(tiny, forward):
         seq, attn = torch.cat([seq, new[:, None]], 1), torch.cat([attn, live[:, None]], 1)
         got = step.step(new, live)
     torch.testing.assert_close(got[live], want()[live], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["fused", "native"])
+@pytest.mark.parametrize("share", [False, True])
+def test_fused_steps_write_the_kv_cache_in_place(tiny, monkeypatch, kind, share):
+    """The fused forward's KV cache is allocated once at the chunk's capacity: decode steps write each new position
+    into it (the same storage step after step) and concatenate nothing bigger than the [r, L] key mask."""
+    model, tok = tiny
+    ids, mask = left_pad([tok.encode("12+3=", add_special_tokens=False), tok.encode("7>", add_special_tokens=False)],
+                         0, "cpu")
+    expand, capacity = torch.tensor([0, 0, 1, 1]), ids.shape[1] + 4
+    step = make_step(model, Forward(kind=kind, share_prefixes=share), model_weights(model), capacity, KVBuffers())
+    cats, cat = [], torch.cat
+    monkeypatch.setattr(torch, "cat", lambda ts, *a, **k: cats.append(sum(t.numel() for t in ts)) or cat(ts, *a, **k))
+    with torch.no_grad():
+        step.prefill(ids, mask, expand)
+        step.step(torch.tensor([5, 6, 7, 8]), torch.ones(4, dtype=torch.bool))  # shared: the 2 prompts' rows part
+        storage = [t.data_ptr() for kv in step.net.cache for t in kv]
+        assert all(t.shape[-2] == capacity for kv in step.net.cache for t in kv)
+        for token in (torch.tensor([1, 2, 3, 4]), torch.tensor([9, 9, 9, 9])):
+            step.step(token, torch.ones(4, dtype=torch.bool))  # every row its own prefix: no cache row moves
+            assert [t.data_ptr() for kv in step.net.cache for t in kv] == storage
+    assert cats and max(cats) <= 4 * capacity  # the key mask's growth alone
 
 
 def test_no_function_on_the_generation_path_takes_more_than_eight_parameters():

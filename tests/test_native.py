@@ -75,6 +75,30 @@ def test_kernel_shares_one_rotary_table_row():
     assert torch.equal(one, every)
 
 
+@pytest.mark.parametrize("length, start, queries, shared", [(1, 6, 1, True), (3, 4, 3, False), (5, 0, 1, False)])
+def test_rows_split_over_threads_equal_one_call_bit_for_bit(monkeypatch, length, start, queries, shared):
+    """Blocks of rows in threads (`SPLIT_WORK`, forced down to one score) against one call: the same output and
+    cache, bit for bit, with per-row or shared rotary tables and a padded bias (7 rows: uneven blocks)."""
+    y, cos, sin, keys, values, bias = _inputs(1, 7, length, start, padded=True)
+    if shared:
+        cos, sin = cos[:1, :1].contiguous(), sin[:1, :1].contiguous()
+    kernel, threads = RotaryAttention(D), torch.get_num_threads()
+    want_k, want_v = keys.clone(), values.clone()
+    want = kernel(y, cos, sin, want_k, want_v, start, bias, queries, heads=HEADS)  # a few hundred scores: one block
+    monkeypatch.setattr(native, "SPLIT_WORK", 1)
+    calls = []
+    monkeypatch.setattr(native, "_pool", lambda: calls.append(1) or native._pool_of(0))
+    try:
+        for n_threads in (2, 3, 7):
+            torch.set_num_threads(n_threads)
+            got_k, got_v = keys.clone(), values.clone()
+            got = kernel(y, cos, sin, got_k, got_v, start, bias, queries, heads=HEADS)
+            assert torch.equal(got, want) and torch.equal(got_k, want_k) and torch.equal(got_v, want_v), n_threads
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 1 + 2 + 6  # the later blocks went to the pool
+
+
 def test_kernel_checks_its_inputs():
     y, cos, sin, keys, values, _ = _inputs(1, 2, 1, 3)
     kernel = RotaryAttention(D)

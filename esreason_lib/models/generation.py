@@ -102,7 +102,7 @@ def _decode_chunk(step, prompts: tuple, sampling: Sampling, stops: StopRule, pad
         tok = torch.where(live, tok, torch.full_like(tok, pad))  # [r]
         tokens[rows, t] = tok
         valid[rows, t] = live
-        logps[rows, t] = torch.where(live, logp.gather(-1, tok[:, None]).squeeze(-1), 0.0)
+        logps[rows, t] = torch.where(live, logp, 0.0)
         ents[rows, t] = torch.where(live, entropy, 0.0)
         done = stops.finished(done, tok, live, tokens, rows, t)
         n_done = int(done.sum())  # the one host sync per step

@@ -4,9 +4,10 @@
 where `models.fused_qwen2`'s torch path runs ~15 ops (a rotary `addcmul`, cache copies, and two batched matmuls
 of [2 x 16] x [16 x T] per row and kv head around a softmax). The decode's attention is bound by reading the KV
 cache (~40 MB per step at N = 32, P = 128: beyond the core's caches), so the kernel prefetches each next row's
-cache while it computes the current one. It serves
-`FusedQwen2(..., native=True)`: backend "native" (`es.backends.fast.NativeBackend`) and
-`generate(..., forward=Forward(kind="native"))`.
+cache while it computes the current one. It serves `FusedQwen2(..., native=True)`: backend "native"
+(`es.backends.fast.NativeBackend`) and `generate(..., forward=Forward(kind="native"))`. The kernel runs on one core;
+a call over many rows is split into blocks of rows, one per torch thread, each run by the kernel in its own thread
+(`SPLIT_WORK`): every row is computed as in one call, bit for bit.
 
 The kernel is built with the system C compiler (`$CC`, else `cc`) as `-O3 -march=native -ffast-math` with the
 head dimension fixed at compile time, once per (source, flags, compiler, CPU, head dimension), into
@@ -40,6 +41,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -231,15 +233,43 @@ class RotaryAttention:
             raise ValueError(f"rotary_attention: bias must be [{rows}, 1, {length}, >= {start + length}], got "
                              f"{list(bias.shape)}")
         out = y.new_empty(y.shape[0], y.shape[1] // length * queries, heads * head_dim)
-        shared = cos.shape[0] * cos.shape[1] == 1
-        status = self.lib.rotary_attention(
-            y.data_ptr(), length, y.shape[-1], cos.data_ptr(), sin.data_ptr(),
-            0 if shared else length * cos.shape[-1], keys.data_ptr(), values.data_ptr(), capacity, start,
-            None if bias is None else bias.data_ptr(), 0 if bias is None else bias.shape[-2] * bias.shape[-1],
-            0 if bias is None else bias.shape[-1], out.data_ptr(), queries, rows, heads, kv_heads)
-        if status:
+        cs_row = 0 if cos.shape[0] * cos.shape[1] == 1 else length * cos.shape[-1]
+        bias_row = 0 if bias is None else bias.shape[-2] * bias.shape[-1]
+        cache_row = kv_heads * capacity * head_dim
+
+        def block(lo: int, hi: int) -> int:  # rows lo .. hi - 1: every row-indexed pointer advanced by lo rows
+            def at(t, row_floats: int) -> int:
+                return t.data_ptr() + 4 * lo * row_floats  # float32: 4 bytes
+
+            return self.lib.rotary_attention(
+                at(y, length * y.shape[-1]), length, y.shape[-1], at(cos, cs_row), at(sin, cs_row), cs_row,
+                at(keys, cache_row), at(values, cache_row), capacity, start,
+                None if bias is None else at(bias, bias_row), bias_row, 0 if bias is None else bias.shape[-1],
+                at(out, queries * heads * head_dim), queries, hi - lo, heads, kv_heads)
+
+        parts = min(torch.get_num_threads(), rows, max(1, rows * queries * (start + length) * heads // SPLIT_WORK))
+        bounds = [rows * i // parts for i in range(parts + 1)]
+        later = [_pool().submit(block, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        if any([block(0, bounds[1])] + [f.result() for f in later]):
             raise MemoryError("rotary_attention: the kernel could not allocate its scratch buffer")
         return out
+
+
+SPLIT_WORK = 1 << 14
+"""Attention scores (rows x queries x keys x query heads) of a `RotaryAttention` call per thread: a call is split
+into blocks of rows, one per torch thread (`torch.get_num_threads()`) and no smaller than this, each block run by
+the kernel in its own thread (ctypes releases the GIL); every row is computed as in one call, so the output and the
+cache are the same bit for bit (a block costs a thread hand-off, ~50 us)."""
+
+
+@functools.cache
+def _pool_of(pid: int) -> ThreadPoolExecutor:
+    """The threads that run `RotaryAttention`'s later row blocks in process `pid` (a forked child makes its own)."""
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="rotary-attention")
+
+
+def _pool() -> ThreadPoolExecutor:
+    return _pool_of(os.getpid())
 
 
 def _check(who: str, **tensors) -> None:

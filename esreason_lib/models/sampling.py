@@ -116,17 +116,33 @@ def finite_rows(logits: torch.Tensor) -> torch.Tensor:
 
 
 def next_tokens(last: torch.Tensor, sampling: Sampling, gen, uniforms) -> tuple:
-    """(tokens [r], log-probabilities [r, V], entropies [r]) of one decode step from the running rows' logits `last`
-    [r, V]: the argmax (first of ties) when greedy, else a draw from the temperature-scaled, top-p cut
+    """(tokens [r], their log-probabilities [r], entropies [r]) of one decode step from the running rows' logits
+    `last` [r, V]: the argmax (first of ties) when greedy, else a draw from the temperature-scaled, top-p cut
     distribution, by `gen` ("multinomial") or from `uniforms` [r] ("inverse-cdf"); the log-probabilities and
-    entropies are those of the temperature-scaled distribution before the cut."""
-    logits = finite_rows(last.float() / sampling.scale)  # [r, V]
-    logp = torch.log_softmax(logits, dim=-1)  # [r, V]
-    probs = logp.exp()  # [r, V]
-    entropy = -(probs * logp).nan_to_num().sum(-1)  # [r]
+    entropies are those of the temperature-scaled distribution before the cut.
+
+    Rows with a non-finite logit sample uniformly (`finite_rows`). Checking that costs no pass of its own: with
+    every logit finite, every log-probability is finite and every entropy term p log p too, so the entropies are
+    finite; a non-finite entropy (a non-finite logit, or one whose log-probability overflowed to -inf, where
+    p log p is 0 x -inf) sends the step through `finite_rows` and zeroes the NaN terms (that case alone needs it)."""
+    logits = last.float() if sampling.scale == 1.0 else last.float() / sampling.scale  # [r, V] (x / 1 is x)
+    logp, probs, entropy = _distribution(logits, zero_nans=False)
+    if not bool(torch.isfinite(entropy).all()):  # a host sync on [r] (finite_rows' own check was one on [r, V])
+        logits = finite_rows(logits)
+        logp, probs, entropy = _distribution(logits, zero_nans=True)
     if sampling.greedy:
-        return logits.max(-1).indices, logp, entropy  # argmax's tokens, at half its cost on CPU
-    weights = top_p_filter(probs, sampling.top_p) if sampling.top_p < 1.0 else probs  # [r, V]
-    tok = (torch.multinomial(weights, 1, generator=gen).squeeze(-1) if uniforms is None
-           else inverse_cdf_tokens(weights, uniforms))  # [r]
-    return tok, logp, entropy
+        tok = logits.max(-1).indices  # argmax's tokens, at half its cost on CPU
+    else:
+        weights = top_p_filter(probs, sampling.top_p) if sampling.top_p < 1.0 else probs  # [r, V]
+        tok = (torch.multinomial(weights, 1, generator=gen).squeeze(-1) if uniforms is None
+               else inverse_cdf_tokens(weights, uniforms))  # [r]
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1), entropy
+
+
+def _distribution(logits: torch.Tensor, *, zero_nans: bool) -> tuple:
+    """(log-probabilities [r, V], probabilities [r, V], entropies [r]) of `logits` [r, V]; with `zero_nans`, entropy
+    terms p log p that are NaN (p = 0 at log p = -inf) count 0, else they are summed as they are."""
+    logp = torch.log_softmax(logits, dim=-1)
+    probs = logp.exp()
+    terms = torch.mul(probs, logp)  # [r, V]
+    return logp, probs, -(terms.nan_to_num_() if zero_nans else terms).sum(-1)
