@@ -40,3 +40,61 @@ def test_a_design_setting_records_its_registration_commit(tmp_path, monkeypatch)
 
 def test_registered_commit_outside_git_is_none(tmp_path):
     assert provenance.registered_commit(tmp_path / "never-committed.md") is None
+
+
+def test_pretrained_registration_names_the_left_out_claims_with_their_reasons_and_no_checks():
+    from esreason_lib.paper.studies.pretrained_design import PRETRAINED_LEFT_OUT
+
+    text = preregistration.render("pretrained")
+    for c in CLAIMS:
+        section = text.split(f"### `{c.id}`", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+        if c.id[:2] in PRETRAINED_LEFT_OUT:
+            assert section.startswith(": not in this design\n\n"), c.id
+            assert f"Not run: {PRETRAINED_LEFT_OUT[c.id[:2]]}." in section and "primary:" not in section, c.id
+        else:
+            assert "not in this design" not in section and "  - primary: " in section, c.id
+    assert "Gemma 3 270M" in text and "do not fit the budget" in text and "measured by the sweep" in text
+    deltas = text.split("## Deltas", 1)[1].split("## Size", 1)[0]
+    assert [line[2:4] for line in deltas.splitlines() if line.startswith("- ")] == ["01", "02", "04", "05"]
+    assert "registered text of the `frontier` design" in text and "n = 32, K in [1, 2, 4, 8, 16]" in text
+
+
+def test_left_out_reasons_cover_exactly_the_notebooks_a_design_skips():
+    from esreason_lib.paper.studies.presets import DESIGN_NOTEBOOKS
+
+    every = {c.id[:2] for c in CLAIMS}
+    assert set(preregistration.LEFT_OUT) == set(DESIGN_NOTEBOOKS)
+    for design, runs in DESIGN_NOTEBOOKS.items():
+        assert set(preregistration.LEFT_OUT[design]) == every - set(runs), design
+
+
+def test_pretrained_size_uses_its_own_measured_rate_by_hand():
+    text = preregistration.render("pretrained")
+    size = text.split("## Size", 1)[1]
+    assert "wall time at 3.2-7.8 completions per wall-second" in size and "2048" not in size
+    total = sum(preregistration.design_completions(get_preset("pretrained-smollm2")).values())
+    hours = (total / (768 / 98.9) / 3600, total / (768 / 243.6) / 3600)
+    assert f"| {hours[0]:.1f}-{hours[1]:.1f} |" in size and 20 < hours[0] < hours[1] < 100
+    assert "measured under load" in size and "lower bound" in size and "pilot_pretrained_training" in size
+    assert preregistration.design_rate("frontier").slow == preregistration.design_rate("frontier").fast == 2048.0
+
+
+def test_an_undeclared_rate_or_left_out_reason_is_refused(monkeypatch):
+    import pytest
+
+    with pytest.raises(ValueError, match="declares no completion rate"):
+        preregistration.design_rate("nowhere")
+    monkeypatch.setattr(preregistration, "LEFT_OUT", {"pretrained": {"00": "x", "03": "y"}})
+    with pytest.raises(ValueError, match="does not run notebook 06 and declares no reason"):
+        preregistration.render("pretrained")
+
+
+def test_completion_rate_refuses_a_bad_range_or_clock():
+    import pytest
+
+    from esreason_lib.paper.studies.preset_spec import CompletionRate
+
+    for slow, fast, clock, match in ((0.0, 1.0, "wall", "0 < slow <= fast"), (2.0, 1.0, "wall", "slow=2.0"),
+                                     (1.0, 1.0, "gpu", "clock must be 'core' or 'wall', got 'gpu'")):
+        with pytest.raises(ValueError, match=match):
+            CompletionRate(slow, fast, clock, "somewhere")

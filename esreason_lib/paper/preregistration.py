@@ -2,9 +2,10 @@
 
 `render(design)` writes, from `presets.DESIGNS[design]` and `studies.registry` only (no run, no store): the rule
 that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each
-claim's paper test and control (design in words, primary and secondary checks, delta and its clause), the deltas
-as the specs hold them, and the design's size in completions with a CPU-time estimate from the measured speed
-(`power_report.COMPLETIONS_PER_CORE_SECOND`), then, for `frontier`, the dated changes made after it was registered
+claim's paper test and control (design in words, primary and secondary checks, delta and its clause; a claim whose
+notebook the design does not run, `presets.DESIGN_NOTEBOOKS`, as "not in this design" with the reason its design
+declares, `LEFT_OUT`), the deltas as the specs hold them, and the design's size in completions with a time estimate
+from the design's measured speed (`design_rate`), then, for `frontier`, the dated changes made after it was registered
 (`deviations.render_section`: the text above them stays as registered). The file is committed before any run of
 the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
 equals `render`, and `records.record_finding` stores in each record of a design's setting the commit that last
@@ -17,11 +18,32 @@ from __future__ import annotations
 
 import argparse
 
+from esreason_lib.paper.claims import NOT_IN_DESIGN, in_design
 from esreason_lib.paper.deviations import render_section
 from esreason_lib.paper.provenance import PREREGISTRATION_PATH as PATH
+from esreason_lib.paper.studies.preset_spec import CompletionRate
 from esreason_lib.paper.studies.presets import DESIGNS, Preset, get_preset
+from esreason_lib.paper.studies.pretrained_design import PRETRAINED_LEFT_OUT, PRETRAINED_RATE
 from esreason_lib.paper.studies.registry import CLAIMS, DELTA_RULE
 from esreason_lib.paths import REPO_ROOT
+
+LEFT_OUT: dict[str, dict[str, str]] = {"pretrained": PRETRAINED_LEFT_OUT}
+"""Each design of `presets.DESIGN_NOTEBOOKS`: the notebooks it does not run -> why (declared in its design module)."""
+
+
+def design_rate(design: str) -> CompletionRate:
+    """The measured speed that turns `design`'s completions into hours: for `frontier` the zoo bases' one rate
+    (`power_report.COMPLETIONS_PER_CORE_SECOND`), for `pretrained` its base's own (`PRETRAINED_RATE`)."""
+    from esreason_lib.paper.power_report import COMPLETIONS_PER_CORE_SECOND as ZOO
+
+    rates = {"frontier": CompletionRate(
+        ZOO, ZOO, "core", "The rate was measured on the 130k-parameter bases (`benchmarks/sweep_tiny.py`); qwen2-m "
+        "(1.0M parameters) is slower per completion, so its row is a lower bound. Notebook 01's snapshot evaluations "
+        "dominate; runs are cached, so the design can be filled setting by setting."), "pretrained": PRETRAINED_RATE}
+    if design not in rates:
+        raise ValueError(f"design {design!r} declares no completion rate (preregistration.design_rate knows "
+                         f"{sorted(rates)})")
+    return rates[design]
 
 
 def design_completions(preset: Preset) -> dict[str, float]:
@@ -55,22 +77,66 @@ def _settings_table(presets: list[Preset]) -> list[str]:
     return rows
 
 
-def _deltas(p: Preset) -> list[str]:
+def _deltas(design: str, p: Preset) -> list[str]:
+    """The deltas of the notebooks `design` runs, as `p`'s specs hold them."""
     c, q, s, f, g = p.comparison, p.prop1, p.sequential, p.forgetting, p.scaling
-    return [f"- 01: Pass@1 {c.delta_pass1:g}, Pass@K {c.delta_passk:g}, entropy {c.delta_entropy:g} nats",
-            f"- 02: Pass@K change per iteration {q.delta_change:.3g} (0.02 over {q.iterations} iterations), "
-            f"correlation {q.delta_link:g}",
-            f"- 03: second stage {s.delta_stage:g}, Pass@1 {s.delta_pass1:g}, Pass@K {s.delta_passk:g}",
-            f"- 04: Pass@1 {p.sparsity.delta_pass1:g}, non-inferiority slack {p.sparsity.delta_keep:g} (margin: "
-            f"{1 - p.sparsity.margin_fraction:.0%} of the gain kept)",
-            f"- 05: margin {f.margin:g}, non-inferiority {f.delta_noninferiority:g}, ES - GRPO {f.delta_vs_grpo:g}",
-            f"- 06: population: half the smaller model's own gap (clause C); shaping {g.delta_shaping:g}"]
+    deltas = {"01": f"Pass@1 {c.delta_pass1:g}, Pass@K {c.delta_passk:g}, entropy {c.delta_entropy:g} nats",
+              "02": f"Pass@K change per iteration {q.delta_change:.3g} (0.02 over {q.iterations} iterations), "
+                    f"correlation {q.delta_link:g}",
+              "03": f"second stage {s.delta_stage:g}, Pass@1 {s.delta_pass1:g}, Pass@K {s.delta_passk:g}",
+              "04": f"Pass@1 {p.sparsity.delta_pass1:g}, non-inferiority slack {p.sparsity.delta_keep:g} (margin: "
+                    f"{1 - p.sparsity.margin_fraction:.0%} of the gain kept)",
+              "05": f"margin {f.margin:g}, non-inferiority {f.delta_noninferiority:g}, ES - GRPO {f.delta_vs_grpo:g}",
+              "06": f"population: half the smaller model's own gap (clause C); shaping {g.delta_shaping:g}"}
+    return [f"- {n}: {d}" for n, d in deltas.items() if in_design(design, n)]
+
+
+def _claim(design: str, c) -> list[str]:
+    """One claim's lines: its tests as registered, or "not in this design" and why (`LEFT_OUT`)."""
+    if not in_design(design, c.id):
+        why = LEFT_OUT.get(design, {}).get(c.id[:2])
+        if why is None:
+            raise ValueError(f"design {design!r} does not run notebook {c.id[:2]} and declares no reason "
+                             "(preregistration.LEFT_OUT)")
+        return [f"### `{c.id}`: {NOT_IN_DESIGN}", "", f"Not run: {why}.", ""]
+    lines = [f"### `{c.id}`", ""]
+    for t in c.tests:
+        secondary = "; ".join(t.also + t.secondary) or "none"  # as registered: co-primaries came later
+        lines += [f"- **{t.role}** ({t.name}): {t.design}.", f"  - primary: {t.primary}; delta: {t.delta}",
+                  f"  - secondary: {secondary}"]
+    return lines + [""]
+
+
+def _samples_note(design: str, presets: list[Preset]) -> list[str]:
+    """For a design other than `frontier`: the tests' text is the frontier's registered text, so the n and K it
+    names are the frontier's; this design's are its settings table's."""
+    if design == "frontier":
+        return []
+    own = "; ".join(f"`{p.name}`: n = {p.eval.n_samples}, K in {list(p.eval.ks)}, T = {p.comparison.temperature}"
+                    for p in presets)
+    return ["The tests' text is the registered text of the `frontier` design: where it names a number of samples "
+            f"n or a K, this design's are the settings table's ({own}).", ""]
+
+
+def _size(design: str, presets: list[Preset]) -> list[str]:
+    """The Size section: each setting's completions by part and their hours at the design's rate (`design_rate`)."""
+    rate = design_rate(design)
+    time, per, hours = ("CPU time", "core-second", "CPU hours") if rate.clock == "core" else (
+        "wall time", "wall-second", "wall hours")
+    speed = f"{rate.slow:g}" if rate.slow == rate.fast else f"{rate.slow:.1f}-{rate.fast:.1f}"
+    lines = [f"## Size (completions per setting; {time} at {speed} completions per {per})", "",
+             f"| setting | training | noise controls | evaluation (notebook 01) | {hours} |", "|---|---|---|---|---|"]
+    for p in presets:
+        c = design_completions(p)
+        most, least = (sum(c.values()) / r / 3600 for r in (rate.slow, rate.fast))
+        spent = f"{most:.1f}" if rate.slow == rate.fast else f"{least:.1f}-{most:.1f}"
+        lines.append(f"| `{p.name}` | {c['training']:,.0f} | {c['noise controls']:,.0f} | {c['evaluation']:,.0f} "
+                     f"| {spent} |")
+    return lines + ["", rate.provenance]
 
 
 def render(design: str = "frontier") -> str:
     """The Markdown of the registered `design` (module docstring)."""
-    from esreason_lib.paper.power_report import COMPLETIONS_PER_CORE_SECOND
-
     if design not in DESIGNS:
         raise ValueError(f"design {design!r} is not one of {sorted(DESIGNS)}")
     presets = [get_preset(name) for name in DESIGNS[design]]
@@ -91,27 +157,12 @@ def render(design: str = "frontier") -> str:
              "first stage; the random reset of the same count",
              f"- paths evaluated at every snapshot (notebook 01): {', '.join(first.comparison.path_methods)}; the "
              "other arms' final models only", "",
-             "## Tests per claim (status = the primary check's; secondaries shown, never in the status)", ""]
+             "## Tests per claim (status = the primary check's; secondaries shown, never in the status)", "",
+             *_samples_note(design, presets)]
     for c in CLAIMS:
-        lines.append(f"### `{c.id}`")
-        lines.append("")
-        for t in c.tests:
-            secondary = "; ".join(t.also + t.secondary) or "none"  # as registered: co-primaries came later
-            lines += [f"- **{t.role}** ({t.name}): {t.design}.", f"  - primary: {t.primary}; delta: {t.delta}",
-                      f"  - secondary: {secondary}"]
-        lines.append("")
-    lines += ["## Deltas as the specs hold them (every setting)", "", *_deltas(first), "",
-              "## Size (completions per setting; CPU time at "
-              f"{COMPLETIONS_PER_CORE_SECOND:g} completions per core-second)", "",
-              "| setting | training | noise controls | evaluation (notebook 01) | CPU hours |", "|---|---|---|---|---|"]
-    for p in presets:
-        c = design_completions(p)
-        hours = sum(c.values()) / COMPLETIONS_PER_CORE_SECOND / 3600
-        lines.append(f"| `{p.name}` | {c['training']:,.0f} | {c['noise controls']:,.0f} | {c['evaluation']:,.0f} "
-                     f"| {hours:.1f} |")
-    lines += ["", "The rate was measured on the 130k-parameter bases (`benchmarks/sweep_tiny.py`); qwen2-m (1.0M "
-              "parameters) is slower per completion, so its row is a lower bound. Notebook 01's snapshot "
-              "evaluations dominate; runs are cached, so the design can be filled setting by setting."]
+        lines += _claim(design, c)
+    lines += ["## Deltas as the specs hold them (every setting)", "", *_deltas(design, first), "",
+              *_size(design, presets)]
     return "\n".join(lines) + "\n" + ("\n" + render_section() if design == "frontier" else "")
 
 

