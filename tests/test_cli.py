@@ -291,7 +291,7 @@ def test_bad_input_is_answered_before_torch_loads(tmp_path):
     assert lines[7] == "esreason: error: ESConfig.population_size must be a positive int, got -3"
     assert lines[8].startswith("esreason: error: GRPOConfig.group_size must be >= 2") and lines[8].endswith("got 1")
     assert lines[9].startswith("esreason: error: ESConfig.backend must be one of (") and lines[9].endswith("'foo'")
-    assert f"ESConfig.model: no directory exists at '{tmp_path / 'no_model'}'" in lines[10]
+    assert f"ESConfig.model: '{tmp_path / 'no_model'}' is not a zoo name" in lines[10]
 
 
 def test_main_train_backend_and_workers_flags_set_the_es_config(home, capsys):

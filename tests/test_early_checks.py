@@ -90,7 +90,8 @@ def test_constant_values_follow_imports_starred_names_and_dict_keys():
 
 
 def test_check_model_path_names_the_missing_directory(tmp_path):
-    with pytest.raises(ValueError, match=r"ESConfig\.model: no directory exists at '/nonexistent/model'"):
+    with pytest.raises(ValueError, match=r"ESConfig\.model: '/nonexistent/model' is not a zoo name .* no "
+                                         r"directory exists at /nonexistent/model"):
         check_model_path("ESConfig", "/nonexistent/model")
     for fine in (str(tmp_path), "qwen2-s", "Qwen/Qwen2.5-1.5B-Instruct", None):
         check_model_path("ESConfig", fine)

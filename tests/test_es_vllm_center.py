@@ -78,7 +78,9 @@ def vllm_backend(monkeypatch):
     vllm.SamplingParams = SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=Engine))
-    monkeypatch.delitem(sys.modules, "esreason_lib.es.backends.vllm_engines", raising=False)
+    # recorded, then removed: imported anew over the stand-ins, and restored (or dropped) when the test ends
+    monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", None)
+    del sys.modules["esreason_lib.es.backends.vllm_engines"]
     Engine.made.clear()
     return importlib.import_module("esreason_lib.es.backends.vllm_engines").VLLMBackend
 

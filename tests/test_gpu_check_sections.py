@@ -73,7 +73,9 @@ def engine(monkeypatch):
     vllm.SamplingParams = SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=SleepyEngine))
-    monkeypatch.delitem(sys.modules, "esreason_lib.es.backends.vllm_engines", raising=False)
+    # recorded, then removed: imported anew over the stand-ins, and restored (or dropped) when the test ends
+    monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", None)
+    del sys.modules["esreason_lib.es.backends.vllm_engines"]
     monkeypatch.setattr(gpu_check_multi, "device_used_mib", lambda index: SleepyEngine.used)
     Engine.made.clear()
     return SleepyEngine

@@ -213,8 +213,8 @@ def check_model_path(cls: str, value: Any) -> None:
     """ValueError naming `cls`.model when `value` can only be a path (it starts with "/", "." or "~": no zoo name or
     hub id does) and names no directory; the rest of what a model may be is decided when it loads (`models.load`)."""
     if isinstance(value, str) and value.startswith(("/", ".", "~")) and not Path(value).expanduser().is_dir():
-        raise ValueError(f"{cls}.model: no directory exists at {value!r} (a path: a zoo name or hub id does not "
-                         f"start with '/', '.' or '~')")
+        raise ValueError(f"{cls}.model: {value!r} is not a zoo name (a path: no zoo name or hub id starts with '/', "
+                         f"'.' or '~') and no directory exists at {Path(value).expanduser()}")
 
 
 def check_values(overrides: Mapping[str, Mapping[str, Any]]) -> None:
