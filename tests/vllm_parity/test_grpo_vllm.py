@@ -82,13 +82,13 @@ def test_sampled_rollouts_are_seeded(setup):
 
 def test_a_sync_that_did_not_land_is_detected(setup, monkeypatch):
     model, tok, task, rollouts = setup
-    rollouts(model, tok, ["1 2>3="], max_new_tokens=4)
+    rollouts(model, tok, ["1 2>3="], Sampling(max_new_tokens=4))
     moved = copy.deepcopy(model)
     with torch.no_grad():
         moved.model.norm.weight.add_(1.0)
     monkeypatch.setattr(rollouts.engine, "load", lambda model: None)  # a weight copy that never arrives
     with pytest.raises(RuntimeError, match="vLLM engine's weights drifted from the driver's at rollout call"):
-        rollouts(moved, tok, ["1 2>3="], max_new_tokens=4)
+        rollouts(moved, tok, ["1 2>3="], Sampling(max_new_tokens=4))
 
 
 def test_train_grpo_on_the_engine_is_deterministic(tmp_path):
