@@ -73,16 +73,22 @@ class Engine:
 @pytest.fixture
 def vllm_backend(monkeypatch):
     """`es.backends.vllm_engines.VLLMBackend` imported over the stand-in `vllm` and `Engine`."""
+    return with_stand_in_vllm(monkeypatch, Engine).VLLMBackend
+
+
+def with_stand_in_vllm(monkeypatch, engine: type):
+    """`es.backends.vllm_engines` imported anew over a stand-in `vllm` module and `models.vllm_engine.Engine` =
+    `engine`; every replaced module is restored (or dropped) when the test ends."""
     vllm = types.ModuleType("vllm")  # found by the trainer's check for the extra
     vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None, origin=__file__)
     vllm.SamplingParams = SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", vllm)
-    monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=Engine))
+    monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=engine))
     # recorded, then removed: imported anew over the stand-ins, and restored (or dropped) when the test ends
     monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", None)
     del sys.modules["esreason_lib.es.backends.vllm_engines"]
     Engine.made.clear()
-    return importlib.import_module("esreason_lib.es.backends.vllm_engines").VLLMBackend
+    return importlib.import_module("esreason_lib.es.backends.vllm_engines")
 
 
 CFG = ESConfig(model="tiny-random", task="graded", population_size=4, sigma=0.05, alpha=0.05, iterations=3,

@@ -5,18 +5,15 @@ trainer, and a monkeypatched `torch.cuda`. None of these sections has run on a G
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
 import json
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 import torch
-from test_es_vllm_center import Engine, SamplingParams
+from test_es_vllm_center import Engine, with_stand_in_vllm
 
 from esreason_lib.models.weights import weights_fingerprint
 
@@ -68,16 +65,8 @@ class SleepyEngine(Engine):
 @pytest.fixture
 def engine(monkeypatch):
     """`vllm` and `models.vllm_engine.Engine` replaced by the stand-ins (the backend re-imported over them)."""
-    vllm = types.ModuleType("vllm")
-    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None, origin=__file__)
-    vllm.SamplingParams = SamplingParams
-    monkeypatch.setitem(sys.modules, "vllm", vllm)
-    monkeypatch.setitem(sys.modules, "esreason_lib.models.vllm_engine", types.SimpleNamespace(Engine=SleepyEngine))
-    # recorded, then removed: imported anew over the stand-ins, and restored (or dropped) when the test ends
-    monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", None)
-    del sys.modules["esreason_lib.es.backends.vllm_engines"]
+    with_stand_in_vllm(monkeypatch, SleepyEngine)
     monkeypatch.setattr(gpu_check_multi, "device_used_mib", lambda index: SleepyEngine.used)
-    Engine.made.clear()
     return SleepyEngine
 
 
