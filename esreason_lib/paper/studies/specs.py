@@ -53,8 +53,8 @@ class Prop1Spec:
     delta_change: float
     """Smallest effect of interest of "Pass@K rises along training" (mean per-iteration change of the plug-in
     J_K on fresh samples of theta+, at the largest K): 3e-4 = ES's Pass@64 lead over the random-direction control
-    (+0.043, issue 21 item 6) spread over tiny's 150 iterations; a smaller per-iteration rise would not add up to
-    the gain the account is meant to explain."""
+    (+0.043 on the tiny preset's 3-seed runs) spread over tiny's 150 iterations; a smaller per-iteration rise would
+    not add up to the gain the account is meant to explain."""
     delta_condition: float
     """Smallest effect of interest of "Proposition 1's sufficient condition holds" (mean over iterations of
     J_K(pi_w) - J_K(pi_theta) - K sqrt(eps / 2), at each K): 3e-4, the same per-iteration Pass@K scale."""
@@ -108,14 +108,14 @@ class ComparisonSpec:
     01_frontier_paths' curves; without them their final models are drawn as points)."""
     delta_pass1: float = 0.01
     """Smallest Pass@1 effect of interest (ES above base; ES above the noise control at K=1): one point, a third
-    of ES's Pass@1 gain at T = 0.6 measured in issue 21 (+0.033): less would not be a gain worth training for."""
+    of ES's Pass@1 gain at T = 0.6 on the tiny preset's runs (+0.033): less would not be a gain worth training for."""
     delta_passk: float = 0.02
     """Smallest Pass@K (K = max) effect of interest (ES above GRPO at matched Pass@1; ES above the noise
-    control): two points, half of the Pass@64 gap ES opens over the noise-injection control in issue 21
-    (+0.043 [+0.002, +0.087]); the paper reports its large-K gaps as several points."""
+    control): two points, half of the Pass@64 gap ES opens over the noise-injection control on the tiny preset's
+    runs (+0.043 [+0.002, +0.087]); the paper reports its large-K gaps as several points."""
     delta_entropy: float = 0.02
     """Smallest evaluation token-entropy effect of interest (nats; GRPO below base, ES above GRPO, ES above the
-    noise control): a quarter of GRPO lr 1e-4's collapse in issue 21 (-0.074 nats)."""
+    noise control): a quarter of GRPO lr 1e-4's collapse on the tiny preset's runs (-0.074 nats)."""
 
     def __post_init__(self):
         if not self.temperature > 0 or not all(t > 0 for t in self.side_temperatures):
@@ -144,8 +144,9 @@ class SequentialSpec:
     """GRPO iterations of one full GRPO run (more than `es_budget` when a GRPO iteration is cheaper)."""
     delta_stage: float = 0.01
     """Smallest effect of interest of a sequence's second stage over its own first stage (GRPO->ES: Pass@K at
-    the largest K, ES's gain; ES->GRPO: Pass@1, GRPO's gain). One point: issue 21 measured the ES stage of
-    GRPO->ES at -0.010 [-0.043, +0.022]; a stage that adds less than a point adds nothing that matters."""
+    the largest K, ES's gain; ES->GRPO: Pass@1, GRPO's gain). One point: on the tiny preset's runs the ES stage
+    of GRPO->ES changed Pass@64 by -0.010 [-0.043, +0.022]; a stage that adds less than a point adds nothing that
+    matters."""
     delta_pass1: float = 0.01
     """Smallest Pass@1 effect of interest of a sequence against ES-only at the full budget (notebook 01's
     `comparison.delta_pass1`, for the same reason)."""
@@ -217,8 +218,8 @@ class SparsitySpec:
     """Non-inferiority margin on Pass@1 as a fraction f of the gain being tested: the reset model must keep at
     least (1 - f) of the unreset model's gain over the base, tested per seed and problem on
     reset - (1 - f) * unreset - f * base > 0 (so the CI carries the gain's own uncertainty). 0.25: a reset that
-    loses more than a quarter of the gain did not "keep" it; issue 21 found the old absolute 0.02 was ~75% of
-    ES's whole gain."""
+    loses more than a quarter of the gain did not "keep" it; a fixed absolute margin of 0.02 would be ~75% of
+    ES's whole gain on the tiny preset's runs."""
     methods: tuple[str, ...]
     """Methods whose models (every training seed) are reset-swept; the finding checks "es", the others are
     reported beside it."""
