@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 
-from esreason_lib.models.generation import completion_logprobs
+from esreason_lib.models.generation import check_completion_inputs, completion_logprobs
 from esreason_lib.models.logprobs import GRAD_BYTES, NO_GRAD_BYTES, SCORING, Chunks, completion_scores, logit_bytes
 
 MIB = 2**20
@@ -70,6 +70,22 @@ def test_chunks_refuse_bad_values_and_the_vocabulary_under_gradients():
         completion_scores(model, ids, mask, ids, mask, chunks=Chunks(vocab=4))
     with pytest.raises(ValueError, match="temperature must be > 0, got 0"):
         completion_scores(model, ids, mask, ids, mask, temperature=0, chunks=Chunks(rows=1))
+
+
+def test_both_passes_refuse_a_bad_temperature_or_mismatched_masks_in_one_line():
+    """`check_completion_inputs`, which the whole pass and the chunked pass both run first."""
+    ids, mask = torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)
+    check_completion_inputs(0.6, ids, mask, ids, mask)  # valid: no error
+    with pytest.raises(ValueError, match=r"temperature must be > 0, got -1\.0"):
+        check_completion_inputs(-1.0, ids, mask, ids, mask)
+    short = torch.ones(2, 2, dtype=torch.bool)
+    message = r"ids/mask shapes differ: prompt \(2, 3\) vs \(2, 3\), completion \(2, 3\) vs \(2, 2\)"
+    with pytest.raises(ValueError, match=message):
+        check_completion_inputs(1.0, ids, mask, ids, short)
+    model = _model("qwen2", vocab=11, width=8)
+    for chunks in (Chunks(), Chunks(rows=1)):
+        with pytest.raises(ValueError, match=message):
+            completion_scores(model, ids, mask, ids, short, chunks=chunks)
 
 
 def _model(family: str, *, vocab: int, width: int = 16):

@@ -210,6 +210,16 @@ def generate(model, tokenizer, prompts: list[str], sampling: Sampling = DEFAULT_
     return Generator(model, tokenizer, forward)(prompts, sampling, n=n, stop=stop, seed=seed)
 
 
+def check_completion_inputs(temperature, prompt_ids, prompt_mask, completion_ids, completion_mask) -> None:
+    """ValueError in one line when `temperature` is not > 0 or an ids tensor and its mask differ in shape (the
+    inputs of `completion_logprobs` and `models.logprobs.completion_scores`)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
+        raise ValueError(f"ids/mask shapes differ: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
+                         f"completion {tuple(completion_ids.shape)} vs {tuple(completion_mask.shape)}")
+
+
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
                         with_entropy=False):
     """Per-token log pi(completion token) [B, Lc] (and entropies [B, Lc] or None), differentiable.
@@ -218,11 +228,7 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     it; the log-softmax of logits / temperature (in float32) is gathered at the completion tokens. Entries
     where `completion_mask` is False are 0.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
-        raise ValueError(f"ids/mask shapes differ: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
-                         f"completion {tuple(completion_ids.shape)} vs {tuple(completion_mask.shape)}")
+    check_completion_inputs(temperature, prompt_ids, prompt_mask, completion_ids, completion_mask)
     lc = completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1).to(model.device)  # [B, Lp+Lc]
     mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(model.device)  # [B, Lp+Lc]

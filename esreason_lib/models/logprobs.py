@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from esreason_lib.models.generation import completion_logprobs, mask_positions
+from esreason_lib.models.generation import check_completion_inputs, completion_logprobs, mask_positions
 from esreason_lib.validation import check_optional_positive_int
 
 
@@ -139,11 +139,7 @@ def completion_scores(model, prompt_ids, prompt_mask, completion_ids, completion
     if chunks.whole:
         return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                                    temperature=temperature, with_entropy=with_entropy)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
-        raise ValueError(f"ids/mask shapes differ: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
-                         f"completion {tuple(completion_ids.shape)} vs {tuple(completion_mask.shape)}")
+    check_completion_inputs(temperature, prompt_ids, prompt_mask, completion_ids, completion_mask)
     if torch.is_grad_enabled() and chunks.vocab is not None:
         raise ValueError(f"Chunks.vocab cuts no-grad passes only (under gradients the head runs whole), got "
                          f"{chunks.vocab!r}")
