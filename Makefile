@@ -151,7 +151,8 @@ $(NB)/06_population_scaling.ipynb: $(NB)/00_base_models.ipynb
 executed: $(EXECUTED)
 
 # The training runs of notebooks 01 (its step-size grid, reused by 03-05) and 06 are trained first in two
-# balanced shards, one per core (`esreason_lib/paper/plan.py`); the notebooks then find them in the run store.
+# balanced shards, one per core (`esreason_lib/paper/plan.py`; runs too large for memory beside another, such as ES
+# on the 135M pretrained base, all in shard 0); the notebooks then find them in the run store.
 prefill-%: | setup  ## no such file: always runs (complete runs are reused, so this is quick)
 	$(PY) -m esreason_lib prefill --preset $(PRESET) --shard $*/2
 

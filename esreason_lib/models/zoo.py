@@ -297,6 +297,10 @@ PRETRAINED: dict[str, PretrainedSpec] = {
 }
 """Pretrained bases: "smollm2-135m" (SmolLM2-135M-Instruct, 134.5M parameters, a Llama with a 49,152-token
 vocabulary and a chat template; its Q4_1 weights dequantized, not the original float weights)."""
+PRETRAINED_PARAMETERS: dict[str, int] = {"smollm2-135m": 134_515_008}
+"""Parameters of each pretrained base, known without converting it (what `convert` records as `num_parameters`):
+SmolLM2-135M is 49,152 x 576 tied embeddings, 30 blocks of 3,540,096 and a final norm of 576. Kept apart from
+`PretrainedSpec`, whose fields are the base's version in every run's identity."""
 
 
 def is_zoo_name(name) -> bool:

@@ -8,6 +8,11 @@ notebook 01's grid, which notebooks 03-05 reuse, and notebook 06's cells and abl
 (each stage starts from the previous stage's model) and notebook 02's step-by-step trajectories stay with their
 notebooks.
 
+Since the shards run side by side, `shard` keeps in shard 0 every run whose estimated peak memory
+(`paper.memory.peak_memory_bytes`) would not fit in the machine beside a run of the other shard: ES on the 135M
+pretrained base at population 8 peaks at 12.7 GB (measured, backend "fast"), and two such runs overran the 24 GB
+machine (the OOM killer ended one).
+
 `prefill` prints one line per finished run: the shard's count, the plan's, the run, and the time left in the shard
 (`time_left`: the seconds per unit of `expected_cost` of the runs this shard trained, times the cost left).
 """
@@ -19,6 +24,7 @@ import time
 from esreason_lib.es.config import ESConfig
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.methods import trainer
+from esreason_lib.paper.memory import memory_budget, peak_memory_bytes
 from esreason_lib.paper.studies.presets import Preset, preset_notebooks
 from esreason_lib.store.identity import config_hash
 
@@ -44,12 +50,35 @@ def expected_cost(config: ESConfig | GRPOConfig) -> float:
     return 2.0 * config.iterations * config.prompts_per_step * config.group_size
 
 
-def shard(configs, index: int, count: int) -> list:
-    """The configs of shard `index` of `count`: longest first, each to the least-loaded shard (deterministic)."""
+def apart(configs, budget: int) -> list[bool]:
+    """For each of `configs`, whether it must train in shard 0 for memory (`shard`): it is heavy (its
+    `memory.peak_memory_bytes` above half of `budget` bytes, or unknown), or it would not fit in `budget` beside
+    the largest heavy one. Two configs not both kept apart then fit together: both are at most half the budget, or
+    the one kept apart is heavy and the other fits beside the largest heavy one (or both are in shard 0). ES on
+    "fast" at N = 8 on `smollm2-135m` (12.7 GB measured) is heavy on the 24 GB machine (budget 0.8 x 24 GB)."""
+    peaks = [peak_memory_bytes(c) for c in configs]
+    heavy = [p is None or p > budget / 2 for p in peaks]
+    if not any(heavy):
+        return heavy
+    largest = max(float("inf") if p is None else p for p, h in zip(peaks, heavy) if h)
+    return [h or p + largest > budget for p, h in zip(peaks, heavy)]
+
+
+def shard(configs, index: int, count: int, *, budget: int | None = None) -> list:
+    """The configs of shard `index` of `count`: longest first, each to the least-loaded shard (deterministic),
+    except those `apart` keeps in shard 0 (counted in its load from the start), so that no two configs whose
+    estimated peaks sum above `budget` bytes (default `memory.memory_budget()`, 0.8 of this machine's memory)
+    train side by side in two shards. A plan with no heavy config is balanced as before."""
     if not (isinstance(count, int) and count >= 1 and isinstance(index, int) and 0 <= index < count):
         raise ValueError(f"shard must be i/n with 0 <= i < n, got {index}/{count}")
+    ordered = sorted(configs, key=lambda c: (-expected_cost(c), config_hash(c)))
+    pinned = apart(ordered, memory_budget() if budget is None else budget)
     loads, out = [0.0] * count, [[] for _ in range(count)]
-    for config in sorted(configs, key=lambda c: (-expected_cost(c), config_hash(c))):
+    loads[0] = sum(expected_cost(c) for c, p in zip(ordered, pinned) if p)
+    for config, keep in zip(ordered, pinned):
+        if keep:
+            out[0].append(config)
+            continue
         lightest = loads.index(min(loads))
         loads[lightest] += expected_cost(config)
         out[lightest].append(config)
