@@ -56,8 +56,9 @@ def pick(row: dict, label: str, path: Path) -> dict:
     for entry in row["oc"]:
         if entry.get("design") == label:
             return entry
+    has = [e.get("design") for e in row["oc"]]
     raise ValueError(f"{path}: check {row['check']!r} has no operating characteristic at the registered design "
-                     f"{label!r} (it has {[e.get('design') for e in row['oc']]}); rerun the pilot with --designs {label}")
+                     f"{label!r} (it has {has}); rerun the pilot with --designs {label}")
 
 
 def meets_bar(entry: dict) -> bool:

@@ -1,14 +1,14 @@
 """`papers/preregistration.md`: the registered design of a multi-setting study, generated from the specs.
 
 `render(design)` writes, from `presets.DESIGNS[design]` and `studies.registry` only (no run, no store): the rule
-that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each
-claim's paper test and control (design in words, primary and secondary checks, delta and its clause; a claim whose
-notebook the design does not run, `presets.DESIGN_NOTEBOOKS`, as "not in this design" with the reason its design
-declares, `LEFT_OUT`), the deltas as the specs hold them, the design's size in completions with a time estimate
-from the design's measured speed (`design_size`), for a design with a pilot (`PILOT_OC`) each primary check's
-operating characteristic at its registered size (`pilot_oc`), then, for `frontier`, the dated changes made after it
-was registered (`deviations.render_section`: the text above them stays as registered). The file is committed before any run of
-the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
+that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each claim's
+paper test and control (design in words, primary and secondary checks, delta and its clause; a claim whose notebook
+the design does not run, `presets.DESIGN_NOTEBOOKS`, as "not in this design" with the reason its design declares,
+`LEFT_OUT`), the deltas as the specs hold them, the design's size in completions with a time estimate from the
+design's measured speed (`design_size`), for a design with a pilot (`PILOT_OC`) each primary check's operating
+characteristic at its registered size (`pilot_oc`), then, for `frontier`, the dated changes made after it was
+registered (`deviations.render_section`: the text above them stays as registered). The file is committed before any
+run of the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
 equals `render`, and `records.record_finding` stores in each record of a design's setting the commit that last
 changed the file (`provenance.registration`, with its date and sha256).
 

@@ -64,7 +64,7 @@ PRETRAINED_RATE = CompletionRate(
                "bound. Notebook 01's column is an upper bound: it counts every run at 1 + iterations / snapshot_every "
                "evaluations with a greedy decode each (the `frontier` registration's count), where this design "
                "evaluates the snapshots of GRPO's path only (`comparison.path_methods`) and draws no greedy decode.")
-"""The speed that sizes the design in hours (`preregistration.design_rate`): 3.2-7.8 completions per wall-second,
+"""The speed that sizes the design in hours (`design_size.design_rate`): 3.2-7.8 completions per wall-second,
 the slowest and fastest of the pilot evaluations the range is taken from: the base's (142.7 s and 243.6 s) and a
 GRPO seed-0 model's (98.9 s), 768 completions each. The same records hold two faster evaluations of GRPO-trained
 models (48.4 s and 66.9 s), left out of the range; the zoo's 2,048 completions per core-second
