@@ -3,6 +3,8 @@ on the chosen task, and the floor of each Pass@1 check's operating characteristi
 
     .venv/bin/python benchmarks/pilot_pretrained.py --sweep benchmarks/pretrained_sweep.jsonl --cell multistep-3x2 \\
         --groups 2 --designs 3x500 3x2000 --samples 64 --delta 0.01
+    .venv/bin/python benchmarks/pilot_pretrained.py --training benchmarks/pilot_pretrained_training.jsonl \\
+        --designs 3x200 --json-out papers/pretrained-oc.json   # the design's OC file (`paper.pilot_oc`)
 
 The sweep's record of the cell holds each sample's verdict (problems x n samples, `sweep_pretrained_task.py`).
 Samples of one problem are independent draws given the problem, so splitting a problem's n samples into `--groups`
@@ -93,7 +95,9 @@ def arm_matrix(records: list[dict], arm: str, eval_on: str, k: int, split: str =
 
 def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str = "tuning") -> list[dict]:
     """Each `TRAINING_CHECKS` check's components from the pilot's arms (training-task evaluations on `split`) and its
-    status rates at each design (seeds per arm x problems) for a true effect of +delta, 0 and -delta."""
+    status rates at each design (seeds per arm x problems) for a true effect of +delta, 0 and -delta: the rows of a
+    design's OC file (`paper.pilot_oc`, written by `--json-out`), where a row may then be given a "reason" (str:
+    why a check that misses the bar is not a primary), which the registration prints."""
     out = []
     for name, a_arm, b_arm, eval_on, k, delta in TRAINING_CHECKS:
         k = big_k if k == "K" else k
@@ -134,10 +138,17 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=64, help="samples per problem and seed in the design")
     parser.add_argument("--delta", type=float, default=0.01, help="the checks' delta (rule B: 0.01 for Pass@1)")
     parser.add_argument("--sims", type=int, default=OC_SIMS)
+    parser.add_argument("--json-out", type=Path, help="--training: also write the rows to this file (a design's "
+                        "OC file, `paper.pilot_oc`)")
     args = parser.parse_args(argv)
+    if args.json_out and not args.training:
+        parser.error("--json-out writes the --training rows: give --training")
     if args.training:
         records = [json.loads(line) for line in args.training.read_text().splitlines() if line.strip()]
-        print(json.dumps(training_oc(records, args.designs, args.k, args.sims, args.split), indent=1))
+        rows = training_oc(records, args.designs, args.k, args.sims, args.split)
+        print(json.dumps(rows, indent=1))
+        if args.json_out:
+            args.json_out.write_text(json.dumps(rows, indent=1) + "\n")
         return
     if not (args.sweep and args.cell):
         parser.error("give --sweep and --cell (the base's components), or --training")

@@ -1,6 +1,8 @@
 """The registered design: `papers/preregistration.md` is what the specs generate, and records name its commit."""
 
-from esreason_lib.paper import preregistration, provenance, records
+import pytest
+
+from esreason_lib.paper import design_size, pilot_oc, preregistration, provenance, records
 from esreason_lib.paper.findings import Check, make_finding
 from esreason_lib.paper.studies.presets import DESIGNS, get_preset
 from esreason_lib.paper.studies.registry import CLAIMS, DELTA_RULE, declared
@@ -21,12 +23,50 @@ def test_the_registration_names_every_setting_test_and_the_delta_rule():
 
 def test_design_completions_add_up_by_hand():
     p = get_preset("frontier-habit")
-    c = preregistration.design_completions(p)
+    c = design_size.design_completions(p)
     es_run = 150 * 128 * 16  # iterations x prompts x population
     assert c["noise controls"] == 3 * 3 * es_run  # one per ES alpha and seed
     models = 15 * (1 + 15) + 9 * (1 + 15) + 9 * (1 + 15)  # 15 GRPO, 9 ES runs, 9 noise controls: 15 snapshots each
     per_model = (770 + 100) * 65
-    assert c["evaluation"] == (models + 1) * per_model + (15 + 9 + 9 + 1) * per_model
+    assert c["evaluation (notebook 01)"] == (models + 1) * per_model + (15 + 9 + 9 + 1) * per_model
+    assert list(c) == ["training", "noise controls", "evaluation (notebook 01)"]  # notebook 01 only by default
+
+
+def test_pretrained_notebooks_02_04_05_add_up_by_hand():
+    p = get_preset("pretrained-smollm2")
+    # 02: 3 followed seeds x (ES: 30 iterations x 16 prompts x 8 members + (1 + 30 theta+ + 30 fresh) x 64 x 8)
+    assert design_size.prop1_completions(p)[0] == 3 * (30 * 16 * 8 + 61 * 64 * 8) == 105_216
+    # 04: base + ES 3 seeds x (unreset + 2 x 5 quantile resets + noise control) + GRPO 3 x (1 + 10); 200 x 32 each
+    assert design_size.sparsity_completions(p)[0] == (1 + 3 * 12 + 3 * 11) * 200 * 32 == 448_000
+    # 05: (base + 3 ES + 3 GRPO) x 1 held-out task x 112 x 32, + KL: 6 trained x 2 tasks x 64 prompts x 8 samples
+    assert design_size.forgetting_completions(p)[0] == 7 * 112 * 32 + 6 * 2 * 64 * 8 == 31_232
+    c = design_size.design_completions(p, ("01", "02", "04", "05"))
+    assert list(c)[3:] == ["notebook 02 (ES runs, probes)", "notebook 04 (evaluations)",
+                           "notebook 05 (held-out evaluations, KL)"]
+    assert list(c.values())[3:] == [105_216, 448_000, 31_232]
+    assert design_size.counted_notebooks("pretrained") == ("01", "02", "04", "05")
+    assert design_size.counted_notebooks("frontier") == ("01",)  # as registered
+
+
+def test_a_design_whose_eval_takes_the_whole_split_cannot_be_counted():
+    from dataclasses import replace
+
+    p = get_preset("pretrained-smollm2")
+    p = replace(p, sparsity=replace(p.sparsity, eval=replace(p.sparsity.eval, n_problems=None)))
+    with pytest.raises(ValueError, match="sparsity.eval.n_problems is None"):
+        design_size.sparsity_completions(p)
+
+
+def test_the_frontier_text_is_the_committed_one_and_has_no_pilot_section():
+    text = preregistration.render("frontier")
+    assert text == preregistration.PATH.read_text() and pilot_oc.TITLE not in text
+    assert "each sequence's first stage" in text and "notebook 02 (" not in text
+
+
+def test_pretrained_arms_name_only_the_controls_of_its_notebooks():
+    arms = preregistration.render("pretrained").split("## Arms", 1)[1].split("\n## ", 1)[0]
+    assert "each sequence's first stage" not in arms
+    assert "noise injection" in arms and "the random reset of the same count" in arms
 
 
 def test_a_design_setting_records_its_registration_commit(tmp_path, monkeypatch):
@@ -72,26 +112,26 @@ def test_pretrained_size_uses_its_own_measured_rate_by_hand():
     text = preregistration.render("pretrained")
     size = text.split("## Size", 1)[1]
     assert "wall time at 3.2-7.8 completions per wall-second" in size and "2048" not in size
-    total = sum(preregistration.design_completions(get_preset("pretrained-smollm2")).values())
+    total = 46_080 + 11_520 + 762_300 + 105_216 + 448_000 + 31_232  # training ... notebook 05, by hand above
+    assert sum(design_size.design_completions(get_preset("pretrained-smollm2"), ("01", "02", "04", "05")).values()) \
+        == total
     hours = (total / (768 / 98.9) / 3600, total / (768 / 243.6) / 3600)
-    assert f"| {hours[0]:.1f}-{hours[1]:.1f} |" in size and 20 < hours[0] < hours[1] < 100
+    assert f"| 105,216 | 448,000 | 31,232 | {hours[0]:.1f}-{hours[1]:.1f} |" in size and 40 < hours[0] < hours[1] < 150
     assert "measured under load" in size and "lower bound" in size and "pilot_pretrained_training" in size
-    assert preregistration.design_rate("frontier").slow == preregistration.design_rate("frontier").fast == 2048.0
+    assert "are not counted" not in size and "not counted:" not in size  # 03 and 06 are not run
+    assert "notebook 04: 70 models" in size and "6 trained models x 2 tasks x 64 prompts x 8 = 6,144" in size
+    assert design_size.design_rate("frontier").slow == design_size.design_rate("frontier").fast == 2048.0
 
 
 def test_an_undeclared_rate_or_left_out_reason_is_refused(monkeypatch):
-    import pytest
-
     with pytest.raises(ValueError, match="declares no completion rate"):
-        preregistration.design_rate("nowhere")
+        design_size.design_rate("nowhere")
     monkeypatch.setattr(preregistration, "LEFT_OUT", {"pretrained": {"00": "x", "03": "y"}})
     with pytest.raises(ValueError, match="does not run notebook 06 and declares no reason"):
         preregistration.render("pretrained")
 
 
 def test_completion_rate_refuses_a_bad_range_or_clock():
-    import pytest
-
     from esreason_lib.paper.studies.preset_spec import CompletionRate
 
     for slow, fast, clock, match in ((0.0, 1.0, "wall", "0 < slow <= fast"), (2.0, 1.0, "wall", "slow=2.0"),

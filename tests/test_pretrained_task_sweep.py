@@ -156,3 +156,28 @@ def test_training_oc_names_missing_arms_and_gives_rates_per_design():
     assert by_name["01 paper: ES Pass@K - GRPO Pass@K"] == {"check": "01 paper: ES Pass@K - GRPO Pass@K",
                                                            "missing": ["grpo"]}
     assert by_name["05 paper: ES - base held-out Pass@K"]["missing"] == ["es", "base"]
+
+
+def test_training_json_out_writes_the_rows_it_prints(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    records = [_pilot_record("es", rng.integers(0, 5, 40).tolist(), seed=s) for s in (0, 1)]
+    records.append(_pilot_record("base", rng.integers(0, 5, 40).tolist(), seed=None))
+    pilot = tmp_path / "pilot.jsonl"
+    pilot.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "oc.json"
+    pilot_pretrained.main(["--training", str(pilot), "--k", "2", "--designs", "3x200", "--sims", "10",
+                           "--json-out", str(out)])
+    rows = json.loads(out.read_text())
+    assert rows == json.loads(capsys.readouterr().out) and len(rows) == len(pilot_pretrained.TRAINING_CHECKS)
+    assert rows[0]["oc"][0]["design"] == "3x200" and {"check": "01 paper: ES Pass@K - GRPO Pass@K",
+                                                       "missing": ["grpo"]} in rows
+    from esreason_lib.paper import pilot_oc  # the file renders as the registration's section
+    from esreason_lib.paper.studies.preset_spec import PilotOC
+    from esreason_lib.paper.studies.presets import get_preset
+
+    section = "\n".join(pilot_oc.section(PilotOC(str(out), "p"), [get_preset("pretrained-smollm2")]))
+    assert "| 01 co-primary: ES Pass@1 - base | 1 | 0.01 |" in section
+    assert "- 01 paper: ES Pass@K - GRPO Pass@K: not a primary in this design: the pilot has no records of grpo" \
+        in section
+    with pytest.raises(SystemExit):
+        pilot_pretrained.main(["--sweep", str(pilot), "--cell", "c", "--json-out", str(out)])

@@ -1,13 +1,14 @@
 """`papers/preregistration.md`: the registered design of a multi-setting study, generated from the specs.
 
 `render(design)` writes, from `presets.DESIGNS[design]` and `studies.registry` only (no run, no store): the rule
-that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each
-claim's paper test and control (design in words, primary and secondary checks, delta and its clause; a claim whose
-notebook the design does not run, `presets.DESIGN_NOTEBOOKS`, as "not in this design" with the reason its design
-declares, `LEFT_OUT`), the deltas as the specs hold them, and the design's size in completions with a time estimate
-from the design's measured speed (`design_rate`), then, for `frontier`, the dated changes made after it was registered
-(`deviations.render_section`: the text above them stays as registered). The file is committed before any run of
-the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
+that sets every delta (`registry.DELTA_RULE`), the settings (base, task, seeds, evaluation), the arms, each claim's
+paper test and control (design in words, primary and secondary checks, delta and its clause; a claim whose notebook
+the design does not run, `presets.DESIGN_NOTEBOOKS`, as "not in this design" with the reason its design declares,
+`LEFT_OUT`), the deltas as the specs hold them, the design's size in completions with a time estimate from the
+design's measured speed (`design_size`), for a design with a pilot (`PILOT_OC`) each primary check's operating
+characteristic at its registered size (`pilot_oc`), then, for `frontier`, the dated changes made after it was
+registered (`deviations.render_section`: the text above them stays as registered). The file is committed before any
+run of the design it registers (the lead commits it); `tests/test_preregistration.py` checks that the committed file
 equals `render`, and `records.record_finding` stores in each record of a design's setting the commit that last
 changed the file (`provenance.registration`, with its date and sha256).
 
@@ -18,52 +19,25 @@ from __future__ import annotations
 
 import argparse
 
+from esreason_lib.paper import pilot_oc
 from esreason_lib.paper.claims import NOT_IN_DESIGN, in_design
+from esreason_lib.paper.design_size import size_section
 from esreason_lib.paper.deviations import render_section
 from esreason_lib.paper.provenance import PREREGISTRATION_PATH as PATH
-from esreason_lib.paper.studies.preset_spec import CompletionRate
+from esreason_lib.paper.studies.preset_spec import PilotOC
 from esreason_lib.paper.studies.presets import DESIGNS, Preset, get_preset
-from esreason_lib.paper.studies.pretrained_design import PRETRAINED_LEFT_OUT, PRETRAINED_RATE
+from esreason_lib.paper.studies.pretrained_design import PRETRAINED_LEFT_OUT, PRETRAINED_OC
 from esreason_lib.paper.studies.registry import CLAIMS, DELTA_RULE
 from esreason_lib.paths import REPO_ROOT
 
 LEFT_OUT: dict[str, dict[str, str]] = {"pretrained": PRETRAINED_LEFT_OUT}
 """Each design of `presets.DESIGN_NOTEBOOKS`: the notebooks it does not run -> why (declared in its design module)."""
-
-
-def design_rate(design: str) -> CompletionRate:
-    """The measured speed that turns `design`'s completions into hours: for `frontier` the zoo bases' one rate
-    (`power_report.COMPLETIONS_PER_CORE_SECOND`), for `pretrained` its base's own (`PRETRAINED_RATE`)."""
-    from esreason_lib.paper.power_report import COMPLETIONS_PER_CORE_SECOND as ZOO
-
-    rates = {"frontier": CompletionRate(
-        ZOO, ZOO, "core", "The rate was measured on the 130k-parameter bases (`benchmarks/sweep_tiny.py`); qwen2-m "
-        "(1.0M parameters) is slower per completion, so its row is a lower bound. Notebook 01's snapshot evaluations "
-        "dominate; runs are cached, so the design can be filled setting by setting."), "pretrained": PRETRAINED_RATE}
-    if design not in rates:
-        raise ValueError(f"design {design!r} declares no completion rate (preregistration.design_rate knows "
-                         f"{sorted(rates)})")
-    return rates[design]
-
-
-def design_completions(preset: Preset) -> dict[str, float]:
-    """The completions one setting generates, by part: "training" (notebook 01's grid and notebook 06's cells and
-    ablations, `plan.expected_cost`, a GRPO completion counted twice), "noise controls" (one ES-sized run per ES
-    arm and seed), "evaluation" (notebook 01: every final model and snapshot on the test and selection problems at
-    `eval.n_samples`, plus the finals at each side temperature). Notebooks 02-05 are left out (together under a
-    tenth of notebook 01's evaluation in tiny)."""
-    from esreason_lib.paper.plan import expected_cost, training_plan
-    from esreason_lib.paper.studies.comparison import training_configs
-
-    runs = training_configs(preset)
-    es_runs = [c for (m, _, _), c in runs.items() if m == "es"]
-    snapshots = {m: getattr(preset, m).iterations // getattr(preset, m).snapshot_every for m in ("es", "grpo")}
-    models = sum(1 + snapshots[m] for (m, _, _) in runs) + len(es_runs) * (1 + snapshots["es"])
-    per_model = (preset.eval.n_problems + preset.comparison.selection_problems) * (preset.eval.n_samples + 1)
-    finals = (len(runs) + len(es_runs) + 1) * per_model * len(preset.comparison.side_temperatures)
-    return {"training": sum(expected_cost(c) for c in training_plan(preset)),
-            "noise controls": float(sum(expected_cost(c) for c in es_runs)),
-            "evaluation": float((models + 1) * per_model + finals)}
+PILOT_OC: dict[str, PilotOC] = {"pretrained": PRETRAINED_OC}
+"""Designs whose pilot estimated the primary checks' operating characteristics: design -> its file (`pilot_oc`);
+the others render no such section."""
+CONTROLS = (("01", "each ES run's noise injection (its own update norms, random directions)"),
+            ("03", "each sequence's first stage"), ("04", "the random reset of the same count"))
+"""The Arms section's controls: (the notebook that runs it, the control); a design lists those it runs."""
 
 
 def _settings_table(presets: list[Preset]) -> list[str]:
@@ -118,21 +92,9 @@ def _samples_note(design: str, presets: list[Preset]) -> list[str]:
             f"n or a K, this design's are the settings table's ({own}).", ""]
 
 
-def _size(design: str, presets: list[Preset]) -> list[str]:
-    """The Size section: each setting's completions by part and their hours at the design's rate (`design_rate`)."""
-    rate = design_rate(design)
-    time, per, hours = ("CPU time", "core-second", "CPU hours") if rate.clock == "core" else (
-        "wall time", "wall-second", "wall hours")
-    speed = f"{rate.slow:g}" if rate.slow == rate.fast else f"{rate.slow:.1f}-{rate.fast:.1f}"
-    lines = [f"## Size (completions per setting; {time} at {speed} completions per {per})", "",
-             f"| setting | training | noise controls | evaluation (notebook 01) | {hours} |", "|---|---|---|---|---|"]
-    for p in presets:
-        c = design_completions(p)
-        most, least = (sum(c.values()) / r / 3600 for r in (rate.slow, rate.fast))
-        spent = f"{most:.1f}" if rate.slow == rate.fast else f"{least:.1f}-{most:.1f}"
-        lines.append(f"| `{p.name}` | {c['training']:,.0f} | {c['noise controls']:,.0f} | {c['evaluation']:,.0f} "
-                     f"| {spent} |")
-    return lines + ["", rate.provenance]
+def _controls(design: str) -> str:
+    """The Arms section's controls: those of the notebooks `design` runs (`CONTROLS`)."""
+    return "; ".join(text for notebook, text in CONTROLS if in_design(design, notebook))
 
 
 def render(design: str = "frontier") -> str:
@@ -153,8 +115,7 @@ def render(design: str = "frontier") -> str:
              f"{first.grpo.snapshot_every}",
              f"- ES: alpha in {list(first.comparison.es_alphas)}, sigma {first.es.sigma:g}, population "
              f"{first.es.population_size}, {first.es.iterations} iterations, snapshot every {first.es.snapshot_every}",
-             "- controls: each ES run's noise injection (its own update norms, random directions); each sequence's "
-             "first stage; the random reset of the same count",
+             f"- controls: {_controls(design)}",
              f"- paths evaluated at every snapshot (notebook 01): {', '.join(first.comparison.path_methods)}; the "
              "other arms' final models only", "",
              "## Tests per claim (status = the primary check's; secondaries shown, never in the status)", "",
@@ -162,7 +123,9 @@ def render(design: str = "frontier") -> str:
     for c in CLAIMS:
         lines += _claim(design, c)
     lines += ["## Deltas as the specs hold them (every setting)", "", *_deltas(design, first), "",
-              *_size(design, presets)]
+              *size_section(design, presets)]
+    if design in PILOT_OC:
+        lines += ["", *pilot_oc.section(PILOT_OC[design], presets)]
     return "\n".join(lines) + "\n" + ("\n" + render_section() if design == "frontier" else "")
 
 

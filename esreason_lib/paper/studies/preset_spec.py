@@ -67,6 +67,26 @@ class CompletionRate:
 
 
 @dataclass(frozen=True)
+class PilotOC:
+    """Where a design's pilot estimate of each primary check's operating characteristic is committed: the
+    "Operating characteristics before the first run" section of `preregistration.render` (a design without one
+    renders no such section)."""
+
+    path: str
+    """The JSON file, relative to the repository root: the list `benchmarks/pilot_pretrained.py --training
+    --json-out` writes (`pilot_oc` reads it); it may not exist yet (the section then says so)."""
+    provenance: str
+    """How the file is made: the pilot's records, the command and its settings (the paragraph under the section)."""
+
+    def __post_init__(self):
+        for name in ("path", "provenance"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"PilotOC.{name} must be a non-empty str, got {getattr(self, name)!r}")
+        if not self.path.endswith(".json"):
+            raise ValueError(f"PilotOC.path must name a .json file, got {self.path!r}")
+
+
+@dataclass(frozen=True)
 class Preset:
     """Everything the notebooks and the CLI need for one scale: the shared setup, then one spec per study."""
 

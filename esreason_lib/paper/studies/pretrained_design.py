@@ -24,7 +24,7 @@ from typing import Any
 
 from esreason_lib.evaluation import EvalSpec
 from esreason_lib.paper.splits import Splits
-from esreason_lib.paper.studies.preset_spec import CompletionRate, HeldoutTask
+from esreason_lib.paper.studies.preset_spec import CompletionRate, HeldoutTask, PilotOC
 
 PRETRAINED_TASK_KWARGS: dict[str, Any] = {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
 """The training task's arguments (`tasks.multistep`): "What is 18 + 93? Reply with just the number."."""
@@ -60,13 +60,25 @@ PRETRAINED_RATE = CompletionRate(
                "2026-12-07) evaluating one model on 48 problems x 16 samples (768 completions of ~20 tokens, native "
                "forward, one thread) took 98.9 s to 243.6 s of wall time on a 2-core machine running 3-5 other jobs, "
                "hence a range. ES's training completions cost more than evaluation ones (each population member holds "
-               "its own weights), so the training column's share of the hours is a lower bound, and with it the row's; "
-               "notebooks 02, 04 and 05 are not counted.")
-"""The speed that sizes the design in hours (`preregistration.design_rate`): 3.2-7.8 completions per wall-second,
+               "its own weights), so the training column's and notebook 02's ES runs' share of the hours is a lower "
+               "bound. Notebook 01's column is an upper bound: it counts every run at 1 + iterations / snapshot_every "
+               "evaluations with a greedy decode each (the `frontier` registration's count), where this design "
+               "evaluates the snapshots of GRPO's path only (`comparison.path_methods`) and draws no greedy decode.")
+"""The speed that sizes the design in hours (`design_size.design_rate`): 3.2-7.8 completions per wall-second,
 the slowest and fastest of the pilot evaluations the range is taken from: the base's (142.7 s and 243.6 s) and a
 GRPO seed-0 model's (98.9 s), 768 completions each. The same records hold two faster evaluations of GRPO-trained
 models (48.4 s and 66.9 s), left out of the range; the zoo's 2,048 completions per core-second
 (`power_report.COMPLETIONS_PER_CORE_SECOND`, 130k-parameter bases) would size this 135M base at 0.1 CPU hours."""
+
+PRETRAINED_OC = PilotOC(
+    path="papers/pretrained-oc.json",
+    provenance="Made by `benchmarks/pilot_pretrained.py --training benchmarks/pilot_pretrained_training.jsonl "
+               "--designs 3x200 --json-out papers/pretrained-oc.json` (`--k`: the K of the Pass@K checks): each "
+               "check's variance components from the training pilot's arms (their evaluations on the tuning split), "
+               "its rates from simulated replications at each size for a true effect of +delta, 0 and -delta. A check "
+               "that misses the bar carries in the file the reason it is not a primary (`reason`).")
+"""The pilot's operating characteristics of the design's primary checks (`preregistration.render`'s section
+"Operating characteristics before the first run"): the file is written once the pilot has its arms' seeds."""
 
 PRETRAINED_OVERRIDES: dict[str, Any] = {
     "base_model": "smollm2-135m", "control_model": None, "task": "multistep", "task_kwargs": PRETRAINED_TASK_KWARGS,
