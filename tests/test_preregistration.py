@@ -23,13 +23,30 @@ def test_the_registration_names_every_setting_test_and_the_delta_rule():
 
 def test_design_completions_add_up_by_hand():
     p = get_preset("frontier-habit")
-    c = design_size.design_completions(p)
+    c = design_size.design_completions(p, registered=True)  # the frontier's count, as registered
     es_run = 150 * 128 * 16  # iterations x prompts x population
     assert c["noise controls"] == 3 * 3 * es_run  # one per ES alpha and seed
     models = 15 * (1 + 15) + 9 * (1 + 15) + 9 * (1 + 15)  # 15 GRPO, 9 ES runs, 9 noise controls: 15 snapshots each
     per_model = (770 + 100) * 65
     assert c["evaluation (notebook 01)"] == (models + 1) * per_model + (15 + 9 + 9 + 1) * per_model
     assert list(c) == ["training", "noise controls", "evaluation (notebook 01)"]  # notebook 01 only by default
+
+
+def test_notebook_01_counts_what_compute_evaluates_by_hand():
+    p = get_preset("pretrained-smollm2")
+    # finals: base + 9 GRPO + 3 ES runs + 3 noise controls = 16, at T = 0.6 and T = 1; snapshots: GRPO's path only,
+    # steps 10 and 20 of 30 (the final step is the final model): 9 x 2; each on (200 + 100) problems x 32, no greedy
+    assert design_size.comparison_completions(p)[0] == (16 * 2 + 9 * 2) * 300 * 32 == 480_000
+    c = design_size.design_completions(p)
+    assert list(c) == ["training", "evaluation (notebook 01)"] and c["evaluation (notebook 01)"] == 480_000
+    # every path; ES snapshots at 15 (one before 30), GRPO none; a greedy decode; T = 1 once, T = 0.6 not again
+    q = get_preset("pretrained-smollm2", **{"comparison.path_methods": ("es", "grpo", "noise"),
+                                            "es.snapshot_every": 15, "grpo.snapshot_every": 0, "eval.greedy": True,
+                                            "comparison.side_temperatures": (1.0, 0.6, 1.0)})
+    count, words = design_size.comparison_completions(q)
+    assert count == (16 * 2 + 3 * 1 + 0 + 3 * 1) * 300 * (32 + 1) == 376_200
+    assert "16 final models" in words and "(T = 0.6, 1)" in words and "+ 6 snapshots" in words
+    assert "x 32 samples + a greedy decode" in words and "noise controls themselves generate none" in words
 
 
 def test_pretrained_notebooks_02_04_05_add_up_by_hand():
@@ -41,9 +58,9 @@ def test_pretrained_notebooks_02_04_05_add_up_by_hand():
     # 05: (base + 3 ES + 3 GRPO) x 1 held-out task x 112 x 32, + KL: 6 trained x 2 tasks x 64 prompts x 8 samples
     assert design_size.forgetting_completions(p)[0] == 7 * 112 * 32 + 6 * 2 * 64 * 8 == 31_232
     c = design_size.design_completions(p, ("01", "02", "04", "05"))
-    assert list(c)[3:] == ["notebook 02 (ES runs, probes)", "notebook 04 (evaluations)",
+    assert list(c)[2:] == ["notebook 02 (ES runs, probes)", "notebook 04 (evaluations)",
                            "notebook 05 (held-out evaluations, KL)"]
-    assert list(c.values())[3:] == [105_216, 448_000, 31_232]
+    assert list(c.values())[2:] == [105_216, 448_000, 31_232]
     assert design_size.counted_notebooks("pretrained") == ("01", "02", "04", "05")
     assert design_size.counted_notebooks("frontier") == ("01",)  # as registered
 
@@ -112,12 +129,13 @@ def test_pretrained_size_uses_its_own_measured_rate_by_hand():
     text = preregistration.render("pretrained")
     size = text.split("## Size", 1)[1]
     assert "wall time at 3.2-7.8 completions per wall-second" in size and "2048" not in size
-    total = 46_080 + 11_520 + 762_300 + 105_216 + 448_000 + 31_232  # training ... notebook 05, by hand above
+    total = 46_080 + 480_000 + 105_216 + 448_000 + 31_232  # training ... notebook 05, by hand above
     assert sum(design_size.design_completions(get_preset("pretrained-smollm2"), ("01", "02", "04", "05")).values()) \
         == total
     hours = (total / (768 / 98.9) / 3600, total / (768 / 243.6) / 3600)
-    assert f"| 105,216 | 448,000 | 31,232 | {hours[0]:.1f}-{hours[1]:.1f} |" in size and 40 < hours[0] < hours[1] < 150
+    assert f"| 105,216 | 448,000 | 31,232 | {hours[0]:.1f}-{hours[1]:.1f} |" in size and 30 < hours[0] < hours[1] < 150
     assert "measured under load" in size and "lower bound" in size and "pilot_pretrained_training" in size
+    assert "upper bound" not in size and "noise controls |" not in size and "notebook 01: (16 final models" in size
     assert "are not counted" not in size and "not counted:" not in size  # 03 and 06 are not run
     assert "notebook 04: 70 models" in size and "6 trained models x 2 tasks x 64 prompts x 8 = 6,144" in size
     assert design_size.design_rate("frontier").slow == design_size.design_rate("frontier").fast == 2048.0

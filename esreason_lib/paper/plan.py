@@ -44,7 +44,9 @@ def training_plan(preset: Preset) -> list[ESConfig | GRPOConfig]:
 def expected_cost(config: ESConfig | GRPOConfig) -> float:
     """Relative cost of training `config`: completions generated over the run, a GRPO completion counted twice
     (its backward pass costs about as much again; measured: a tiny GRPO iteration of 1,024 completions takes about
-    as long as an ES iteration of 2,048)."""
+    as long as an ES iteration of 2,048). ES counts its population's completions only: each iteration also decodes
+    the centre once per prompt (`es.loop.es_step`: reward/center, policy/entropy), iterations x prompts_per_step
+    more, 1 / population_size of the count, left out here (the shards' balance is relative)."""
     if isinstance(config, ESConfig):
         return float(config.iterations * config.prompts_per_step * config.population_size)
     return 2.0 * config.iterations * config.prompts_per_step * config.group_size

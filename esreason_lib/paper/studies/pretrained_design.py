@@ -60,10 +60,11 @@ PRETRAINED_RATE = CompletionRate(
                "2026-12-07) evaluating one model on 48 problems x 16 samples (768 completions of ~20 tokens, native "
                "forward, one thread) took 98.9 s to 243.6 s of wall time on a 2-core machine running 3-5 other jobs, "
                "hence a range. ES's training completions cost more than evaluation ones (each population member holds "
-               "its own weights), so the training column's and notebook 02's ES runs' share of the hours is a lower "
-               "bound. Notebook 01's column is an upper bound: it counts every run at 1 + iterations / snapshot_every "
-               "evaluations with a greedy decode each (the `frontier` registration's count), where this design "
-               "evaluates the snapshots of GRPO's path only (`comparison.path_methods`) and draws no greedy decode.")
+               "its own weights), and their count leaves out the centre ES decodes on each iteration's prompts (one "
+               "completion per prompt, an eighth more at population 8), so the training column's and notebook 02's "
+               "ES runs' share of the hours is a lower bound. Notebook 01's column counts the evaluations notebook 01 "
+               "makes (the sum above: the snapshots of GRPO's path only, `comparison.path_methods`, no greedy decode, "
+               "and the final models again at T = 1).")
 """The speed that sizes the design in hours (`design_size.design_rate`): 3.2-7.8 completions per wall-second,
 the slowest and fastest of the pilot evaluations the range is taken from: the base's (142.7 s and 243.6 s) and a
 GRPO seed-0 model's (98.9 s), 768 completions each. The same records hold two faster evaluations of GRPO-trained
