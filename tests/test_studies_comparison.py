@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from esreason_lib.paper.design_size import comparison_completions, per_evaluation
 from esreason_lib.paper.studies import comparison as C
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.studies.specs import ComparisonSpec
@@ -267,6 +268,8 @@ def test_compute_trains_every_arm_for_every_seed_and_evaluates_both_splits(table
     assert not test_ids & set(problems.loc[problems["split"] == "selection", "problem_id"])
     # T = 0.6 and T = 1: the base, 3 arms and 2 noise controls x 2 seeds; T = 0.6 only: 2 snapshots per run
     assert len(list(store.glob("eval-*"))) == 2 * (1 + 5 * 2) + 2 * 5 * 2
+    # the Size section's count of notebook 01 (`design_size`) is what compute evaluated: 42 evaluations
+    assert comparison_completions(preset)[0] == 42 * per_evaluation(C.evaluation_spec(preset), "eval")
     assert len(list(store.glob("es-noise-*"))) == 2 * 2
     assert not default.exists(), "the study wrote outside its run store"
 
