@@ -97,3 +97,12 @@ def test_pilot_oc_refuses_an_empty_field_or_a_file_that_is_not_json():
                         (("a.csv", "p"), "PilotOC.path must name a .json file, got 'a.csv'")):
         with pytest.raises(ValueError, match=match):
             PilotOC(*args)
+
+
+def test_a_row_with_its_own_registered_size_is_read_there(oc_file):
+    held_out = _row("E held-out", _oc("3x200", 0.0, 0.0, 0.0), _oc("3x112", 0.7, 0.03, 0.6), registered="3x112")
+    oc_file.write_text(json.dumps([held_out]))
+    section = preregistration.render("pretrained").split(pilot_oc.TITLE, 1)[1]
+    assert "| E held-out | 1 | 0.01 | 0.700 | 0.030 | 0.600 | yes |" in section
+    with pytest.raises(ValueError, match="'3x50'"):
+        pilot_oc.pick({**held_out, "registered": "3x50"}, "3x200", oc_file)

@@ -169,8 +169,9 @@ def test_training_json_out_writes_the_rows_it_prints(tmp_path, capsys):
                            "--json-out", str(out)])
     rows = json.loads(out.read_text())
     assert rows == json.loads(capsys.readouterr().out) and len(rows) == len(pilot_pretrained.TRAINING_CHECKS)
-    assert rows[0]["oc"][0]["design"] == "3x200" and {"check": "01 paper: ES Pass@K - GRPO Pass@K",
-                                                       "missing": ["grpo"]} in rows
+    by_name = {row["check"]: row for row in rows}
+    assert by_name["01 co-primary: ES Pass@1 - base"]["oc"][0]["design"] == "3x200"
+    assert by_name["01 paper: ES Pass@K - GRPO Pass@K"]["missing"] == ["grpo"]
     from esreason_lib.paper import pilot_oc  # the file renders as the registration's section
     from esreason_lib.paper.studies.preset_spec import PilotOC
     from esreason_lib.paper.studies.presets import get_preset
@@ -181,3 +182,49 @@ def test_training_json_out_writes_the_rows_it_prints(tmp_path, capsys):
         in section
     with pytest.raises(SystemExit):
         pilot_pretrained.main(["--sweep", str(pilot), "--cell", "c", "--json-out", str(out)])
+
+
+def test_where_parses_an_arm_and_its_fields_and_refuses_the_rest():
+    assert pilot_pretrained.where("es:alpha=0.003,iterations=20") == ("es", {"alpha": 0.003, "iterations": 20.0})
+    for bad in ("es", "es:", "es:alpha", "es:alpha=x", ":alpha=1"):
+        with pytest.raises(ValueError, match="--where must be ARM:key=value"):
+            pilot_pretrained.where(bad)
+
+
+def test_selected_keeps_the_records_an_arms_fields_admit():
+    records = [{"arm": "es", "alpha": 0.001, "iterations": 6}, {"arm": "es", "alpha": 0.003, "iterations": 20},
+               {"arm": "grpo", "lr": 3e-5, "iterations": 10}, {"arm": "base"}]
+    kept = pilot_pretrained.selected(records, {"es": {"alpha": 0.003}, "grpo": {"lr": 1e-4}})
+    assert kept == [records[1], records[3]]  # grpo's lr 1e-4 admits none; base has no filter
+
+
+def test_reason_names_the_rates_and_largest_component_or_is_empty():
+    row = {"components": {"seed": 0.004, "problem": 0.02, "resid": 0.01, "arms": 2},
+           "oc": [{"design": "3x200", "P(reproduced | +delta)": 0.2, "P(reproduced | 0)": 0.0,
+                   "P(not reproduced | -delta)": 0.6},
+                  {"design": "3x2449", "P(reproduced | +delta)": 0.55, "P(reproduced | 0)": 0.0,
+                   "P(not reproduced | -delta)": 0.7}]}
+    assert pilot_pretrained.reason(row) == (
+        "at 3x200 P(reproduced | +delta) 0.20 and P(not reproduced | -delta) 0.60 (bar 0.5); its largest variance "
+        "component is the problem's (0.02); at 3x2449: 0.55 / 0.70")
+    row["oc"][0]["P(reproduced | +delta)"] = 0.5
+    assert pilot_pretrained.reason(row) == ""
+
+
+def test_training_oc_sizes_held_out_checks_by_their_pool_and_flags_missing_arms():
+    rng = np.random.default_rng(1)
+
+    def record(arm, seed, eval_on, problems):
+        counts = rng.integers(0, 9, size=problems).tolist()
+        split = "tuning" if eval_on == "train-task" else "heldout-test"
+        return {"arm": arm, "seed": seed, "eval_on": eval_on, "split": split, "samples": 8, "correct_counts": counts}
+
+    records = [record("base", None, "train-task", 30), record("base", None, "heldout", 12),
+               *(record("es", s, where, n) for s in (0, 1) for where, n in (("train-task", 30), ("heldout", 12)))]
+    rows = {r["check"]: r for r in pilot_pretrained.training_oc(records, [(3, 200), (3, 400)], 4, sims=5,
+                                                                 heldout_problems=112)}
+    held = rows["05 paper: ES - base held-out Pass@K"]
+    assert [e["design"] for e in held["oc"]] == ["3x112"] and held["registered"] == "3x112"
+    assert [e["design"] for e in rows["01 co-primary: ES Pass@1 - base"]["oc"]] == ["3x200", "3x400"]
+    assert "registered" not in rows["01 co-primary: ES Pass@1 - base"]
+    assert rows["01 paper: ES Pass@K - GRPO Pass@K"]["missing"] == ["grpo"]

@@ -6,7 +6,8 @@ The source is the committed JSON file a design names (`preset_spec.PilotOC`), th
 ...]} (the pilot has no records of those arms) or {"check", "k", "delta", "effect", "seeds", "components", "oc":
 [{"design": "<seeds>x<problems>", "P(reproduced | +delta)", "P(reproduced | 0)", "P(not reproduced | -delta)"},
 ...]}, each with an optional "reason" (why a check that misses the bar is not a primary). The entry read is the one
-whose "design" is the setting's registered size (`size_label`). A file that does not exist yet renders a line saying
+whose "design" is the setting's registered size (`size_label`), or the row's own "registered" size where it
+names one (the held-out checks, sized by the held-out task's pool). A file that does not exist yet renders a line saying
 so (a draft renders before its pilot is done).
 """
 
@@ -52,7 +53,9 @@ def read_rows(path: Path) -> list[dict] | None:
 
 
 def pick(row: dict, label: str, path: Path) -> dict:
-    """The "oc" entry of `row` whose "design" is `label`; ValueError naming the file, the check and the design."""
+    """The "oc" entry of `row` whose "design" is the row's own "registered" size when it names one (a held-out
+    check, sized by the held-out pool), else `label`; ValueError naming the file, the check and the design."""
+    label = row.get("registered", label)
     for entry in row["oc"]:
         if entry.get("design") == label:
             return entry
