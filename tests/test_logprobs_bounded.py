@@ -168,3 +168,28 @@ def test_grpo_memory_counts_the_scoring_pass_of_vllm_rollouts():
     assert est["scoring"] == pytest.approx(want / GIB)
     assert est["total"] >= est["weights"] + est["optimizer"] + est["rollouts"] + est["scoring"]
     assert grpo_memory(GRPOConfig(max_new_tokens=512), model, prompt_tokens=64)["scoring"] == 0
+
+
+def test_budget_chunks_and_rows_by_hand():
+    from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, budget_rows
+
+    row = 7 * 49_152 * NO_GRAD_BYTES  # one row of 7 positions at a 49,152-entry vocabulary
+    assert SCORING_BYTES == 16 * 256 * 16_384 * NO_GRAD_BYTES
+    assert budget_chunks(6 * row, rows=6, positions=7, vocab=49_152) == Chunks()  # fits whole: no cut
+    assert budget_chunks(6 * row - 1, rows=6, positions=7, vocab=49_152) == Chunks(rows=5)
+    assert budget_chunks(2 * row, rows=6, positions=7, vocab=49_152) == Chunks(rows=2)
+    assert budget_chunks(row - 1, rows=6, positions=7, vocab=49_152) == Chunks(rows=1, positions=6)
+    assert budget_chunks(49_152 * NO_GRAD_BYTES - 1, rows=6, positions=7, vocab=49_152) == Chunks(
+        rows=1, positions=1, vocab=49_151)
+    assert budget_chunks(1, rows=6, positions=7, vocab=49_152) == Chunks(rows=1, positions=1, vocab=1)
+    assert budget_chunks(1, rows=6, positions=0, vocab=49_152) == Chunks()  # no completion positions: nothing cut
+    for budget in (1, 100, row - 1, 2 * row, 10**12):  # each cut keeps its head calls within the budget
+        chunks = budget_chunks(budget, rows=6, positions=7, vocab=49_152)
+        assert chunks.whole or logit_bytes(chunks, rows=6, positions=7, vocab=49_152) <= max(budget, NO_GRAD_BYTES)
+    assert budget_rows(10 * 7 * 100 * 20, positions=7, vocab=100, bytes_per=20) == 10
+    assert budget_rows(1, positions=7, vocab=100) == 1  # one row even above the budget
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=f"budget must be a positive int \\(bytes\\), got {bad!r}"):
+            budget_chunks(bad, rows=1, positions=1, vocab=1)
+        with pytest.raises(ValueError, match=f"budget must be a positive int \\(bytes\\), got {bad!r}"):
+            budget_rows(bad, positions=1, vocab=1)

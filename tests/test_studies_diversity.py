@@ -534,3 +534,74 @@ def test_prop1_keys_leave_out_fields_added_after_the_stored_runs(monkeypatch):
     es = got.value.args[0]["es"]
     assert not set(diversity.LATER_FIELDS) & set(es)
     assert {"alpha", "sigma", "population_size", "seed", "device", "checkpoint_every"} <= set(es)
+
+
+# ----------------------------------------------------------------------------------- bounded log-prob passes
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """A one-layer random Llama with smollm2-135m's 49,152-token vocabulary (from a config: no download) and six
+    rows of short left-padded prompts and right-padded completions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=49_152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         attn_implementation="eager")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    g = torch.Generator().manual_seed(1)
+    p_ids, c_ids = torch.randint(49_152, (6, 5), generator=g), torch.randint(49_152, (6, 7), generator=g)
+    p_mask, c_mask = torch.ones(6, 5, dtype=torch.bool), torch.ones(6, 7, dtype=torch.bool)
+    p_mask[1, :2] = p_mask[4, :3] = False
+    c_mask[1, 3:] = c_mask[2, 5:] = c_mask[5, 1:] = False
+    return model, (p_ids, p_mask, c_ids, c_mask)
+
+
+@torch.no_grad()
+def _old_sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=512):
+    """`sequence_logp` before its bound: `completion_logprobs` over `batch_size` rows at a time."""
+    from esreason_lib.models.generation import completion_logprobs
+
+    out = []
+    for s in range(0, completion_ids.shape[0], batch_size):
+        sl = slice(s, s + batch_size)
+        logp, _ = completion_logprobs(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl], completion_mask[sl])
+        out.append(logp.double().sum(-1).cpu().numpy())
+    return np.concatenate(out)
+
+
+@torch.no_grad()
+def _old_full_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=256):
+    """`full_logprobs` before its bound: `batch_size` rows at a time, whatever their logits' size."""
+    lc, out = completion_ids.shape[1], []
+    for s in range(0, completion_ids.shape[0], batch_size):
+        ids = torch.cat([prompt_ids[s:s + batch_size], completion_ids[s:s + batch_size]], 1)
+        mask = torch.cat([prompt_mask[s:s + batch_size], completion_mask[s:s + batch_size]], 1).bool()
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                       logits_to_keep=lc + 1).logits[:, :-1]
+        out.append(torch.log_softmax(logits.double(), dim=-1))
+    return torch.cat(out)
+
+
+def test_sequence_logp_bounded_equals_the_unbounded_pass(wide):
+    model, batch = wide
+    row = 7 * 49_152 * 14  # one row's logit bytes (models.logprobs.NO_GRAD_BYTES per entry)
+    want = _old_sequence_logp(model, *batch)
+    assert np.array_equal(est.sequence_logp(model, *batch), want)  # under the default budget: bit for bit
+    assert np.array_equal(est.sequence_logp(model, *batch, batch_size=4), _old_sequence_logp(model, *batch, 4))
+    # rows cut (2 per forward), positions cut (3 per head call), the vocabulary cut (5,000 entries per slice)
+    for budget in (2 * row, 3 * 49_152 * 14, 5_000 * 14):
+        np.testing.assert_allclose(est.sequence_logp(model, *batch, budget=budget), want, rtol=1e-6, atol=1e-5,
+                                   err_msg=f"budget={budget}")
+    assert want[5] != 0 and np.isfinite(want).all()
+
+
+def test_full_logprobs_bounded_equals_the_unbounded_pass(wide):
+    model, batch = wide
+    want = _old_full_logprobs(model, *batch)  # [6, 7, 49152]
+    assert torch.equal(est.full_logprobs(model, *batch), want)  # under the default budget: bit for bit
+    got = est.full_logprobs(model, *batch, budget=2 * 7 * 49_152 * est.FULL_BYTES)  # 2 rows per forward
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(est.full_logprobs(model, *batch, budget=1), want, rtol=1e-6, atol=1e-5)  # 1 row

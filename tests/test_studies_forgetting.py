@@ -8,7 +8,7 @@ import torch
 
 import esreason_lib.models.load
 from esreason_lib.methods import METHODS, trainer
-from esreason_lib.models.pretrain import build_batch, completion_loss
+from esreason_lib.models.pretrain import IGNORE_INDEX, build_batch, completion_loss
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.analysis import seed_by_problem
 from esreason_lib.paper.findings import effect_check
@@ -74,6 +74,32 @@ def test_lm_loss_by_family_matches_completion_loss():
     assert out["sorting"] == pytest.approx(float(srt), rel=1e-5)
     # token-weighted: addition has 2 + 3 labelled tokens (answer + EOS), sorting 3
     assert out["all"] == pytest.approx((5 * float(add) + 3 * float(srt)) / 8, rel=1e-5)
+
+
+def test_lm_loss_by_family_bounded_equals_the_unbounded_pass():
+    """At smollm2-135m's 49,152-token vocabulary (a random one-layer Llama from a config): under the default
+    budget each batch goes whole, the old pass bit for bit; a budget of one row's logits, row by row."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=49_152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                         attn_implementation="eager")).eval()
+    records = [("addition", "A1+2=", "3"), ("sorting", "S21>", "12"), ("addition", "A10+5=", "15"),
+               ("addition", "A7+8=", "15")]
+    with torch.no_grad():  # the old pass: one completion_loss per family batch, weighted by its labelled tokens
+        want = {}
+        for fam, rows in (("addition", [0, 2, 3]), ("sorting", [1])):
+            batch = build_batch(tok, [records[i][1] for i in rows], [records[i][2] for i in rows])
+            count = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+            want[fam] = (0.0 + float(completion_loss(model, batch)) * count, count)
+    out = fg.lm_loss_by_family(model, tok, records)
+    assert out["addition"] == want["addition"][0] / want["addition"][1]
+    assert out["sorting"] == want["sorting"][0] / want["sorting"][1]
+    assert out["all"] == (want["addition"][0] + want["sorting"][0]) / (want["addition"][1] + want["sorting"][1])
+    for key, value in fg.lm_loss_by_family(model, tok, records, budget=49_152).items():  # under a row: 1 per forward
+        assert value == pytest.approx(out[key], rel=1e-6), key
 
 
 def test_heldout_lm_records_fixed_and_zoo_only():

@@ -17,6 +17,9 @@ Every no-grad pass over completions uses it with `SCORING`: ES's centre scoring 
 `models.rollouts_vllm.rollouts_from_tokens`); GRPO's update uses it with `GRPOConfig.logit_chunk`. Values equal
 `completion_logprobs`'s up to float rounding (the head's matmul runs on other shapes, the entropy's sums in
 another order; tests/test_logprobs_bounded.py); with every bound None it is `completion_logprobs` itself.
+Passes over many rows outside these paths take their bounds from a logit byte budget (`SCORING_BYTES` by
+default): `budget_chunks` cuts a `completion_scores` pass (notebook 02's `sequence_logp`), `budget_rows` the row
+blocks of one that needs the whole vocabulary at once (notebook 02's `full_logprobs`, notebook 05's LM loss).
 `model` is a causal LM with `base_model` (the decoder: last hidden states) and `get_output_embeddings()` (the
 head, applied as is: Qwen2, Llama, GPT-2; not a model that post-processes its logits, e.g. Gemma's soft-capping).
 """
@@ -29,7 +32,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from esreason_lib.models.generation import check_completion_inputs, completion_logprobs, mask_positions
-from esreason_lib.validation import check_optional_positive_int
+from esreason_lib.validation import check_optional_positive_int, is_int
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,44 @@ def logit_bytes(chunks: Chunks, *, rows: int, positions: int, vocab: int, grad: 
     c = min(positions, chunks.positions or positions)
     v = vocab if grad else min(vocab, chunks.vocab or vocab)
     return b * c * v * (GRAD_BYTES if grad else NO_GRAD_BYTES)
+
+
+SCORING_BYTES = logit_bytes(SCORING, rows=SCORING.rows, positions=SCORING.positions, vocab=SCORING.vocab)
+"""The logit byte budget of a no-grad pass cut by `budget_chunks` or `budget_rows`: SCORING's own peak (~0.9 GiB)."""
+
+
+def _check_budget(budget) -> None:
+    if not (is_int(budget) and budget >= 1):
+        raise ValueError(f"budget must be a positive int (bytes), got {budget!r}")
+
+
+def budget_rows(budget: int, *, positions: int, vocab: int, bytes_per: int = NO_GRAD_BYTES) -> int:
+    """The most rows (at least 1) whose [rows, positions, vocab] logits take at most `budget` bytes at `bytes_per`
+    bytes per entry: the row block of a pass that needs the whole vocabulary at once (one row may exceed it)."""
+    _check_budget(budget)
+    return max(1, budget // (max(positions, 1) * max(vocab, 1) * bytes_per))
+
+
+def head_vocab(model) -> int:
+    """Entries of the model's output head: the width of its logits."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def budget_chunks(budget: int, *, rows: int, positions: int, vocab: int) -> Chunks:
+    """The `Chunks` of a no-grad pass over `rows` rows of `positions` completion positions with a `vocab`-entry
+    vocabulary whose output-head calls take at most `budget` bytes (`logit_bytes`): `Chunks()` when the whole pass
+    fits (`completion_logprobs` itself, bit for bit), else as many rows as fit; when one row does not, one row at
+    a time with positions cut, and the vocabulary too when one position does not."""
+    _check_budget(budget)
+    per_row = positions * vocab * NO_GRAD_BYTES
+    if rows * per_row <= budget:
+        return Chunks()
+    if per_row <= budget:
+        return Chunks(rows=budget // per_row)
+    per_position = vocab * NO_GRAD_BYTES
+    if per_position <= budget:
+        return Chunks(rows=1, positions=budget // per_position)
+    return Chunks(rows=1, positions=1, vocab=max(1, budget // NO_GRAD_BYTES))
 
 
 def _head_block(hidden, targets, weight, bias, temperature: float, with_entropy: bool):

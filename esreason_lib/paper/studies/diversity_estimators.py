@@ -8,7 +8,8 @@ Shapes: `M` scoring members, `N` drawing members, `P` prompts, `S` samples per m
   weighted mixture pi_bar(.|y<t) = sum_j a_j(y<t) pi_j(.|y<t), a_j propto pi_j(y<t). Unbiased like the
   sequence-level Monte Carlo `metrics.js_policy`, but each sample contributes a positive O(sigma^2) quantity
   instead of an O(sigma) log-ratio, so the small-sigma end of a log-log plot is measurable with few samples.
-  It needs the full next-token distribution of every member (`full_logprobs`): tiny vocabularies only.
+  It needs the full next-token distribution of every member (`full_logprobs`, its device logits bounded by a
+  byte budget, its [B, Lc, V] float64 result whole on the CPU): tiny vocabularies only.
 - `mis_success`: member success probabilities by self-normalised deterministic-mixture importance sampling
   over all the prompt's samples; `is_success`: from samples of one base policy. Shared samples keep the
   *differences* between members free of independent sampling noise (which would inflate JS_succ), and self-
@@ -32,6 +33,7 @@ import torch
 from esreason_lib.es.noise import noise
 from esreason_lib.metrics import as_probability, js_success
 from esreason_lib.models.generation import completion_logprobs
+from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, budget_rows, completion_scores, head_vocab
 from esreason_lib.paper.findings import Check, mde_from_ci
 from esreason_lib.paper.intervals import crossed_resample
 from esreason_lib.paper.theory import lemma3_identity, prop1_bound, prop1_condition, weighted_pass
@@ -280,16 +282,24 @@ def diversity_link(probes: pd.DataFrame, k: int, start: str = "p_theta") -> np.n
 # ------------------------------------------------------------------------------------------ model pieces
 
 
+FULL_BYTES = 20
+"""Bytes per (row, position, vocabulary entry) of `full_logprobs` on the model's device: the logits (at most 4),
+their float64 copy and its log-softmax (8 each)."""
+
+
 @torch.no_grad()
 def full_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-                  batch_size: int = 256) -> torch.Tensor:
+                  batch_size: int = 256, budget: int = SCORING_BYTES) -> torch.Tensor:
     """log pi(. | x, y<t) over the whole vocabulary at every completion position: [B, Lc, V] float64.
 
-    Inputs as in `generation.Rollouts` (prompts left-padded, completions right-padded)."""
+    Inputs as in `generation.Rollouts` (prompts left-padded, completions right-padded). Rows go `batch_size` at a
+    time, fewer when their logits would take more than `budget` bytes on the device (`FULL_BYTES` per entry,
+    `models.logprobs.budget_rows`); the result itself, on the CPU, is whole."""
     lc, out = completion_ids.shape[1], []
-    for s in range(0, completion_ids.shape[0], batch_size):
-        ids = torch.cat([prompt_ids[s:s + batch_size], completion_ids[s:s + batch_size]], 1).to(model.device)
-        mask = torch.cat([prompt_mask[s:s + batch_size], completion_mask[s:s + batch_size]], 1).bool().to(model.device)
+    step = min(batch_size, budget_rows(budget, positions=lc, vocab=head_vocab(model), bytes_per=FULL_BYTES))
+    for s in range(0, completion_ids.shape[0], step):
+        ids = torch.cat([prompt_ids[s:s + step], completion_ids[s:s + step]], 1).to(model.device)
+        mask = torch.cat([prompt_mask[s:s + step], completion_mask[s:s + step]], 1).bool().to(model.device)
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [b, Lp+Lc]
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                        logits_to_keep=lc + 1).logits[:, :-1]  # [b, Lc, V]
@@ -316,12 +326,17 @@ def stack_rollouts(rollouts, pad_id: int):
 
 @torch.no_grad()
 def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-                  batch_size: int = 512) -> np.ndarray:
-    """Summed log pi(completion | prompt) of each row under `model` (T = 1): [B] float64."""
-    out = []
+                  batch_size: int = 512, budget: int = SCORING_BYTES) -> np.ndarray:
+    """Summed log pi(completion | prompt) of each row under `model` (T = 1): [B] float64.
+
+    Rows go `batch_size` at a time, each block through `models.logprobs.completion_scores` cut so that no output-
+    head call takes more than `budget` bytes (`budget_chunks`: a block that fits is `completion_logprobs` itself)."""
+    lc, vocab, out = completion_ids.shape[1], head_vocab(model), []
     for s in range(0, completion_ids.shape[0], batch_size):
         sl = slice(s, s + batch_size)
-        logp, _ = completion_logprobs(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl], completion_mask[sl])
+        chunks = budget_chunks(budget, rows=len(completion_ids[sl]), positions=lc, vocab=vocab)
+        logp, _ = completion_scores(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl], completion_mask[sl],
+                                    chunks=chunks)
         out.append(logp.double().sum(-1).cpu().numpy())  # [b]
     return np.concatenate(out)
 

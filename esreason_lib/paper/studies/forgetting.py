@@ -31,6 +31,7 @@ import torch
 from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.load import load_model
+from esreason_lib.models.logprobs import SCORING_BYTES, budget_rows, head_vocab
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.models.zoo import ZOO, get_spec
 from esreason_lib.paper.analysis import per_problem_pass, seed_by_problem
@@ -96,8 +97,12 @@ def heldout_lm_records(base: str, n: int) -> list[tuple[str, str, str]] | None:
 
 
 @torch.no_grad()
-def lm_loss_by_family(model, tokenizer, records, batch_size: int = 256) -> dict[str, float]:
-    """Mean completion cross-entropy (nats per token) per family and over all records ("all", token-weighted)."""
+def lm_loss_by_family(model, tokenizer, records, batch_size: int = 256,
+                      budget: int = SCORING_BYTES) -> dict[str, float]:
+    """Mean completion cross-entropy (nats per token) per family and over all records ("all", token-weighted).
+
+    Records go `batch_size` at a time, each padded batch forwarded in row blocks whose [rows, T, V] logits take
+    at most `budget` bytes (`models.logprobs.budget_rows`; a batch that fits goes whole)."""
     sums: dict[str, float] = {}
     tokens: dict[str, int] = {}
     for family in dict.fromkeys(r[0] for r in records):
@@ -105,10 +110,12 @@ def lm_loss_by_family(model, tokenizer, records, batch_size: int = 256) -> dict[
         for s in range(0, len(rows), batch_size):
             chunk = rows[s: s + batch_size]
             batch = build_batch(tokenizer, [r[1] for r in chunk], [r[2] for r in chunk])
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-            count = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # labelled next-token targets
-            sums[family] = sums.get(family, 0.0) + float(completion_loss(model, batch)) * count
-            tokens[family] = tokens.get(family, 0) + count
+            step = budget_rows(budget, positions=batch["input_ids"].shape[1], vocab=head_vocab(model))
+            for r in range(0, len(chunk), step):
+                block = {k: v[r: r + step].to(model.device) for k, v in batch.items()}
+                count = int((block["labels"][:, 1:] != IGNORE_INDEX).sum())  # labelled next-token targets
+                sums[family] = sums.get(family, 0.0) + float(completion_loss(model, block)) * count
+                tokens[family] = tokens.get(family, 0) + count
     out = {f: sums[f] / tokens[f] for f in sums}
     out["all"] = sum(sums.values()) / sum(tokens.values())
     return out
