@@ -34,33 +34,34 @@ def test_design_completions_add_up_by_hand():
 
 def test_notebook_01_counts_what_compute_evaluates_by_hand():
     p = get_preset("pretrained-smollm2")
-    # finals: base + 9 GRPO + 3 ES runs + 3 noise controls = 16, at T = 0.6 and T = 1; snapshots: GRPO's path only,
-    # steps 10 and 20 of 30 (the final step is the final model): 9 x 2; each on (200 + 100) problems x 32, no greedy
-    assert design_size.comparison_completions(p)[0] == (16 * 2 + 9 * 2) * 300 * 32 == 480_000
+    # finals: base + 9 GRPO + 3 ES runs + 3 noise controls = 16, at T = 0.6 only (its side temperature is the
+    # evidence's); snapshots: GRPO's path only, step 10 of 20 (the final step is the final model): 9 x 1; each on
+    # (200 + 100) problems x 16, no greedy
+    assert design_size.comparison_completions(p)[0] == (16 + 9) * 300 * 16 == 120_000
     c = design_size.design_completions(p)
-    assert list(c) == ["training", "evaluation (notebook 01)"] and c["evaluation (notebook 01)"] == 480_000
-    # every path; ES snapshots at 15 (one before 30), GRPO none; a greedy decode; T = 1 once, T = 0.6 not again
+    assert list(c) == ["training", "evaluation (notebook 01)"] and c["evaluation (notebook 01)"] == 120_000
+    # every path; ES snapshots at 15 (one before 20), GRPO none; a greedy decode; T = 1 once, T = 0.6 not again
     q = get_preset("pretrained-smollm2", **{"comparison.path_methods": ("es", "grpo", "noise"),
                                             "es.snapshot_every": 15, "grpo.snapshot_every": 0, "eval.greedy": True,
                                             "comparison.side_temperatures": (1.0, 0.6, 1.0)})
     count, words = design_size.comparison_completions(q)
-    assert count == (16 * 2 + 3 * 1 + 0 + 3 * 1) * 300 * (32 + 1) == 376_200
+    assert count == (16 * 2 + 3 * 1 + 0 + 3 * 1) * 300 * (16 + 1) == 193_800
     assert "16 final models" in words and "(T = 0.6, 1)" in words and "+ 6 snapshots" in words
-    assert "x 32 samples + a greedy decode" in words and "noise controls themselves generate none" in words
+    assert "x 16 samples + a greedy decode" in words and "noise controls themselves generate none" in words
 
 
 def test_pretrained_notebooks_02_04_05_add_up_by_hand():
     p = get_preset("pretrained-smollm2")
-    # 02: 3 followed seeds x (ES: 30 iterations x 16 prompts x 8 members + (1 + 30 theta+ + 30 fresh) x 64 x 8)
-    assert design_size.prop1_completions(p)[0] == 3 * (30 * 16 * 8 + 61 * 64 * 8) == 105_216
-    # 04: base + ES 3 seeds x (unreset + 2 x 5 quantile resets + noise control) + GRPO 3 x (1 + 10); 200 x 32 each
-    assert design_size.sparsity_completions(p)[0] == (1 + 3 * 12 + 3 * 11) * 200 * 32 == 448_000
-    # 05: (base + 3 ES + 3 GRPO) x 1 held-out task x 112 x 32, + KL: 6 trained x 2 tasks x 64 prompts x 8 samples
-    assert design_size.forgetting_completions(p)[0] == 7 * 112 * 32 + 6 * 2 * 64 * 8 == 31_232
+    # 02: 3 followed seeds x (ES: 20 iterations x 16 prompts x 8 members + (1 + 20 theta+ + 20 fresh) x 32 x 8)
+    assert design_size.prop1_completions(p)[0] == 3 * (20 * 16 * 8 + 41 * 32 * 8) == 39_168
+    # 04: base + ES 3 seeds x (unreset + 2 x 1 quantile reset + noise control); ES only; 200 x 16 each
+    assert design_size.sparsity_completions(p)[0] == (1 + 3 * 4) * 200 * 16 == 41_600
+    # 05: (base + 3 ES + 3 GRPO) x 1 held-out task x 112 x 16, + KL: 6 trained x 2 tasks x 32 prompts x 8 samples
+    assert design_size.forgetting_completions(p)[0] == 7 * 112 * 16 + 6 * 2 * 32 * 8 == 15_616
     c = design_size.design_completions(p, ("01", "02", "04", "05"))
     assert list(c)[2:] == ["notebook 02 (ES runs, probes)", "notebook 04 (evaluations)",
                            "notebook 05 (held-out evaluations, KL)"]
-    assert list(c.values())[2:] == [105_216, 448_000, 31_232]
+    assert list(c.values())[2:] == [39_168, 41_600, 15_616]
     assert design_size.counted_notebooks("pretrained") == ("01", "02", "04", "05")
     assert design_size.counted_notebooks("frontier") == ("01",)  # as registered
 
@@ -113,7 +114,7 @@ def test_pretrained_registration_names_the_left_out_claims_with_their_reasons_an
     assert "Gemma 3 270M" in text and "do not fit the budget" in text and "measured by the sweep" in text
     deltas = text.split("## Deltas", 1)[1].split("## Size", 1)[0]
     assert [line[2:4] for line in deltas.splitlines() if line.startswith("- ")] == ["01", "02", "04", "05"]
-    assert "registered text of the `frontier` design" in text and "n = 32, K in [1, 2, 4, 8, 16]" in text
+    assert "registered text of the `frontier` design" in text and "n = 16, K in [1, 2, 4, 8]" in text
 
 
 def test_left_out_reasons_cover_exactly_the_notebooks_a_design_skips():
@@ -129,15 +130,15 @@ def test_pretrained_size_uses_its_own_measured_rate_by_hand():
     text = preregistration.render("pretrained")
     size = text.split("## Size", 1)[1]
     assert "wall time at 3.2-7.8 completions per wall-second" in size and "2048" not in size
-    total = 46_080 + 480_000 + 105_216 + 448_000 + 31_232  # training ... notebook 05, by hand above
+    total = 30_720 + 120_000 + 39_168 + 41_600 + 15_616  # training ... notebook 05, by hand above
     assert sum(design_size.design_completions(get_preset("pretrained-smollm2"), ("01", "02", "04", "05")).values()) \
         == total
     hours = (total / (768 / 98.9) / 3600, total / (768 / 243.6) / 3600)
-    assert f"| 105,216 | 448,000 | 31,232 | {hours[0]:.1f}-{hours[1]:.1f} |" in size and 30 < hours[0] < hours[1] < 150
+    assert f"| 39,168 | 41,600 | 15,616 | {hours[0]:.1f}-{hours[1]:.1f} |" in size and 5 < hours[0] < hours[1] < 30
     assert "measured under load" in size and "lower bound" in size and "pilot_pretrained_training" in size
     assert "upper bound" not in size and "noise controls |" not in size and "notebook 01: (16 final models" in size
     assert "are not counted" not in size and "not counted:" not in size  # 03 and 06 are not run
-    assert "notebook 04: 70 models" in size and "6 trained models x 2 tasks x 64 prompts x 8 = 6,144" in size
+    assert "notebook 04: 13 models" in size and "6 trained models x 2 tasks x 32 prompts x 8 = 3,072" in size
     assert design_size.design_rate("frontier").slow == design_size.design_rate("frontier").fast == 2048.0
 
 
@@ -156,3 +157,12 @@ def test_completion_rate_refuses_a_bad_range_or_clock():
                                      (1.0, 1.0, "gpu", "clock must be 'core' or 'wall', got 'gpu'")):
         with pytest.raises(ValueError, match=match):
             CompletionRate(slow, fast, clock, "somewhere")
+
+
+def test_write_rewrites_the_designs_own_registration_file(tmp_path, monkeypatch):
+    files = {"frontier": tmp_path / "frontier.md", "pretrained": tmp_path / "pretrained.md"}
+    monkeypatch.setattr(preregistration, "DESIGN_REGISTRATIONS", files)
+    assert preregistration.main(["--design", "pretrained", "--write"]) == 0
+    text = files["pretrained"].read_text()
+    assert text == preregistration.render("pretrained") and not files["frontier"].exists()
+    assert "`python -m esreason_lib.paper.preregistration --design pretrained --write`" in text

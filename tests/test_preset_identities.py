@@ -27,7 +27,7 @@ PINNED = {
     "paper-hard": ("b7bfee2fa36fa046", "226647773a", "5898daf0b2"),
     "powered": ("f858fd39e0627743", "7c8832acc2", "073df19991"),
     # added with issue 43 part B: the `pretrained` design's one setting (no stored runs yet)
-    "pretrained-smollm2": ("d5a3ed377b679374", "de4037de9d", "91ff74998b"),  # held-out task 2x1 (not yet run)
+    "pretrained-smollm2": ("adda1aeccbc1ca1e", "f61f8314c1", "f0bae9a66a"),  # sized from the pilot (not yet run)
     "smoke": ("acd55df674104e47", "9b4c819706", "0d0edffb7c"),
     "tiny": ("c0aaef3d73e50c27", "7c8832acc2", "95ead9794d"),
     "tiny-exact": ("e88569980151b161", "4db9049e85", "073df19991"),

@@ -32,27 +32,29 @@ def test_the_setting_holds_the_briefed_values():
     assert p.task_kwargs == {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
     assert p.zoo_bases() == ["smollm2-135m"] and p.seeds == (0, 1, 2)
     es = p.es
-    assert (es.population_size, es.sigma, es.alpha, es.iterations, es.prompts_per_step) == (8, 1e-3, 1e-3, 30, 16)
+    assert (es.population_size, es.sigma, es.alpha, es.iterations, es.prompts_per_step) == (8, 1e-3, 3e-3, 20, 16)
     assert (es.greedy, es.max_new_tokens, es.backend, es.checkpoint_every, es.snapshot_every) == (
         True, 64, "fast", 5, 10)
     g = p.grpo
     assert (g.group_size, g.prompts_per_step, g.iterations, g.lr, g.beta, g.clip_eps, g.temperature) == (
-        8, 8, 30, 3e-5, 0.0, 0.2, 1.0)
+        8, 8, 20, 1e-5, 0.0, 0.2, 1.0)
     assert (g.max_new_tokens, g.forward, g.share_prefixes, g.shared_prompts, g.sampler) == (
         64, "native", True, True, "inverse-cdf")
     assert (g.checkpoint_every, g.snapshot_every) == (5, 10)
-    assert p.comparison.grpo_lrs == (1e-5, 3e-5, 1e-4) and p.comparison.es_alphas == (1e-3,)
+    assert p.comparison.grpo_lrs == (3e-6, 1e-5, 3e-5) and p.comparison.es_alphas == (3e-3,)
     assert p.comparison.grpo_lrs[0] < p.grpo.lr < p.comparison.grpo_lrs[-1]  # the preset's lr inside its grid
     for spec, problems in ((p.eval, 200), (p.sparsity.eval, 200), (p.forgetting.eval, 112)):
         assert (spec.n_problems, spec.n_samples, spec.ks, spec.temperature, spec.greedy) == (
-            problems, 32, (1, 2, 4, 8, 16), 0.6, False)
+            problems, 16, (1, 2, 4, 8), 0.6, False)
         assert (spec.max_new_tokens, spec.forward, spec.share_prefixes, spec.sampler) == (
             64, "native", True, "inverse-cdf")
     # deltas by rule B, as the frontier's; Proposition 1 over the whole run on independent samples
     frontier = get_preset("frontier-habit")
     for field in ("delta_pass1", "delta_passk", "delta_entropy"):
         assert getattr(p.comparison, field) == getattr(frontier.comparison, field)
-    assert (p.prop1.delta_change, p.prop1.delta_link) == (frontier.prop1.delta_change, frontier.prop1.delta_link)
+    # Pass@K rising the frontier's 0.02 over the whole followed run (its 30 iterations there, 20 here)
+    assert p.prop1.delta_change * p.prop1.iterations == pytest.approx(frontier.prop1.delta_change * 30) == 0.02
+    assert p.prop1.delta_link == frontier.prop1.delta_link
     assert p.prop1.independent_link and p.prop1.iterations == p.es.iterations and p.lemma.sigmas == ()
 
 
