@@ -151,15 +151,21 @@ def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str 
 
 def reason(row: dict, bar: float = 0.5) -> str:
     """Why a row's check is not a primary ("" when its first "oc" entry, the registered size, meets `bar`): its two
-    rates there, the largest variance component, and the rates at the other sizes simulated."""
+    rates there, the component that dominates the estimate's variance there (seed / R, problem / P,
+    resid / (R P) at R seeds per arm and P problems), and the rates at the other sizes simulated."""
     first, *others = row["oc"]
     up, down = first["P(reproduced | +delta)"], first["P(not reproduced | -delta)"]
     if up >= bar and down >= bar:
         return ""
-    comp = {k: v for k, v in row["components"].items() if k != "arms"}
-    largest = max(comp, key=comp.get)
+    seeds, problems = _design(first["design"])
+    comp = row["components"]
+    terms = {"seed": (comp["seed"], seeds), "problem": (comp["problem"], problems),
+             "resid": (comp["resid"], seeds * problems)}
+    largest = max(terms, key=lambda name: terms[name][0] / terms[name][1])
+    value, divisor = terms[largest]
     text = (f"at {first['design']} P(reproduced | +delta) {up:.2f} and P(not reproduced | -delta) {down:.2f} "
-            f"(bar {bar}); its largest variance component is the {largest}'s ({comp[largest]:.3g})")
+            f"(bar {bar}); the largest term of the estimate's variance there is the {largest} component's "
+            f"({value:.3g} / {divisor} = {value / divisor:.2g})")
     more = [f"{e['design']}: {e['P(reproduced | +delta)']:.2f} / {e['P(not reproduced | -delta)']:.2f}"
             for e in others]
     return text + (f"; at {', '.join(more)}" if more else "")

@@ -64,12 +64,35 @@ def test_a_missing_file_renders_a_line_so_the_draft_still_renders(oc_file):
     assert f"The pilot's OC file `{oc_file}` is missing" in section and "| check |" not in section
 
 
-def test_the_committed_draft_renders_without_the_file():
+def test_the_committed_draft_states_the_committed_oc_file():
+    """papers/preregistration-pretrained.md's table of rates is the committed OC file's, cell by cell, and its
+    sentence that no check meets the bar at the wired size is what the file gives there."""
+    import re
+
     oc = preregistration.PILOT_OC["pretrained"]
-    text = preregistration.render("pretrained")
-    assert oc.path == "papers/pretrained-oc.json" and pilot_oc.TITLE in text
-    if not (pilot_oc.REPO_ROOT / oc.path).exists():
-        assert "`papers/pretrained-oc.json` is missing" in text
+    path = pilot_oc.REPO_ROOT / oc.path
+    rows = {row["check"].split(":")[0]: row for row in pilot_oc.read_rows(path)}
+    text = (pilot_oc.REPO_ROOT / "papers" / "preregistration-pretrained.md").read_text()
+    part = text.split("## Why it is not registered", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in part.splitlines() if line.startswith("| ")]
+    sizes = re.findall(r"(\d+)x(\d+)", lines[0])
+    checked = 0
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        row = rows[cells[0].split(":")[0]]
+        for (seeds, problems), cell in zip(sizes, cells[1:], strict=True):
+            if "/" not in cell:
+                continue
+            entry = pilot_oc.pick(row, f"{seeds}x{problems}", path) if "registered" not in row else \
+                next(e for e in row["oc"] if e["design"] == f"{seeds}x{row['registered'].split('x')[1]}")
+            assert cell == f"{entry[pilot_oc.RATES[0]]:.2f} / {entry[pilot_oc.RATES[2]]:.2f}", (cells[0], seeds)
+            checked += 1
+    assert checked >= 12
+    wired = pilot_oc.size_label(get_preset("pretrained-smollm2"))
+    assert wired == "3x200" and "At the wired 3 seeds x 200 problems no check meets the bar" in text
+    assert not any(pilot_oc.meets_bar(pilot_oc.pick(row, wired, path)) for row in rows.values() if "oc" in row)
+    section = preregistration.render("pretrained").split(pilot_oc.TITLE, 1)[1]
+    assert section.count("not a primary in this design") == len(rows)
 
 
 def test_meets_bar_needs_both_rates_at_half():

@@ -198,15 +198,17 @@ def test_selected_keeps_the_records_an_arms_fields_admit():
     assert kept == [records[1], records[3]]  # grpo's lr 1e-4 admits none; base has no filter
 
 
-def test_reason_names_the_rates_and_largest_component_or_is_empty():
+def test_reason_names_the_rates_and_the_dominant_variance_term_or_is_empty():
     row = {"components": {"seed": 0.004, "problem": 0.02, "resid": 0.01, "arms": 2},
            "oc": [{"design": "3x200", "P(reproduced | +delta)": 0.2, "P(reproduced | 0)": 0.0,
                    "P(not reproduced | -delta)": 0.6},
                   {"design": "3x2449", "P(reproduced | +delta)": 0.55, "P(reproduced | 0)": 0.0,
                    "P(not reproduced | -delta)": 0.7}]}
     assert pilot_pretrained.reason(row) == (
-        "at 3x200 P(reproduced | +delta) 0.20 and P(not reproduced | -delta) 0.60 (bar 0.5); its largest variance "
-        "component is the problem's (0.02); at 3x2449: 0.55 / 0.70")
+        "at 3x200 P(reproduced | +delta) 0.20 and P(not reproduced | -delta) 0.60 (bar 0.5); the largest term of the "
+        "estimate's variance there is the seed component's (0.004 / 3 = 0.0013); at 3x2449: 0.55 / 0.70")
+    row["components"]["seed"] = 0.0001  # 0.0001 / 3 < 0.02 / 200 = 0.0001: the problems' term dominates
+    assert "is the problem component's (0.02 / 200 = 0.0001)" in pilot_pretrained.reason(row)
     row["oc"][0]["P(reproduced | +delta)"] = 0.5
     assert pilot_pretrained.reason(row) == ""
 

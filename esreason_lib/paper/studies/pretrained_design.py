@@ -54,32 +54,37 @@ PRETRAINED_LEFT_OUT: dict[str, str] = {
 """Why the design leaves out each notebook it does not run: two-digit number -> the reason, one line
 (`preregistration.render` writes it under the claim)."""
 PRETRAINED_RATE = CompletionRate(
-    slow=48 * 16 / 243.6, fast=48 * 16 / 98.9, clock="wall",
-    provenance="The rate is wall time measured under load, not core time: in the training pilot "
-               "(`benchmarks/pilot_pretrained_training.py`, records in `benchmarks/pilot_pretrained_training.jsonl`, "
-               "2026-12-07) evaluating one model on 48 problems x 16 samples (768 completions of ~20 tokens, native "
-               "forward, one thread) took 98.9 s to 243.6 s of wall time on a 2-core machine running 3-5 other jobs, "
-               "hence a range. ES's training completions cost more than evaluation ones (each population member holds "
-               "its own weights), and their count leaves out the centre ES decodes on each iteration's prompts (one "
-               "completion per prompt, an eighth more at population 8), so the training column's and notebook 02's "
-               "ES runs' share of the hours is a lower bound. Notebook 01's column counts the evaluations notebook 01 "
-               "makes (the sum above: the snapshots of GRPO's path only, `comparison.path_methods`, no greedy decode, "
-               "one temperature).")
-"""The speed that sizes the design in hours (`design_size.design_rate`): 3.2-7.8 completions per wall-second,
-the slowest and fastest of the pilot evaluations the range is taken from: the base's (142.7 s and 243.6 s) and a
-GRPO seed-0 model's (98.9 s), 768 completions each. The same records hold two faster evaluations of GRPO-trained
-models (48.4 s and 66.9 s), left out of the range; the zoo's 2,048 completions per core-second
-(`power_report.COMPLETIONS_PER_CORE_SECOND`, 130k-parameter bases) would size this 135M base at 0.1 CPU hours."""
+    slow=768 / 42.4, fast=2 * 768 / 76.2, clock="wall",
+    provenance="The rate is wall time on this 2-core machine with nothing else running (2026-12-07, 14:26-14:29 "
+               "UTC): evaluating the base on 48 problems x 16 samples (768 completions of ~20 tokens, native forward "
+               "with shared prefixes; `benchmarks/pilot_pretrained_training.py --method base`) took 42.4 s in one "
+               "process at 2 threads (18.1 completions/s) and 74.9 s and 76.2 s in two processes at 1 thread side "
+               "by side (20.2 completions/s together), hence a range; an ES-trained model's evaluation took 40.3 s "
+               "(19.1/s), a GRPO-trained one's 10.0 s (its replies are shorter). ES's training completions cost "
+               "more than evaluation ones: one ES iteration of 8 members x 16 prompts (128 greedy completions and "
+               "the centre's 16) took 38 s (20 iterations in 764 s, the fast backend at 2 threads, 12.7 GB), 3.8 "
+               "completions/s, so the training column's and notebook 02's ES runs' share of the hours is a lower "
+               "bound (notebook 01's three ES runs alone take ~40 minutes). Notebook 01's column counts the "
+               "evaluations notebook 01 makes (the sum above: the snapshots of GRPO's path only, "
+               "`comparison.path_methods`, no greedy decode, one temperature).")
+"""The speed that sizes the design in hours (`design_size.design_rate`): 18.1-20.2 completions per wall-second on
+the idle machine (provenance). The training pilot's own evaluations, on the same machine under 3-5 other jobs,
+took 98.9-243.6 s for the same 768 completions (3.2-7.8/s): a loaded machine makes the hours 2.5-6 times longer.
+The zoo's 2,048 completions per core-second (`power_report.COMPLETIONS_PER_CORE_SECOND`, 130k-parameter bases)
+would size this 135M base at 0.1 CPU hours."""
 
 PRETRAINED_OC = PilotOC(
     path="papers/pretrained-oc.json",
     provenance="Made by `benchmarks/pilot_pretrained.py --training benchmarks/pilot_pretrained_training.jsonl "
-               "--designs 3x200 --json-out papers/pretrained-oc.json` (`--k`: the K of the Pass@K checks): each "
-               "check's variance components from the training pilot's arms (their evaluations on the tuning split), "
-               "its rates from simulated replications at each size for a true effect of +delta, 0 and -delta. A check "
-               "that misses the bar carries in the file the reason it is not a primary (`reason`).")
+               "--where es:alpha=0.003,iterations=20 --where grpo:lr=1e-05,iterations=20 --k 8 --samples 16 "
+               "--designs 3x200 5x200 3x1000 5x1000 3x2449 5x2449 --heldout-problems 112 --sims 200 --json-out "
+               "papers/pretrained-oc.json`: each check's variance components from the training pilot's records of "
+               "the arms the design runs (ES alpha 3e-3 and GRPO lr 1e-5, 20 iterations, two seeds each; the "
+               "training task's evaluations on the tuning split, the held-out task's on its 112 problems), its "
+               "rates from 200 simulated replications at each size for a true effect of +delta, 0 and -delta. A "
+               "check that misses the bar carries in the file the reason it is not a primary (`reason`).")
 """The pilot's operating characteristics of the design's primary checks (`preregistration.render`'s section
-"Operating characteristics before the first run"): the file is written once the pilot has its arms' seeds."""
+"Operating characteristics before the first run")."""
 
 PRETRAINED_OVERRIDES: dict[str, Any] = {
     "base_model": "smollm2-135m", "control_model": None, "task": "multistep", "task_kwargs": PRETRAINED_TASK_KWARGS,
