@@ -27,7 +27,7 @@ def test_notebook_01_computes_on_the_design_with_a_stand_in_base(tiny_base, tmp_
         "multistep", "fast", "native", "native")
     tables = comparison.compute(preset, home=tmp_path / "store", progress=False)
     problems = tables["problems"]
-    assert set(problems["arm"]) == {"base", "es alpha=0.001", "grpo lr=3e-05", "noise es alpha=0.001"}
+    assert set(problems["arm"]) == {"base", "es alpha=0.003", "grpo lr=3e-05", "noise es alpha=0.003"}
     # 3 test problems and the next 2 (the splits' selection problems) per model, split by the preset's splits
     per_model = problems.groupby(["arm", "seed"])["split"].value_counts().unstack()
     assert (per_model["test"] == 3).all() and (per_model["selection"] == 2).all()
