@@ -70,10 +70,10 @@ from esreason_lib.paper.studies.comparison import (
     evaluation_spec,
     finding,
     format_spread,
-    frontier_points,
     noise_label,
     selected_arms,
 )
+from esreason_lib.paper.studies.comparison_tables import frontier_points
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.summary import status_rule, verdict_lead, verdict_table
 

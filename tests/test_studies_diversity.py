@@ -20,6 +20,7 @@ from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.findings import effect_check, mde_from_ci
 from esreason_lib.paper.studies import diversity as div
 from esreason_lib.paper.studies import diversity_estimators as est
+from esreason_lib.paper.studies import diversity_model_passes as passes
 from esreason_lib.paper.studies.presets import get_preset
 from esreason_lib.paper.theory import fisher_trace, lemma1_prediction
 from esreason_lib.tasks import get_task
@@ -163,17 +164,17 @@ def test_full_logprobs_and_sequence_logp_agree_with_generation(tiny):
     model, tok = tiny
     ro = _rollouts(model, tok)
     batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-    full = est.full_logprobs(model, *batch)  # [B, T, V]
+    full = passes.full_logprobs(model, *batch)  # [B, T, V]
     assert full.shape[:2] == ro.completion_ids.shape and full.dtype == torch.float64
     seq = est.token_logprobs(full[None], ro.completion_ids, ro.completion_mask).sum(-1)[0].numpy()
-    np.testing.assert_allclose(seq, est.sequence_logp(model, *batch), atol=1e-4)
+    np.testing.assert_allclose(seq, passes.sequence_logp(model, *batch), atol=1e-4)
     np.testing.assert_allclose(seq, ro.logprobs.sum(-1).double().numpy(), atol=1e-4)
 
 
 def test_stack_rollouts_pads_completions(tiny):
     model, tok = tiny
     a, b = _rollouts(model, tok, seed=0), _rollouts(model, tok, seed=1)
-    pid, pmask, cid, cmask = est.stack_rollouts([a, b], tok.pad_token_id)
+    pid, pmask, cid, cmask = passes.stack_rollouts([a, b], tok.pad_token_id)
     assert pid.shape[0] == cid.shape[0] == 8
     assert cid.shape[1] == max(a.completion_ids.shape[1], b.completion_ids.shape[1])
     assert int(cmask.sum()) == int(a.completion_mask.sum() + b.completion_mask.sum())
@@ -183,14 +184,14 @@ def test_fisher_projections_match_fisher_trace_and_finite_differences(tiny):
     model, tok = tiny
     ro = _rollouts(model, tok)
     batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-    directions = est.flat_directions(model, [11, 12])  # [2, D]
-    sq, proj = est.fisher_projections(model, *batch, directions)
+    directions = passes.flat_directions(model, [11, 12])  # [2, D]
+    sq, proj = passes.fisher_projections(model, *batch, directions)
     np.testing.assert_allclose(sq, fisher_trace(model, *batch, per_sample=True), rtol=1e-5)
     h = 1e-3
     with perturbed(model, 11, 1, h):
-        up = est.sequence_logp(model, *batch)
+        up = passes.sequence_logp(model, *batch)
     with perturbed(model, 11, -1, h):
-        down = est.sequence_logp(model, *batch)
+        down = passes.sequence_logp(model, *batch)
     np.testing.assert_allclose(proj[:, 0], (up - down) / (2 * h), rtol=0.05, atol=1e-2)
 
 
@@ -589,11 +590,11 @@ def test_sequence_logp_bounded_equals_the_unbounded_pass(wide):
     model, batch = wide
     row = 7 * 49_152 * 14  # one row's logit bytes (models.logprobs.NO_GRAD_BYTES per entry)
     want = _old_sequence_logp(model, *batch)
-    assert np.array_equal(est.sequence_logp(model, *batch), want)  # under the default budget: bit for bit
-    assert np.array_equal(est.sequence_logp(model, *batch, batch_size=4), _old_sequence_logp(model, *batch, 4))
+    assert np.array_equal(passes.sequence_logp(model, *batch), want)  # under the default budget: bit for bit
+    assert np.array_equal(passes.sequence_logp(model, *batch, batch_size=4), _old_sequence_logp(model, *batch, 4))
     # rows cut (2 per forward), positions cut (3 per head call), the vocabulary cut (5,000 entries per slice)
     for budget in (2 * row, 3 * 49_152 * 14, 5_000 * 14):
-        np.testing.assert_allclose(est.sequence_logp(model, *batch, budget=budget), want, rtol=1e-6, atol=1e-5,
+        np.testing.assert_allclose(passes.sequence_logp(model, *batch, budget=budget), want, rtol=1e-6, atol=1e-5,
                                    err_msg=f"budget={budget}")
     assert want[5] != 0 and np.isfinite(want).all()
 
@@ -601,7 +602,7 @@ def test_sequence_logp_bounded_equals_the_unbounded_pass(wide):
 def test_full_logprobs_bounded_equals_the_unbounded_pass(wide):
     model, batch = wide
     want = _old_full_logprobs(model, *batch)  # [6, 7, 49152]
-    assert torch.equal(est.full_logprobs(model, *batch), want)  # under the default budget: bit for bit
-    got = est.full_logprobs(model, *batch, budget=2 * 7 * 49_152 * est.FULL_BYTES)  # 2 rows per forward
+    assert torch.equal(passes.full_logprobs(model, *batch), want)  # under the default budget: bit for bit
+    got = passes.full_logprobs(model, *batch, budget=2 * 7 * 49_152 * passes.FULL_BYTES)  # 2 rows per forward
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
-    torch.testing.assert_close(est.full_logprobs(model, *batch, budget=1), want, rtol=1e-6, atol=1e-5)  # 1 row
+    torch.testing.assert_close(passes.full_logprobs(model, *batch, budget=1), want, rtol=1e-6, atol=1e-5)  # 1 row

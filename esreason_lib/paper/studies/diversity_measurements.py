@@ -1,6 +1,7 @@
 """Notebook 02's two measurements on a loaded model: Lemmas 1-2 on independent populations at each sigma
 (`lemma_cells`), and Lemma 3 / Proposition 1 along the first iterations of an ES run (`prop1_trajectory`). The
-per-sample estimators they use are `diversity_estimators`; caching, tables and the finding are `diversity`."""
+per-sample estimators they use are `diversity_estimators`, their model passes `diversity_model_passes`; caching,
+tables and the finding are `diversity`."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from esreason_lib.metrics import js_policy, js_success, pass_gap_approx, pass_po
 from esreason_lib.models.generation import Sampling, generate
 from esreason_lib.paper.studies.diversity_estimators import (
     ess_fraction,
-    fisher_projections,
     fitness_weights,
-    flat_directions,
-    full_logprobs,
     is_success,
     mis_success,
     probe_rows,
-    sequence_logp,
-    stack_rollouts,
     token_logprobs,
     tokenwise_kl,
+)
+from esreason_lib.paper.studies.diversity_model_passes import (
+    fisher_projections,
+    flat_directions,
+    full_logprobs,
+    sequence_logp,
+    stack_rollouts,
 )
 from esreason_lib.paper.theory import lemma1_prediction
 from esreason_lib.params import named_params

@@ -34,15 +34,8 @@ from esreason_lib.methods import sequence_stages, train_sequence, trainer
 from esreason_lib.paper.analysis import non_dominated
 from esreason_lib.paper.findings import Finding, effect_check, make_finding
 from esreason_lib.paper.studies.common import model_ref, run_cost
-from esreason_lib.paper.studies.comparison import (
-    BASE_SEED,
-    evaluate_models,
-    pass_curves,
-    path_table,
-    primary_k,
-    seed_problem_values,
-    with_pass,
-)
+from esreason_lib.paper.studies.comparison import BASE_SEED, evaluate_models, path_table, primary_k
+from esreason_lib.paper.studies.comparison_tables import pass_curves, seed_problem_values, with_pass
 from esreason_lib.paper.studies.frontier import matched
 from esreason_lib.paper.studies.presets import Preset
 from esreason_lib.paper.studies.registry import make_test
