@@ -120,7 +120,7 @@ def es_rows(model, tok, texts_n: int, members: int, tokens: int) -> list[str]:
     task.max_new_tokens = tokens
     examples = task.examples("train", n=texts_n, seed=0)
     texts = [task.prompt(e, tok) for e in examples]
-    backend = FastBackend(task, tok, sigma=1e-3)
+    backend = FastBackend(task, tok)
     population = ES(ESConfig(population_size=members, antithetic=True, sigma=1e-3), model).ask()
     made = {}
 
