@@ -24,12 +24,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from esreason_lib.es.backends.sequential import SequentialBackend  # noqa: E402
-from esreason_lib.es.backends.vllm_engines import VLLMBackend  # noqa: E402
 from esreason_lib.es.config import ESConfig  # noqa: E402
-from esreason_lib.es.core import ES
+from esreason_lib.es.core import ES  # noqa: E402
 from esreason_lib.models.generation import Forward, Sampling, generate  # noqa: E402
 from esreason_lib.models.load import load_model  # noqa: E402
-from esreason_lib.models.rollouts_vllm import VLLMRollouts  # noqa: E402
 from esreason_lib.tasks import get_task  # noqa: E402
 
 
@@ -42,6 +40,11 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=32)
     ap.add_argument("--group-size", type=int, default=8)
     args = ap.parse_args()
+    try:  # after --help: without the vllm extra, one line saying how to install it
+        from esreason_lib.es.backends.vllm_engines import VLLMBackend
+        from esreason_lib.models.rollouts_vllm import VLLMRollouts
+    except ImportError as err:
+        raise SystemExit(str(err)) from None
     torch.set_num_threads(1)
     model, tok = load_model("qwen2-m", progress=False)
     task = get_task("countdown")
