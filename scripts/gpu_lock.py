@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +53,19 @@ def read_pins(path: Path) -> dict[str, str]:
     return pins
 
 
-if __name__ == "__main__":
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build" / "gpu-resolve.json"
+def main(argv=None) -> None:
+    """Rewrite `LOCK` from the report at the optional path (default build/gpu-resolve.json)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", nargs="?", type=Path, default=ROOT / "build" / "gpu-resolve.json",
+                        help="pip's --report JSON of constraints/gpu.txt (`make resolve-gpu` writes the default)")
+    source = parser.parse_args(argv).report
+    if not source.is_file():
+        raise SystemExit(f"gpu_lock: no resolution report at {source}: run `make resolve-gpu` first")
     LOCK.write_text(lock_text(json.loads(source.read_text())))
     print(f"wrote {LOCK.relative_to(ROOT)} ({len(read_pins(LOCK))} packages) from {source}")
+
+
+if __name__ == "__main__":
+    main()

@@ -49,6 +49,14 @@ def main(argv=None) -> int:
     from esreason_lib.cli import main as cli
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise SystemExit(f"torchrun_grpo: {', '.join(missing)} not set: start it under torchrun, e.g. "
+                         "`torchrun --nproc-per-node 2 scripts/torchrun_grpo.py --preset smoke` (single process: "
+                         "`esreason train grpo`)")
     backend = "gloo"
     if torch.cuda.is_available():
         gpu, backend = process_device(int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count(),
