@@ -35,8 +35,11 @@ def existing_dir(path: str | None, what: str) -> None:
 
 
 def _pretrain(args) -> int:
-    from esreason_lib.models.zoo import PRETRAINED
+    from esreason_lib.models.zoo import PRETRAINED, ZOO
 
+    if args.name not in ZOO and args.name not in PRETRAINED:
+        raise ValueError(f"unknown zoo model {args.name!r}; choices: {sorted([*ZOO, *PRETRAINED])} (trained here, "
+                         "or a pretrained base converted from its package's GGUF)")
     if args.name in PRETRAINED:
         from esreason_lib.models.pretrained import convert
 

@@ -352,3 +352,9 @@ def test_eval_runs_on_vllm_when_the_training_sampled_on_vllm(home, monkeypatch):
     specs = sorted((s["eval"].get("backend", "local"), s["eval"].get("forward", "hf")) for s in
                    (json.loads((p / "config.json").read_text()) for p in home.iterdir() if p.name.startswith("eval-")))
     assert specs == [("local", "fused")] * 2 + [("vllm", "hf")] * 2  # vLLM samples with the model's own modules
+
+
+def test_pretrain_of_an_unknown_name_lists_the_pretrained_bases_too(capsys):
+    assert main(["pretrain", "nope"]) != 0
+    err = capsys.readouterr().err
+    assert "unknown zoo model 'nope'" in err and "'smollm2-135m'" in err and "'qwen2-s'" in err
