@@ -111,7 +111,7 @@ def test_pretrained_registration_names_the_left_out_claims_with_their_reasons_an
             assert f"Not run: {PRETRAINED_LEFT_OUT[c.id[:2]]}." in section and "primary:" not in section, c.id
         else:
             assert "not in this design" not in section and "  - primary: " in section, c.id
-    assert "Gemma 3 270M" in text and "do not fit the budget" in text and "measured by the sweep" in text
+    assert "Gemma 3 270M" in text and "fit the 8-hour budget" in text and "measured by the sweep" in text
     deltas = text.split("## Deltas", 1)[1].split("## Size", 1)[0]
     assert [line[2:4] for line in deltas.splitlines() if line.startswith("- ")] == ["01", "02", "04", "05"]
     assert "registered text of the `frontier` design" in text and "n = 16, K in [1, 2, 4, 8]" in text

