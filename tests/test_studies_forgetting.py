@@ -14,6 +14,7 @@ from esreason_lib.paper.analysis import seed_by_problem
 from esreason_lib.paper.findings import effect_check
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies import forgetting as fg
+from esreason_lib.paper.studies import forgetting_model_passes as passes
 from esreason_lib.paper.studies.common import model_ref
 from esreason_lib.paper.studies.presets import get_preset
 
@@ -45,28 +46,28 @@ def test_kl_k3_hand_computed():
     mask = torch.tensor([[True, True], [True, False]])
     # r = base / tuned on the masked tokens: 0.5, 1, 2 -> k3 = r - 1 - log r
     want = sum(r - 1 - math.log(r) for r in (0.5, 1.0, 2.0)) / 3
-    assert fg.kl_k3(logp_tuned, logp_base, mask) == pytest.approx(want)
-    assert fg.kl_k3(logp_tuned, logp_tuned, mask) == 0.0
+    assert passes.kl_k3(logp_tuned, logp_base, mask) == pytest.approx(want)
+    assert passes.kl_k3(logp_tuned, logp_tuned, mask) == 0.0
     with pytest.raises(ValueError, match="no tokens"):
-        fg.kl_k3(logp_tuned, logp_base, torch.zeros(2, 2, dtype=torch.bool))
+        passes.kl_k3(logp_tuned, logp_base, torch.zeros(2, 2, dtype=torch.bool))
 
 
 def test_kl_to_base_zero_for_itself_positive_otherwise():
     tok = build_char_tokenizer()
     a, b = tiny_random_qwen2(len(tok), seed=0), tiny_random_qwen2(len(tok), seed=1)
     prompts = ["A12+34=", "S3142>"]
-    assert fg.kl_to_base(a, a, tok, prompts, n=3, max_new_tokens=4) == pytest.approx(0.0, abs=1e-6)
-    kl = fg.kl_to_base(a, b, tok, prompts, n=3, max_new_tokens=4)
+    assert passes.kl_to_base(a, a, tok, prompts, n=3, max_new_tokens=4) == pytest.approx(0.0, abs=1e-6)
+    kl = passes.kl_to_base(a, b, tok, prompts, n=3, max_new_tokens=4)
     assert kl > 0.01
     # chunked log-probabilities (one row per forward) give the same estimate
-    assert fg.kl_to_base(a, b, tok, prompts, n=3, max_new_tokens=4, max_logits=1) == pytest.approx(kl, rel=1e-5)
+    assert passes.kl_to_base(a, b, tok, prompts, n=3, max_new_tokens=4, max_logits=1) == pytest.approx(kl, rel=1e-5)
 
 
 def test_lm_loss_by_family_matches_completion_loss():
     tok = build_char_tokenizer()
     model = tiny_random_qwen2(len(tok), seed=0)
     records = [("addition", "A1+2=", "3"), ("sorting", "S21>", "12"), ("addition", "A10+5=", "15")]
-    out = fg.lm_loss_by_family(model, tok, records, batch_size=1)
+    out = passes.lm_loss_by_family(model, tok, records, batch_size=1)
     with torch.no_grad():
         add = completion_loss(model, build_batch(tok, ["A1+2=", "A10+5="], ["3", "15"]))
         srt = completion_loss(model, build_batch(tok, ["S21>"], ["12"]))
@@ -94,19 +95,19 @@ def test_lm_loss_by_family_bounded_equals_the_unbounded_pass():
             batch = build_batch(tok, [records[i][1] for i in rows], [records[i][2] for i in rows])
             count = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
             want[fam] = (0.0 + float(completion_loss(model, batch)) * count, count)
-    out = fg.lm_loss_by_family(model, tok, records)
+    out = passes.lm_loss_by_family(model, tok, records)
     assert out["addition"] == want["addition"][0] / want["addition"][1]
     assert out["sorting"] == want["sorting"][0] / want["sorting"][1]
     assert out["all"] == (want["addition"][0] + want["sorting"][0]) / (want["addition"][1] + want["sorting"][1])
-    for key, value in fg.lm_loss_by_family(model, tok, records, budget=49_152).items():  # under a row: 1 per forward
+    for key, value in passes.lm_loss_by_family(model, tok, records, budget=49_152).items():  # 1 row a forward
         assert value == pytest.approx(out[key], rel=1e-6), key
 
 
 def test_heldout_lm_records_fixed_and_zoo_only():
-    a = fg.heldout_lm_records("smoke", 20)
-    assert a == fg.heldout_lm_records("smoke", 20)
+    a = passes.heldout_lm_records("smoke", 20)
+    assert a == passes.heldout_lm_records("smoke", 20)
     assert len(a) == 20 and {r[0] for r in a} <= {"countdown", "addition", "sorting"}
-    assert fg.heldout_lm_records("Qwen/Qwen2.5-1.5B-Instruct", 20) is None
+    assert passes.heldout_lm_records("Qwen/Qwen2.5-1.5B-Instruct", 20) is None
 
 
 def _stats(with_lm=True):
@@ -297,7 +298,7 @@ def test_model_stats_lm_loss_per_family_and_kl_per_task(study, forbid_loading):
     base = fg.model_stats(preset, preset.base_model, home=store)
     assert list(base.columns) == ["quantity", "scope", "value"]
     lm, kl = _values(base, "lm_loss"), _values(base, "kl")
-    families = dict.fromkeys(r[0] for r in fg.heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences))
+    families = dict.fromkeys(r[0] for r in passes.heldout_lm_records(preset.base_model, preset.forgetting.lm_sequences))
     assert list(lm) == [*families, "all"] and list(kl) == [preset.task, *preset.heldout_tasks]
     assert all(np.isfinite(v) and v > 0 for v in lm.values())
     assert min(lm[f] for f in families) <= lm["all"] <= max(lm[f] for f in families)  # token-weighted mean

@@ -11,6 +11,7 @@ from esreason_lib.methods import METHODS, trainer
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 from esreason_lib.paper.studies import common
 from esreason_lib.paper.studies import sparsity as sp
+from esreason_lib.paper.studies import sparsity_weights as weights
 from esreason_lib.paper.studies.common import model_ref
 
 
@@ -18,7 +19,7 @@ def test_dedupe_tied_drops_aliases_only():
     w = torch.ones(3, 2)
     state = {"model.embed_tokens.weight": w, "lm_head.weight": w, "model.norm.weight": torch.ones(2),
              "copy": w.clone()}
-    out = sp.dedupe_tied(state)
+    out = weights.dedupe_tied(state)
     assert list(out) == ["model.embed_tokens.weight", "model.norm.weight", "copy"]
 
 
@@ -26,23 +27,23 @@ def test_dedupe_tied_on_a_tied_model():
     model = tiny_random_qwen2(len(build_char_tokenizer()))
     model.config.tie_word_embeddings = True
     model.tie_weights()
-    out = sp.dedupe_tied(model.state_dict())
+    out = weights.dedupe_tied(model.state_dict())
     assert "lm_head.weight" not in out and "model.embed_tokens.weight" in out
 
 
 def test_top_update_share_hand_computed(state_pair):
     base, tuned = state_pair
     # changed |delta|: mlp 0.1, 0.5, 0.01; norm 2.0 -> the top 50% (2 coords) are 2.0 (norm) and 0.5 (mlp)
-    share = sp.top_update_share(base, tuned, top=0.5)
+    share = weights.top_update_share(base, tuned, top=0.5)
     assert share.to_dict() == pytest.approx({"mlp": 0.5, "norm": 0.5, "embedding": 0.0})
-    assert sp.top_update_share(base, tuned, top=0.01).to_dict() == pytest.approx(
+    assert weights.top_update_share(base, tuned, top=0.01).to_dict() == pytest.approx(
         {"mlp": 0.0, "norm": 1.0, "embedding": 0.0})
-    assert sp.top_update_share(base, base).empty
+    assert weights.top_update_share(base, base).empty
 
 
 def test_drift_by_module_rows_and_overall(state_pair):
     base, tuned = state_pair
-    table = sp.drift_by_module(base, {("es", 0): tuned, ("grpo", 0): base})
+    table = weights.drift_by_module(base, {("es", 0): tuned, ("grpo", 0): base})
     es = table[table["method"] == "es"].set_index("module")
     assert set(es.index) == {"embedding", "mlp", "norm", "all"}
     d2 = 0.1 ** 2 + 0.5 ** 2 + 0.01 ** 2 + 2.0 ** 2
@@ -77,17 +78,17 @@ def test_model_drift_is_drift_by_module_and_served_from_the_store_without_weight
 
     base_ref, tuned_ref = _base_and_tuned(tmp_path)
     home = tmp_path / "runs"
-    first = sp.model_drift(base_ref, tuned_ref, ("es", 1), home=home)
-    direct = sp.drift_by_module(sp.load_state(base_ref), {("es", 1): sp.load_state(tuned_ref)})
+    first = weights.model_drift(base_ref, tuned_ref, ("es", 1), home=home)
+    direct = weights.drift_by_module(weights.load_state(base_ref), {("es", 1): weights.load_state(tuned_ref)})
     pd.testing.assert_frame_equal(first, direct, check_dtype=False)
     shutil.rmtree(tuned_ref)  # `make figures` on a result bundle: tables, no weights
     monkeypatch.setenv("ESREASON_STORED_ONLY", "1")
-    pd.testing.assert_frame_equal(sp.model_drift(base_ref, tuned_ref, ("es", 1), home=home), first)
+    pd.testing.assert_frame_equal(weights.model_drift(base_ref, tuned_ref, ("es", 1), home=home), first)
 
 
 def test_reset_models_saves_cached_runs(tmp_path):
     base_ref, tuned_ref = _base_and_tuned(tmp_path)
-    table = sp.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
+    table = weights.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
     assert list(table["mode"]) == ["magnitude", "random"] * 2
     assert list(table["threshold"]) == ["q=0.5", "q=0.5", "q=0.9", "q=0.9"]
     mag = table[table["mode"] == "magnitude"]
@@ -95,20 +96,20 @@ def test_reset_models_saves_cached_runs(tmp_path):
     rnd = table[table["mode"] == "random"]
     assert rnd["sparsity"].to_numpy() == pytest.approx(mag["sparsity"].to_numpy(), abs=0.02)
     # the saved magnitude model keeps exactly the large updates
-    b, t, m = (sp.load_state(r) for r in (base_ref, tuned_ref, mag["ref"].iloc[0]))
+    b, t, m = (weights.load_state(r) for r in (base_ref, tuned_ref, mag["ref"].iloc[0]))
     tau = mag["tau"].iloc[0]
     for name in b:
         keep = (t[name] - b[name]).abs() > tau
         assert torch.equal(m[name], torch.where(keep, t[name], b[name])), name
-    again = sp.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
+    again = weights.reset_models(base_ref, tuned_ref, [0.5, 0.9], home=tmp_path / "runs")
     pd.testing.assert_frame_equal(table, again)
 
 
 def test_reset_models_absolute_tau_and_its_random_control_reset_the_same_count(tmp_path):
     base_ref, tuned_ref = _base_and_tuned(tmp_path)
-    table = sp.reset_models(base_ref, tuned_ref, [], taus=[5e-3], home=tmp_path / "runs")
+    table = weights.reset_models(base_ref, tuned_ref, [], taus=[5e-3], home=tmp_path / "runs")
     mag, rnd = (table[table["mode"] == m].iloc[0] for m in sp.MODES)
-    b, t, m, r = (sp.load_state(x) for x in (base_ref, tuned_ref, mag["ref"], rnd["ref"]))
+    b, t, m, r = (weights.load_state(x) for x in (base_ref, tuned_ref, mag["ref"], rnd["ref"]))
     changed = sum(int((t[k] != b[k]).sum()) for k in b)
     small = sum(int(((t[k] != b[k]) & ((t[k] - b[k]).abs() <= 5e-3)).sum()) for k in b)
     assert mag["tau"] == 5e-3 and mag["sparsity"] == small / changed and mag["quantile"] == mag["sparsity"]
@@ -306,7 +307,7 @@ def test_compute_scores_every_seed_and_reset_per_problem(study, monkeypatch):
     for method in preset.sparsity.methods:
         for seed in preset.seeds:
             tuned_ref = model_ref(trainer(method)(preset.config(method, seed=seed), home=store, progress=False))
-            resets = sp.reset_models(preset.base_model, tuned_ref, qs, seed=seed, home=store)  # cached
+            resets = weights.reset_models(preset.base_model, tuned_ref, qs, seed=seed, home=store)  # cached
             rows = p[(p["method"] == method) & (p["seed"] == seed)]
             unreset = rows[rows["mode"] == "unreset"]
             assert unreset["pass@1"].tolist() == pytest.approx([min(n, i + order[tuned_ref]) / n for i in range(3)])
