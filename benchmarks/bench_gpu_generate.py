@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from gpu_check_fixtures import build_model, build_tokenizer  # noqa: E402
@@ -24,12 +25,14 @@ def main() -> None:
     model = build_model("qwen2.5-1.5b", "cuda", tok)
     prompts = ["What is 3 + 5?"] * 2
     T = 128
+
     def timed(fn):
         torch.cuda.synchronize()
         t = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         return (time.perf_counter() - t) / T * 1e3
+
     generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=8))
     first = timed(lambda: generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=T)))
     ours = timed(lambda: generate(model, tok, prompts, Sampling(greedy=True, max_new_tokens=T)))
@@ -37,8 +40,6 @@ def main() -> None:
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
     model.generate(**enc, max_new_tokens=8, do_sample=False)
     hf = timed(lambda: model.generate(**enc, max_new_tokens=T, min_new_tokens=T, do_sample=False))
-    from transformers import DynamicCache
-
 
     def bare():
         cache = DynamicCache(config=model.config)

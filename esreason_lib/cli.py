@@ -35,11 +35,11 @@ def existing_dir(path: str | None, what: str) -> None:
 
 
 def _pretrain(args) -> int:
-    from esreason_lib.models.zoo import PRETRAINED, ZOO
+    from esreason_lib.models.zoo import PRETRAINED, is_zoo_name, zoo_names
 
-    if args.name not in ZOO and args.name not in PRETRAINED:
-        raise ValueError(f"unknown zoo model {args.name!r}; choices: {sorted([*ZOO, *PRETRAINED])} (trained here, "
-                         "or a pretrained base converted from its package's GGUF)")
+    if not is_zoo_name(args.name):
+        raise ValueError(f"unknown zoo model {args.name!r}; choices: {zoo_names()} (trained here, or a pretrained "
+                         "base converted from its package's GGUF)")
     if args.name in PRETRAINED:
         from esreason_lib.models.pretrained import convert
 

@@ -24,6 +24,7 @@ from esreason_lib.models.zoo import (
     build_chat_char_tokenizer,
     is_zoo_name,
     tiny_random_llama,
+    zoo_names,
     zoo_versions,
 )
 from esreason_lib.store.identity import config_hash
@@ -72,6 +73,7 @@ def test_smollm2_is_a_pretrained_zoo_base():
     assert is_zoo_name("smollm2-135m") and is_zoo_name("qwen2-s") and not is_zoo_name("nope")
     assert not is_zoo_name(None)
     assert zoo_versions()["smollm2-135m"] == config_hash(spec)
+    assert zoo_names() == sorted(zoo_versions()) and "smollm2-135m" in zoo_names() and "qwen2-s" in zoo_names()
     assert model_context_length("smollm2-135m") == 8192 == model_context_length(spec)
 
 

@@ -25,7 +25,15 @@ from urllib.parse import urlparse
 import torch
 
 from esreason_lib.models.pretrain import pretrain
-from esreason_lib.models.zoo import PRETRAINED, ZOO, PretrainedSpec, ZooSpec, get_spec, quiet_transformers
+from esreason_lib.models.zoo import (
+    PRETRAINED,
+    ZOO,
+    PretrainedSpec,
+    ZooSpec,
+    get_spec,
+    quiet_transformers,
+    zoo_names,
+)
 from esreason_lib.store.identity import resolve_run_ref
 
 
@@ -76,11 +84,6 @@ def _from_pretrained(source: str | Path, device, dtype, **kwargs):
     return _finish(model, tokenizer, device, dtype)
 
 
-def _zoo_names() -> list[str]:
-    """Every zoo name, trained here or pretrained, sorted."""
-    return sorted({*ZOO, *PRETRAINED})
-
-
 def _model_directory(name_or_path, field: str) -> Path | None:
     """The save_pretrained directory `name_or_path` names (a run directory's model/ included), None for a string
     that may be a hub id; ValueError naming `field` for a directory without config.json or a path that is not."""
@@ -94,7 +97,7 @@ def _model_directory(name_or_path, field: str) -> Path | None:
         return path
     name = str(name_or_path)
     if isinstance(name_or_path, Path) or _looks_like_path(name):
-        raise ValueError(f"{field}: {name!r} is not a zoo name (choices: {_zoo_names()}) and no directory exists "
+        raise ValueError(f"{field}: {name!r} is not a zoo name (choices: {zoo_names()}) and no directory exists "
                          f"at {path}")
     return None
 
@@ -116,7 +119,7 @@ def _hub_unavailable(timeout_s: float = 3.0) -> str | None:
 
 
 def _hub_error(name: str, field: str, why: str) -> ValueError:
-    return ValueError(f"{field}: unknown model {name!r}: not a zoo name (choices: {_zoo_names()}), not an existing "
+    return ValueError(f"{field}: unknown model {name!r}: not a zoo name (choices: {zoo_names()}), not an existing "
                       f"directory, and not loadable from the Hugging Face hub ({why})")
 
 

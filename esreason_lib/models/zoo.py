@@ -308,6 +308,11 @@ def is_zoo_name(name) -> bool:
     return isinstance(name, str) and (name in ZOO or name in PRETRAINED)
 
 
+def zoo_names() -> list[str]:
+    """Every zoo name, trained here (`ZOO`) or pretrained (`PRETRAINED`), sorted: the choices an error names."""
+    return sorted({*ZOO, *PRETRAINED})
+
+
 def zoo_versions() -> dict[str, str]:
     """{name: hash of its spec} of every zoo model, trained here or pretrained: what a run's identity records of
     the zoo models its config names (`store.identity.with_zoo_versions`; the package registers it there,
