@@ -34,12 +34,14 @@ TASK, TASK_KWARGS, BASE = "multistep", PRETRAINED_TASK_KWARGS, "smollm2-135m"
 def es_config(seed: int, args):
     """The pilot's ES: antithetic, greedy members (the paper's ES), z-scored rewards, on `--backend` (default the
     fast batched one, ~12.7 GB at population 8 on this base; "sequential": one model perturbed in place, ~2.4 GB,
-    the same members' rewards up to float rounding)."""
+    the same members' rewards up to float rounding); `--members-at-once` bounds the fast backend's memory at a
+    larger population (8: ~12.7 GB, whatever the population)."""
     from esreason_lib import ESConfig
 
     return ESConfig(model=BASE, task=TASK, task_kwargs=TASK_KWARGS, max_new_tokens=args.max_new_tokens,
                     population_size=args.population, sigma=args.sigma, alpha=args.alpha, iterations=args.iterations,
                     prompts_per_step=args.prompts, antithetic=True, greedy=True, backend=args.backend, seed=seed,
+                    members_at_once=args.members_at_once,
                     reward_correct=1.0, reward_formatted=0.0, reward_invalid=0.0, device="cpu", checkpoint_every=5)
 
 
@@ -89,6 +91,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sigma", type=float, default=1e-3)
     parser.add_argument("--alpha", type=float, default=1e-3)
     parser.add_argument("--backend", default="fast", help="ES population backend (`ESConfig.backend`)")
+    parser.add_argument("--members-at-once", type=int, default=None,
+                        help="ES members stacked at once (`ESConfig.members_at_once`; default: the population)")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-5)
     parser.add_argument("--max-new-tokens", type=int, default=64)

@@ -98,6 +98,38 @@ def test_make_backend_and_config_choice(setup):
     assert dataclasses.replace(ESConfig(), backend="batched").backend == "batched"
 
 
+@pytest.mark.parametrize("backend", ["batched", "fast", "lowrank"])
+def test_members_at_once_decodes_members_in_parts_with_the_same_completions(setup, backend):
+    """`ESConfig.members_at_once` bounds the stacked weights (N copies) without changing any member's
+    completions: 7 antithetic-and-lone members in parts of 1, 3 and 4 (a pair split across parts) equal the
+    whole population's, for the exact, the fused and the low-rank forward."""
+    tok, model = setup
+    task = Lengths()
+    cfg = ESConfig(population_size=8, antithetic=True, sigma=0.05, backend="auto" if backend == "lowrank" else backend,
+                   noise="lowrank" if backend == "lowrank" else "full")
+    pop = ES(cfg, model).ask()
+    pop = dataclasses.replace(pop, seeds=pop.seeds[:7], signs=pop.signs[:7])
+    examples = task.examples()[:10]
+    whole = make_backend(cfg, task, tok).completions(model, pop, examples)
+    assert len(whole) == 7 and len(set(map(tuple, whole))) > 1
+    for k in (1, 3, 4):
+        parts = make_backend(dataclasses.replace(cfg, members_at_once=k), task, tok)
+        assert parts.members_at_once == k
+        assert parts.completions(model, pop, examples) == whole, k
+
+
+def test_members_at_once_is_checked_and_left_out_of_the_run_identity():
+    from esreason_lib.store.identity import jsonable
+
+    for bad in (0, -2, 1.5, True, "4"):
+        with pytest.raises(ValueError, match=f"ESConfig.members_at_once must be None or a positive int, got {bad!r}"):
+            ESConfig(members_at_once=bad)
+    with pytest.raises(ValueError, match="members_at_once must be None or a positive int, got 0"):
+        BatchedBackend(Lengths(), None, members_at_once=0)
+    assert jsonable(ESConfig(members_at_once=4)) == jsonable(ESConfig())
+    assert jsonable(ESConfig(members_at_once=4), legacy=True) == jsonable(ESConfig(), legacy=True)
+
+
 def test_the_backend_registry_names_each_backend_by_its_import_path():
     """Every `ESConfig.backend` but "auto" is a registered "module:class"; a class is imported only when named."""
     from esreason_lib.es.backends.base import BACKEND_CLASSES, BACKENDS

@@ -75,6 +75,10 @@ class ESConfig(RunSettings):
     gpu_memory_utilization: float | None = field(default=None, metadata=execution())
     """Share of its GPU's memory one vLLM engine takes ("vllm", "ray-vllm"); None: 0.5 split among the engines on
     one GPU. Placement only: the rewards do not depend on it."""
+    members_at_once: int | None = field(default=None, metadata=execution(added=True))
+    """Members the "batched", "fast", "native" and low-rank backends stack and decode together (each holds a copy
+    of the weights: ~0.54 GB per member for a 135M-parameter base in float32); None: the whole population. A
+    member's completions do not depend on it (tests/test_es_batched.py); memory does."""
     drift_every: int = field(default=1, metadata=execution())
     """Log es/drift_rel (||theta - theta_0|| / ||theta_0||, computed on the model's device) every this many
     iterations and at the last; a diagnostic only, so skipping it changes no weights."""
@@ -105,6 +109,9 @@ class ESConfig(RunSettings):
               "'batched', 'fast' and 'native' need greedy=True")
         check_choice(self, "noise", NOISES)
         check_positive_int(self, "rank", "check_every", "drift_every")
+        check(self, "members_at_once", self.members_at_once is None or (
+            isinstance(self.members_at_once, int) and not isinstance(self.members_at_once, bool)
+            and self.members_at_once >= 1), "must be None or a positive int")
         check_gpus_per_worker("ESConfig", self.gpus_per_worker)
         check_memory_share("ESConfig", self.gpu_memory_utilization)
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),

@@ -23,6 +23,8 @@ Greedy only: sampling draws from one generator stream whose order depends on the
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -294,12 +296,21 @@ class BatchedBackend:
     """Score every member of a population in one batched greedy decode (see the module docstring); the same
     rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
 
-    def __init__(self, task, tokenizer, *, max_new_tokens: int | None = None, batch_size: int = 512):
+    def __init__(self, task, tokenizer, *, max_new_tokens: int | None = None, batch_size: int = 512,
+                 members_at_once: int | None = None):
         self.task, self.tokenizer = task, tokenizer
         self.max_new_tokens = int(max_new_tokens or task.max_new_tokens)
         self.batch_size = int(batch_size)
         """Prompts per decoded chunk (all members together): `generation.generate`'s default, so that prompt
         padding, and with it every row's arithmetic, matches the sequential path."""
+        if members_at_once is not None and (isinstance(members_at_once, bool) or not isinstance(members_at_once, int)
+                                            or members_at_once < 1):
+            raise ValueError(f"{type(self).__name__}: members_at_once must be None or a positive int, "
+                             f"got {members_at_once!r}")
+        self.members_at_once = members_at_once
+        """Members whose weights are stacked and decoded together (`ESConfig.members_at_once`); None: the whole
+        population. Each member's rows are computed apart from the others', so the completions do not depend on
+        it; memory does (N copies of the weights)."""
 
     @classmethod
     def from_config(cls, config, task, tokenizer) -> "BatchedBackend":
@@ -307,7 +318,7 @@ class BatchedBackend:
         if not config.greedy:
             raise ValueError("BatchedBackend: ESConfig.greedy must be True (sampling cannot match the sequential "
                              "path's generator stream)")
-        return cls(task, tokenizer, max_new_tokens=config.max_new_tokens)
+        return cls(task, tokenizer, max_new_tokens=config.max_new_tokens, members_at_once=config.members_at_once)
 
     def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
         """name -> every member's version of the tensor for the batched forward: `member_weights` stacks."""
@@ -333,27 +344,37 @@ class BatchedBackend:
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
         encoded = encode_texts(self.tokenizer, prompts, "prompts")  # once for the whole population
         pad, eos = special_ids(model, self.tokenizer)
-        params = named_params(model)
-        weights = self.stacked_weights(params, population)
-        fused = self.prepare(model, weights)
-        n, p = len(population), len(examples)
-        texts: list[list[str]] = [[] for _ in range(n)]
+        step = self.members_at_once or len(population)
+        texts: list[list[str]] = []
         was_training = model.training
         model.eval()
         try:
-            for start in range(0, p, self.batch_size):
-                ids, mask = left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
-                forward = self.population(model, weights, fused, ids.shape[1] + self.max_new_tokens)
-                tokens, valid = _decode_population(model, self.tokenizer, forward, n, ids, mask,
-                                                   max_new_tokens=self.max_new_tokens, stop=self.task.stop,
-                                                   pad=pad, eos=eos)  # [N, b, T]
-                width = max(int(valid.sum(2).max()), 1)
-                chunk = decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
-                for i in range(n):
-                    texts[i] += chunk[i * len(ids): (i + 1) * len(ids)]
+            for at in range(0, len(population), step):
+                part = dataclasses.replace(population, seeds=population.seeds[at: at + step],
+                                           signs=population.signs[at: at + step])
+                texts += self._decode_members(model, part, encoded, pad, eos)
         finally:
             model.train(was_training)
         return [[cut_at_stop(s, self.task.stop) for s in member] for member in texts]
+
+    def _decode_members(self, model, population, encoded, pad: int, eos: set[int]) -> list[list[str]]:
+        """[n][P] the raw greedy completions of `population`'s members (all stacked at once) of the `encoded`
+        prompts."""
+        weights = self.stacked_weights(named_params(model), population)
+        fused = self.prepare(model, weights)
+        n = len(population)
+        texts: list[list[str]] = [[] for _ in range(n)]
+        for start in range(0, len(encoded), self.batch_size):
+            ids, mask = left_pad(encoded[start: start + self.batch_size], pad, model.device)  # [b, Lp]
+            forward = self.population(model, weights, fused, ids.shape[1] + self.max_new_tokens)
+            tokens, valid = _decode_population(model, self.tokenizer, forward, n, ids, mask,
+                                               max_new_tokens=self.max_new_tokens, stop=self.task.stop,
+                                               pad=pad, eos=eos)  # [N, b, T]
+            width = max(int(valid.sum(2).max()), 1)
+            chunk = decode_rows(self.tokenizer, tokens[:, :, :width].reshape(-1, width))  # [N * b]
+            for i in range(n):
+                texts[i] += chunk[i * len(ids): (i + 1) * len(ids)]
+        return texts
 
     def __call__(self, model, population, examples: list[dict], *, iteration: int) -> Evaluation:
         texts = self.completions(model, population, examples)

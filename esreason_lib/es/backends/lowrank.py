@@ -27,8 +27,10 @@ class LowRankBackend(BatchedBackend):
     """`BatchedBackend` scoring each member at theta + sign * sigma * E(seed), E the low-rank direction: the
     population decodes greedily in one batched forward with the low-rank term (module docstring)."""
 
-    def __init__(self, task, tokenizer, *, rank: int, max_new_tokens: int | None = None, batch_size: int = 512):
-        super().__init__(task, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    def __init__(self, task, tokenizer, *, rank: int, max_new_tokens: int | None = None, batch_size: int = 512,
+                 members_at_once: int | None = None):
+        super().__init__(task, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                         members_at_once=members_at_once)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LowRankBackend: rank must be a positive int, got {rank!r}")
         self.rank = rank
@@ -38,7 +40,8 @@ class LowRankBackend(BatchedBackend):
         """The backend an `ESConfig` with noise="lowrank" describes (it must decode greedily)."""
         if not config.greedy:
             raise ValueError("LowRankBackend: ESConfig.greedy must be True (the batched decode is greedy only)")
-        return cls(task, tokenizer, rank=config.rank, max_new_tokens=config.max_new_tokens)
+        return cls(task, tokenizer, rank=config.rank, max_new_tokens=config.max_new_tokens,
+                   members_at_once=config.members_at_once)
 
     def stacked_weights(self, params: dict[str, torch.Tensor], population) -> dict:
         return lowrank_weights(params, population.seeds.tolist(), population.signs.tolist(), population.sigma,
