@@ -51,14 +51,14 @@ def test_batched_equals_sequential_over_es_steps(setup, monkeypatch):
     tok, model = setup
     task, sigma = Lengths(), 0.05
     widths = []
-    real_groups = eb._Groups
+    real_groups = eb.RowGroups
 
     def spy(counts, width):
         g = real_groups(counts, width)
         widths.append(len(g.parts))
         return g
 
-    monkeypatch.setattr(eb, "_Groups", spy)
+    monkeypatch.setattr(eb, "RowGroups", spy)
     cfg = ESConfig(population_size=6, antithetic=True, sigma=sigma, alpha=0.05)
     es = ES(cfg, model)
     examples = task.examples()

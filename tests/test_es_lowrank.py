@@ -9,8 +9,8 @@ import pytest
 import torch
 from toy_tasks import Paren
 
-from esreason_lib.es.backends.batched import _Groups, _Qwen2Population, fuse_weights
 from esreason_lib.es.backends.lowrank import LowRankBackend, LowRankStack, lowrank_weights
+from esreason_lib.es.backends.population_forward import Qwen2Population, RowGroups, fuse_weights
 from esreason_lib.es.backends.registry import make_backend
 from esreason_lib.es.config import ESConfig
 from esreason_lib.es.core import ES, Population
@@ -52,12 +52,12 @@ def test_stack_linear_embedding_and_fusion_equal_the_materialised_weights(rank):
     stacks = [lowrank_weights({"w": torch.randn(6, 5, generator=g)}, [1, 1], [1, -1], 0.1, rank)["w"],
               lowrank_weights({"v": torch.randn(4, 5, generator=g)}, [1, 1], [1, -1], 0.1, rank)["v"]]
     dense = [s.base + s.a @ s.bt for s in stacks]  # [N, out, in] the materialised members
-    groups = _Groups(torch.tensor([3, 2]), 3)  # member 1 runs 2 of its 3 rows
+    groups = RowGroups(torch.tensor([3, 2]), 3)  # member 1 runs 2 of its 3 rows
     y = stacks[0].linear(x, bias, groups)
     want = x @ dense[0].transpose(1, 2)[:, None] + bias[:, None, None]  # [N, R, L, out]
     assert torch.allclose(y[0], want[0], atol=1e-6) and torch.allclose(y[1, :2], want[1, :2], atol=1e-6)
     assert torch.equal(y[1, 2], torch.zeros_like(y[1, 2]))  # rows outside the member's batch are 0
-    full = _Groups(torch.tensor([3, 3]), 3)
+    full = RowGroups(torch.tensor([3, 3]), 3)
     pair = stacks[0].linear(x[:1].expand(2, -1, -1, -1), None, full)  # an antithetic pair on the same input
     assert torch.allclose(pair[0] + pair[1], 2 * x[0] @ stacks[0].base.T, atol=1e-6)  # the +/- terms cancel
     fused = LowRankStack.cat(stacks)
@@ -75,10 +75,10 @@ def test_population_forward_equals_the_materialised_perturbed_models(tiny):
     weights = lowrank_weights(named_params(model), seeds, signs, sigma, rank)
     assert isinstance(weights["model.layers.0.self_attn.q_proj.weight"], LowRankStack)
     assert weights["model.norm.weight"].shape == (3, 32)  # 1-D: stacked full-rank copies
-    forward = _Qwen2Population(model, weights, fuse_weights(model, weights), capacity=16)
+    forward = Qwen2Population(model, weights, fuse_weights(model, weights), capacity=16)
     ids = torch.randint(4, 60, (2, 7), generator=torch.Generator().manual_seed(1))  # [b, L]
     pos = torch.arange(7).expand(3, 2, 7)
-    logits = forward(ids.expand(3, 2, 7), pos, None, _Groups(torch.tensor([2, 2, 2]), 2))  # [N, b, V]
+    logits = forward(ids.expand(3, 2, 7), pos, None, RowGroups(torch.tensor([2, 2, 2]), 2))  # [N, b, V]
     for i, (s, sign) in enumerate(zip(seeds, signs)):
         ref = make()
         _materialised(ref, s, sign, sigma, rank)

@@ -196,7 +196,7 @@ class KVBuffers:
 
 class FusedQwen2:
     """A Qwen2 or Llama forward over member-stacked fused weights (`fused_weights`) with a preallocated KV cache: the
-    interface of `es.backends.batched._Qwen2Population` (ids, positions and mask in, last-position logits out;
+    interface of `es.backends.population_forward.Qwen2Population` (ids, positions and mask in, last-position logits out;
     `select` keeps cache rows; the caller advances `length`). One member (N = 1) is a single model."""
 
     def __init__(self, model, fused: list, capacity: int, rows: int = 1024, buffers: KVBuffers | None = None,
@@ -245,7 +245,7 @@ class FusedQwen2:
         self.cache = [[pick(t, (li, j)) for j, t in enumerate(kv)] for li, kv in enumerate(self.cache)]
 
     def __call__(self, ids, pos, mask, groups, members: slice = slice(None)) -> torch.Tensor:
-        """Last-position logits [n, R, V], as `_Qwen2Population.__call__` in `es.backends.batched` (`groups` is
+        """Last-position logits [n, R, V], as `population_forward.Qwen2Population.__call__` (`groups` is
         not needed: every gemm covers the whole grid); a (mask, rows) pair means the mask for every row. Runs
         members in chunks of about `rows` token positions, so that each chunk's activations stay in the core's
         cache."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from esreason_lib.es.backends.batched import BatchedBackend, _Groups, member_weights
+from esreason_lib.es.backends.batched import BatchedBackend, member_weights
+from esreason_lib.es.backends.population_forward import RowGroups
 from esreason_lib.es.lowrank import lowrank_factors
 
 
@@ -76,12 +77,12 @@ class LowRankStack:
         low = self.a[member, ids] @ self.bt[:, None]  # [n, R, L, r] @ [n, 1, r, in]
         return self.base[ids] + low.to(self.base.dtype)  # [n, R, L, in]
 
-    def linear(self, x: torch.Tensor, bias: torch.Tensor | None, groups: _Groups) -> torch.Tensor:
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None, groups: RowGroups) -> torch.Tensor:
         """Per-member x W^T + (x b_i) a_i^T + bias_i. x [N, R, L, in], bias [N, out] -> [N, R, L, out]; rows >= r_i
-        (outside a member's running batch, see `es.backends.batched._Groups`) are 0, as in
-        `es.backends.batched._linear`. Measured on one CPU thread (N=32, 128 rows of 64-256 features): (b^T x^T)^T is
-        3-7x faster than x b as a bmm, and at rank 1 a broadcast product ~10x faster than a bmm with inner
-        dimension 1."""
+        (outside a member's running batch, see `es.backends.population_forward.RowGroups`) are 0, as in
+        `es.backends.population_forward.member_linear`. Measured on one CPU thread (N=32, 128 rows of 64-256
+        features): (b^T x^T)^T is 3-7x faster than x b as a bmm, and at rank 1 a broadcast product ~10x faster than
+        a bmm with inner dimension 1."""
         n, width, length, k = x.shape
         xb = torch.bmm(self.bt.to(x.dtype), x.reshape(n, width * length, k).transpose(1, 2)).transpose(1, 2)
         at = self.a.transpose(1, 2).to(x.dtype)  # xb [N, R*L, R], at [N, R, out]
