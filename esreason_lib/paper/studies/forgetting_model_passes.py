@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import torch
 
-from esreason_lib.models.generation import Sampling, completion_logprobs, generate
-from esreason_lib.models.logprobs import SCORING_BYTES, budget_rows, head_vocab
+from esreason_lib.models.generation import Sampling, generate
+from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, budget_rows, completion_scores, head_vocab
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.models.zoo import ZOO, get_spec
 from esreason_lib.seeding import derive_seed
@@ -64,27 +64,24 @@ def kl_k3(logp_tuned: torch.Tensor, logp_base: torch.Tensor, mask: torch.Tensor)
 
 
 @torch.no_grad()
-def _logprobs(model, args, rows: int) -> torch.Tensor:
-    """completion_logprobs over `rows` rows at a time, on CPU: [B, Lc]."""
-    chunks = []
-    for s in range(0, args[0].shape[0], rows):
-        part = [a[s: s + rows].to(model.device) for a in args]
-        chunks.append(completion_logprobs(model, *part)[0].cpu())
-    return torch.cat(chunks)
+def _logprobs(model, args, budget: int) -> torch.Tensor:
+    """Per-token log pi(completion token) [B, Lc] on CPU of the completions `args` (prompt ids / mask, completion
+    ids / mask), the pass cut so that no output-head call takes more than `budget` bytes (`budget_chunks`)."""
+    rows, positions = args[2].shape
+    chunks = budget_chunks(budget, rows=rows, positions=positions, vocab=head_vocab(model))
+    return completion_scores(model, *(a.to(model.device) for a in args), chunks=chunks)[0].cpu()
 
 
 @torch.no_grad()
 def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_tokens: int, stop=None,
-               seed: int = 0, max_logits: int = 2**28) -> float:
+               seed: int = 0, budget: int = SCORING_BYTES) -> float:
     """Per-token KL(pi_tuned || pi_base) at temperature 1 on `n` completions per prompt sampled from `tuned`.
 
-    Log-probabilities are recomputed in row chunks whose [rows, Lc, V] logits stay under `max_logits` floats.
-    """
+    Each model's log-probabilities come from one pass whose logits take at most `budget` bytes
+    (`models.logprobs.budget_chunks`; a pass that fits goes whole)."""
     ro = generate(tuned, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=max_new_tokens), n=n, stop=stop,
                   seed=seed)
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-    vocab = tuned.get_output_embeddings().weight.shape[0]
-    rows = max(1, max_logits // max(1, ro.completion_ids.shape[1] * vocab))
-    logp_tuned = _logprobs(tuned, args, rows)  # [B, Lc]
-    logp_base = _logprobs(base, args, rows)  # [B, Lc]
+    logp_tuned = _logprobs(tuned, args, budget)  # [B, Lc]
+    logp_base = _logprobs(base, args, budget)  # [B, Lc]
     return kl_k3(logp_tuned, logp_base, ro.completion_mask.cpu())
