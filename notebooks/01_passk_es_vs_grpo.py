@@ -51,10 +51,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
+from esreason_lib.paper.bar_plots import plot_bars_spread
 from esreason_lib.paper.plots import (
     arm_label,
     figure_legend,
-    plot_bars_spread,
     plot_frontier_paths,
     plot_metric_curves,
     plot_pass_at_k_seeds,

@@ -52,10 +52,10 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
+from esreason_lib.paper.bar_plots import plot_grouped_bars
 from esreason_lib.paper.plots import (
     color_for,
     figure_legend,
-    plot_grouped_bars,
     plot_xy,
     register_arms,
     save_figure,

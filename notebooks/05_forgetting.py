@@ -44,7 +44,8 @@ preset = "tiny"
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from esreason_lib.paper.plots import figure_legend, plot_grouped_bars, register_arms, save_figure, use_paper_style
+from esreason_lib.paper.bar_plots import plot_grouped_bars
+from esreason_lib.paper.plots import figure_legend, register_arms, save_figure, use_paper_style
 from esreason_lib.paper.records import record_finding
 from esreason_lib.paper.studies.comparison import arm_label, grid, preset_arms
 from esreason_lib.paper.studies.forgetting import compute, finding, heldout_checks, stats_summary

@@ -237,7 +237,7 @@ def test_check_every_reaches_every_actors_engine(monkeypatch):
     fake = types.ModuleType("esreason_lib.es.backends.vllm_engines")
     fake.VLLMBackend = lambda *args, **kwargs: made.append(kwargs)
     monkeypatch.setitem(sys.modules, "esreason_lib.es.backends.vllm_engines", fake)
-    from esreason_lib.es.backends.ray_actors import Replica
+    from esreason_lib.es.backends.ray_replica import Replica
 
     model = _model()
     cfg = dataclasses.replace(CFG, check_every=7)

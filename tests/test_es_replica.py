@@ -13,12 +13,10 @@ import torch
 from test_es_vllm_center import CFG, Engine, vllm_backend  # noqa: F401  (the stand-in vLLM fixture)
 from toy_tasks import Graded
 
+from esreason_lib.es.backends.ray_replica import Replica
 from esreason_lib.es.core import ES
 from esreason_lib.models.weights import load_module_state, materialise, module_state, weights_fingerprint
 from esreason_lib.models.zoo import build_char_tokenizer, init_qwen2, qwen2_config, tiny_random_qwen2
-
-ray_actors = pytest.importorskip("esreason_lib.es.backends.ray_actors",
-                                 reason="the Ray replica needs the `ray` extra (pip install 'esreason[ray]')")
 
 
 def _tied(vocab: int):
@@ -87,8 +85,8 @@ def test_ray_vllm_draws_each_members_update_once_per_actor(vllm_backend, monkeyp
     tok, task = build_char_tokenizer(), Graded()
     driver = tiny_random_qwen2(len(tok), seed=0)
     config = dataclasses.replace(CFG, backend="ray-vllm")
-    replica = ray_actors.Replica(type(driver), driver.config, torch.float32, "cpu", module_state(driver), tok, task,
-                                 config, None, engine="vllm")
+    replica = Replica(type(driver), driver.config, torch.float32, "cpu", module_state(driver), tok, task, config, None,
+                      engine="vllm")
     local = SequentialBackend.from_config(config, task, tok)
     es, examples = ES(config, driver), task.examples("train", n=3, seed=0)
     told, synced, last = [], [], None

@@ -3,18 +3,16 @@ import pytest
 from scipy import stats
 
 from esreason_lib.paper.findings import (
-    MDE_FACTOR,
     Check,
     Finding,
     Test,
     effect_check,
     finding_status,
     make_finding,
-    mde_from_ci,
     operating_characteristic,
-    power_statement,
 )
 from esreason_lib.paper.intervals import REGIMES, anova_interval, coverage, satterthwaite
+from esreason_lib.paper.mde import MDE_FACTOR, mde_from_ci, power_statement
 from esreason_lib.paper.status import STATUSES, UNDECIDABLE
 
 

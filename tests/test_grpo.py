@@ -1,4 +1,5 @@
-"""Tests for esreason_lib.grpo.loop: hand-computed advantages and losses, config validation, and the loop."""
+"""Tests for esreason_lib.grpo.loop and grpo.update: hand-computed advantages and losses, config validation, and
+the loop."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import torch
 from toy_tasks import ParenTask
 
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.loop import forward_rows, grpo_step, policy_update, train_grpo
+from esreason_lib.grpo.loop import grpo_step, train_grpo
 from esreason_lib.grpo.loss import group_advantages, policy_loss
+from esreason_lib.grpo.update import forward_rows, policy_update
 from esreason_lib.models.generation import Sampling, completion_logprobs, generate
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2

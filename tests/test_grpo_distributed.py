@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, shard_model
-from esreason_lib.grpo.loop import policy_update
+from esreason_lib.grpo.update import policy_update
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import tiny_random_qwen2
 

@@ -7,7 +7,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from esreason_lib import paths  # noqa: E402
-from esreason_lib.paper import plots  # noqa: E402
+from esreason_lib.paper import bar_plots, plots  # noqa: E402
 
 
 def _curve(shift):
@@ -49,7 +49,7 @@ def test_plot_functions_return_fig_ax_and_draw_data():
                            "pass@K": [0.8, 0.9, 0.7], "non_dominated": [False, True, True]})
     fig, ax = plots.plot_pass_plane(points)
     assert len(ax.collections) == 3
-    fig, ax = plots.plot_bars(pd.DataFrame({"m": ["a", "b"], "v": [1.0, 2.0], "e": [0.1, 0.1]}), "m", "v", yerr="e")
+    fig, ax = bar_plots.plot_bars(pd.DataFrame({"m": ["a", "b"], "v": [1.0, 2.0], "e": [0.1, 0.1]}), "m", "v", yerr="e")
     assert len(ax.patches) >= 2
     fig, ax = plots.plot_xy(pd.DataFrame({"x": [1, 2, 3] * 2, "y": [1, 4, 9, 2, 3, 4], "h": ["a"] * 3 + ["b"] * 3}),
                             "x", "y", hue="h", logx=True, reference=([1, 3], [1, 9], "ref"))
@@ -69,18 +69,18 @@ def test_plot_pass_at_k_seeds_and_bars_spread():
     assert len(ax.lines) == 2 + 2  # two thick means, two thin es seeds (a single-seed base draws no thin line)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base", "es (2 seeds)"]
     table = pd.DataFrame({"method": ["base", "es"], "v": [1.0, 2.0], "v_min": [1.0, 1.5], "v_max": [1.0, 2.5]})
-    fig, ax = plots.plot_bars_spread(table, "method", "v")
+    fig, ax = bar_plots.plot_bars_spread(table, "method", "v")
     assert len(ax.patches) == 2 and [t.get_text() for t in ax.get_xticklabels()] == ["base", "es"]
     mean = float(np.mean([0.1] * 3))  # 0.10000000000000002: the mean of equal seeds one ulp above their max
     ulp = pd.DataFrame({"method": ["es"], "v": [mean], "v_min": [0.1], "v_max": [0.1]})
-    fig, ax = plots.plot_bars_spread(ulp, "method", "v")  # matplotlib rejects a negative whisker
+    fig, ax = bar_plots.plot_bars_spread(ulp, "method", "v")  # matplotlib rejects a negative whisker
     assert len(ax.patches) == 1
 
 
 def test_plot_grouped_bars_averages_pairs_and_uses_method_colors():
     table = pd.DataFrame({"module": ["mlp", "mlp", "norm", "mlp", "norm"], "method": ["es", "es", "es", "grpo", "grpo"],
                           "v": [1.0, 3.0, 0.5, 4.0, 0.2], "e": [0.1, 0.3, 0.0, 0.1, 0.1]})
-    fig, ax = plots.plot_grouped_bars(table, "module", "v", hue="method", yerr="e")
+    fig, ax = bar_plots.plot_grouped_bars(table, "module", "v", hue="method", yerr="e")
     heights = sorted(p.get_height() for p in ax.patches)
     assert heights == pytest.approx([0.2, 0.5, 2.0, 4.0])  # es/mlp is the mean of its two rows
     es_bar = next(p for p in ax.patches if p.get_height() == pytest.approx(2.0))

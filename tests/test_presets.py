@@ -18,10 +18,10 @@ import torch
 from esreason_lib.es.config import ESConfig
 from esreason_lib.evaluation import EvalSpec
 from esreason_lib.grpo.config import GRPOConfig
+from esreason_lib.paper.studies.frontier_design import FRONTIER_SETTINGS
 from esreason_lib.paper.studies.presets import (
     _FAST_PATHS,
     _FULL_OVERRIDES,
-    FRONTIER_SETTINGS,
     PRESETS,
     Preset,
     get_preset,

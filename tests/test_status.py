@@ -3,7 +3,8 @@ design would not count, and a claim that needs several checks at once."""
 
 import pytest
 
-from esreason_lib.paper.findings import Check, Test, make_finding, mde_from_ci
+from esreason_lib.paper.findings import Check, Test, make_finding
+from esreason_lib.paper.mde import mde_from_ci
 from esreason_lib.paper.status import (
     INTERVAL_OUTCOMES,
     STATUSES,

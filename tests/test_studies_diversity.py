@@ -17,7 +17,8 @@ from esreason_lib.methods import trainer
 from esreason_lib.metrics import js_policy_exact
 from esreason_lib.models.pretrain import pretrain
 from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
-from esreason_lib.paper.findings import effect_check, mde_from_ci
+from esreason_lib.paper.findings import effect_check
+from esreason_lib.paper.mde import mde_from_ci
 from esreason_lib.paper.studies import diversity as div
 from esreason_lib.paper.studies import diversity_estimators as est
 from esreason_lib.paper.studies import diversity_model_passes as passes

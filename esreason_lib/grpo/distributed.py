@@ -4,7 +4,7 @@ fully sharded (FSDP2).
 Every process holds the whole policy, samples the same rollouts (the same seeds and weights), and in each
 optimiser step forwards only its share of the micro-batches (`my_parts`: micro-batch j goes to process j mod
 world). `reduce_step` then sums the gradients and the step's metrics over the processes (`all_reduce`, SUM): each
-micro-batch's loss was already weighted by its share of the minibatch (`grpo.loop.policy_update`), so the sum is
+micro-batch's loss was already weighted by its share of the minibatch (`grpo.update.policy_update`), so the sum is
 the single-process gradient of `grpo.loss.policy_loss`, unchanged, up to float summation order; every process
 then takes the same optimiser step and the replicas stay equal. This is DDP's scheme written out, kept inside
 `policy_update` so that the loss, its aggregation and the metrics stay one code path.
@@ -114,7 +114,7 @@ def my_parts(parts: list, shard: tuple[int, int] | None, lockstep: bool = False)
 
 
 STEP_METRICS = ("loss/policy", "policy/clip_frac", "policy/kl", "policy/ratio_mean")
-"""The additive metrics of one optimiser step (`grpo.loop.policy_update`); a process that forwarded no row lacks
+"""The additive metrics of one optimiser step (`grpo.update.policy_update`); a process that forwarded no row lacks
 policy/ratio_mean."""
 
 

@@ -21,7 +21,7 @@ Deviations from the in-process path:
   sampling seed, so a run (and a resumed one) is deterministic wherever the engine is.
 - The entropies cost one extra no-grad forward over the batch (on this CPU with qwen2-m, 0.30 s of a 0.65 s
   rollout of 32 x 8 samples, `benchmarks/bench_vllm.py`).
-- pi_old in the loss is the trainer's forward (`grpo.loop.policy_update`), never the engine's log-probs, so
+- pi_old in the loss is the trainer's forward (`grpo.update.policy_update`), never the engine's log-probs, so
   the engine's numerics (other kernels, bf16 sampling) do not enter the ratio: TRL's importance-sampling
   correction for that mismatch is not needed here.
 - Prefix caching is on (a group's G requests share their prompt's KV blocks), and every weight copy empties

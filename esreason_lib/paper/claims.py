@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 
 from esreason_lib.paper.deviations import DEVIATIONS, co_primary_names, moved, recompute
-from esreason_lib.paper.findings import redraw_keep
 from esreason_lib.paper.provenance import registered_late
-from esreason_lib.paper.records import read_record, stored_check, test_statuses
+from esreason_lib.paper.records import read_record, test_statuses
+from esreason_lib.paper.redraw import keep_line, redraw_keeps
 from esreason_lib.paper.status import STATUSES
 from esreason_lib.paper.studies.presets import DESIGN_NOTEBOOKS, DESIGNS
 from esreason_lib.paper.studies.registry import CLAIMS
@@ -200,28 +200,6 @@ def measurements(records: list[dict], role: str) -> list[tuple[tuple[str, ...], 
         now = next(s.now for s in recompute(rec) if s.role == role)
         groups.setdefault(key, ([], now))[0].append(rec["preset"])
     return [(tuple(settings), status) for settings, status in groups.values()]
-
-
-def redraw_keeps(records: list[dict]) -> dict[tuple[str, str, str], float | None]:
-    """{(setting, finding id, role): P(a full redraw keeps the test's status)} (`findings.redraw_keep` of its
-    primary and co-primary checks) for each test of `records`."""
-    out = {}
-    for rec in records:
-        for test in rec["tests"]:
-            names = [test["primary"], *co_primary_names(rec, test)]
-            out[rec["preset"], rec["id"], test["role"]] = redraw_keep([stored_check(rec, n) for n in names])
-    return out
-
-
-def keep_line(keeps: dict, at: float = 0.8) -> str:
-    """One sentence on `redraw_keeps`: how many tests keep their status on a redraw with probability >= `at`."""
-    known = [p for p in keeps.values() if p is not None]
-    if not known:
-        return ""
-    return (f"On a full redraw (new seeds and problems, the same design), a test keeps its status with the "
-            f"probability its own variance gives (`findings.redraw_keep`, in brackets in each row of "
-            f"papers/claims.md): {sum(p >= at for p in known)} of these {len(known)} tests keep it with probability "
-            f">= {at:g}, {sum(p < 0.5 for p in known)} with probability below 0.5.")
 
 
 def _tally_cell(found: list[tuple[tuple[str, ...], str]]) -> str:

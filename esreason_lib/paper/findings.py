@@ -23,9 +23,9 @@ rule itself in `status`):
   `method="bootstrap"` keeps the hierarchical bootstrap (seeds of each arm with replacement, then one set of
   problems shared by both arms), which counts the seed x problem residual twice and under-covers with 3 seeds.
 - The minimum detectable effect is (t_{0.975, df} + t_{0.80, df}) * SE for the ANOVA interval, and
-  `MDE_FACTOR * SE` with SE = CI width / (2 * 1.96) for a bootstrap or hand-made CI (`mde_from_ci`): the
+  `mde.MDE_FACTOR * SE` with SE = CI width / (2 * 1.96) for a bootstrap or hand-made CI (`mde.mde_from_ci`): the
   smallest true effect this design detects with 80% power in a two-sided test at the 5% level. A check is
-  powered when its MDE is below its delta; `power_statement` says which checks of a finding are. Deciding
+  powered when its MDE is below its delta; `mde.power_statement` says which checks of a finding are. Deciding
   between 0 and delta takes more: a CI decides when its whole width (~3.92 SE) is below delta (`power`).
 """
 
@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from esreason_lib.paper.intervals import METHODS, anova_interval, arms, bootstrap_interval
+from esreason_lib.paper.mde import mde_from_ci, power_statement
 from esreason_lib.paper.power import Components, estimate_components, simulated_arms
 from esreason_lib.paper.status import STATUSES, combined_status, interval_status, status_and_reason
 from esreason_lib.seeding import numpy_rng
@@ -44,9 +45,6 @@ ROLES = ("paper", "control")
 """What a `Test` is: the paper's own test (its design, its words) or the control that could explain it away."""
 OC_SIMS = 200
 """Simulated replications per true effect behind a check's operating characteristic (SE of a rate <= 0.035)."""
-Z_95, Z_POWER_80 = 1.959964, 0.841621
-MDE_FACTOR = Z_95 + Z_POWER_80
-"""MDE = (z_0.975 + z_0.80) * SE: detected with 80% power at alpha = 0.05, two-sided."""
 DIRECTIONS = ("greater", "less")
 KINDS = ("claim", "setup")
 """What a finding is: a test of a claim of the paper, or a check of the setup (never counted as a claim)."""
@@ -251,28 +249,6 @@ def make_finding(sentence: str, checks=(), sanity=(), kind: str = "claim", tests
                      + (["secondary: " + "; ".join(rest)] if rest else []))
     return Finding(status=finding_status(tests), sentence=text, checks=every, sanity=tuple(sanity), kind=kind,
                    tests=tests, notes=tuple(notes))
-
-
-def power_statement(checks) -> str:
-    """One sentence on the design's power: which checks have an MDE below their delta (they can tell an effect
-    that matters from none) and which do not (a `not resolved` there says the design is weak)."""
-    checks = tuple(checks)
-    with_delta = [c for c in checks if c.delta is not None]
-    if not with_delta:
-        return f"power not assessed: none of {len(checks)} checks fixes a delta"
-    weak = [c for c in with_delta if not c.powered]
-    text = f"{len(with_delta) - len(weak)} of {len(with_delta)} checks with a delta have MDE < delta"
-    if weak:
-        text += "; underpowered: " + ", ".join(f"{c.name} (MDE {abs(c.mde):.3f} vs delta {c.delta:.3f})"
-                                               for c in weak)
-    if len(with_delta) < len(checks):
-        text += f"; {len(checks) - len(with_delta)} without a delta"
-    return text
-
-
-def mde_from_ci(low: float, high: float) -> float:
-    """Minimum detectable effect from a 95% CI: MDE_FACTOR * (high - low) / (2 * 1.96)."""
-    return MDE_FACTOR * (float(high) - float(low)) / (2 * Z_95)
 
 
 def _estimate(a: np.ndarray, b: np.ndarray | None, *, seed_axis: bool, method: str = "anova", n_boot: int = 2000,

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from esreason_lib.paper.findings import Z_95, Check, operating_characteristic
+from esreason_lib.paper.findings import Check, operating_characteristic
+from esreason_lib.paper.mde import Z_95
 from esreason_lib.paper.power import Components, Cost, cheapest_design, power_table
 from esreason_lib.paper.records import read_record, records_dir, stored_check
 from esreason_lib.paper.status import INTERVAL_OUTCOMES, status_and_reason, undecidable_outcomes

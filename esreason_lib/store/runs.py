@@ -39,10 +39,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from esreason_lib.store.checkpoints import read_checkpoint, write_checkpoint
 from esreason_lib.store.identity import canonical_json, git_sha, jsonable, locate, package_versions
 from esreason_lib.store.integrity import (
-    CorruptFileError,
     DirectoryLock,
     atomic_write_bytes,
     check_regular,
@@ -54,11 +52,10 @@ from esreason_lib.store.integrity import (
     warn_store,
 )
 from esreason_lib.store.reporting import report
+from esreason_lib.store.run_checkpoints import RunCheckpoints
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _TABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_CKPT = re.compile(r"^step-(\d+)\.pt$")
-_KEEP_CHECKPOINTS = 2
 MODEL_KINDS = ("es", "grpo", "zoo")
 """Run kinds that end by saving a model under model/: their manifest must record at least one model file."""
 _RESERVED = {"kind", "config", "config_hash", "seed", "versions", "git_sha", "started", "ended", "status",
@@ -102,7 +99,7 @@ def _scalar(key: str, value):
     raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__} {value!r}")
 
 
-class Run:
+class Run(RunCheckpoints):
     """One run directory `<home>/<kind>-<config_hash>`; create or reopen with `Run.open`."""
 
     def __init__(self, path: Path, kind: str, config: dict, seed: int):
@@ -262,56 +259,6 @@ class Run:
             return
         keep = [r for r in self._metric_records() if r["step"] <= step]
         atomic_write_bytes(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep).encode())
-
-    # ------------------------------------------------------------------------------------ checkpoints
-    def _checkpoints(self) -> list[tuple[int, Path]]:
-        folder = self.path / "checkpoints"
-        if not folder.is_dir():
-            return []
-        found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT.match(p.name))]
-        for _, p in found:
-            check_regular(p)
-        return sorted(found)
-
-    def _identity(self, step: int) -> dict:
-        return {"kind": self.kind, "config_hash": self.path.name.rsplit("-", 1)[1], "step": int(step)}
-
-    def save_checkpoint(self, step: int, state: dict) -> Path:
-        """Save `state` (tensors, numbers, strings and containers of them), sealed with its sha256 and this run's
-        identity, atomically to checkpoints/step-XXXXXX.pt without copying it in memory
-        (`store.checkpoints.write_checkpoint`), and keep only the last 2 checkpoints."""
-        if int(step) < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        path = self.checkpoint_path(step)
-        write_checkpoint(path, state, self._identity(step))
-        for _, old in self._checkpoints()[:-_KEEP_CHECKPOINTS]:
-            old.unlink(missing_ok=True)
-        return path
-
-    def checkpoint_path(self, step: int) -> Path:
-        """Where this run's checkpoint of `step` lives (checkpoints/step-XXXXXX.pt)."""
-        return self.path / "checkpoints" / f"step-{int(step):06d}.pt"
-
-    def read_checkpoint(self, step: int, path: Path) -> dict:
-        """The state of this run's checkpoint of `step` read from `path`, another process's copy of the same run
-        (process 0's under torchrun, `grpo.distributed.shared_checkpoint`), its seal checked against this run's
-        identity (kind, config hash, step)."""
-        return read_checkpoint(Path(path), self._identity(step))
-
-    def latest_checkpoint(self) -> tuple[int, dict] | None:
-        """(step, state) of the newest checkpoint whose seal checks and whose step s has every step 1..s logged in
-        metrics.jsonl (see the module docstring), or None. Each checkpoint skipped is named in a
-        `RunStoreWarning`; one holding more than tensors and plain data raises `UnsafeCheckpointError`."""
-        _, consistent, why = self._metric_lines()
-        for step, path in reversed(self._checkpoints()):
-            if step > consistent:
-                warn_store(f"{path} skipped: {why}; resuming from an earlier point")
-                continue
-            try:
-                return step, read_checkpoint(path, self._identity(step))
-            except (CorruptFileError, OSError, RuntimeError, EOFError) as err:
-                warn_store(f"{path} skipped: {err}")
-        return None
 
     # ------------------------------------------------------------------------------------ tables
     def _table_path(self, name: str) -> Path:

@@ -149,7 +149,7 @@ class VLLMBackend:
 
     def forget(self) -> None:
         """The driver's weights changed some other way (a reload, or an update the caller applied itself: an
-        `es.backends.ray_actors` replica's `tell`): the next call copies them into the engine."""
+        `es.backends.ray_replica.Replica.tell`): the next call copies them into the engine."""
         self._driver = None
 
     def close(self) -> None:

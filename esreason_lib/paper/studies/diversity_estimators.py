@@ -28,8 +28,9 @@ import pandas as pd
 import torch
 
 from esreason_lib.metrics import as_probability, js_success
-from esreason_lib.paper.findings import Check, mde_from_ci
+from esreason_lib.paper.findings import Check
 from esreason_lib.paper.intervals import crossed_resample
+from esreason_lib.paper.mde import mde_from_ci
 from esreason_lib.paper.theory import lemma3_identity, prop1_bound, prop1_condition, weighted_pass
 from esreason_lib.seeding import numpy_rng
 
