@@ -79,15 +79,15 @@ would size this 135M base at 0.1 CPU hours."""
 
 PRETRAINED_OC = PilotOC(
     path="papers/pretrained-oc.json",
-    provenance="Made by `benchmarks/pilot_pretrained.py --training benchmarks/pilot_pretrained_training.jsonl "
-               "--where es:alpha=0.003,iterations=20 --where grpo:lr=1e-05,iterations=20 --k 8 --samples 16 "
-               "--designs 3x200 5x200 3x1000 5x1000 3x2449 5x2449 10x200 10x1000 20x200 20x1000 "
-               "--heldout-problems 112 --sims 200 --json-out papers/pretrained-oc.json`: each check's variance "
-               "components from the training pilot's records of the arms the design runs (ES alpha 3e-3 at 20 "
-               "iterations, seeds 0-3; GRPO lr 1e-5 at 20 iterations, seeds 0-2; the training task's evaluations "
-               "on the tuning split, the held-out task's on its 112 problems), its rates from 200 simulated "
-               "replications at each size for a true effect of +delta, 0 and -delta. A check that misses the bar "
-               "carries in the file the reason it is not a primary (`reason`).")
+    provenance=("Made by `benchmarks/pilot_pretrained.py --training benchmarks/pilot_pretrained_training.jsonl "
+                "--where es:population_size=8,alpha=0.003,iterations=20 --where grpo:lr=1e-05,iterations=20 --k 8 "
+                "--samples 16 --designs 3x200 5x200 3x1000 5x1000 3x2449 5x2449 10x200 10x1000 20x200 20x1000 "
+                "--heldout-problems 112 --sims 200 --json-out papers/pretrained-oc.json`: each check's variance "
+                "components from the training pilot's records of the arms the design runs (ES population 8, alpha "
+                "3e-3 at 20 iterations, seeds 0-3; GRPO lr 1e-5 at 20 iterations, seeds 0-2; the training task's "
+                "evaluations on the tuning split, the held-out task's on its 112 problems), its rates from 200 "
+                "simulated replications at each size for a true effect of +delta, 0 and -delta. A check that misses "
+                "the bar carries in the file the reason it is not a primary (`reason`)."))
 """The pilot's operating characteristics of the design's primary checks (`preregistration.render`'s section
 "Operating characteristics before the first run")."""
 
