@@ -39,6 +39,8 @@ def test_weight_copies_per_backend_and_method():
     es = ESConfig(population_size=8)
     assert memory.weight_copies(ESConfig(population_size=8, backend="fast")) == 2 * 8 + 8  # stacked + fused
     assert memory.weight_copies(ESConfig(population_size=4, backend="native")) == 2 * 4 + 8
+    assert memory.weight_copies(ESConfig(population_size=32, backend="fast", members_at_once=8)) == 2 * 8 + 8
+    assert memory.weight_copies(ESConfig(population_size=4, backend="fast", members_at_once=8)) == 2 * 4 + 8
     assert memory.weight_copies(ESConfig(population_size=8, backend="batched")) == 8 + 8
     assert memory.weight_copies(es) == 8 + 8  # "auto", greedy float32: the batched backend
     assert memory.weight_copies(ESConfig(population_size=8, dtype="bfloat16")) == 5  # "auto" -> sequential

@@ -63,14 +63,16 @@ def model_parameters(name: str) -> int | None:
 def weight_copies(config: ESConfig | GRPOConfig) -> float:
     """Copies of the weights `config`'s run holds at its peak (`MEMBER_COPIES`, `ES_OVERHEAD_COPIES`, `ES_COPIES`,
     `GRPO_COPIES`). Backend "auto" counts as "batched" for a greedy float32 run (what it picks for a Qwen2; the
-    sequential path it takes for other architectures holds fewer)."""
+    sequential path it takes for other architectures holds fewer); a member-copying backend holds the copies of
+    `ESConfig.members_at_once` members at a time when that is set."""
     if isinstance(config, GRPOConfig):
         return GRPO_COPIES + (1 if config.beta > 0 else 0)
     backend = config.backend
     if backend == "auto":
         backend = "batched" if config.greedy and config.dtype == "float32" else "sequential"
     if config.noise == "full" and backend in MEMBER_COPIES:
-        return MEMBER_COPIES[backend] * config.population_size + ES_OVERHEAD_COPIES
+        members = min(config.members_at_once or config.population_size, config.population_size)
+        return MEMBER_COPIES[backend] * members + ES_OVERHEAD_COPIES
     return ES_COPIES + (2 * config.workers if backend in ("ray", "ray-vllm") else 0)
 
 
