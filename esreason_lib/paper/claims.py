@@ -290,13 +290,13 @@ def _tally_intro(design: str) -> str:
 
 
 def design_summary(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
-    """The README's paragraph under its table for a design: what its column counts (`design_tally`), the redraw
-    line (`keep_line`) and the deviation lines; every row is in papers/claims.md."""
+    """The README's list under its table for a design, one item each: what its column counts (`design_tally`), the
+    redraw line (`keep_line`) and each deviation line; every row is in papers/claims.md."""
     keeps = redraw_keeps(_design_records(design, home)) if keeps is None else keeps
     legend = (f"The `{design}` column counts, per test, {COUNTED} over its settings "
               f"({', '.join(f'`{s}`' for s in DESIGNS[design])}), of Y measurements (settings that share one "
               "measurement count once).")
-    return " ".join([legend, keep_line(keeps), *deviation_lines(design, home)]).strip() + "\n"
+    return "".join(f"- {item}\n" for item in (legend, keep_line(keeps), *deviation_lines(design, home)) if item)
 
 
 def _shown(path: Path | None) -> set[str]:
