@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -116,13 +117,18 @@ def arm_matrix(records: list[dict], arm: str, eval_on: str, k: int, split: str =
 
 
 def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str = "tuning",
-                heldout_problems: int | None = None) -> list[dict]:
+                heldout_problems: int | None = None, seed_sd_scale: float = 1.0) -> list[dict]:
     """Each `TRAINING_CHECKS` check's components from the pilot's arms (training-task evaluations on `split`) and its
     status rates at each design (seeds per arm x problems) for a true effect of +delta, 0 and -delta: the rows of a
     design's OC file (`paper.pilot_oc`, written by `--json-out`). A held-out check is simulated at
     `heldout_problems` (the held-out task's pool) instead of each design's problem count, and its row names that
     size as "registered". Each row that misses the bar at its registered size (the first design) carries a
-    "reason" (`reason`; a row with an arm missing gets the registration's own line naming it)."""
+    "reason" (`reason`; a row with an arm missing gets the registration's own line naming it).
+    `seed_sd_scale` (a what-if, not a measurement): each check's seed component is simulated at
+    `seed_sd_scale`**2 times the one measured (the training seeds' standard deviation times `seed_sd_scale`), its
+    row saying so; the problem and residual components stay as measured."""
+    if not seed_sd_scale > 0:
+        raise ValueError(f"seed_sd_scale must be > 0, got {seed_sd_scale!r}")
     out = []
     for name, a_arm, b_arm, eval_on, k, delta in TRAINING_CHECKS:
         k = big_k if k == "K" else k
@@ -133,6 +139,9 @@ def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str 
         comp = estimate_components(a, b)
         row = {"check": name, "k": k, "delta": delta, "effect": float(a.mean() - b.mean()), "seeds": [len(a), len(b)],
                "components": comp.__dict__, "oc": []}
+        if seed_sd_scale != 1.0:
+            comp = replace(comp, seed=comp.seed * seed_sd_scale ** 2)
+            row.update(seed_sd_scale=seed_sd_scale, simulated_components=comp.__dict__)
         sizes = [(s, heldout_problems if eval_on == "heldout" and heldout_problems else p) for s, p in designs]
         for n_seeds, n_problems in dict.fromkeys(sizes):
             rates = {label: status_rates(comp, n_seeds, n_problems, truth, delta, n_sims=sims)
@@ -152,13 +161,14 @@ def training_oc(records: list[dict], designs, big_k: int, sims: int, split: str 
 def reason(row: dict, bar: float = 0.5) -> str:
     """Why a row's check is not a primary ("" when its first "oc" entry, the registered size, meets `bar`): its two
     rates there, the component that dominates the estimate's variance there (seed / R, problem / P,
-    resid / (R P) at R seeds per arm and P problems), and the rates at the other sizes simulated."""
+    resid / (R P) at R seeds per arm and P problems; the simulated components of a what-if row), and the rates at
+    the other sizes simulated."""
     first, *others = row["oc"]
     up, down = first["P(reproduced | +delta)"], first["P(not reproduced | -delta)"]
     if up >= bar and down >= bar:
         return ""
     seeds, problems = _design(first["design"])
-    comp = row["components"]
+    comp = row.get("simulated_components", row["components"])
     terms = {"seed": (comp["seed"], seeds), "problem": (comp["problem"], problems),
              "resid": (comp["resid"], seeds * problems)}
     largest = max(terms, key=lambda name: terms[name][0] / terms[name][1])
@@ -195,6 +205,9 @@ def main(argv=None) -> None:
                         "iterations=20); repeat per arm")
     parser.add_argument("--heldout-problems", type=int, help="--training: the held-out checks' problem count "
                         "(the held-out pool) instead of each design's")
+    parser.add_argument("--seed-sd-scale", type=float, nargs="+", default=[1.0], help="--training, a what-if: "
+                        "simulate each check with the training seeds' standard deviation times each of these (the "
+                        "other components as measured), the rows of each in turn")
     parser.add_argument("--json-out", type=Path, help="--training: also write the rows to this file (a design's "
                         "OC file, `paper.pilot_oc`)")
     args = parser.parse_args(argv)
@@ -203,7 +216,9 @@ def main(argv=None) -> None:
     if args.training:
         records = [json.loads(line) for line in args.training.read_text().splitlines() if line.strip()]
         records = selected(records, dict(args.where))
-        rows = training_oc(records, args.designs, args.k, args.sims, args.split, args.heldout_problems)
+        rows = [row for scale in args.seed_sd_scale
+                for row in training_oc(records, args.designs, args.k, args.sims, args.split, args.heldout_problems,
+                                       scale)]
         print(json.dumps(rows, indent=1))
         if args.json_out:
             args.json_out.write_text(json.dumps(rows, indent=1) + "\n")

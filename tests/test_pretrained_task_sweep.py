@@ -158,6 +158,23 @@ def test_training_oc_names_missing_arms_and_gives_rates_per_design():
     assert by_name["05 paper: ES - base held-out Pass@K"]["missing"] == ["es", "base"]
 
 
+def test_training_oc_what_if_scales_the_seed_component_only():
+    rng = np.random.default_rng(0)
+    records = [_pilot_record("es", rng.integers(0, 5, 40).tolist(), seed=s) for s in (0, 1, 2)]
+    records.append(_pilot_record("base", rng.integers(0, 5, 40).tolist(), seed=None))
+    name = "01 co-primary: ES Pass@1 - base"
+    measured = next(r for r in pilot_pretrained.training_oc(records, [(3, 40)], big_k=2, sims=5) if r["check"] == name)
+    half = next(r for r in pilot_pretrained.training_oc(records, [(3, 40)], big_k=2, sims=5, seed_sd_scale=0.5)
+                if r["check"] == name)
+    assert "seed_sd_scale" not in measured and half["seed_sd_scale"] == 0.5
+    assert half["components"] == measured["components"]  # the measurement is reported as it was
+    sim = half["simulated_components"]
+    assert sim["seed"] == pytest.approx(measured["components"]["seed"] / 4)
+    assert (sim["problem"], sim["resid"]) == (measured["components"]["problem"], measured["components"]["resid"])
+    with pytest.raises(ValueError, match="seed_sd_scale must be > 0, got 0"):
+        pilot_pretrained.training_oc(records, [(3, 40)], big_k=2, sims=5, seed_sd_scale=0)
+
+
 def test_training_json_out_writes_the_rows_it_prints(tmp_path, capsys):
     rng = np.random.default_rng(0)
     records = [_pilot_record("es", rng.integers(0, 5, 40).tolist(), seed=s) for s in (0, 1)]
