@@ -233,6 +233,8 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_counts_every_status(
     assert "| `frontier` settings: the paper's test; the control |" in text
     assert claims.design_tally("frontier", "00_base_models", home) == "-"
     assert claims.design_summary("frontier", home) in text
+    summary = claims.design_summary("frontier", home).splitlines()  # one list item each: legend, redraw, deviations
+    assert summary[0].startswith("- The `frontier` column counts") and all(line.startswith("- ") for line in summary)
     assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in text
 
 

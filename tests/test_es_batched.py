@@ -126,6 +126,9 @@ def test_members_at_once_is_checked_and_left_out_of_the_run_identity():
             ESConfig(members_at_once=bad)
     with pytest.raises(ValueError, match="members_at_once must be None or a positive int, got 0"):
         BatchedBackend(Lengths(), None, members_at_once=0)
+    for backend in ("sequential", "ray", "vllm"):  # one model or replica per worker: no copy per member to bound
+        with pytest.raises(ValueError, match=f"members_at_once is only used by .*backend is '{backend}'"):
+            ESConfig(backend=backend, members_at_once=4)
     assert jsonable(ESConfig(members_at_once=4)) == jsonable(ESConfig())
     assert jsonable(ESConfig(members_at_once=4), legacy=True) == jsonable(ESConfig(), legacy=True)
 

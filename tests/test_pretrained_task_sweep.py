@@ -171,6 +171,11 @@ def test_training_oc_what_if_scales_the_seed_component_only():
     sim = half["simulated_components"]
     assert sim["seed"] == pytest.approx(measured["components"]["seed"] / 4)
     assert (sim["problem"], sim["resid"]) == (measured["components"]["problem"], measured["components"]["resid"])
+    # the row's reason names the dominant term of the simulated variance, not the measured one's
+    why = pilot_pretrained.reason(half)
+    seeds_term = sim["seed"] / 3
+    assert (f"seed component's ({sim['seed']:.3g} / 3" in why) == (seeds_term > max(sim["problem"] / 40,
+                                                                                   sim["resid"] / 120))
     with pytest.raises(ValueError, match="seed_sd_scale must be > 0, got 0"):
         pilot_pretrained.training_oc(records, [(3, 40)], big_k=2, sims=5, seed_sd_scale=0)
 

@@ -76,9 +76,12 @@ class ESConfig(RunSettings):
     """Share of its GPU's memory one vLLM engine takes ("vllm", "ray-vllm"); None: 0.5 split among the engines on
     one GPU. Placement only: the rewards do not depend on it."""
     members_at_once: int | None = field(default=None, metadata=execution(added=True))
-    """Members the "batched", "fast", "native" and low-rank backends stack and decode together (each holds a copy
-    of the weights: ~0.54 GB per member for a 135M-parameter base in float32); None: the whole population. A
-    member's completions do not depend on it (tests/test_es_batched.py); memory does."""
+    """Members the "batched", "fast", "native" and low-rank backends stack and decode together (each holds copies of
+    the weights, `paper.memory.MEMBER_COPIES`: "fast" two, ~1.1 GB per member for a 135M-parameter base in float32);
+    None: the whole population. On the CPU a member's completions do not depend on it, for each of these backends
+    (tests/test_es_batched.py), so it is left out of the run identity; a GPU's batched gemm may round the "fast" and
+    "native" forwards differently at another part size. An even value keeps antithetic pairs in one part (one noise
+    draw per pair). The other backends hold no copy per member and refuse it."""
     drift_every: int = field(default=1, metadata=execution())
     """Log es/drift_rel (||theta - theta_0|| / ||theta_0||, computed on the model's device) every this many
     iterations and at the last; a diagnostic only, so skipping it changes no weights."""
@@ -112,6 +115,9 @@ class ESConfig(RunSettings):
         check(self, "members_at_once", self.members_at_once is None or (
             isinstance(self.members_at_once, int) and not isinstance(self.members_at_once, bool)
             and self.members_at_once >= 1), "must be None or a positive int")
+        check(self, "members_at_once", self.members_at_once is None or self.backend in ("auto", "batched", "fast",
+                                                                                      "native"),
+              f"is only used by backends 'auto', 'batched', 'fast' and 'native' (backend is {self.backend!r})")
         check_gpus_per_worker("ESConfig", self.gpus_per_worker)
         check_memory_share("ESConfig", self.gpu_memory_utilization)
         check(self, "backend", self.noise != "lowrank" or self.backend in ("auto", "batched"),

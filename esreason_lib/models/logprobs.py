@@ -80,7 +80,8 @@ SCORING_BYTES = logit_bytes(SCORING, rows=SCORING.rows, positions=SCORING.positi
 """The logit byte budget of a no-grad pass cut by `budget_chunks` or `budget_rows`: SCORING's own peak (~0.9 GiB)."""
 
 
-def _check_budget(budget) -> None:
+def check_budget(budget) -> None:
+    """Raise ValueError naming `budget` unless it is a positive int (bytes)."""
     if not (is_int(budget) and budget >= 1):
         raise ValueError(f"budget must be a positive int (bytes), got {budget!r}")
 
@@ -88,7 +89,7 @@ def _check_budget(budget) -> None:
 def budget_rows(budget: int, *, positions: int, vocab: int, bytes_per: int = NO_GRAD_BYTES) -> int:
     """The most rows (at least 1) whose [rows, positions, vocab] logits take at most `budget` bytes at `bytes_per`
     bytes per entry: the row block of a pass that needs the whole vocabulary at once (one row may exceed it)."""
-    _check_budget(budget)
+    check_budget(budget)
     return max(1, budget // (max(positions, 1) * max(vocab, 1) * bytes_per))
 
 
@@ -102,7 +103,7 @@ def budget_chunks(budget: int, *, rows: int, positions: int, vocab: int) -> Chun
     vocabulary whose output-head calls take at most `budget` bytes (`logit_bytes`): `Chunks()` when the whole pass
     fits (`completion_logprobs` itself, bit for bit), else as many rows as fit; when one row does not, one row at
     a time with positions cut, and the vocabulary too when one position does not."""
-    _check_budget(budget)
+    check_budget(budget)
     per_row = positions * vocab * NO_GRAD_BYTES
     if rows * per_row <= budget:
         return Chunks()

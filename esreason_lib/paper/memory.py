@@ -18,7 +18,8 @@ from esreason_lib.grpo.config import GRPOConfig
 from esreason_lib.training.settings import DTYPES
 
 MEMBER_COPIES = {"batched": 1, "fast": 2, "native": 2}
-"""ES backends that hold every member's weights at once, and how many copies per member: "batched" stacks the N
+"""ES backends that hold a copy of the weights per member (of every member at once, or of
+`ESConfig.members_at_once` members), and how many copies per member: "batched" stacks the N
 members' weights ([N, *shape] per tensor, `es.backends.batched.member_weights`); "fast" and "native" also fold
 them into a second, fused and transposed, stack (`models.fused_qwen2.fused_weights`). "sequential" perturbs the
 one model in place, the low-rank backend keeps the shared weights and each member's factors, and the Ray and vLLM

@@ -58,7 +58,7 @@ class RunCheckpoints:
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
         """(step, state) of the newest checkpoint whose seal checks and whose step s has every step 1..s logged in
-        metrics.jsonl (see the module docstring), or None. Each checkpoint skipped is named in a
+        metrics.jsonl (see `store.runs`' module docstring), or None. Each checkpoint skipped is named in a
         `RunStoreWarning`; one holding more than tensors and plain data raises `UnsafeCheckpointError`."""
         _, consistent, why = self._metric_lines()
         for step, path in reversed(self._checkpoints()):

@@ -164,8 +164,9 @@ def supports(model) -> bool:
 
 
 class BatchedBackend:
-    """Score every member of a population in one batched greedy decode (see the module docstring); the same
-    rewards as `SequentialBackend` (bit-identical in float32), without touching the model's weights."""
+    """Score every member of a population in one batched greedy decode (one per part of `members_at_once`
+    members when set; see the module docstring); the same rewards as `SequentialBackend` (bit-identical in
+    float32), without touching the model's weights."""
 
     def __init__(self, task, tokenizer, *, max_new_tokens: int | None = None, batch_size: int = 512,
                  members_at_once: int | None = None):

@@ -11,7 +11,14 @@ from dataclasses import replace
 import torch
 
 from esreason_lib.models.generation import Sampling, generate
-from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, budget_rows, completion_scores, head_vocab
+from esreason_lib.models.logprobs import (
+    SCORING_BYTES,
+    budget_chunks,
+    budget_rows,
+    check_budget,
+    completion_scores,
+    head_vocab,
+)
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.models.zoo import ZOO, get_spec
 from esreason_lib.seeding import derive_seed
@@ -79,6 +86,7 @@ def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_to
 
     Each model's log-probabilities come from one pass whose logits take at most `budget` bytes
     (`models.logprobs.budget_chunks`; a pass that fits goes whole)."""
+    check_budget(budget)  # before sampling, not after
     ro = generate(tuned, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=max_new_tokens), n=n, stop=stop,
                   seed=seed)
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
