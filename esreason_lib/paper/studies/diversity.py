@@ -85,7 +85,7 @@ def compute_lemmas(preset: Preset, *, home=None, progress: bool = True) -> tuple
 # ------------------------------------------------------------------------------------------ Lemma 3 and Prop 1
 
 
-LATER_FIELDS = {"ray_address": None, "report_to": ()}
+LATER_FIELDS = {"ray_address": None, "report_to": (), "members_at_once": None}
 """ES config fields added after the stored `diversity-prop1` runs: at these values they are left out of a run's
 key (which holds every other field of its ES config), so the stored runs keep their identity."""
 
