@@ -116,6 +116,8 @@ def test_members_at_once_decodes_members_in_parts_with_the_same_completions(setu
         parts = make_backend(dataclasses.replace(cfg, members_at_once=k), task, tok)
         assert parts.members_at_once == k
         assert parts.completions(model, pop, examples) == whole, k
+    empty = dataclasses.replace(pop, seeds=pop.seeds[:0], signs=pop.signs[:0])
+    assert make_backend(cfg, task, tok).completions(model, empty, examples) == []
 
 
 def test_members_at_once_is_checked_and_left_out_of_the_run_identity():

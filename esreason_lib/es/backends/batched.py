@@ -216,7 +216,7 @@ class BatchedBackend:
         prompts = [self.task.prompt(ex, self.tokenizer) for ex in examples]
         encoded = encode_texts(self.tokenizer, prompts, "prompts")  # once for the whole population
         pad, eos = special_ids(model, self.tokenizer)
-        step = self.members_at_once or len(population)
+        step = self.members_at_once or max(len(population), 1)  # an empty population: no member, no decode
         texts: list[list[str]] = []
         was_training = model.training
         model.eval()
