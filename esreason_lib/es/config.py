@@ -16,6 +16,7 @@ from esreason_lib.validation import (
     check,
     check_bool,
     check_choice,
+    check_optional_positive_int,
     check_positive_float,
     check_positive_int,
     check_run_size,
@@ -112,9 +113,7 @@ class ESConfig(RunSettings):
               "'batched', 'fast' and 'native' need greedy=True")
         check_choice(self, "noise", NOISES)
         check_positive_int(self, "rank", "check_every", "drift_every")
-        check(self, "members_at_once", self.members_at_once is None or (
-            isinstance(self.members_at_once, int) and not isinstance(self.members_at_once, bool)
-            and self.members_at_once >= 1), "must be None or a positive int")
+        check_optional_positive_int(self, "members_at_once")
         check(self, "members_at_once", self.members_at_once is None or self.backend in ("auto", "batched", "fast",
                                                                                       "native"),
               f"is only used by backends 'auto', 'batched', 'fast' and 'native' (backend is {self.backend!r})")

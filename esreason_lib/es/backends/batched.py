@@ -47,6 +47,7 @@ from esreason_lib.models.generation import (
 from esreason_lib.models.hf_compat import causal_mask
 from esreason_lib.params import named_params
 from esreason_lib.tasks.base import score_completion
+from esreason_lib.validation import check_optional_positive_int
 
 _PREFILL_ROWS = 4096
 """Token positions per prefill chunk (members x prompts x prompt length): the prefill runs members in chunks of
@@ -175,14 +176,11 @@ class BatchedBackend:
         self.batch_size = int(batch_size)
         """Prompts per decoded chunk (all members together): `generation.generate`'s default, so that prompt
         padding, and with it every row's arithmetic, matches the sequential path."""
-        if members_at_once is not None and (isinstance(members_at_once, bool) or not isinstance(members_at_once, int)
-                                            or members_at_once < 1):
-            raise ValueError(f"{type(self).__name__}: members_at_once must be None or a positive int, "
-                             f"got {members_at_once!r}")
         self.members_at_once = members_at_once
         """Members whose weights are stacked and decoded together (`ESConfig.members_at_once`); None: the whole
         population. Each member's rows are computed apart from the others', so the completions do not depend on
         it; memory does (N copies of the weights)."""
+        check_optional_positive_int(self, "members_at_once")
 
     @classmethod
     def from_config(cls, config, task, tokenizer) -> "BatchedBackend":
