@@ -1,4 +1,4 @@
-"""The pilot behind papers/preregistration-pretrained.md (a DRAFT): the base's sampling variance components of Pass@1
+"""The pilot behind papers/preregistration-pretrained.md: the base's sampling variance components of Pass@1
 on the chosen task, and the floor of each Pass@1 check's operating characteristic they imply (a script, not a test).
 
     .venv/bin/python benchmarks/pilot_pretrained.py --sweep benchmarks/pretrained_sweep.jsonl --cell multistep-3x2 \\

@@ -64,35 +64,29 @@ def test_a_missing_file_renders_a_line_so_the_draft_still_renders(oc_file):
     assert f"The pilot's OC file `{oc_file}` is missing" in section and "| check |" not in section
 
 
-def test_the_committed_draft_states_the_committed_oc_file():
-    """papers/preregistration-pretrained.md's table of rates is the committed OC file's, cell by cell, and its
-    sentence that no check meets the bar at any size simulated is what the file gives."""
-    import re
-
+def test_the_committed_registration_is_the_rendered_one_and_has_no_primary():
+    """papers/preregistration-pretrained.md is `render("pretrained")` as committed (its registered text: the rates
+    of the committed OC file, each check not a primary with its reason, and the reading written before the first
+    run), and no OC entry of the file meets the bar, as its reading says."""
     oc = preregistration.PILOT_OC["pretrained"]
-    path = pilot_oc.REPO_ROOT / oc.path
-    rows = {row["check"].split(":")[0]: row for row in pilot_oc.read_rows(path)}
+    rows = pilot_oc.read_rows(pilot_oc.REPO_ROOT / oc.path)
     text = (pilot_oc.REPO_ROOT / "papers" / "preregistration-pretrained.md").read_text()
-    part = text.split("## Why it is not registered", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in part.splitlines() if line.startswith("| ")]
-    sizes = re.findall(r"(\d+)x(\d+)", lines[0])
-    checked = 0
-    for line in lines[1:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        row = rows[cells[0].split(":")[0]]
-        for (seeds, problems), cell in zip(sizes, cells[1:], strict=True):
-            if "/" not in cell:
-                continue
-            entry = pilot_oc.pick(row, f"{seeds}x{problems}", path) if "registered" not in row else \
-                next(e for e in row["oc"] if e["design"] == f"{seeds}x{row['registered'].split('x')[1]}")
-            assert cell == f"{entry[pilot_oc.RATES[0]]:.2f} / {entry[pilot_oc.RATES[2]]:.2f}", (cells[0], seeds)
-            checked += 1
-    assert checked >= 12
-    wired = pilot_oc.size_label(get_preset("pretrained-smollm2"))
-    assert wired == "3x200" and "No check meets the bar at any size simulated, the wired 3 x 200 included" in text
-    assert not any(pilot_oc.meets_bar(entry) for row in rows.values() for entry in row.get("oc", ()))
-    section = preregistration.render("pretrained").split(pilot_oc.TITLE, 1)[1]
+    assert text == preregistration.render("pretrained")
+    assert not any(pilot_oc.meets_bar(entry) for row in rows for entry in row.get("oc", ()))
+    section = text.split(pilot_oc.TITLE, 1)[1]
     assert section.count("not a primary in this design") == len(rows)
+    reading = text.split(pilot_oc.READING_TITLE, 1)[1]
+    assert "**This design has no primary check.**" in reading and "descriptive" in reading
+
+
+def test_a_reading_renders_after_the_rates_and_none_renders_nothing():
+    with_reading = PilotOC("papers/none.json", "Made by hand.", reading="Read it so.")
+    lines = pilot_oc.section(with_reading, [get_preset("pretrained-smollm2")])
+    assert lines[-3:] == [pilot_oc.READING_TITLE, "", "Read it so."]
+    assert pilot_oc.READING_TITLE not in pilot_oc.section(PilotOC("papers/none.json", "p"),
+                                                          [get_preset("pretrained-smollm2")])
+    with pytest.raises(ValueError, match="reading"):
+        PilotOC("x.json", "p", reading=None)
 
 
 def test_meets_bar_needs_both_rates_at_half():

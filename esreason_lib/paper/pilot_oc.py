@@ -26,6 +26,8 @@ RATES = ("P(reproduced | +delta)", "P(reproduced | 0)", "P(not reproduced | -del
 """The rates of an "oc" entry, in the section's column order."""
 TITLE = "## Operating characteristics before the first run"
 """The section's heading."""
+READING_TITLE = "## How this design is read (written before its first run)"
+"""The heading of a design's `PilotOC.reading`, after the section."""
 
 
 def size_label(preset: Preset) -> str:
@@ -94,15 +96,16 @@ def _setting(rows: list[dict], preset: Preset, path: Path) -> list[str]:
 
 def section(oc: PilotOC, presets: list[Preset], root: Path = REPO_ROOT) -> list[str]:
     """The section's lines for `presets` from the file `oc.path` under `root` (module docstring), ending with
-    `oc.provenance`."""
+    `oc.provenance`, then `oc.reading` under `READING_TITLE` where it has one."""
     path = root / oc.path
     bar = (f"The bar: {RATES[0]} >= {BAR:g} and {RATES[2]} >= {BAR:g} (the statuses at a true effect of +delta "
            "and -delta; P(reproduced | 0), at no effect, is the false-positive rate).")
     rows = read_rows(path)
+    reading = ["", READING_TITLE, "", oc.reading] if oc.reading else []
     if rows is None:
         return [TITLE, "", f"The pilot's OC file `{oc.path}` is missing: no check's operating characteristic is "
-                "estimated yet, so no check is shown to meet the bar.", "", bar, "", oc.provenance]
+                "estimated yet, so no check is shown to meet the bar.", "", bar, "", oc.provenance, *reading]
     lines = [TITLE, "", f"From `{oc.path}`, the pilot's estimates at each setting's registered size. {bar}", ""]
     for p in presets:
         lines += _setting(rows, p, path)
-    return lines + [oc.provenance]
+    return lines + [oc.provenance, *reading]

@@ -77,11 +77,16 @@ class PilotOC:
     --json-out` writes (`pilot_oc` reads it); it may not exist yet (the section then says so)."""
     provenance: str
     """How the file is made: the pilot's records, the command and its settings (the paragraph under the section)."""
+    reading: str = ""
+    """How the registration reads the design's checks given these rates, written before the first run (a section
+    of its own after this one; "" for none): what a design whose checks miss the bar is registered as."""
 
     def __post_init__(self):
         for name in ("path", "provenance"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"PilotOC.{name} must be a non-empty str, got {getattr(self, name)!r}")
+        if not isinstance(self.reading, str):
+            raise ValueError(f"PilotOC.reading must be a str, got {self.reading!r}")
         if not self.path.endswith(".json"):
             raise ValueError(f"PilotOC.path must name a .json file, got {self.path!r}")
 
