@@ -26,8 +26,8 @@ PINNED = {
     "paper-easy-7b": ("ef47df63e9ac8f75", "8e5baf8d4c", "a90825b25e"),
     "paper-hard": ("b7bfee2fa36fa046", "226647773a", "5898daf0b2"),
     "powered": ("f858fd39e0627743", "7c8832acc2", "073df19991"),
-    # added with issue 43 part B: the `pretrained` design's one setting (no stored runs yet)
-    "pretrained-smollm2": ("adda1aeccbc1ca1e", "f61f8314c1", "f0bae9a66a"),  # sized from the pilot (not yet run)
+    # added with issue 43 part B: the `pretrained` design's one setting; seeds 4-6, disjoint from the pilots'
+    "pretrained-smollm2": ("b9ca94a4f09945e4", "f61f8314c1", "f0bae9a66a"),
     "smoke": ("acd55df674104e47", "9b4c819706", "0d0edffb7c"),
     "tiny": ("c0aaef3d73e50c27", "7c8832acc2", "95ead9794d"),
     "tiny-exact": ("e88569980151b161", "4db9049e85", "073df19991"),

@@ -30,7 +30,7 @@ def test_the_setting_holds_the_briefed_values():
     p = get_preset(NAME)
     assert (p.base_model, p.control_model, p.task) == ("smollm2-135m", None, "multistep")
     assert p.task_kwargs == {"terms": 2, "digits": 2, "style": "short", "test_fraction": 0.2}
-    assert p.zoo_bases() == ["smollm2-135m"] and p.seeds == (0, 1, 2)
+    assert p.zoo_bases() == ["smollm2-135m"] and p.seeds == (4, 5, 6)
     es = p.es
     assert (es.population_size, es.sigma, es.alpha, es.iterations, es.prompts_per_step) == (8, 1e-3, 3e-3, 20, 16)
     assert (es.greedy, es.max_new_tokens, es.backend, es.checkpoint_every, es.snapshot_every) == (

@@ -108,6 +108,8 @@ PRETRAINED_OC = PilotOC(
         "**Chosen before this registration, kept.** ES's population 8 was wired for its cost before the "
         "population-32 pilot, where ES moved further and did not lower the held-out task (docs/pretrained.md, \"A "
         "larger ES population, measured\"); the design keeps 8 and its report names that pilot beside its result. "
+        "Its training seeds (4, 5, 6) are disjoint from the pilots' (0-3), so no model of the design is one a "
+        "pilot has seen. "
         "The run resumes from the run store where it stopped (`make reproduce-design DESIGN=pretrained`) and "
         "never trains two ES runs of this setting side by side (12.7 GB each: `paper.plan.shard` puts them in "
         "one shard)."))
@@ -116,7 +118,10 @@ PRETRAINED_OC = PilotOC(
 
 PRETRAINED_OVERRIDES: dict[str, Any] = {
     "base_model": "smollm2-135m", "control_model": None, "task": "multistep", "task_kwargs": PRETRAINED_TASK_KWARGS,
-    "heldout_tasks": (HELDOUT,), "seeds": (0, 1, 2), "splits": PRETRAINED_SPLITS,
+    "heldout_tasks": (HELDOUT,),
+    # training seeds disjoint from the pilots' (ES 0-3, GRPO 0-2: benchmarks/pilot_pretrained_training.jsonl), so
+    # that no model of the design is one a pilot has seen
+    "seeds": (4, 5, 6), "splits": PRETRAINED_SPLITS,
     # ES: greedy answers of 8 members on 16 prompts per iteration, on the fused float32 forward; alpha 3e-3, the
     # training pilot's (benchmarks/pilot_pretrained_training.jsonl: 1e-3 barely moved in 6 iterations)
     "es.population_size": 8, "es.sigma": 1e-3, "es.alpha": 3e-3, "es.iterations": 20, "es.prompts_per_step": 16,
