@@ -1,7 +1,7 @@
 import pytest
 
 from esreason_lib import paths
-from esreason_lib.paper import claims, compare, records
+from esreason_lib.paper import claims, compare, design_tallies, records
 from esreason_lib.paper.findings import Check, make_finding
 from esreason_lib.paper.studies import registry
 
@@ -177,13 +177,15 @@ def _two_tests(paper, control):
 
 
 def test_pair_meaning_and_tests_in_the_result_cell(tmp_path):
-    assert claims.pair_meaning("reproduced", "smaller than delta") == (
+    assert design_tallies.pair_meaning("reproduced", "smaller than delta") == (
         "holds as the paper tests it; under the control, not above delta (the alternative leaves less than delta)")
-    assert claims.pair_meaning("smaller than delta", None) == "as the paper tests it, not above delta"
-    assert claims.pair_meaning("reproduced", "reproduced") == "holds as the paper tests it; survives the control"
-    assert claims.pair_meaning("not reproduced", "undecidable at this design") == (
+    assert design_tallies.pair_meaning("smaller than delta", None) == "as the paper tests it, not above delta"
+    assert design_tallies.pair_meaning("reproduced", "reproduced") == (
+        "holds as the paper tests it; survives the control")
+    assert design_tallies.pair_meaning("not reproduced", "undecidable at this design") == (
         "fails as the paper tests it; the control cannot go either way here")
-    assert claims.pair_meaning("undecidable at this design", None) == "the paper's test cannot go either way here"
+    assert design_tallies.pair_meaning("undecidable at this design", None) == (
+        "the paper's test cannot go either way here")
     home = tmp_path / "runs"
     records.record_finding("01_passk_es_vs_grpo", _two_tests("reproduced", "smaller than delta"), preset="tiny",
                           home=home)
@@ -214,7 +216,7 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_counts_every_status(
                                                     ("reproduced", "reproduced"), ("not reproduced", "not resolved")]):
         records.record_finding("01_passk_es_vs_grpo", _two_tests(paper, control), preset=setting, home=home)
     assert records.record_path("01_passk_es_vs_grpo", settings[0], home).parent.name == settings[0]
-    text = claims.render_design("frontier", home)
+    text = design_tallies.render_design("frontier", home)
     assert ("| `01_passk_es_vs_grpo` | `frontier-habit` | reproduced | smaller than delta | holds as the paper tests "
             "it; under the control, not above delta (the alternative leaves less than delta) | - |") in text
     # the first two settings' paper tests are the same check to the digit: one measurement, counted once
@@ -226,25 +228,26 @@ def test_a_design_renders_one_row_per_claim_and_setting_and_counts_every_status(
     readme.write_text("<!-- claims:start -->\n<!-- claims:end -->\n")
     claims.write_claims(home, tmp_path / "claims.md", readme)
     text = readme.read_text()  # the tallies in the short table's own rows; the setting rows stay in claims.md
-    assert claims.design_tally("frontier", "01_passk_es_vs_grpo", home) == (
+    assert design_tallies.design_tally("frontier", "01_passk_es_vs_grpo", home) == (
         "1 / 1 / 0 / 0 / 0 of 2 (`frontier-habit` = `frontier-clean`: one measurement); 1 / 0 / 1 / 1 / 0 of 3")
     row = next(line for line in text.splitlines() if "notebooks/01_passk_es_vs_grpo.py" in line)
     assert "| not run | not run | 1 / 1 / 0 / 0 / 0 of 2 (`frontier-habit`" in row
     assert "| `frontier` settings: the paper's test; the control |" in text
-    assert claims.design_tally("frontier", "00_base_models", home) == "-"
-    assert claims.design_summary("frontier", home) in text
-    summary = claims.design_summary("frontier", home).splitlines()  # one list item each: legend, redraw, deviations
+    assert design_tallies.design_tally("frontier", "00_base_models", home) == "-"
+    assert design_tallies.design_summary("frontier", home) in text
+    # one list item each: legend, redraw, deviations
+    summary = design_tallies.design_summary("frontier", home).splitlines()
     assert summary[0].startswith("- The `frontier` column counts") and all(line.startswith("- ") for line in summary)
     assert "| `01_passk_es_vs_grpo` | `frontier-habit` |" not in text
 
 
 def test_counts_show_every_status_and_refuse_an_unknown_one():
-    assert claims.counts(["reproduced", "reproduced", "not resolved"]) == {
+    assert design_tallies.counts(["reproduced", "reproduced", "not resolved"]) == {
         "reproduced": 2, "not reproduced": 0, "smaller than delta": 0, "not resolved": 1,
         "undecidable at this design": 0}
-    assert claims.counts(["not run"], ("not run",))["not run"] == 1
+    assert design_tallies.counts(["not run"], ("not run",))["not run"] == 1
     with pytest.raises(ValueError, match="'proven'"):
-        claims.counts(["proven"])
+        design_tallies.counts(["proven"])
 
 
 def test_the_tally_counts_each_status_of_both_tests(tmp_path):
@@ -265,9 +268,9 @@ def test_settings_sharing_one_measurement_count_once():
         check = {"name": "gap", "effect": effect, "ci_low": effect - 0.1, "ci_high": effect + 0.1, "mde": 0.1}
         return {"id": "06_population_scaling", "preset": preset, "checks": [check],
                 "tests": [{"role": "paper", "primary": "gap", "secondary": [], "status": "not resolved"}]}
-    found = claims.measurements([rec("a", 0.01), rec("b", 0.01), rec("c", 0.02)], "paper")
+    found = design_tallies.measurements([rec("a", 0.01), rec("b", 0.01), rec("c", 0.02)], "paper")
     assert found == [(("a", "b"), "not resolved"), (("c",), "not resolved")]
-    assert claims.measurements([rec("a", 0.01)], "control") == []
+    assert design_tallies.measurements([rec("a", 0.01)], "control") == []
 
 
 def test_each_claim_has_a_few_words_for_the_readme():

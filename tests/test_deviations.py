@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from esreason_lib import paths
-from esreason_lib.paper import claims, preregistration
+from esreason_lib.paper import claims, design_tallies, preregistration
 from esreason_lib.paper.deviations import DEVIATIONS, Deviation, co_primary_names, moved, recompute, render_section
 from esreason_lib.paper.findings import Check, Test, make_finding
 from esreason_lib.paper.studies.presets import DESIGNS
@@ -74,7 +74,7 @@ def _bundled_frontier_records(tmp_path):
 @pytest.mark.skipif(not BUNDLE.is_file(), reason="no committed result bundle in this checkout")
 def test_readme_claims_and_registration_agree_with_a_recomputation_of_the_bundle(tmp_path):
     home = _bundled_frontier_records(tmp_path)
-    records = claims._design_records("frontier", home)
+    records = design_tallies.design_records("frontier", home)
     statuses = [s for r in records for s in recompute(r)]
     assert len(statuses) == 48  # 6 claims x 2 tests x 4 settings
     for d in DEVIATIONS:  # each listed change is what the two rules (and tests) give
@@ -82,12 +82,13 @@ def test_readme_claims_and_registration_agree_with_a_recomputation_of_the_bundle
     assert len(moved(statuses, "rule")) == 8 and all(s.registered == s.rule_now or s.registered ==
                                                      "undecidable at this design" for s in statuses)
     readme, claims_md = paths.README_PATH.read_text(), paths.CLAIMS_PATH.read_text()
-    assert claims.design_summary("frontier", home) in readme  # what the tallies count, the redraw and deviations
+    # what the tallies count, the redraw and deviations
+    assert design_tallies.design_summary("frontier", home) in readme
     for c in claims.CLAIMS:  # each claim's tally (every status, shared measurements once) in both files
         row = next(line for line in readme.splitlines() if f"notebooks/{c.id}.py" in line)
-        assert f"| {claims.design_tally('frontier', c.id, home)} |" in row
-    assert "\n".join(claims.tally_table("frontier", home)) in claims_md
-    for line in claims.deviation_lines("frontier", home):
+        assert f"| {design_tallies.design_tally('frontier', c.id, home)} |" in row
+    assert "\n".join(design_tallies.tally_table("frontier", home)) in claims_md
+    for line in design_tallies.deviation_lines("frontier", home):
         assert line in readme and line in claims_md
     assert render_section() in preregistration.PATH.read_text()
     for s in statuses:  # each design row of claims.md shows the status now and, where it differs, the registered one

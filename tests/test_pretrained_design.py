@@ -193,7 +193,7 @@ def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeyp
     notebooks 03 and 06, "not run" for a notebook it runs but has not run yet; a stray 03 record is not counted."""
     from test_claims import _two_tests
 
-    from esreason_lib.paper import claims, provenance, records
+    from esreason_lib.paper import design_tallies, provenance, records
 
     asked = []
     monkeypatch.setattr(provenance, "registration", lambda path=None: asked.append(path) or {
@@ -203,12 +203,29 @@ def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeyp
         records.record_finding(finding_id, _two_tests("reproduced", "not resolved"), preset=NAME, home=home)
     assert asked == [provenance.DESIGN_REGISTRATIONS["pretrained"]] * 2
     assert asked[0].name == "preregistration-pretrained.md"
-    text = claims.render_design("pretrained", home)
-    assert "| `01_passk_es_vs_grpo` | `pretrained-smollm2` | reproduced | not resolved |" in text
+    text = design_tallies.render_design("pretrained", home)
+    # a descriptive design (presets.DESCRIPTIVE_DESIGNS): each status with its effect and interval, and the note
+    assert ("| `01_passk_es_vs_grpo` | `pretrained-smollm2` | reproduced, +0.150 [+0.100, +0.200] | "
+            "not resolved, +0.050 [-0.100, +0.200] |") in text
+    note = design_tallies.descriptive_note("pretrained")
+    assert note.startswith("A descriptive design, with no primary check (papers/preregistration-pretrained.md")
+    assert note in text and note in design_tallies.design_summary("pretrained", home)
+    assert design_tallies.descriptive_note("frontier") == "" and "descriptive" not in design_tallies.design_summary(
+        "frontier", home)
     assert "`03_sequential`" not in text
     assert "(03) | not in this design | not in this design |" in text
     assert "(06) | not in this design | not in this design |" in text and "(02) | not run | not run |" in text
-    assert claims.design_tally("pretrained", "06_population_scaling", home) == "not in this design"
-    assert claims.design_tally("pretrained", "01_passk_es_vs_grpo", home) == (
+    assert design_tallies.design_tally("pretrained", "06_population_scaling", home) == "not in this design"
+    assert design_tallies.design_tally("pretrained", "01_passk_es_vs_grpo", home) == (
         "1 / 0 / 0 / 0 / 0 of 1; 0 / 0 / 0 / 1 / 0 of 1")
-    assert claims.design_tally("frontier", "03_sequential", home) == "not run; not run"
+    assert design_tallies.design_tally("frontier", "03_sequential", home) == "not run; not run"
+
+
+def test_a_descriptive_design_is_registered_with_no_primary_check():
+    """Every design the claims show as descriptive has a committed registration that says it has no primary check,
+    and every design whose registration says so is shown as descriptive."""
+    from esreason_lib.paper.provenance import DESIGN_REGISTRATIONS
+    from esreason_lib.paper.studies.presets import DESCRIPTIVE_DESIGNS
+
+    says = {d for d, path in DESIGN_REGISTRATIONS.items() if "This design has no primary check." in path.read_text()}
+    assert says == set(DESCRIPTIVE_DESIGNS) == {"pretrained"}

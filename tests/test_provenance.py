@@ -16,7 +16,7 @@ import threading
 import pandas as pd
 import pytest
 
-from esreason_lib.paper import claims, provenance, records
+from esreason_lib.paper import claims, design_tallies, provenance, records
 from esreason_lib.paper.findings import Check, make_finding
 from esreason_lib.paper.provenance import BundleMismatch, carried, first_difference, registered_late, registration
 from esreason_lib.store import bundle
@@ -200,7 +200,7 @@ def test_a_design_redraw_compares_without_its_registration(tmp_path, monkeypatch
     records.record_finding("01_passk_es_vs_grpo", f, preset="frontier-clean", home=tmp_path)
     again = json.loads(path.read_text())
     assert again["time"] == "2026-01-01T00:00:00+00:00" and again["registered_commit"] == "b" * 40
-    assert "(registered 2030-01-01, after this result was first measured)" in claims.render_design("frontier",
+    assert "(registered 2030-01-01, after this result was first measured)" in design_tallies.render_design("frontier",
                                                                                                     tmp_path)
 
 

@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from esreason_lib.paper import claims, records, summary  # noqa: E402
+from esreason_lib.paper import claims, design_tallies, records, summary  # noqa: E402
 from esreason_lib.paper.findings import Check, make_finding  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def test_the_figure_prints_the_numbers_of_the_readme_and_claims_md_for_the_same_
     for role, check in (("paper", above), ("control", below)):
         row = rows.loc[check.name]
         assert (row["role"], row["primary"]) == (role, True)
-        number = claims.headline(record, role)
+        number = design_tallies.headline(record, role)
         assert row["text"].startswith(number) and number in readme  # the README's cell
         assert f"{check.name}: {number}" in full  # claims.md's sentence (`Check.describe`)
     assert rows.loc["entropy below base", "text"] == "-0.059 [-0.080, -0.030], claimed < 0"

@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 
 from esreason_lib.paper import pilot_oc
-from esreason_lib.paper.claims import NOT_IN_DESIGN, in_design
 from esreason_lib.paper.design_size import size_section
+from esreason_lib.paper.design_tallies import NOT_IN_DESIGN, in_design
 from esreason_lib.paper.deviations import render_section
 from esreason_lib.paper.provenance import DESIGN_REGISTRATIONS
 from esreason_lib.paper.provenance import PREREGISTRATION_PATH as PATH

@@ -42,7 +42,7 @@ status."""
 
 def check_numbers(check: dict) -> str:
     """"+0.153 [+0.100, +0.207]": a stored check's effect and 95% interval as every table prints them
-    (`claims.headline`, `findings.Check.describe`)."""
+    (`design_tallies.headline`, `findings.Check.describe`)."""
     return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}]"
 
 

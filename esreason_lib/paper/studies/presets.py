@@ -244,6 +244,10 @@ was before `_FAST_PATHS`: all 33 checks of its findings had the same status, eff
 
 DESIGNS: dict[str, tuple[str, ...]] = {"frontier": tuple(FRONTIER_SETTINGS), "pretrained": tuple(PRETRAINED_SETTINGS)}
 """Designs: name -> its settings (presets whose records live apart, `paper.records.DESIGN_SETTINGS`)."""
+DESCRIPTIVE_DESIGNS: frozenset[str] = frozenset({"pretrained"})
+"""The designs registered with no primary check (their registration's "How this design is read": none can decide
+at a size the machine affords): the claims show each of their tests' effect and 95% interval beside its status and
+name them descriptive wherever they are counted (`design_tallies`)."""
 DESIGN_NOTEBOOKS: dict[str, tuple[str, ...]] = {"pretrained": PRETRAINED_NOTEBOOKS}
 """The designs that run only some notebooks: name -> the two-digit numbers of those it runs (`preset_notebooks`);
 a design not named runs every notebook."""
