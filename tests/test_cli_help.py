@@ -185,3 +185,32 @@ def test_task_module_names_your_task_from_the_cli(tmp_path, monkeypatch, capsys)
 def test_parser_keeps_train_flags():
     args = build_parser().parse_args(["train", "es", "--task-module", "a.b", "--task-module", "c:D"])
     assert args.task_module == ["a.b", "c:D"] and args.method == "es"
+
+
+def test_a_reader_that_closes_stdout_early_ends_it_quietly(tmp_path, monkeypatch):
+    """`esreason train --help | head`: the help's write fails with BrokenPipeError; main returns 1, no traceback,
+    and the rest of the output goes to the null device (here in place of the test's file)."""
+    sink = open(tmp_path / "out", "w")
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return sink.fileno()
+
+    monkeypatch.setattr("sys.stdout", Closed())
+    assert main(["train", "es", "--help"]) == 1
+    sink.close()
+
+
+@pytest.mark.parametrize("command", ["bases", "prefill", "summary", "power", "reproduce", "compare-findings"])
+def test_every_command_that_takes_a_preset_lists_the_presets(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "presets (--preset NAME):" in out and "pretrained-smollm2" in out
+    assert re.search(r"^ +(--preset )?PRESET +\S", out, re.M)  # the option (or argument) says what it is

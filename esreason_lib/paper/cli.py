@@ -209,13 +209,21 @@ def one_line_errors() -> tuple[type, ...]:
     return (NotebookError,)
 
 
+def _preset_option(parser, default: str | None = "tiny", text: str = "", epilog: bool = True) -> None:
+    """Add `--preset PRESET` to a command's `parser`, with the presets listed in its help's epilog (`epilog`)."""
+    parser.add_argument("--preset", default=default, type=preset_name, metavar="PRESET",
+                        help=text or f"the preset, listed below (default {default})")
+    if epilog:
+        parser.epilog, parser.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
+
+
 def _add_train(sub) -> None:
     train = sub.add_parser("train", help="train ES, GRPO or a sequence of both", add_help=False,
                            epilog=presets_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("-h", "--help", action=TrainHelp, help="show this help; after the method (train es --help) "
                        "also every --set field of its config")
     train.add_argument("method", choices=["es", "grpo", "sequence"])
-    train.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    _preset_option(train, epilog=False)
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field (`train es --help` lists them)")
     train.add_argument("--task-module", action="append", default=[], metavar="MODULE[:CLASS]", help="import "
@@ -247,18 +255,18 @@ def add_commands(sub) -> None:
     """Add the harness's commands to `esreason`'s subparsers `sub`."""
     _add_train(sub)
     bases = sub.add_parser("bases", help="print the preset's zoo bases (what `make reproduce` pretrains first)")
-    bases.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    _preset_option(bases)
     bases.set_defaults(func=_bases)
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill")
-    rep.add_argument("notebooks", nargs="*")
-    rep.add_argument("--preset", default=None, type=preset_name, metavar="PRESET",
-                     help="override every notebook's preset")
+    rep.add_argument("notebooks", nargs="*", help="notebook sources, e.g. notebooks/01_passk_es_vs_grpo.py (default: "
+                     "every one)")
+    _preset_option(rep, None, "override every notebook's preset (default: each notebook's own, tiny)")
     rep.add_argument("--out-dir", default=None, help="where executed notebooks go (default build/notebooks, "
                      "build/notebooks/<preset> for a preset other than tiny)")
     rep.add_argument("--no-claims", action="store_true", help="do not rewrite papers/claims.md afterwards")
     rep.set_defaults(func=_reproduce, check=_check_reproduce)
     pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
-    pf.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    _preset_option(pf)
     pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
     pf.set_defaults(func=_prefill, check=lambda args: parse_shard(args.shard))
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
@@ -267,14 +275,15 @@ def add_commands(sub) -> None:
     cl.set_defaults(func=_claims)
     sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
                         "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")
-    sm.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    _preset_option(sm)
     sm.set_defaults(func=_summary)
     cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
-    cmp.add_argument("a", type=preset_name, metavar="PRESET")
-    cmp.add_argument("b", type=preset_name, metavar="PRESET")
+    cmp.add_argument("a", type=preset_name, metavar="PRESET", help="the first preset (listed below)")
+    cmp.add_argument("b", type=preset_name, metavar="PRESET", help="the second preset")
+    cmp.epilog, cmp.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
     cmp.set_defaults(func=_compare_findings)
     pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
                                       "characteristic (P(reproduced | delta), P(reproduced | 0), "
                                       "P(not reproduced | delta))")
-    pw.add_argument("--preset", default="tiny", type=preset_name, metavar="PRESET")
+    _preset_option(pw)
     pw.set_defaults(func=_power)
