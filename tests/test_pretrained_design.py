@@ -193,7 +193,7 @@ def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeyp
     notebooks 03 and 06, "not run" for a notebook it runs but has not run yet; a stray 03 record is not counted."""
     from test_claims import _two_tests
 
-    from esreason_lib.paper import design_tallies, provenance, records
+    from esreason_lib.paper import claims, design_tallies, provenance, records
 
     asked = []
     monkeypatch.setattr(provenance, "registration", lambda path=None: asked.append(path) or {
@@ -212,6 +212,14 @@ def test_claims_render_the_notebooks_out_of_the_design_as_such(tmp_path, monkeyp
     assert note in text and note in design_tallies.design_summary("pretrained", home)
     assert design_tallies.descriptive_note("frontier") == "" and "descriptive" not in design_tallies.design_summary(
         "frontier", home)
+    # its README cell: each test's status and effect (one setting, so unnamed), not a count of one
+    assert design_tallies.readme_cell("pretrained", "01_passk_es_vs_grpo", home) == (
+        "**reproduced** +0.150 [+0.100, +0.200]; **not resolved** +0.050 [-0.100, +0.200]")
+    assert design_tallies.readme_cell("pretrained", "02_js_diversity", home) == "not run; not run"
+    assert design_tallies.readme_cell("pretrained", "06_population_scaling", home) == "not in this design"
+    assert design_tallies.readme_cell("pretrained", "00_base_models", home) == "-"
+    header = claims.readme_table(home)[0]
+    assert "`pretrained` settings (descriptive): the paper's test; the control" in header
     assert "`03_sequential`" not in text
     assert "(03) | not in this design | not in this design |" in text
     assert "(06) | not in this design | not in this design |" in text and "(02) | not run | not run |" in text

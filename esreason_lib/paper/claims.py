@@ -23,9 +23,9 @@ from esreason_lib.paper.design_tallies import (
     counts,
     design_records,
     design_summary,
-    design_tally,
     headline,
     pair_meaning,
+    readme_cell,
     render_design,
 )
 from esreason_lib.paper.records import read_record, test_statuses
@@ -109,8 +109,8 @@ def _render(home: str | Path | None) -> tuple[str, str]:
 def readme_table(home: str | Path | None = None) -> list[str]:
     """The README's findings table: one short line per claim (tiny's records): the claim in its `short` words, the
     paper's test and the control, each with its status and headline effect [95% CI], for each design that ran the
-    tally of each test over its settings (`design_tally`), and the figures; the whole claim and every check are in
-    papers/claims.md."""
+    tally of each test over its settings (a descriptive design: each test's status and effect; `readme_cell`), and
+    the figures; the whole claim and every check are in papers/claims.md."""
     designs = [name for name in DESIGNS if design_records(name, home)]
     lines = ["| finding (notebook) | the paper's test | the control | "
              + "".join(f"`{d}` settings{' (descriptive)' if d in DESCRIPTIVE_DESIGNS else ''}: the paper's test; "
@@ -123,7 +123,7 @@ def readme_table(home: str | Path | None = None) -> list[str]:
                  (f"**{rec['status']}**" if rec and r == "paper" else "-") for r in ("paper", "control")]
         if rec is None:
             cells = ["not run", "not run"]
-        tallies = "".join(f"{design_tally(d, c.id, home)} | " for d in designs)
+        tallies = "".join(f"{readme_cell(d, c.id, home)} | " for d in designs)
         figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
         lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {tallies}"
                      f"{figures} |")

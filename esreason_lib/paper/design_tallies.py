@@ -120,6 +120,23 @@ def design_tally(design: str, finding_id: str, home: str | Path | None = None) -
     return "; ".join(_tally_cell(measurements(mine, role)) for role in ("paper", "control"))
 
 
+def readme_cell(design: str, finding_id: str, home: str | Path | None = None) -> str:
+    """The README's cell of `design` for `finding_id`: its tally (`design_tally`), or for a descriptive design
+    (`presets.DESCRIPTIVE_DESIGNS`) each setting's paper test and control as "**status** effect [95% CI]" (the
+    setting named when the design has several): a count says little where no status is evidence."""
+    tally = design_tally(design, finding_id, home)
+    mine = [r for r in design_records(design, home) if r["id"] == finding_id]
+    if design not in DESCRIPTIVE_DESIGNS or not mine:
+        return tally
+    cells = []
+    for rec in mine:
+        now = {s.role: s.now for s in recompute(rec)}
+        named = f"`{rec['preset']}`: " if len(DESIGNS[design]) > 1 else ""
+        cells.append(named + "; ".join(f"**{now[role]}** {headline(rec, role)}".strip() if role in now else "-"
+                                       for role in ("paper", "control")))
+    return "; ".join(cells)
+
+
 def tally_table(design: str, home: str | Path | None = None) -> list[str]:
     """Per claim of `design`, the paper's test's and the control's statuses counted over their measurements
     (`measurements`), every status shown."""
