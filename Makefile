@@ -144,8 +144,12 @@ $(NB)/%.ipynb: notebooks/%.py
 
 # 04-05 reuse notebook 01's models and evaluations; 06 reuses the larger zoo sizes that notebook 00 pretrains.
 # 03 runs beside 01: their shared training runs come from the prefill, and a model both evaluate is evaluated
-# once (the second waits on the run's lock, then reads its tables).
+# once (the second waits on the run's lock, then reads its tables). A design that runs only some notebooks (the
+# pretrained one: 01 takes hours, 02 + 04 + 05 about as long together) lets 04-05 start beside 01 the same way,
+# so that the second core does not idle while 01 runs alone.
+ifndef NOTEBOOKS_OF_$(PRESET)
 $(NB)/04_sparsity.ipynb $(NB)/05_forgetting.ipynb: $(NB)/01_passk_es_vs_grpo.ipynb
+endif
 $(NB)/06_population_scaling.ipynb: $(NB)/00_base_models.ipynb
 
 executed: $(EXECUTED)

@@ -237,3 +237,22 @@ def test_a_descriptive_design_is_registered_with_no_primary_check():
 
     says = {d for d, path in DESIGN_REGISTRATIONS.items() if "This design has no primary check." in path.read_text()}
     assert says == set(DESCRIPTIVE_DESIGNS) == {"pretrained"}
+
+
+def test_the_pretrained_design_lets_04_and_05_start_beside_01_and_tiny_keeps_the_order():
+    """`make executed`: under tiny, 04 and 05 wait for 01; under the pretrained setting (01 takes hours) they do
+    not, so the second core runs 02, 04 and 05 while 01 runs (make's own database, a dry run)."""
+    import subprocess
+
+    from esreason_lib.paths import REPO_ROOT
+
+    def prerequisites(preset: str, notebook: str) -> list[str]:
+        out = subprocess.run(["make", "-C", str(REPO_ROOT), "-n", "-p", "executed", f"PRESET={preset}", "PY=true"],
+                             capture_output=True, text=True, check=True).stdout
+        folder = "build/notebooks" + ("" if preset == "tiny" else f"/{preset}")
+        line = next(x for x in out.splitlines() if x.startswith(f"{folder}/{notebook}.ipynb:"))
+        return line.split(":", 1)[1].split()
+
+    assert "build/notebooks/01_passk_es_vs_grpo.ipynb" in prerequisites("tiny", "04_sparsity")
+    assert prerequisites(NAME, "04_sparsity") == ["notebooks/04_sparsity.py"]
+    assert prerequisites(NAME, "05_forgetting") == ["notebooks/05_forgetting.py"]
