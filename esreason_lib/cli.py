@@ -155,16 +155,6 @@ def one_line_errors() -> tuple[type, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`run` the command line; a reader that closes its end of stdout early (`esreason train --help | head`) ends
-    it quietly with status 1 (the rest of the output goes to the null device), not with a traceback."""
-    try:
-        return run(argv)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-
-
-def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line. Bad input, a failed step of `one_line_errors`, and file-system or start-up failures
     (OSError: read-only or full disk, a path that is a file, Ray not starting in time; safetensors' own write
     errors) are one `esreason: error:` line on stderr and exit status 2, never a traceback. Nothing heavy (torch,

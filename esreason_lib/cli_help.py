@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import os
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Iterable
@@ -141,7 +143,12 @@ class TrainHelp(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         parser.print_help()
-        print("\n" + fields_help(getattr(namespace, "method", None)))
+        try:
+            print("\n" + fields_help(getattr(namespace, "method", None)), flush=True)
+        except BrokenPipeError:  # the reader stopped early (`| head`): end quietly, as argparse's own help does
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         parser.exit()
 
 

@@ -39,7 +39,7 @@ def oc_file(tmp_path, monkeypatch):
 def test_the_section_reads_the_registered_size_and_applies_the_bar(oc_file):
     oc_file.write_text(json.dumps(ROWS))
     text = preregistration.render("pretrained")
-    section = text.split(pilot_oc.TITLE, 1)[1]
+    section = text.split(pilot_oc.TITLE, 1)[1].split("\n## ", 1)[0]  # up to the next section
     assert "`pretrained-smollm2` at its registered size 3x200" in section  # 3 seeds x 200 test problems
     assert "| A passes | 1 | 0.01 | 0.620 | 0.010 | 0.550 | yes |" in section  # the 3x200 entry, not 3x1000's
     assert "| B misses | 1 | 0.01 | 0.120 | 0.000 | 0.700 | no |" in section
@@ -123,3 +123,19 @@ def test_a_row_with_its_own_registered_size_is_read_there(oc_file):
     assert "| E held-out | 1 | 0.01 | 0.700 | 0.030 | 0.600 | yes |" in section
     with pytest.raises(ValueError, match="'3x50'"):
         pilot_oc.pick({**held_out, "registered": "3x50"}, "3x200", oc_file)
+
+
+def test_the_readings_numbers_are_the_committed_pilot_files():
+    """The registration's reading: no check meets the bar at ES's population 32, and a seed spread shrunk to a
+    quarter brings only ES's own training-task checks (01's co-primary, 02's restated test) to it, at >= 1,000
+    problems."""
+    root = pilot_oc.REPO_ROOT / "benchmarks"
+    population32 = pilot_oc.read_rows(root / "pilot_pretrained_oc_population32.json")
+    assert population32 and not any(pilot_oc.meets_bar(e) for row in population32 for e in row["oc"])
+    what_if = pilot_oc.read_rows(root / "pilot_pretrained_what_if.json")
+    meeting = {(row["check"].split(":")[0], e["design"]) for row in what_if for e in row["oc"]
+               if pilot_oc.meets_bar(e)}
+    assert meeting and {check for check, _ in meeting} == {"01 co-primary", "02 paper (restated)"}
+    assert all(int(design.split("x")[1]) >= 1000 for _, design in meeting)
+    reading = preregistration.PILOT_OC["pretrained"].reading
+    assert "population 32" in reading and "only ES's own training-task checks" in reading and ">= 1,000" in reading

@@ -256,3 +256,49 @@ def test_the_pretrained_design_lets_04_and_05_start_beside_01_and_tiny_keeps_the
     assert "build/notebooks/01_passk_es_vs_grpo.ipynb" in prerequisites("tiny", "04_sparsity")
     assert prerequisites(NAME, "04_sparsity") == ["notebooks/04_sparsity.py"]
     assert prerequisites(NAME, "05_forgetting") == ["notebooks/05_forgetting.py"]
+
+
+def test_a_descriptive_row_shows_every_check_that_sets_a_status_and_the_registration_has_its_co_primary(
+        tmp_path, monkeypatch):
+    """01's paper test on the pretrained design: a co-primary against the paper sets the status; the row and the
+    README cell show both checks' effects, the notes every check, and the registered status is the same (the
+    design registered its co-primary: no frontier deviation is listed); the legend says what the column gives."""
+    from esreason_lib.paper import claims, design_tallies, deviations, provenance, records
+    from esreason_lib.paper.findings import Check, Test, make_finding
+
+    monkeypatch.setattr(provenance, "registration", lambda path=None: {
+        "registered_commit": "a" * 40, "registered_at": "2026-01-01T00:00:00+00:00", "registration_sha256": "0" * 64})
+    home = tmp_path / "runs"
+    passk = Check("ES Pass@8 - GRPO Pass@8", 0.15, 0.1, 0.2, 0.05, delta=0.02)
+    pass1 = Check("ES Pass@1 - base", -0.15, -0.2, -0.1, 0.05, delta=0.01)
+    control = Check("ES Pass@8 - GRPO's path", 0.05, -0.1, 0.2, 0.05, delta=0.02)
+    finding = make_finding("ES Pass@8 - GRPO Pass@8: +0.150 [+0.100, +0.200] (reproduced); ...", tests=[
+        Test("paper", "as the paper", passk, also=(pass1,)), Test("control", "matched", control)])
+    records.record_finding("01_passk_es_vs_grpo", finding, preset=NAME, home=home)
+    rec = records.read_record("01_passk_es_vs_grpo", NAME, home)
+    paper = next(s for s in deviations.recompute(rec) if s.role == "paper")
+    assert (paper.registered, paper.now) == ("not reproduced", "not reproduced")
+    row = next(line for line in design_tallies.render_design("pretrained", home).splitlines()
+               if line.startswith("| `01_passk_es_vs_grpo`"))
+    assert "| not reproduced, +0.150 [+0.100, +0.200] and -0.150 [-0.200, -0.100] |" in row
+    assert "registered:" not in row and "every check: ES Pass@8 - GRPO Pass@8: +0.150" in row
+    assert design_tallies.deviation_lines("pretrained", home) == []
+    assert design_tallies.readme_cell("pretrained", "01_passk_es_vs_grpo", home) == (
+        "**not reproduced** +0.150 [+0.100, +0.200] and -0.150 [-0.200, -0.100]; "
+        "**not resolved** +0.050 [-0.100, +0.200]")
+    legend = design_tallies.design_summary("pretrained", home).splitlines()[0]
+    assert legend.startswith("- The `pretrained` column gives, per test and setting (`pretrained-smollm2`), its "
+                             "status and the effect [95% CI] of each check that sets it")
+    assert "column counts" not in legend
+    assert claims.readme_table(home)[0].count("(descriptive)") == 1
+
+
+def test_the_pretrained_registration_lists_its_own_deviations_after_the_registered_text():
+    from esreason_lib.paper import deviations, provenance
+
+    text = provenance.DESIGN_REGISTRATIONS["pretrained"].read_text()
+    registered, appended = text.split(provenance.DEVIATIONS_HEADING, 1)
+    assert text.endswith("\n" + deviations.render_section("pretrained"))
+    assert all(f"**{d.date}**" in appended for d in deviations.PRETRAINED_DEVIATIONS)
+    assert "clause" not in appended and "Clarified, changing no check" in appended
+    assert deviations.render_section("frontier") != deviations.render_section("pretrained")

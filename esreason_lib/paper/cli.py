@@ -272,6 +272,7 @@ def add_commands(sub) -> None:
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "
                     "powered, a store without tiny's records leaves them as they are; others leave them untouched)")
+    cl.epilog, cl.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
     cl.set_defaults(func=_claims)
     sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
                         "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")

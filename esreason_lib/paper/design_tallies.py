@@ -2,17 +2,20 @@
 the README.
 
 The words for each status of the paper's test and the control (`pair_meaning`), the counts in `STATUSES` order
-(`counts`), a test's headline effect (`headline`), and a multi-setting design's (`presets.DESIGNS`) rows, one per
-claim and setting (`render_design`, with the status the registration gave where it differs: `deviations`), its
-tally per claim and test over its measurements (settings that share one measurement, the same primary check to the
-digit, count once: `measurements`, `design_tally`, `tally_table`) and the README's summary of it (`design_summary`).
+(`counts`), a test's headline effect (`headline`), and a design's (`presets.DESIGNS`) rows, one per claim and
+setting (`render_design`, with the status the registration gave where it differs: `deviations`), its tally per
+claim and test over its measurements (settings that share one measurement, the same primary check to the digit,
+count once: `measurements`, `design_tally`, `tally_table`), its README cell and summary (`readme_cell`,
+`design_summary`). A descriptive design (`presets.DESCRIPTIVE_DESIGNS`: registered with no primary check) shows
+each test's status with the effect and interval of every check that sets it, and says so (`descriptive_note`).
+`preregistration` reads `in_design` and `NOT_IN_DESIGN` from here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from esreason_lib.paper.deviations import DEVIATIONS, co_primary_names, moved, recompute
+from esreason_lib.paper.deviations import DESIGN_DEVIATIONS, co_primary_names, moved, recompute
 from esreason_lib.paper.provenance import DESIGN_REGISTRATIONS, registered_late
 from esreason_lib.paper.records import read_record
 from esreason_lib.paper.redraw import keep_line, redraw_keeps
@@ -53,12 +56,16 @@ def counts(statuses, extra: tuple[str, ...] = ()) -> dict[str, int]:
     return {s: statuses.count(s) for s in STATUSES + extra}
 
 
-def headline(rec: dict | None, role: str = "paper") -> str:
-    """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), or
-    "" when the record has no such test."""
+def headline(rec: dict | None, role: str = "paper", *, co_primaries: bool = False) -> str:
+    """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), with
+    `co_primaries` then of each co-primary check ("... and +0.020 [-0.004, +0.044]": every check that sets the
+    test's status), or "" when the record has no such test."""
     test = next((t for t in (rec or {}).get("tests", []) if t["role"] == role), None)
-    check = next((c for c in (rec or {}).get("checks", []) if test and c["name"] == test["primary"]), None)
-    return f"{check['effect']:+.3f} [{check['ci_low']:+.3f}, {check['ci_high']:+.3f}]" if check else ""
+    if test is None:
+        return ""
+    names = [test["primary"], *(co_primary_names(rec, test) if co_primaries else ())]
+    checks = [c for n in names for c in rec.get("checks", []) if c["name"] == n]
+    return " and ".join(f"{c['effect']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]" for c in checks)
 
 
 # ------------------------------------------------------------------------------------ multi-setting designs
@@ -132,8 +139,8 @@ def readme_cell(design: str, finding_id: str, home: str | Path | None = None) ->
     for rec in mine:
         now = {s.role: s.now for s in recompute(rec)}
         named = f"`{rec['preset']}`: " if len(DESIGNS[design]) > 1 else ""
-        cells.append(named + "; ".join(f"**{now[role]}** {headline(rec, role)}".strip() if role in now else "-"
-                                       for role in ("paper", "control")))
+        cells.append(named + "; ".join(f"**{now[role]}** {headline(rec, role, co_primaries=True)}".strip()
+                                       if role in now else "-" for role in ("paper", "control")))
     return "; ".join(cells)
 
 
@@ -155,7 +162,7 @@ def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
     and which (recomputed from the records, `deviations.recompute`)."""
     statuses = [s for r in design_records(design, home) for s in recompute(r)]
     lines = []
-    for d in (d for d in DEVIATIONS if d.stage):
+    for d in (d for d in DESIGN_DEVIATIONS.get(design, ()) if d.stage):
         got = moved(statuses, d.stage)
         if got:
             listed = "; ".join(f"`{s}` {i[:2]} {role}: {before} -> {after}" for s, i, role, before, after in got)
@@ -166,27 +173,30 @@ def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
 
 
 def render_design(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
-    """The claims of a multi-setting design: one row per claim and setting with the paper's test and the control
-    (each with its probability of keeping its status on a redraw, `redraw_keeps` unless given as `keeps`, and the
-    registration's status beside where it differs), what the pair means and the record's notes; then the tally
-    table, the redraw line and the deviations."""
+    """The claims of a design: one row per claim and setting with the paper's test and the control (each with its
+    probability of keeping its status on a redraw, `redraw_keeps` unless given as `keeps`, the registration's
+    status beside where it differs and, for a descriptive design, the effect and 95% interval of each check that
+    sets it), what the pair means and the record's notes (a descriptive design's: every check, its `sentence`);
+    then the tally table, the redraw line and the deviations."""
     recs = design_records(design, home)
     keeps = redraw_keeps(recs) if keeps is None else keeps
     descriptive = design in DESCRIPTIVE_DESIGNS
     lines = [f"The `{design}` design, one row per claim and setting (`make reproduce PRESET=<setting>`). Each status "
              "has in brackets the probability that a full redraw keeps it and, where it differs, the status the "
-             "registered rule and tests give" + (f"; then its effect and 95% interval. {descriptive_note(design)}"
-                                                 if descriptive else ":"), "",
-             "| finding | setting | paper's test | control | what the pair means | notes |",
+             "registered rule and tests give" + (
+                 "; then the effect and 95% interval of each check that sets it (the primary check, then any "
+                 f"co-primary), and the notes hold every check. {descriptive_note(design)}" if descriptive else ":"),
+             "", "| finding | setting | paper's test | control | what the pair means | notes |",
              "|---|---|---|---|---|---|"]
     for rec in recs:
         by_role = {s.role: s for s in recompute(rec)}
-        cells = {role: "-" if role not in by_role else _status_cell(by_role[role], keeps.get(
-            (rec["preset"], rec["id"], role))) + (f", {headline(rec, role)}" if descriptive else "")
+        cells = {role: "-" if role not in by_role else ", ".join(x for x in (_status_cell(by_role[role], keeps.get(
+            (rec["preset"], rec["id"], role))), descriptive and headline(rec, role, co_primaries=True)) if x)
             for role in ("paper", "control")}
         meaning = (pair_meaning(by_role["paper"].now, by_role["control"].now if "control" in by_role else None)
                    if "paper" in by_role else "-")
-        notes = "; ".join(rec.get("notes", [])).replace("|", "/") or "-"
+        notes = "; ".join(rec.get("notes", []) + ([f"every check: {rec['sentence']}"] if descriptive and rec.get(
+            "sentence") else [])).replace("|", "/") or "-"
         lines.append(f"| `{rec['id']}` | `{rec['preset']}` | {cells['paper']} | {cells['control']} | {meaning} | "
                      f"{notes}{registered_late(rec)} |")
     return "\n".join(lines + ["", "Per claim, " + _tally_intro(design), "", *tally_table(design, home), "",
@@ -217,10 +227,14 @@ def _tally_intro(design: str) -> str:
 
 
 def design_summary(design: str, home: str | Path | None = None, keeps: dict | None = None) -> str:
-    """The README's list under its table for a design, one item each: what its column counts (`design_tally`), the
+    """The README's list under its table for a design, one item each: what its column shows (`readme_cell`), the
     redraw line (`keep_line`) and each deviation line; every row is in papers/claims.md."""
     keeps = redraw_keeps(design_records(design, home)) if keeps is None else keeps
-    legend = (f"The `{design}` column counts, per test, {COUNTED} over its settings "
-              f"({', '.join(f'`{s}`' for s in DESIGNS[design])}), of Y measurements (settings that share one "
-              f"measurement count once). {descriptive_note(design)}").rstrip()
+    settings = ", ".join(f"`{s}`" for s in DESIGNS[design])
+    legend = (f"The `{design}` column counts, per test, {COUNTED} over its settings ({settings}), of Y measurements "
+              "(settings that share one measurement count once).")
+    if design in DESCRIPTIVE_DESIGNS:
+        legend = (f"The `{design}` column gives, per test and setting ({settings}), its status and the effect "
+                  f"[95% CI] of each check that sets it (the primary check, then any co-primary). "
+                  f"{descriptive_note(design)}")
     return "".join(f"- {item}\n" for item in (legend, keep_line(keeps), *deviation_lines(design, home)) if item)

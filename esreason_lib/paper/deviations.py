@@ -1,10 +1,12 @@
-"""What changed after the `frontier` registration, dated, and the statuses each change moved.
+"""What changed after a design's registration, dated, and the statuses each change moved.
 
-The registered text of `papers/preregistration.md` never changes; `preregistration.render` appends `DEVIATIONS`
-as a dated section. Each `Deviation` lists the statuses it moved, and `recompute` derives them again from the
-records (`tests/test_deviations.py` checks the two agree on the committed bundle), so the section, claims.md and
-the README say the same thing. A test's status three ways (`TestStatuses`):
-- `registered`: its primary check alone under the rule it was registered with (`status.RULES`, "registered");
+The registered text of a registration (`papers/preregistration.md`, `papers/preregistration-pretrained.md`) never
+changes; `preregistration.render` appends its design's deviations (`DESIGN_DEVIATIONS`) as a dated section. Each
+`Deviation` lists the statuses it moved, and `recompute` derives them again from the records
+(`tests/test_deviations.py` checks the two agree on the committed bundle), so the section, claims.md and the README
+say the same thing. A test's status three ways (`TestStatuses`):
+- `registered`: as its design registered it: under that rule (`REGISTERED_RULES`), the primary check alone for the
+  `frontier` (`CO_PRIMARIES_LATER`), with its co-primaries for a design registered later;
 - `rule_now`: its primary check alone under the current rule (what f4301ab moved);
 - `now`: the primary with its co-primary checks (`findings.Test.also`) under the current rule: what is shown.
 """
@@ -77,6 +79,21 @@ DEVIATIONS: tuple[Deviation, ...] = (
               "their grid are named wherever they are used. No status moves."),
 )
 """Every change after the `frontier` registration, oldest first."""
+PRETRAINED_DEVIATIONS: tuple[Deviation, ...] = (
+    Deviation("2026-12-07", "three phrases of the registration clarified", "",
+              "Clarified, changing no check, delta, arm, size or rule: (1) in 01's paper test, \"ES Pass@1 - base\", "
+              "listed above as a secondary in the frontier's registered wording, is a co-primary check of this "
+              "design (`Test.also`), as the rates table names it: the test is `reproduced` only when both checks "
+              "are; (2) \"computed as in the frontier design\" means the same checks and tests: the statuses use "
+              "the current rule (`paper.status`), not the frontier's registered one, and under it `smaller than "
+              "delta` counts (its interval excludes delta); (3) \"no model of the design is one a pilot has seen\" "
+              "means no trained model: the base is the pilots' and the design's.",
+              "Written after the design's training runs had started and before any evaluation, finding or status "
+              "existed: a review found the three phrases ambiguous. No status can move."),
+)
+"""Every change after the `pretrained` registration, oldest first."""
+DESIGN_DEVIATIONS: dict[str, tuple[Deviation, ...]] = {"frontier": DEVIATIONS, "pretrained": PRETRAINED_DEVIATIONS}
+"""Each registered design's deviations (`render_section`, `design_tallies.deviation_lines`)."""
 
 
 @dataclass(frozen=True)
@@ -111,18 +128,25 @@ def co_primary_names(record: dict, test: dict) -> list[str]:
 REGISTERED_RULES = {"frontier": "registered"}
 """The status rule (`status.RULES`) each design was registered with, where it is not the current one: the
 `frontier` design's (`DEVIATIONS`); a design registered later (`pretrained`) uses the current rule."""
+CO_PRIMARIES_LATER = frozenset({"frontier"})
+"""The designs registered before co-primary checks existed (`DEVIATIONS`, 2026-12-07): their `registered` status
+is the primary check's alone; a design registered later (`pretrained`) registered its co-primaries."""
 
 
 def recompute(record: dict) -> list[TestStatuses]:
     """Each test of `record`, its status three ways, from its stored checks (module docstring); `registered` under
-    the rule its design was registered with (`REGISTERED_RULES`, else the current one)."""
-    rule = REGISTERED_RULES.get(DESIGN_OF.get(record["preset"]), "current")
+    the rule its design was registered with (`REGISTERED_RULES`, else the current one), with the co-primary checks
+    where its design registered them (`CO_PRIMARIES_LATER`)."""
+    design = DESIGN_OF.get(record["preset"])
+    rule = REGISTERED_RULES.get(design, "current")
     out = []
     for test in record.get("tests", []):
         primary = stored_check(record, test["primary"])
         also = [stored_check(record, n) for n in co_primary_names(record, test)]
+        registered = (primary,) if design in CO_PRIMARIES_LATER else (primary, *also)
         out.append(TestStatuses(record["preset"], record["id"], test["role"],
-                                status_and_reason(primary, rule)[0], status_and_reason(primary)[0],
+                                combined_status(status_and_reason(c, rule)[0] for c in registered),
+                                status_and_reason(primary)[0],
                                 combined_status(status_and_reason(c)[0] for c in (primary, *also))))
     return out
 
@@ -138,12 +162,15 @@ def moved(statuses, stage: str) -> tuple[tuple[str, str, str, str, str], ...]:
                  if getattr(s, before) != getattr(s, after))
 
 
-def render_section() -> str:
-    """The registration's Deviations section (Markdown), appended after the registered text."""
+def render_section(design: str = "frontier") -> str:
+    """`design`'s Deviations section of its registration (Markdown, appended after the registered text), "" for a
+    design without deviations."""
+    if not DESIGN_DEVIATIONS.get(design):
+        return ""
     lines = ["## Deviations (dated; the registered text above is unchanged)", "",
              "Each change made after this design was registered, and the test statuses it moved (recomputed from "
              "the records by `esreason_lib/paper/deviations.py`; papers/claims.md shows both).", ""]
-    for d in DEVIATIONS:
+    for d in DESIGN_DEVIATIONS[design]:
         where = f" ({d.commit})" if d.commit else ""
         lines.append(f"- **{d.date}**{where}: {d.what} {d.why}")
         lines += [f"  - `{s}` {i[:2]} {role} test: {before} under the registration, {after} now"

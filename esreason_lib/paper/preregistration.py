@@ -128,7 +128,8 @@ def render(design: str = "frontier") -> str:
               *size_section(design, presets)]
     if design in PILOT_OC:
         lines += ["", *pilot_oc.section(PILOT_OC[design], presets)]
-    return "\n".join(lines) + "\n" + ("\n" + render_section() if design == "frontier" else "")
+    section = render_section(design)
+    return "\n".join(lines) + "\n" + ("\n" + section if section else "")
 
 
 def main(argv=None) -> int:
