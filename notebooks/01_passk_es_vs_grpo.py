@@ -23,7 +23,7 @@
 #
 # **A fair comparison.** A result from one learning rate per method says as much about the step sizes as about
 # the methods, so each method trains on a small grid of its own step size (`comparison.es_alphas`,
-# `comparison.grpo_lrs`), every arm for every training seed, from the same tiny Qwen2 base on Countdown. Every
+# `comparison.grpo_lrs`), every arm for every training seed, from the same base on the preset's task. Every
 # trained model and the base are evaluated with `n_samples` samples per problem at one fixed temperature on two
 # disjoint sets of held-out problems: the *selection* problems choose each method's best arm (by its seed-mean
 # Pass@1, and separately by its seed-mean Pass@K at the largest K), and the *test* problems give every number
@@ -181,9 +181,10 @@ _ = save_figure(fig, "01_entropy", preset=preset)
 entropy_change(traces).groupby("arm", sort=False)["ratio"].agg(["mean", "min", "max"]).round(3)
 
 # %% [markdown]
-# **Reasoning coverage.** Left: distinct correct Countdown expressions found per problem among the `n_samples`
-# samples (canonical forms, so `3+4` and `4+3` count once). Right: the fraction of problems solved at least once
-# (Pass@n). Bars: seed mean; whiskers: seed min-max.
+# **Reasoning coverage.** Left: distinct correct answers found per problem among the `n_samples` samples (the
+# task's `canonical_answer`: for Countdown, expressions in canonical form, so `3+4` and `4+3` count once; a task
+# with one answer per problem, such as arithmetic, counts 1 for a solved problem). Right: the fraction of problems
+# solved at least once (Pass@n). Bars: seed mean; whiskers: seed min-max.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))

@@ -26,7 +26,7 @@
 # per module type and overall. The reset sweep runs on every seed: on `tiny` the thresholds are *quantiles* of
 # |delta| over the changed coordinates (the tiny models' update sizes differ from the paper's, so absolute taus
 # would not transfer); the paper presets use the paper's absolute taus. Each reset model and its random control
-# (exactly the same count) is saved as a run of kind `masked` and evaluated once on held-out Countdown problems
+# (exactly the same count) is saved as a run of kind `masked` and evaluated once on held-out problems of the task
 # under the preset's cheaper `sparsity.eval`.
 #
 # **The checks** (ES, at each checked threshold: the 90% quantile on `tiny`, every tau on the paper presets), on

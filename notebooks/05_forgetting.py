@@ -23,7 +23,7 @@
 # grid of each method's step size (ES alpha, GRPO learning rate) for the fair Pass@K comparison; this notebook
 # compares the two methods at their preset configurations only. Three measurements:
 # - Pass@1 / Pass@K on the held-out synthetic families (`heldout_tasks`: addition and sorting in `tiny`), which the
-#   base learned in pretraining and the Countdown training never shows; Delta = tuned - base;
+#   base learned in pretraining and the training task never shows; Delta = tuned - base;
 # - the language-model loss (completion cross-entropy, nats per token) on a fixed batch drawn from the base's
 #   pretraining mixture (zoo bases only; a hub base's pretraining corpus is not available, and the notebook says so);
 # - the per-token KL(pi_tuned || pi_base) along completions sampled from the tuned model at T = 1, on held-out
@@ -31,7 +31,7 @@
 #
 # **The checks** test the paper's statement on held-out Pass@K (K = 16), per training seed and problem. The paper's
 # test (ES no worse than the base on held-out tasks): ES - base > -0.02, pooled over the held-out tasks off the
-# ceiling (an absolute margin, fixed in advance in `ForgettingSpec.margin`: the size of the Countdown gain being
+# ceiling (an absolute margin, fixed in advance in `ForgettingSpec.margin`: the size of the training-task gain being
 # bought; the old 20%-of-base margin made sorting's threshold -0.195, which no plausible forgetting crosses). The
 # control (ES forgets less than GRPO): ES - GRPO on the same pool (delta 0.02). GRPO against the same margin is
 # shown beside them (it can fail: it does where GRPO forgets). The LM-loss rise over the base and the KL are
@@ -118,4 +118,4 @@ display(Markdown(status_rule("05_forgetting")))
 # without sampling: a tuned model whose loss rises above the base's has moved away from what it was pretrained on (part
 # of a Countdown rise can be intended: the base of `tiny` was pretrained with a habitual wrong answer that training is
 # meant to unlearn; the addition and sorting families are the clean forgetting signal). The KL numbers say how far each
-# policy moved from the base where it was trained (Countdown) and where it was not (held-out tasks).
+# policy moved from the base where it was trained (the training task) and where it was not (held-out tasks).
