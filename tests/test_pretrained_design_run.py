@@ -62,3 +62,20 @@ def test_notebooks_02_04_05_compute_on_the_design_with_a_stand_in_base(tiny_base
     assert ops.eq(2).all()
     assert set(held.stats.loc[held.stats["quantity"] == "kl", "scope"]) == {"multistep", "multistep-2x1"}
     forgetting.finding(held)
+
+
+def test_notebooks_02_04_05_compute_on_the_design_with_a_stand_in_base(tiny_base, tmp_path):  # noqa: F811
+    """The design's other notebooks' computations and findings at the same tiny size: 02 (Proposition 1 over the
+    run, no Lemma populations), 04 (ES's reset at the 0.9 quantile and its random control) and 05 (the held-out
+    task), each with its paper test and control."""
+    from esreason_lib.paper.studies import diversity, forgetting, sparsity
+
+    small = {f"{study}.eval.{field}": value for study in ("sparsity", "forgetting")
+             for field, value in (("ks", (1, 2)), ("n_samples", 2), ("n_problems", 3), ("max_new_tokens", 6))}
+    preset = get_preset("pretrained-smollm2", **TINY, **small, **{
+        "prop1.seeds": 1, "prop1.iterations": 2, "prop1.probe_prompts": 2, "prop1.samples": 2,
+        "forgetting.kl_prompts": 2})
+    home = tmp_path / "store"
+    for study in (diversity, sparsity, forgetting):
+        found = study.finding(study.compute(preset, home=home, progress=False))
+        assert [t.role for t in found.tests] == ["paper", "control"], study.__name__
