@@ -141,12 +141,14 @@ _ = save_figure(fig, "04_reset", preset=preset)
 sweep.round(4)
 
 # %% [markdown]
-# **The checks.** GRPO's first (beside ES, not part of the status), then the finding: ES's checks, its drift
-# against GRPO's and the module types it moved most, each beside the paper's value.
+# **The checks.** GRPO's first where the preset resets GRPO too (`sparsity.methods`; beside ES, not part of the
+# status), then the finding: ES's checks, its drift against GRPO's and the module types it moved most, each beside
+# the paper's value.
 
 # %%
-for check in reset_checks(tables, "grpo"):
-    print(check.describe())
+for method in (m for m in methods if m != "es"):
+    for check in reset_checks(tables, method):
+        print(check.describe())
 
 # %%
 result = finding(tables)

@@ -25,7 +25,8 @@
 # - Pass@1 / Pass@K on the held-out synthetic families (`heldout_tasks`: addition and sorting in `tiny`), which the
 #   base learned in pretraining and the training task never shows; Delta = tuned - base;
 # - the language-model loss (completion cross-entropy, nats per token) on a fixed batch drawn from the base's
-#   pretraining mixture (zoo bases only; a hub base's pretraining corpus is not available, and the notebook says so);
+#   pretraining mixture (bases this library pretrained only; a hub or GGUF base's corpus is not available, and the
+#   notebook says so);
 # - the per-token KL(pi_tuned || pi_base) along completions sampled from the tuned model at T = 1, on held-out
 #   prompts of the training task and of each held-out task.
 #

@@ -41,8 +41,9 @@ from esreason_lib.store.cache import cached
 from esreason_lib.tasks import get_task
 from esreason_lib.training.inputs import resolve_device
 
-LM_NOTE = "LM loss skipped: the base {base!r} is not a zoo model, so its pretraining mixture is unavailable"
-"""The note shown when the base is a hub model."""
+LM_NOTE = ("LM loss skipped: the base {base!r} was not pretrained by this library (a hub or GGUF base), so its "
+           "pretraining mixture is unavailable")
+"""The note shown when the base is a hub model or a pretrained GGUF base (`zoo.PRETRAINED`)."""
 
 
 def heldout_problems(preset: Preset, refs: dict[tuple[str, int], str], *, home=None,
@@ -148,7 +149,7 @@ class ForgettingTables:
     margin: float
     """`ForgettingSpec.margin`: the tolerated absolute Pass@K loss per held-out task."""
     base_model: str
-    """The common base (named in the LM-loss note when it is not a zoo model)."""
+    """The common base (named in the LM-loss note when this library did not pretrain it)."""
     delta_noninferiority: float = 0.01
     """`ForgettingSpec.delta_noninferiority`."""
     delta_vs_grpo: float = 0.02
