@@ -1,7 +1,8 @@
-"""The `pretrained` design's notebook 01 computation end to end at a tiny size: its preset with the base replaced
-by the tiny random Llama with a chat template (`zoo.tiny_random_llama`, registered as a pretrained base the way
-tests/test_pretrained.py does), one seed, 2 iterations, its task, splits, held-out task and paths (ES `fast`,
-GRPO and evaluations `native` with shared prefixes) unchanged. Nothing is written outside `tmp_path`."""
+"""The `pretrained` design's notebooks end to end at a tiny size (01's computation, 02/04/05's computations and
+findings, then all four notebooks as scripts): its preset with the base replaced by the tiny random Llama with a
+chat template (`zoo.tiny_random_llama`, registered as a pretrained base the way tests/test_pretrained.py does), one
+seed, 2 iterations, its task, splits, held-out task and paths (ES `fast`, GRPO and evaluations `native` with shared
+prefixes) unchanged. Nothing is written outside `tmp_path`."""
 
 from __future__ import annotations
 
