@@ -209,12 +209,17 @@ def one_line_errors() -> tuple[type, ...]:
     return (NotebookError,)
 
 
+def _list_presets(parser) -> None:
+    """End a command's help with the presets, one line each (`presets_help`)."""
+    parser.epilog, parser.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
+
+
 def _preset_option(parser, default: str | None = "tiny", text: str = "", epilog: bool = True) -> None:
     """Add `--preset PRESET` to a command's `parser`, with the presets listed in its help's epilog (`epilog`)."""
     parser.add_argument("--preset", default=default, type=preset_name, metavar="PRESET",
                         help=text or f"the preset, listed below (default {default})")
     if epilog:
-        parser.epilog, parser.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
+        _list_presets(parser)
 
 
 def _add_train(sub) -> None:
@@ -272,7 +277,7 @@ def add_commands(sub) -> None:
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "
                     "powered, a store without tiny's records leaves them as they are; others leave them untouched)")
-    cl.epilog, cl.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
+    _list_presets(cl)
     cl.set_defaults(func=_claims)
     sm = sub.add_parser("summary", help="draw every stored check of a preset's findings as one forest plot "
                         "(figures/summary.png; figures/<preset>/ for a preset other than tiny)")
@@ -281,7 +286,7 @@ def add_commands(sub) -> None:
     cmp = sub.add_parser("compare-findings", help="the checks two presets share, side by side (e.g. tiny tiny-exact)")
     cmp.add_argument("a", type=preset_name, metavar="PRESET", help="the first preset (listed below)")
     cmp.add_argument("b", type=preset_name, metavar="PRESET", help="the second preset")
-    cmp.epilog, cmp.formatter_class = presets_help(), argparse.RawDescriptionHelpFormatter
+    _list_presets(cmp)
     cmp.set_defaults(func=_compare_findings)
     pw = sub.add_parser("power", help="MDE and cost of candidate designs and each stored check's operating "
                                       "characteristic (P(reproduced | delta), P(reproduced | 0), "

@@ -56,6 +56,13 @@ def counts(statuses, extra: tuple[str, ...] = ()) -> dict[str, int]:
     return {s: statuses.count(s) for s in STATUSES + extra}
 
 
+def status_checks(rec: dict, test: dict, *, co_primaries: bool = True) -> list[dict]:
+    """The stored checks of `rec` that set `test`'s status: its primary, then (with `co_primaries`) each
+    co-primary (`deviations.co_primary_names`)."""
+    names = [test["primary"], *(co_primary_names(rec, test) if co_primaries else ())]
+    return [c for n in names for c in rec.get("checks", []) if c["name"] == n]
+
+
 def headline(rec: dict | None, role: str = "paper", *, co_primaries: bool = False) -> str:
     """The effect and 95% interval of the primary check of a record's `role` test ("+0.153 [+0.100, +0.207]"), with
     `co_primaries` then of each co-primary check ("... and +0.020 [-0.004, +0.044]": every check that sets the
@@ -63,9 +70,8 @@ def headline(rec: dict | None, role: str = "paper", *, co_primaries: bool = Fals
     test = next((t for t in (rec or {}).get("tests", []) if t["role"] == role), None)
     if test is None:
         return ""
-    names = [test["primary"], *(co_primary_names(rec, test) if co_primaries else ())]
-    checks = [c for n in names for c in rec.get("checks", []) if c["name"] == n]
-    return " and ".join(f"{c['effect']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]" for c in checks)
+    return " and ".join(f"{c['effect']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+                        for c in status_checks(rec, test, co_primaries=co_primaries))
 
 
 # ------------------------------------------------------------------------------------ multi-setting designs
@@ -97,9 +103,7 @@ def measurements(records: list[dict], role: str) -> list[tuple[tuple[str, ...], 
         test = next((t for t in rec["tests"] if t["role"] == role), None)
         if test is None:
             continue
-        names = [test["primary"], *co_primary_names(rec, test)]
-        key = tuple((c["name"], c["effect"], c["ci_low"], c["ci_high"]) for n in names for c in rec["checks"]
-                    if c["name"] == n)
+        key = tuple((c["name"], c["effect"], c["ci_low"], c["ci_high"]) for c in status_checks(rec, test))
         now = next(s.now for s in recompute(rec) if s.role == role)
         groups.setdefault(key, ([], now))[0].append(rec["preset"])
     return [(tuple(settings), status) for settings, status in groups.values()]
@@ -131,10 +135,9 @@ def readme_cell(design: str, finding_id: str, home: str | Path | None = None) ->
     """The README's cell of `design` for `finding_id`: its tally (`design_tally`), or for a descriptive design
     (`presets.DESCRIPTIVE_DESIGNS`) each setting's paper test and control as "**status** effect [95% CI]" (the
     setting named when the design has several): a count says little where no status is evidence."""
-    tally = design_tally(design, finding_id, home)
-    mine = [r for r in design_records(design, home) if r["id"] == finding_id]
-    if design not in DESCRIPTIVE_DESIGNS or not mine:
-        return tally
+    mine = [r for r in design_records(design, home) if r["id"] == finding_id] if design in DESCRIPTIVE_DESIGNS else []
+    if not mine:  # a counting design, the setup check, a claim not in the design or not run yet
+        return design_tally(design, finding_id, home)
     cells = []
     for rec in mine:
         now = {s.role: s.now for s in recompute(rec)}
@@ -157,6 +160,11 @@ def tally_table(design: str, home: str | Path | None = None) -> list[str]:
     return lines
 
 
+def registration(design: str) -> Path:
+    """`design`'s registration file, relative to the repository (`provenance.DESIGN_REGISTRATIONS`)."""
+    return DESIGN_REGISTRATIONS[design].relative_to(REPO_ROOT)
+
+
 def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
     """One line per dated change that moved a status of `design`'s records: how many of its test statuses it moved
     and which (recomputed from the records, `deviations.recompute`)."""
@@ -168,7 +176,7 @@ def deviation_lines(design: str, home: str | Path | None = None) -> list[str]:
             listed = "; ".join(f"`{s}` {i[:2]} {role}: {before} -> {after}" for s, i, role, before, after in got)
             lines.append(f"Since {d.date}{f' ({d.commit})' if d.commit else ''}, after these runs, {d.short}: "
                          f"{len(got)} of the {len(statuses)} test statuses differ from what the registration "
-                         f"gives ({listed}; papers/preregistration.md, Deviations).")
+                         f"gives ({listed}; {registration(design)}, Deviations).")
     return lines
 
 
@@ -215,10 +223,9 @@ def descriptive_note(design: str) -> str:
     "" for any other design."""
     if design not in DESCRIPTIVE_DESIGNS:
         return ""
-    where = DESIGN_REGISTRATIONS[design].relative_to(REPO_ROOT)
-    return (f"A descriptive design, with no primary check ({where}, \"How this design is read\"): no check could "
-            "decide at a size this machine affords, so an open interval or `undecidable at this design` there is "
-            "no evidence either way; its counts are never added to another design's.")
+    return (f"A descriptive design, with no primary check ({registration(design)}, \"How this design is read\"): "
+            "no check could decide at a size this machine affords, so an open interval or `undecidable at this "
+            "design` there is no evidence either way; its counts are never added to another design's.")
 
 
 def _tally_intro(design: str) -> str:
