@@ -15,7 +15,15 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 
 from esreason_lib.models.generation import check_completion_inputs, completion_logprobs
-from esreason_lib.models.logprobs import GRAD_BYTES, NO_GRAD_BYTES, SCORING, Chunks, completion_scores, logit_bytes
+from esreason_lib.models.logprobs import (
+    GRAD_BYTES,
+    NO_GRAD_BYTES,
+    SCORING,
+    Chunks,
+    completion_scores,
+    logit_bytes,
+    shared_prompt_logprobs,
+)
 
 MIB = 2**20
 
@@ -152,6 +160,56 @@ def test_every_chunking_equals_the_whole_pass_on_a_small_vocabulary():
             assert completion_scores(model, *batch, chunks=chunks)[1] is None
         whole = completion_scores(model, *batch, with_entropy=True)  # no bound: completion_logprobs itself
         assert torch.equal(whole[0], want[0]) and torch.equal(whole[1], want[1])
+
+
+def _samples_of_prompts(vocab: int, *, prompts: int = 3, samples: int = 4, prompt: int = 6, completion: int = 7):
+    """`samples` rows of each of `prompts` distinct left-padded prompts (rows in order (prompt, sample), as a
+    rollout's), right-padded completions of lengths 0 to `completion`."""
+    g = torch.Generator().manual_seed(2)
+    p_ids = torch.randint(vocab, (prompts, prompt), generator=g)
+    p_mask = torch.ones(prompts, prompt, dtype=torch.bool)
+    p_mask[1, :2] = False
+    p_ids[1, :2] = 0  # padding
+    n = prompts * samples
+    c_ids = torch.randint(vocab, (n, completion), generator=g)
+    lengths = torch.arange(n) % (completion + 1)  # [n] 0 .. completion
+    c_mask = torch.arange(completion)[None] < lengths[:, None]
+    return (p_ids.repeat_interleave(samples, 0), p_mask.repeat_interleave(samples, 0), torch.where(c_mask, c_ids, 0),
+            c_mask)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_shared_prompt_logprobs_equal_the_unshared_pass(family):
+    model = _model(family, vocab=41, width=8)
+    batch = _samples_of_prompts(41)
+    with torch.no_grad():
+        want = completion_logprobs(model, *batch)[0]  # [12, 7]
+    assert (want[0] == 0).all() and (want != 0).sum() == batch[3].sum() == 34  # a row with no completion
+    # blocks of every size, the head cut by positions, then by vocabulary entries
+    for rows, budget in ((64, 2**30), (5, 2**30), (1, 2**30), (4, 3 * 41 * NO_GRAD_BYTES), (3, 7 * NO_GRAD_BYTES)):
+        got = shared_prompt_logprobs(model, *batch, rows=rows, budget=budget)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"rows={rows}, budget={budget}")
+        assert (got[~batch[3]] == 0).all()
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=f"rows must be a positive int, got {bad!r}"):
+            shared_prompt_logprobs(model, *batch, rows=bad)
+    with pytest.raises(ValueError, match="budget must be a positive int"):
+        shared_prompt_logprobs(model, *batch, budget=0)
+
+
+@pytest.mark.slow
+def test_the_shared_prompt_pass_stays_under_budget_at_the_bases_vocabulary():
+    """At the pretrained base's 49,152-token vocabulary and 256 completion tokens: the pass's peak stays under
+    `BUDGET` with the head cut to fit it, and its values equal the unshared pass's."""
+    model = _model("llama", vocab=49_152)
+    p_ids, p_mask, c_ids, c_mask = _batch(49_152, 256)
+    batch = (p_ids.repeat_interleave(2, 0), p_mask.repeat_interleave(2, 0), c_ids.repeat(2, 1), c_mask.repeat(2, 1))
+    peak, largest, got = allocated_peak(lambda: shared_prompt_logprobs(model, *batch, rows=2, budget=8 * MIB))
+    with torch.no_grad():
+        want = completion_logprobs(model, *batch)[0]
+    assert largest < 8 * MIB and peak < BUDGET
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_grpo_memory_counts_the_scoring_pass_of_vllm_rollouts():

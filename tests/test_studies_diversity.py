@@ -271,6 +271,42 @@ def test_prop1_trajectory_on_a_tiny_model(tiny):
     assert table["p_next"].isin([0.0, 0.5, 1.0]).all()  # a fraction of the 2 fresh samples
 
 
+def test_prop1_trajectory_resumes_where_it_stopped(tiny, tmp_path, monkeypatch):
+    """Interrupted in its third iteration, a trajectory run resumes from its checkpoint (iterations 1-2 are not
+    run again) and returns the uninterrupted call's table and centre, bit for bit."""
+    from esreason_lib.paper.studies import diversity_measurements as meas
+    from esreason_lib.store.runs import Run
+
+    _, tok = tiny
+    task = get_task("countdown", shaping=RewardShaping(1.0, 0.0, 0.0))
+    config = ESConfig(model="unused", population_size=2, sigma=1e-2, alpha=1e-2, iterations=3, prompts_per_step=2,
+                      antithetic=True, device="cpu")
+    probes = task.examples("test", n=3, seed=0)
+    kwargs = {"samples": 2, "progress": False, "independent": True}
+    whole_model = tiny_random_qwen2(len(tok), seed=1)
+    whole = meas.prop1_trajectory(config, whole_model, tok, task, probes, **kwargs)
+    real, calls = meas.es_step, []
+
+    def counted(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(meas, "es_step", counted)
+    run = Run.open("diversity-prop1", {"test": "resume"}, seed=0, home=tmp_path, lock=True)
+    with pytest.raises(KeyboardInterrupt):
+        meas.prop1_trajectory(config, tiny_random_qwen2(len(tok), seed=1), tok, task, probes, run=run, **kwargs)
+    assert sorted(p.name for p in (run.path / "checkpoints").glob("*.pt")) == ["step-000001.pt", "step-000002.pt"]
+    calls.clear()
+    model = tiny_random_qwen2(len(tok), seed=1)  # the base: the checkpoint restores the centre
+    resumed = meas.prop1_trajectory(config, model, tok, task, probes, run=run, **kwargs)
+    assert len(calls) == 1  # only the third iteration ran again
+    pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), whole_model.state_dict().values()))
+    assert list(run.metrics()["step"]) == [1, 2, 3]
+
+
 def test_small_sigmas():
     assert div.small_sigmas([1e-2, 1e-4, 3e-4, 1e-3, 3e-3]) == [1e-4, 3e-4, 1e-3]
     assert div.small_sigmas([1e-3, 1e-2]) == [1e-3, 1e-2]
@@ -529,7 +565,7 @@ def test_prop1_keys_leave_out_fields_added_after_the_stored_runs(monkeypatch):
     class Keyed(Exception):
         pass
 
-    def keyed(kind, config, names, compute, *, seed, home=None):
+    def keyed(kind, config, names, compute, *, seed, home=None, with_run=False):
         raise Keyed(config)
 
     monkeypatch.setattr(diversity, "cached", keyed)
@@ -599,12 +635,12 @@ def test_sequence_logp_bounded_equals_the_unbounded_pass(wide):
     model, batch = wide
     row = 7 * 49_152 * 14  # one row's logit bytes (models.logprobs.NO_GRAD_BYTES per entry)
     want = _old_sequence_logp(model, *batch)
-    assert np.array_equal(passes.sequence_logp(model, *batch), want)  # under the default budget: bit for bit
-    assert np.array_equal(passes.sequence_logp(model, *batch, batch_size=4), _old_sequence_logp(model, *batch, 4))
-    # rows cut (2 per forward), positions cut (3 per head call), the vocabulary cut (5,000 entries per slice)
-    for budget in (2 * row, 3 * 49_152 * 14, 5_000 * 14):
-        np.testing.assert_allclose(passes.sequence_logp(model, *batch, budget=budget), want, rtol=1e-6, atol=1e-5,
-                                   err_msg=f"budget={budget}")
+    # each prompt forwarded once (models.logprobs.shared_prompt_logprobs): equal up to float rounding, in blocks of
+    # any size; rows cut (2 per head call), positions cut (3 per head call), the vocabulary cut (5,000 per slice)
+    for rows, budget in ((64, passes.SCORING_BYTES), (4, passes.SCORING_BYTES), (64, 2 * row),
+                         (64, 3 * 49_152 * 14), (3, 5_000 * 14)):
+        np.testing.assert_allclose(passes.sequence_logp(model, *batch, rows=rows, budget=budget), want, rtol=1e-6,
+                                   atol=1e-5, err_msg=f"rows={rows}, budget={budget}")
     assert want[5] != 0 and np.isfinite(want).all()
 
 

@@ -18,20 +18,25 @@ Every no-grad pass over completions uses it with `SCORING`: ES's centre scoring 
 `completion_logprobs`'s up to float rounding (the head's matmul runs on other shapes, the entropy's sums in
 another order; tests/test_logprobs_bounded.py); with every bound None it is `completion_logprobs` itself.
 Passes over many rows outside these paths take their bounds from a logit byte budget (`SCORING_BYTES` by
-default): `budget_chunks` cuts a `completion_scores` pass (notebook 02's `sequence_logp`), `budget_rows` the row
-blocks of one that needs the whole vocabulary at once (notebook 02's `full_logprobs`, notebook 05's LM loss).
+default): `budget_chunks` cuts a `completion_scores` pass, `budget_rows` the row blocks of one that needs the whole
+vocabulary at once (notebook 02's `full_logprobs`, notebook 05's LM loss). `shared_prompt_logprobs` is the no-grad pass
+over many samples of few prompts (notebook 02's `sequence_logp`): each distinct prompt forwarded once, its KV cache
+handed to its rows, each block of rows forwarding only its own longest completion.
 `model` is a causal LM with `base_model` (the decoder: last hidden states) and `get_output_embeddings()` (the
 head, applied as is: Qwen2, Llama, GPT-2; not a model that post-processes its logits, e.g. Gemma's soft-capping).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from transformers import DynamicCache
 
 from esreason_lib.models.generation import check_completion_inputs, completion_logprobs, mask_positions
+from esreason_lib.models.hf_compat import output_cache, with_cache
 from esreason_lib.validation import check_optional_positive_int, is_int
 
 
@@ -151,11 +156,11 @@ def _head_block_by_vocab(hidden, targets, weight, bias, temperature: float, with
     return picked - log_z, (log_z - weighted / total) if with_entropy else None
 
 
-def _rows_scores(model, ids, mask, targets, lc: int, *, temperature: float, with_entropy: bool, chunks: Chunks):
-    """(log-probs [b, Lc], entropies [b, Lc] or None) of one row block: the decoder once, the head by chunks."""
-    out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), use_cache=False)
-    hidden = out.last_hidden_state[:, -(lc + 1): -1]  # [b, Lc, d] the states that predict each completion token
-    head = model.get_output_embeddings()
+def _head_scores(model, hidden, targets, *, temperature: float, with_entropy: bool, chunks: Chunks):
+    """(log-probs [b, Lc], entropies [b, Lc] or None) of the hidden states [b, Lc, d] that predict `targets`
+    [b, Lc], the output head applied `chunks.positions` positions (and, without grad, `chunks.vocab` entries) at a
+    time."""
+    head, lc = model.get_output_embeddings(), targets.shape[1]
     grad = torch.is_grad_enabled()
     logps, ents = [], []
     for s in range(0, lc, chunks.positions or max(lc, 1)):
@@ -170,6 +175,13 @@ def _rows_scores(model, ids, mask, targets, lc: int, *, temperature: float, with
         logps.append(lp)
         ents.append(ent)
     return torch.cat(logps, dim=1), (torch.cat(ents, dim=1) if with_entropy else None)
+
+
+def _rows_scores(model, ids, mask, targets, lc: int, *, temperature: float, with_entropy: bool, chunks: Chunks):
+    """(log-probs [b, Lc], entropies [b, Lc] or None) of one row block: the decoder once, the head by chunks."""
+    out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask), use_cache=False)
+    hidden = out.last_hidden_state[:, -(lc + 1): -1]  # [b, Lc, d] the states that predict each completion token
+    return _head_scores(model, hidden, targets, temperature=temperature, with_entropy=with_entropy, chunks=chunks)
 
 
 def completion_scores(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature: float = 1.0,
@@ -200,3 +212,50 @@ def completion_scores(model, prompt_ids, prompt_mask, completion_ids, completion
     cmask = completion_mask.bool().to(device)  # [B, Lc]
     logp = torch.where(cmask, torch.cat(logps), 0.0)
     return logp, (torch.where(cmask, torch.cat(ents), 0.0) if with_entropy else None)
+
+
+@torch.no_grad()
+def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, rows: int = 64,
+                           budget: int = SCORING_BYTES) -> torch.Tensor:
+    """`completion_scores`'s per-token log pi(completion token) [B, Lc] (T = 1, no grad, 0 where
+    `completion_mask` is False, float32 on the CPU), each distinct prompt forwarded once.
+
+    The distinct (prompt_ids, prompt_mask) rows are prefilled together and their KV cache handed to every row that
+    continues them (a prompt's samples); the rows then go `rows` at a time, longest completions first, each block
+    forwarding only its completions (up to its own longest) over the cache, and the output head cut by `budget`
+    (`budget_chunks`). Equal to `completion_scores` up to float rounding: attention reads cached keys and the
+    gemms run on other shapes (tests/test_logprobs_bounded.py). Decoder compute per row falls from Lp + Lc to
+    Lc + Lp / (rows per prompt)."""
+    check_completion_inputs(1.0, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    check_budget(budget)
+    if not (is_int(rows) and rows >= 1):
+        raise ValueError(f"rows must be a positive int, got {rows!r}")
+    device, lp = model.device, prompt_ids.shape[1]
+    pmask = prompt_mask.bool()
+    distinct, inverse = torch.unique(torch.cat([prompt_ids, pmask.long()], 1), dim=0, return_inverse=True)  # [U], [B]
+    ids, mask = distinct[:, :lp].to(device), distinct[:, lp:].bool().to(device)  # [U, Lp]
+    out = model.base_model(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask),
+                           **with_cache(DynamicCache(config=model.config)), use_cache=True)
+    prefix, last = output_cache(out), out.last_hidden_state[:, -1]  # the distinct prompts' cache; [U, d]
+    lengths = completion_mask.sum(1)  # [B]
+    order = torch.argsort(lengths, descending=True, stable=True)  # [B]
+    result = torch.zeros(completion_ids.shape, dtype=torch.float32)  # [B, Lc]
+    vocab = head_vocab(model)
+    for s in range(0, len(order), rows):
+        idx = order[s: s + rows]  # [b]
+        lc = int(lengths[idx].max())
+        if lc == 0:
+            break
+        cache = copy.deepcopy(prefix)
+        cache.batch_select_indices(inverse[idx].to(device))
+        cid, cmask = completion_ids[idx, :lc].to(device), completion_mask[idx, :lc].bool().to(device)  # [b, lc]
+        full = torch.cat([pmask[idx].to(device), cmask], 1)  # [b, Lp + lc]
+        h = model.base_model(input_ids=cid, attention_mask=full, position_ids=mask_positions(full)[:, lp:],
+                             **with_cache(cache), use_cache=True).last_hidden_state  # [b, lc, d]
+        hidden = torch.cat([last[inverse[idx].to(device)][:, None], h[:, :-1]], 1)  # [b, lc, d] predicting cid
+        chunks = budget_chunks(budget, rows=len(idx), positions=lc, vocab=vocab)
+        step = chunks.rows or len(idx)
+        logp = torch.cat([_head_scores(model, hidden[r: r + step], cid[r: r + step], temperature=1.0,
+                                       with_entropy=False, chunks=chunks)[0] for r in range(0, len(idx), step)])
+        result[idx, :lc] = torch.where(cmask, logp, 0.0).float().cpu()
+    return result

@@ -30,13 +30,15 @@ def stored_run(kind: str, config, build: Callable[[Run], Mapping | None], *, see
     return run
 
 
-def cached(kind: str, config, names: tuple[str, ...], compute: Callable[[], Mapping[str, pd.DataFrame]], *,
-           seed: int, home=None) -> dict[str, pd.DataFrame]:
+def cached(kind: str, config, names: tuple[str, ...], compute: Callable[..., Mapping[str, pd.DataFrame]], *,
+           seed: int, home=None, with_run: bool = False) -> dict[str, pd.DataFrame]:
     """The tables `names` of run (kind, config): read when the run is complete, else `compute()` ({name: table},
-    exactly `names`) and stored. ValueError when a complete run lacks one of the tables."""
+    exactly `names`) and stored. With `with_run`, `compute(run)` gets the unfinished run, for a long computation
+    that checkpoints into it and resumes from its last checkpoint. ValueError when a complete run lacks one of the
+    tables."""
 
     def build(run: Run) -> None:
-        tables = dict(compute())
+        tables = dict(compute(run) if with_run else compute())
         if sorted(tables) != sorted(names):
             raise ValueError(f"{kind}: compute() returned the tables {sorted(tables)}, expected {sorted(names)}")
         for name in names:

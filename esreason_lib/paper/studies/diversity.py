@@ -92,8 +92,8 @@ key (which holds every other field of its ES config), so the stored runs keep th
 
 def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive") -> pd.DataFrame:
     """`prop1_trajectory` for the preset's ES runs of seeds `preset.seeds[:prop1.seeds]` (`prop1.iterations`
-    iterations) on `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run; stacked with
-    a `seed` column."""
+    iterations) on `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run (checkpointed
+    after every iteration: an interrupted trajectory resumes where it stopped); stacked with a `seed` column."""
     if preset.prop1.seeds > len(preset.seeds):
         raise ValueError(f"Preset.prop1.seeds={preset.prop1.seeds} exceeds the preset's {len(preset.seeds)} seeds")
     probes = get_task(preset.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
@@ -107,14 +107,14 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
                # at its default, old runs keep their key
                **({"independent": True} if preset.prop1.independent_link else {})}
 
-        def compute(config=config) -> dict[str, pd.DataFrame]:
+        def compute(run, config=config) -> dict[str, pd.DataFrame]:
             model, tokenizer = load_model(config.model, device=resolve_device(config.device),
                                           dtype=getattr(torch, config.dtype), home=home, progress=progress)
             return {"probes": prop1_trajectory(config, model, tokenizer, config_task(config), probes,
                                                samples=preset.prop1.samples, scheme=scheme, progress=progress,
-                                               independent=preset.prop1.independent_link)}
+                                               independent=preset.prop1.independent_link, run=run)}
 
-        table = cached("diversity-prop1", key, ("probes",), compute, seed=seed, home=home)["probes"]
+        table = cached("diversity-prop1", key, ("probes",), compute, seed=seed, home=home, with_run=True)["probes"]
         out.append(table.assign(seed=seed))
     return pd.concat(out, ignore_index=True)
 

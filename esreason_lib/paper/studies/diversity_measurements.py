@@ -107,7 +107,7 @@ def lemma_cells(model, tokenizer, task, examples, *, sigmas, population: int, re
 
 
 def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, scheme: str = "positive",
-                     progress: bool = True, independent: bool = False) -> pd.DataFrame:
+                     progress: bool = True, independent: bool = False, run=None) -> pd.DataFrame:
     """Run `config.iterations` iterations of `es.loop.es_step` (so the trajectory is the first iterations of the
     `train_es` run of `config`) and record Lemma 3 and Proposition 1's inputs at each (`probe_rows`).
 
@@ -118,7 +118,12 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
     draw after the last iteration). With `independent`, a second draw of the centre before each update gives
     p_fresh, independent of the samples JS_succ is computed from (the diversity link's start). Returns the
     stacked rows with `iteration`, `reward_mean` and `ess_min` (smallest importance-sampling effective sample
-    size fraction over members)."""
+    size fraction over members).
+
+    With `run` (the unfinished `store.runs.Run` of this trajectory), each iteration is logged to it and the state
+    after it (the centre, the rows so far) checkpointed; a call on an interrupted run resumes from its last
+    checkpoint and returns the table an uninterrupted call returns (every draw's seed derives from its
+    iteration, and the centre's samples are redrawn from the restored centre)."""
     examples = task.examples("train", n=config.train_size, seed=0)
     backend = SequentialBackend.from_config(config, task, tokenizer)
     es = ES(config, model)
@@ -133,8 +138,18 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
         batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
         return batch, np.array(correct, dtype=np.float64).reshape(shape)
 
-    out, (batch, correct) = [], draw(0)
-    for it in progress_bar(range(config.iterations), disable=not progress, desc="prop 1"):
+    out, start = [], 0
+    resumed = run.latest_checkpoint() if run is not None else None
+    if resumed is not None:
+        start, state = resumed
+        model.load_state_dict(state["params"])
+        es.load_state_dict({"iteration": start})
+        out.append(pd.DataFrame({c: v.numpy() for c, v in state["rows"].items()}))
+    if run is not None:
+        run.truncate_metrics(start)
+    batch, correct = draw(start)
+    for it in progress_bar(range(start, config.iterations), initial=start, total=config.iterations,
+                           disable=not progress, desc="prop 1"):
         fresh = draw(it, "fresh")[1].mean(1) if independent else None  # [P] an independent draw of theta
         lp0 = sequence_logp(model, *batch).reshape(shape)  # [P, S]
         at_theta = {}
@@ -159,4 +174,17 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
         rows = probe_rows(p_members, w, p_theta, p_plus, correct.mean(1))
         out.append((rows if fresh is None else rows.assign(p_fresh=fresh)).assign(
             iteration=it + 1, reward_mean=float(ev.rewards.mean()), ess_min=float(ess.min())))
+        if run is not None:
+            _checkpoint(run, it + 1, model, out, last=it + 1 == config.iterations)
     return pd.concat(out, ignore_index=True)
+
+
+def _checkpoint(run, step: int, model, out: list[pd.DataFrame], *, last: bool) -> None:
+    """Log iteration `step` of a `prop1_trajectory` run and, unless it is the `last`, checkpoint the centre and the
+    rows so far (one tensor per column)."""
+    rows = pd.concat(out, ignore_index=True)
+    done = rows[rows["iteration"] == step]
+    run.log(step, {"reward_mean": float(done["reward_mean"].iloc[0]), "ess_min": float(done["ess_min"].iloc[0])})
+    if not last:
+        run.save_checkpoint(step, {"params": model.state_dict(), "iteration": step,
+                                   "rows": {c: torch.tensor(rows[c].to_numpy()) for c in rows.columns}})

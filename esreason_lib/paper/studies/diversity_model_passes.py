@@ -19,7 +19,7 @@ import torch
 
 from esreason_lib.es.noise import noise
 from esreason_lib.models.generation import completion_logprobs
-from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, budget_rows, completion_scores, head_vocab
+from esreason_lib.models.logprobs import SCORING_BYTES, budget_rows, head_vocab, shared_prompt_logprobs
 from esreason_lib.params import named_params
 
 FULL_BYTES = 20
@@ -64,21 +64,15 @@ def stack_rollouts(rollouts, pad_id: int):
             torch.cat([right(r.completion_mask, False) for r in rollouts]))
 
 
-@torch.no_grad()
-def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-                  batch_size: int = 512, budget: int = SCORING_BYTES) -> np.ndarray:
+def sequence_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, rows: int = 64,
+                  budget: int = SCORING_BYTES) -> np.ndarray:
     """Summed log pi(completion | prompt) of each row under `model` (T = 1): [B] float64.
 
-    Rows go `batch_size` at a time, each block through `models.logprobs.completion_scores` cut so that no output-
-    head call takes more than `budget` bytes (`budget_chunks`: a block that fits is `completion_logprobs` itself)."""
-    lc, vocab, out = completion_ids.shape[1], head_vocab(model), []
-    for s in range(0, completion_ids.shape[0], batch_size):
-        sl = slice(s, s + batch_size)
-        chunks = budget_chunks(budget, rows=len(completion_ids[sl]), positions=lc, vocab=vocab)
-        logp, _ = completion_scores(model, prompt_ids[sl], prompt_mask[sl], completion_ids[sl], completion_mask[sl],
-                                    chunks=chunks)
-        out.append(logp.double().sum(-1).cpu().numpy())  # [b]
-    return np.concatenate(out)
+    `models.logprobs.shared_prompt_logprobs`: each distinct prompt forwarded once for all its samples, `rows` rows
+    per decoder forward, no output-head call above `budget` bytes."""
+    logp = shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, rows=rows,
+                                  budget=budget)  # [B, Lc]
+    return logp.double().sum(-1).numpy()
 
 
 def flat_directions(model, seeds) -> torch.Tensor:
