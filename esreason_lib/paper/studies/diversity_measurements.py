@@ -108,8 +108,9 @@ def lemma_cells(model, tokenizer, task, examples, *, sigmas, population: int, re
 
 def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, samples: int, scheme: str = "positive",
                      progress: bool = True, independent: bool = False, run=None) -> pd.DataFrame:
-    """Run `config.iterations` iterations of `es.loop.es_step` (so the trajectory is the first iterations of the
-    `train_es` run of `config`) and record Lemma 3 and Proposition 1's inputs at each (`probe_rows`).
+    """Run `config.iterations` iterations of `es.loop.es_step` (the loop of the `train_es` run of `config`, its
+    members scored on the sequential backend: for a config whose backend is "fast" or "native", the same run up to
+    that backend's float rounding) and record Lemma 3 and Proposition 1's inputs at each (`probe_rows`).
 
     Before each update the centre samples `samples` completions per probe prompt (T = 1), scored under the
     centre and every member; after it, under the updated centre theta+; weights are `fitness_weights` of the
