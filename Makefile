@@ -152,6 +152,15 @@ $(NB)/04_sparsity.ipynb $(NB)/05_forgetting.ipynb: $(NB)/01_passk_es_vs_grpo.ipy
 endif
 $(NB)/06_population_scaling.ipynb: $(NB)/00_base_models.ipynb
 
+# Notebook 02's followed seeds on the pretrained base take about 3 h each at one thread (docs/pretrained.md): under
+# such a design each is a job of its own (`prefill --trajectories`, resumable), which -j2 runs beside notebooks 01,
+# 04 and 05 instead of one after another inside notebook 02, which then reads them. TRAJECTORY_JOBS counts jobs,
+# not seeds: a preset following more seeds gives each job several, one following fewer leaves a job none.
+TRAJECTORY_JOBS := 0 1 2
+ifneq ($(filter 02,$(NOTEBOOKS_OF_$(PRESET))),)
+$(NB)/02_js_diversity.ipynb: $(addprefix trajectory-,$(TRAJECTORY_JOBS))
+endif
+
 executed: $(EXECUTED)
 
 # The training runs of notebooks 01 (its step-size grid, reused by 03-05) and 06 are trained first in two
@@ -159,6 +168,9 @@ executed: $(EXECUTED)
 # on the 135M pretrained base, all in shard 0); the notebooks then find them in the run store.
 prefill-%: | setup  ## no such file: always runs (complete runs are reused, so this is quick)
 	$(PY) -m esreason_lib prefill --preset $(PRESET) --shard $*/2
+
+trajectory-%: | setup  ## no such file: always runs (complete trajectories are reused, so this is quick)
+	$(PY) -m esreason_lib prefill --preset $(PRESET) --trajectories --shard $*/$(words $(TRAJECTORY_JOBS))
 
 computed: bases  ## the preset's training and notebooks (what `reproduce` does before the claims)
 	$(MAKE) -j2 prefill-0 prefill-1

@@ -59,6 +59,20 @@ def test_parse_shard_and_cli_errors(capsys):
     assert "--shard must be i/n" in capsys.readouterr().err
 
 
+def test_prefill_trajectories_builds_every_nth_followed_seed(monkeypatch, capsys):
+    """`prefill --trajectories --shard i/n` builds notebook 02's trajectories of the followed seeds i, i + n, ...
+    (`diversity.compute_prop1` with those seeds), not the training runs."""
+    from esreason_lib.paper.studies import diversity
+
+    built = []
+    monkeypatch.setattr(diversity, "compute_prop1", lambda preset, seeds: built.append((preset.name, seeds)))
+    monkeypatch.setattr(plan, "prefill", lambda *a, **k: pytest.fail("trained runs"))
+    for shard, want in (("0/2", (4, 6)), ("1/2", (5,)), ("3/4", ())):  # its followed seeds: 4, 5, 6
+        assert main(["prefill", "--preset", "pretrained-smollm2", "--trajectories", "--shard", shard]) == 0
+        assert built.pop() == ("pretrained-smollm2", want)
+        assert f"trajectories shard {shard}: seeds {list(want) or 'none'} complete" in capsys.readouterr().out
+
+
 def test_time_left_follows_the_pace_of_the_runs_trained():
     assert plan.time_left([], 100.0) is None  # nothing trained yet (runs found complete do not count)
     assert plan.time_left([(10.0, 20.0), (30.0, 60.0)], 50.0) == 100.0  # 2 s per unit of cost

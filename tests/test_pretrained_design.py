@@ -241,7 +241,9 @@ def test_a_descriptive_design_is_registered_with_no_primary_check():
 
 def test_the_pretrained_design_lets_04_and_05_start_beside_01_and_tiny_keeps_the_order():
     """`make executed`: under tiny, 04 and 05 wait for 01; under the pretrained setting (01 takes hours) they do
-    not, so the second core runs 02, 04 and 05 while 01 runs (make's own database, a dry run)."""
+    not, so the second core runs 02, 04 and 05 while 01 runs (make's own database, a dry run). There, notebook 02's
+    followed seeds are jobs of their own (`prefill --trajectories`, one shard each), which 02 waits for; under tiny
+    02 computes them itself."""
     import subprocess
 
     from esreason_lib.paths import REPO_ROOT
@@ -256,6 +258,12 @@ def test_the_pretrained_design_lets_04_and_05_start_beside_01_and_tiny_keeps_the
     assert "build/notebooks/01_passk_es_vs_grpo.ipynb" in prerequisites("tiny", "04_sparsity")
     assert prerequisites(NAME, "04_sparsity") == ["notebooks/04_sparsity.py"]
     assert prerequisites(NAME, "05_forgetting") == ["notebooks/05_forgetting.py"]
+    assert prerequisites(NAME, "02_js_diversity") == ["notebooks/02_js_diversity.py", "trajectory-0", "trajectory-1",
+                                                      "trajectory-2"]
+    assert prerequisites("tiny", "02_js_diversity") == ["notebooks/02_js_diversity.py"]
+    out = subprocess.run(["make", "-C", str(REPO_ROOT), "-n", "trajectory-1", f"PRESET={NAME}", "PY=python"],
+                         capture_output=True, text=True, check=True).stdout
+    assert f"python -m esreason_lib prefill --preset {NAME} --trajectories --shard 1/3" in out
 
 
 def test_a_descriptive_row_shows_every_check_that_sets_a_status_and_the_registration_has_its_co_primary(

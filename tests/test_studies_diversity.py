@@ -513,6 +513,11 @@ def test_compute_prop1_follows_the_preset_es_run_and_is_cached(smoke_store, pari
     pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False), probes)
     with pytest.raises(ValueError, match="prop1.seeds=2"):
         div.compute_prop1(get_preset("smoke", **{"prop1.seeds": 2}), home=store, progress=False)
+    # a subset of the followed seeds (`prefill --trajectories`): the same rows, or none
+    pd.testing.assert_frame_equal(div.compute_prop1(preset, home=store, progress=False, seeds=preset.seeds), probes)
+    assert div.compute_prop1(preset, home=store, progress=False, seeds=()).empty
+    with pytest.raises(ValueError, match=r"seeds \[7\] are not among the preset's followed seeds \[0\]"):
+        div.compute_prop1(preset, home=store, progress=False, seeds=(7,))
 
 
 def test_prop1_spec_rejects_bad_values():

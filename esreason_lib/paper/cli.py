@@ -5,6 +5,7 @@
     bases --preset tiny                print the preset's zoo bases (base and control), which `make` pretrains first
     reproduce [NOTEBOOK.py ...]        execute notebooks with papermill into build/notebooks/ (`make -j2` schedules)
     prefill --preset tiny --shard 0/2  train shard 0 of 2 of the runs notebooks 01 and 06 need (`make reproduce`)
+            [--trajectories]           or build shard 0 of 2 of notebook 02's trajectories (one seed in two)
     claims                             write papers/claims.md and the README findings table
     summary --preset tiny              draw every stored check as one forest plot (figures/summary.png)
     compare-findings A B               the checks two presets share, side by side
@@ -151,8 +152,21 @@ def _prefill(args) -> int:
     from esreason_lib.paper.plan import prefill
 
     index, count = parse_shard(args.shard)
+    if args.trajectories:
+        return _prefill_trajectories(get_preset(args.preset), index, count)
     runs = prefill(get_preset(args.preset), index, count)
     print(f"shard {index}/{count}: {len(runs)} runs complete")
+    return 0
+
+
+def _prefill_trajectories(preset, index: int, count: int) -> int:
+    """Notebook 02's trajectories of the followed seeds i, i + n, ... (`diversity.compute_prop1`), each resumed
+    from its checkpoint or found complete."""
+    from esreason_lib.paper.studies.diversity import compute_prop1, followed_seeds
+
+    seeds = followed_seeds(preset)[index::count]
+    compute_prop1(preset, seeds=seeds)
+    print(f"trajectories shard {index}/{count}: seeds {list(seeds) or 'none'} complete")
     return 0
 
 
@@ -273,6 +287,9 @@ def add_commands(sub) -> None:
     pf = sub.add_parser("prefill", help="train one shard of the runs the notebooks need (`make reproduce` runs two)")
     _preset_option(pf)
     pf.add_argument("--shard", default="0/1", help="i/n: train shard i of n (default 0/1: all)")
+    pf.add_argument("--trajectories", action="store_true", help="instead, build notebook 02's Proposition 1 "
+                    "trajectories of the followed seeds in shard i of n (seeds i, i + n, ...; each resumes from its "
+                    "checkpoint): `make` runs them as jobs of their own beside the other notebooks")
     pf.set_defaults(func=_prefill, check=lambda args: parse_shard(args.shard))
     cl = sub.add_parser("claims", help="write papers/claims.md and the README findings table")
     cl.add_argument("--preset", default=None, help="the preset just run: the tables show tiny and powered only (for "

@@ -90,16 +90,30 @@ LATER_FIELDS = {"ray_address": None, "report_to": (), "members_at_once": None}
 key (which holds every other field of its ES config), so the stored runs keep their identity."""
 
 
-def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive") -> pd.DataFrame:
-    """`prop1_trajectory` for the preset's ES runs of seeds `preset.seeds[:prop1.seeds]` (`prop1.iterations`
-    iterations) on `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run (checkpointed
-    after every iteration: an interrupted trajectory resumes where it stopped); stacked with a `seed` column."""
+def followed_seeds(preset: Preset) -> tuple[int, ...]:
+    """The seeds whose ES runs notebook 02 follows: `preset.seeds[:prop1.seeds]`; ValueError when the preset has
+    fewer seeds."""
     if preset.prop1.seeds > len(preset.seeds):
         raise ValueError(f"Preset.prop1.seeds={preset.prop1.seeds} exceeds the preset's {len(preset.seeds)} seeds")
+    return tuple(preset.seeds[:preset.prop1.seeds])
+
+
+def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: str = "positive",
+                  seeds=None) -> pd.DataFrame:
+    """`prop1_trajectory` for the preset's ES runs of its `followed_seeds` (`prop1.iterations` iterations) on
+    `prop1.probe_prompts` held-out prompts, each cached as a `diversity-prop1` run (checkpointed after every
+    iteration: an interrupted trajectory resumes where it stopped); stacked with a `seed` column. `seeds`: only
+    these followed seeds (`esreason prefill --trajectories` builds them a shard at a time); ValueError naming any
+    that is not followed."""
+    followed = followed_seeds(preset)
+    chosen = followed if seeds is None else tuple(seeds)
+    if set(chosen) - set(followed):
+        raise ValueError(f"seeds {sorted(set(chosen) - set(followed))} are not among the preset's followed seeds "
+                         f"{list(followed)} (Preset.seeds[:prop1.seeds])")
     probes = get_task(preset.task, **preset.test_task_kwargs()).examples("test", n=preset.prop1.probe_prompts,
                                                                          seed=preset.eval.seed)
     out = []
-    for seed in preset.seeds[:preset.prop1.seeds]:
+    for seed in chosen:
         config = replace(preset.es, iterations=preset.prop1.iterations, seed=seed)
         es = {k: v for k, v in asdict(config).items() if LATER_FIELDS.get(k, ...) != v}
         key = {"es": es, "probes": preset.prop1.probe_prompts, "samples": preset.prop1.samples,
@@ -116,7 +130,7 @@ def compute_prop1(preset: Preset, *, home=None, progress: bool = True, scheme: s
 
         table = cached("diversity-prop1", key, ("probes",), compute, seed=seed, home=home, with_run=True)["probes"]
         out.append(table.assign(seed=seed))
-    return pd.concat(out, ignore_index=True)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
 # ------------------------------------------------------------------------------------------ tables and finding
