@@ -11,14 +11,7 @@ from dataclasses import replace
 import torch
 
 from esreason_lib.models.generation import Sampling, generate
-from esreason_lib.models.logprobs import (
-    SCORING_BYTES,
-    budget_chunks,
-    budget_rows,
-    check_budget,
-    completion_scores,
-    head_vocab,
-)
+from esreason_lib.models.logprobs import SCORING_BYTES, budget_rows, check_budget, head_vocab, shared_prompt_logprobs
 from esreason_lib.models.pretrain import IGNORE_INDEX, CorpusStream, build_batch, completion_loss
 from esreason_lib.models.zoo import ZOO, get_spec
 from esreason_lib.seeding import derive_seed
@@ -71,25 +64,16 @@ def kl_k3(logp_tuned: torch.Tensor, logp_base: torch.Tensor, mask: torch.Tensor)
 
 
 @torch.no_grad()
-def _logprobs(model, args, budget: int) -> torch.Tensor:
-    """Per-token log pi(completion token) [B, Lc] on CPU of the completions `args` (prompt ids / mask, completion
-    ids / mask), the pass cut so that no output-head call takes more than `budget` bytes (`budget_chunks`)."""
-    rows, positions = args[2].shape
-    chunks = budget_chunks(budget, rows=rows, positions=positions, vocab=head_vocab(model))
-    return completion_scores(model, *(a.to(model.device) for a in args), chunks=chunks)[0].cpu()
-
-
-@torch.no_grad()
 def kl_to_base(tuned, base, tokenizer, prompts: list[str], *, n: int, max_new_tokens: int, stop=None,
                seed: int = 0, budget: int = SCORING_BYTES) -> float:
     """Per-token KL(pi_tuned || pi_base) at temperature 1 on `n` completions per prompt sampled from `tuned`.
 
-    Each model's log-probabilities come from one pass whose logits take at most `budget` bytes
-    (`models.logprobs.budget_chunks`; a pass that fits goes whole)."""
+    Each model's log-probabilities come from one pass over the samples, each prompt forwarded once for its `n`
+    samples and no output-head call above `budget` bytes (`models.logprobs.shared_prompt_logprobs`)."""
     check_budget(budget)  # before sampling, not after
     ro = generate(tuned, tokenizer, prompts, Sampling(temperature=1.0, max_new_tokens=max_new_tokens), n=n, stop=stop,
                   seed=seed)
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-    logp_tuned = _logprobs(tuned, args, budget)  # [B, Lc]
-    logp_base = _logprobs(base, args, budget)  # [B, Lc]
+    logp_tuned = shared_prompt_logprobs(tuned, *args, budget=budget)  # [B, Lc]
+    logp_base = shared_prompt_logprobs(base, *args, budget=budget)  # [B, Lc]
     return kl_k3(logp_tuned, logp_base, ro.completion_mask.cpu())
