@@ -299,6 +299,19 @@ def test_a_descriptive_row_shows_every_check_that_sets_a_status_and_the_registra
                              "status and the effect [95% CI] of each check that sets it")
     assert "column counts" not in legend
     assert claims.readme_table(home)[0].count("(descriptive)") == 1
+    # the README's lead: one line per claim of the design, every check that sets a status named
+    lead = design_tallies.lead_lines("pretrained", home)
+    assert lead[0] == ("- ES: Pass@1 up, Pass@K above GRPO's, entropy kept (01): the paper's test **not reproduced** "
+                       "(ES Pass@8 - GRPO Pass@8: +0.150 [+0.100, +0.200]; ES Pass@1 - base: -0.150 [-0.200, -0.100]); "
+                       "the control **not resolved** (ES Pass@8 - GRPO's path: +0.050 [-0.100, +0.200]).")
+    assert [line.split(": ", 1)[1] for line in lead[1:4]] == ["no record yet."] * 3  # 02, 04, 05 not run yet
+    assert lead[4] == ("- 03, 06: not in this design ([preregistration-pretrained.md]"
+                       "(papers/preregistration-pretrained.md) says why).")
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- lead:start -->\nold\n<!-- lead:end -->\n<!-- claims:start -->\n<!-- claims:end -->\n")
+    claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- lead:start -->\n" + "".join(line + "\n" for line in lead) + "<!-- lead:end -->")
 
 
 def test_the_pretrained_registration_lists_its_own_deviations_after_the_registered_text():

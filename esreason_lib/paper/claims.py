@@ -24,6 +24,7 @@ from esreason_lib.paper.design_tallies import (
     design_records,
     design_summary,
     headline,
+    lead_lines,
     pair_meaning,
     readme_cell,
     render_design,
@@ -102,8 +103,8 @@ def _render(home: str | Path | None) -> tuple[str, str]:
     tallies = "\n\n" + tally(home) + ".\n\n" + tally(home, "powered") + ".\n"
     keeps = {name: redraw_keeps(design_records(name, home)) for name in DESIGNS if design_records(name, home)}
     designs = "".join("\n" + render_design(name, home, k) for name, k in keeps.items())
-    readme_designs = "".join("\n" + design_summary(name, home, k) for name, k in keeps.items())
-    return "\n".join(full) + tallies + designs, "\n".join(short) + "\n" + readme_designs
+    readme_designs = "".join(design_summary(name, home, k) for name, k in keeps.items())  # one list
+    return "\n".join(full) + tallies + designs, "\n".join(short) + "\n" + ("\n" + readme_designs if keeps else "")
 
 
 def readme_table(home: str | Path | None = None) -> list[str]:
@@ -143,7 +144,8 @@ def _shown(path: Path | None) -> set[str]:
 def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIMS_PATH,
                  readme_path: str | Path | None = README_PATH, *, missing_ok: bool = False) -> str | None:
     """Write `papers/claims.md` and replace the README's block between the `claims` markers (which keeps powered's
-    status column only); returns the claims table. When the store under `home` has no record of a finding that
+    status column only) and, between the `lead` markers, each descriptive design's lead (`lead_lines`: one line per
+    claim); returns the claims table. When the store under `home` has no record of a finding that
     either file shows a result for, nothing is written: ValueError naming the findings, or None with `missing_ok`
     (after a preset whose records live apart, e.g. `make reproduce PRESET=powered` on a store without tiny's)."""
     readme = None if readme_path is None else Path(readme_path)
@@ -163,7 +165,10 @@ def write_claims(home: str | Path | None = None, claims_path: str | Path = CLAIM
         + table).encode())
     if readme is not None and readme.is_file():
         text = readme.read_text()
-        pattern = re.compile(r"(<!-- claims:start -->\n).*?(<!-- claims:end -->)", re.S)
-        if pattern.search(text):
-            atomic_write_bytes(readme, pattern.sub(lambda m: m.group(1) + short + m.group(2), text).encode())
+        lead = "".join(line + "\n" for d in DESCRIPTIVE_DESIGNS if design_records(d, home)
+                       for line in lead_lines(d, home))
+        for name, block in (("claims", short), ("lead", lead)):
+            pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
+            text = pattern.sub(lambda m, block=block: m.group(1) + block + m.group(2), text)
+        atomic_write_bytes(readme, text.encode())
     return table
