@@ -308,7 +308,8 @@ def test_a_descriptive_row_shows_every_check_that_sets_a_status_and_the_registra
     assert lead[4] == ("- 03, 06: not in this design ([preregistration-pretrained.md]"
                        "(papers/preregistration-pretrained.md) says why).")
     readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- lead:start -->\nold\n<!-- lead:end -->\n<!-- claims:start -->\n<!-- claims:end -->\n")
+    readme.write_text("intro\n<!-- lead:start -->\nold\n<!-- lead:end -->\n"
+                      "<!-- claims:start -->\n<!-- claims:end -->\n")
     claims.write_claims(home, claims_path=tmp_path / "claims.md", readme_path=readme)
     text = readme.read_text()
     assert text.startswith("intro\n<!-- lead:start -->\n" + "".join(line + "\n" for line in lead) + "<!-- lead:end -->")
