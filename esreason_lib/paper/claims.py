@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from esreason_lib.paper.design_tallies import (
+    ROLE_NAMES,
     counts,
     design_records,
     design_summary,
@@ -40,7 +41,8 @@ from esreason_lib.store.integrity import atomic_write_bytes
 TABLE_PRESETS = (DEFAULT_PRESET, "powered")
 """The presets whose records the findings table shows (tiny's rows, powered's column and table); any other preset's
 records (smoke, tiny-exact: `esreason compare-findings`) are kept in the store and never shown there."""
-ROLE_NAMES = {"paper": "the paper's test", "control": "the control"}
+
+
 def tests_text(rec: dict) -> str:
     """"paper test (name): **status**; control (name): **status**; meaning. " for a record with tests, else ""."""
     tests = rec.get("tests", [])

@@ -56,6 +56,10 @@ def counts(statuses, extra: tuple[str, ...] = ()) -> dict[str, int]:
     return {s: statuses.count(s) for s in STATUSES + extra}
 
 
+ROLE_NAMES = {"paper": "the paper's test", "control": "the control"}
+"""How the README and papers/claims.md name each test role."""
+
+
 def status_checks(rec: dict, test: dict, *, co_primaries: bool = True) -> list[dict]:
     """The stored checks of `rec` that set `test`'s status: its primary, then (with `co_primaries`) each
     co-primary (`deviations.co_primary_names`)."""
@@ -152,7 +156,6 @@ def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
     check that sets it (name, effect, 95% interval; the setting named when the design has several), "no record
     yet" before its notebook has run; then one line naming the claims it leaves out (its registration says why)."""
     recs, lines, left_out = design_records(design, home), [], []
-    roles = {"paper": "the paper's test", "control": "the control"}
     for c in (c for c in CLAIMS if c.kind == "claim"):
         if not in_design(design, c.id):
             left_out.append(c.id[:2])
@@ -161,10 +164,10 @@ def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
         for rec in (r for r in recs if r["id"] == c.id):
             now = {s.role: s.now for s in recompute(rec)}
             named = f"`{rec['preset']}`: " if len(DESIGNS[design]) > 1 else ""
-            for test in (t for role in roles for t in rec["tests"] if t["role"] == role):
+            for test in (t for role in ROLE_NAMES for t in rec["tests"] if t["role"] == role):
                 checks = "; ".join(f"{ch['name']}: {ch['effect']:+.3f} [{ch['ci_low']:+.3f}, {ch['ci_high']:+.3f}]"
                                    for ch in status_checks(rec, test))
-                parts.append(f"{named}{roles[test['role']]} **{now[test['role']]}** ({checks})")
+                parts.append(f"{named}{ROLE_NAMES[test['role']]} **{now[test['role']]}** ({checks})")
         lines.append(f"- {c.short} ({c.id[:2]}): " + ("; ".join(parts) if parts else "no record yet") + ".")
     if left_out:
         path = registration(design)

@@ -183,9 +183,8 @@ def prop1_trajectory(config: ESConfig, model, tokenizer, task, probes, *, sample
 def _checkpoint(run, step: int, model, out: list[pd.DataFrame], *, last: bool) -> None:
     """Log iteration `step` of a `prop1_trajectory` run and, unless it is the `last`, checkpoint the centre and the
     rows so far (one tensor per column)."""
-    rows = pd.concat(out, ignore_index=True)
-    done = rows[rows["iteration"] == step]
-    run.log(step, {"reward_mean": float(done["reward_mean"].iloc[0]), "ess_min": float(done["ess_min"].iloc[0])})
+    run.log(step, {"reward_mean": float(out[-1]["reward_mean"].iloc[0]), "ess_min": float(out[-1]["ess_min"].iloc[0])})
     if not last:
+        rows = pd.concat(out, ignore_index=True)
         run.save_checkpoint(step, {"params": model.state_dict(), "iteration": step,
                                    "rows": {c: torch.tensor(rows[c].to_numpy()) for c in rows.columns}})
