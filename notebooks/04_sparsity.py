@@ -117,7 +117,8 @@ methods = list(dict.fromkeys(sweep["method"]))
 k = int(sweep["K"].iloc[0])
 base = sweep[sweep["threshold"] == "base"].groupby("method")[["pass@1", "pass@K"]].first()
 kept = f"{1 - tables.margin_fraction:.0%}"  # the share of the gain the primary check asks the reset to keep
-fig, axes = plt.subplots(2, len(methods), figsize=(5.5 * len(methods), 7), squeeze=False)
+fig, axes = plt.subplots(2, len(methods), figsize=(max(5.5 * len(methods), 10), 7),  # as wide as its legend
+                         squeeze=False)
 for j, method in enumerate(methods):
     sub = sweep[sweep["method"] == method]
     effect, low, high, line = primary_on_reset_axis(reset_checks(tables, method))  # the reset keeps the gain

@@ -76,7 +76,9 @@ def shared_checkpoint(run, resume: bool) -> tuple[int, dict] | None:
 def shard_model(model):
     """`model` fully sharded over the initialised process group (FSDP2, module docstring): `fully_shard` on each
     module of `model.model.layers` (a Qwen2 / Llama-style decoder), then on `model`, with gradients summed, not
-    averaged, over the processes; returns `model` (its class becomes an `FSDPModule`)."""
+    averaged, over the processes; returns `model` (its class becomes an `FSDPModule`). FSDP2's modules sit in
+    reference cycles: run `gc.collect()` after the last use and before `destroy_process_group`, else a process can
+    abort at exit freeing them (tests/test_grpo_distributed.py)."""
     from torch.distributed.fsdp import fully_shard
 
     layers = getattr(getattr(model, "model", None), "layers", None)
