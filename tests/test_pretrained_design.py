@@ -303,7 +303,8 @@ def test_a_descriptive_row_shows_every_check_that_sets_a_status_and_the_registra
     lead = design_tallies.lead_lines("pretrained", home)
     assert lead[0] == ("- ES: Pass@1 up, Pass@K above GRPO's, entropy kept (01): the paper's test **not reproduced** "
                        "(ES Pass@8 - GRPO Pass@8: +0.150 [+0.100, +0.200]; ES Pass@1 - base: -0.150 [-0.200, -0.100]); "
-                       "the control **not resolved** (ES Pass@8 - GRPO's path: +0.050 [-0.100, +0.200]).")
+                       "the control **not resolved** (ES Pass@8 - GRPO's path: +0.050 [-0.100, +0.200]). "
+                       "[01_frontier](figures/pretrained-smollm2/01_frontier.png)")
     assert [line.split(": ", 1)[1] for line in lead[1:4]] == ["no record yet."] * 3  # 02, 04, 05 not run yet
     assert lead[4] == ("- 03, 06: not in this design ([preregistration-pretrained.md]"
                        "(papers/preregistration-pretrained.md) says why).")

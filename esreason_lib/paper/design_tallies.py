@@ -154,13 +154,14 @@ def readme_cell(design: str, finding_id: str, home: str | Path | None = None) ->
 def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
     """The README's lead for a descriptive `design`: one line per claim it runs, each test's status with every
     check that sets it (name, effect, 95% interval; the setting named when the design has several), "no record
-    yet" before its notebook has run; then one line naming the claims it leaves out (its registration says why)."""
+    yet" before its notebook has run, and a link to the claim's first figure as the notebook drew it for the
+    design's (first) setting; then one line naming the claims it leaves out (its registration says why)."""
     recs, lines, left_out = design_records(design, home), [], []
     for c in (c for c in CLAIMS if c.kind == "claim"):
         if not in_design(design, c.id):
             left_out.append(c.id[:2])
             continue
-        parts = []
+        parts, first = [], c.figure.split(", ")[0]
         for rec in (r for r in recs if r["id"] == c.id):
             now = {s.role: s.now for s in recompute(rec)}
             named = f"`{rec['preset']}`: " if len(DESIGNS[design]) > 1 else ""
@@ -168,7 +169,8 @@ def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
                 checks = "; ".join(f"{ch['name']}: {ch['effect']:+.3f} [{ch['ci_low']:+.3f}, {ch['ci_high']:+.3f}]"
                                    for ch in status_checks(rec, test))
                 parts.append(f"{named}{ROLE_NAMES[test['role']]} **{now[test['role']]}** ({checks})")
-        lines.append(f"- {c.short} ({c.id[:2]}): " + ("; ".join(parts) if parts else "no record yet") + ".")
+        figure = f" [{first}](figures/{DESIGNS[design][0]}/{first}.png)" if parts and first else ""
+        lines.append(f"- {c.short} ({c.id[:2]}): " + ("; ".join(parts) if parts else "no record yet") + f".{figure}")
     if left_out:
         path = registration(design)
         lines.append(f"- {', '.join(left_out)}: {NOT_IN_DESIGN} ([{path.name}]({path}) says why).")
