@@ -141,7 +141,8 @@ class Run(RunCheckpoints):
             raise ValueError(f"seed={seed} disagrees with config seed={cfg['seed']!r}")
         if os.environ.get(STORED_ONLY) and not cls(path, kind, cfg, seed).is_complete():
             raise MissingResult(f"{STORED_ONLY} is set, and the {kind} run {path} is not complete: nothing is "
-                                f"computed in this mode; run `make reproduce` first (config: "
+                                f"computed in this mode; compute it first with `make reproduce PRESET=<its preset>` "
+                                f"(`make reproduce-design DESIGN=<design>` for a design's settings; config: "
                                 f"{canonical_json(cfg)[:300]})")
         try:
             path.mkdir(parents=True, exist_ok=True)
