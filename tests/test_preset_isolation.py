@@ -38,7 +38,7 @@ def tiny_world(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "BUILD_DIR", build)
     for c in registry.CLAIMS:
         records.record_finding(c.id, make_finding(f"tiny {c.id}", [Check("e", 0.2, 0.1, 0.3, 0.05)]), preset="tiny")
-        for name in c.figure.split(", "):
+        for name in c.figures:
             for suffix in (".png", ".pdf"):
                 (figures / f"{name}{suffix}").parent.mkdir(parents=True, exist_ok=True)
                 (figures / f"{name}{suffix}").write_bytes(f"tiny {name}".encode())

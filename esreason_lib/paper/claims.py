@@ -127,7 +127,7 @@ def readme_table(home: str | Path | None = None) -> list[str]:
         if rec is None:
             cells = ["not run", "not run"]
         tallies = "".join(f"{readme_cell(d, c.id, home)} | " for d in designs)
-        figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figure.split(", ") if f)
+        figures = ", ".join(f"[{f}](figures/{f}.png)" for f in c.figures)
         lines.append(f"| {c.short} ([{c.id[:2]}](notebooks/{c.id}.py)) | {cells[0]} | {cells[1]} | {tallies}"
                      f"{figures} |")
     return lines + ["", "Every check, both presets and what each pair of statuses means: "

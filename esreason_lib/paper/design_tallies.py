@@ -161,7 +161,7 @@ def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
         if not in_design(design, c.id):
             left_out.append(c.id[:2])
             continue
-        parts, first = [], c.figure.split(", ")[0]
+        parts = []
         for rec in (r for r in recs if r["id"] == c.id):
             now = {s.role: s.now for s in recompute(rec)}
             named = f"`{rec['preset']}`: " if len(DESIGNS[design]) > 1 else ""
@@ -169,7 +169,8 @@ def lead_lines(design: str, home: str | Path | None = None) -> list[str]:
                 checks = "; ".join(f"{ch['name']}: {ch['effect']:+.3f} [{ch['ci_low']:+.3f}, {ch['ci_high']:+.3f}]"
                                    for ch in status_checks(rec, test))
                 parts.append(f"{named}{ROLE_NAMES[test['role']]} **{now[test['role']]}** ({checks})")
-        figure = f" [{first}](figures/{DESIGNS[design][0]}/{first}.png)" if parts and first else ""
+        first = c.figures[0] if parts and c.figures else None
+        figure = f" [{first}](figures/{DESIGNS[design][0]}/{first}.png)" if first else ""
         lines.append(f"- {c.short} ({c.id[:2]}): " + ("; ".join(parts) if parts else "no record yet") + f".{figure}")
     if left_out:
         path = registration(design)

@@ -84,10 +84,15 @@ class ClaimSpec:
                              f"{[t.role for t in self.tests]}")
 
     @property
-    def figure(self) -> str:
+    def figures(self) -> tuple[str, ...]:
         """The figure stems (in `figures/`) that show this project's result: those its notebook saves
-        (`notebooks.figure_names`), comma-separated."""
-        return ", ".join(figure_names(NOTEBOOK_DIR / f"{self.id}.py"))
+        (`notebooks.figure_names`), in its order."""
+        return figure_names(NOTEBOOK_DIR / f"{self.id}.py")
+
+    @property
+    def figure(self) -> str:
+        """`figures`, comma-separated (papers/claims.md's column)."""
+        return ", ".join(self.figures)
 
 
 CLAIMS: tuple[ClaimSpec, ...] = (
