@@ -47,6 +47,7 @@ def process_device(local_rank: int, gpus: int, share: bool) -> tuple[int, str]:
 
 def main(argv=None) -> int:
     from esreason_lib.cli import main as cli
+    from esreason_lib.grpo.distributed import leave_process_group
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv in (["-h"], ["--help"]):
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     try:
         return cli(["train", "grpo", *argv])
     finally:
-        dist.destroy_process_group()
+        leave_process_group()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 

@@ -4,7 +4,6 @@ optimiser steps as one process, to fp32 tolerance, over several rollout batches.
 from __future__ import annotations
 
 import copy
-import gc
 
 import pytest
 import torch
@@ -12,7 +11,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from esreason_lib.grpo.config import GRPOConfig
-from esreason_lib.grpo.distributed import data_parallel, fully_sharded, micro_batch_rows, my_parts, shard_model
+from esreason_lib.grpo.distributed import (
+    data_parallel,
+    fully_sharded,
+    leave_process_group,
+    micro_batch_rows,
+    my_parts,
+    shard_model,
+)
 from esreason_lib.grpo.update import policy_update
 from esreason_lib.models.optim import master_weight_adamw
 from esreason_lib.models.zoo import tiny_random_qwen2
@@ -62,11 +68,8 @@ def _worker(rank: int, world: int, init: str, micro_batch_size, sharded: bool, o
         assert data_parallel() == (rank, world)
         torch.save(_train(micro_batch_size, sharded), f"{out}.{rank}")
     finally:
-        # FSDP2's modules sit in reference cycles. Left to interpreter exit, they were freed after the group was
-        # gone and their gloo work aborted the process ("terminate called without an active exception"): 4 of 54
-        # sharded runs on a loaded machine; 0 of 40 with this collection
-        gc.collect()
-        dist.destroy_process_group()
+        leave_process_group()
+        assert not dist.is_initialized()
 
 
 @pytest.mark.parametrize("micro_batch_size, sharded", [(None, False), (3, False), (None, True), (3, True)])

@@ -23,6 +23,7 @@ def _worker(rank: int, world: int, init: str, home: str, phase: str, out: str) -
     from test_grpo import ParenTask, paren_config
 
     import esreason_lib.grpo.loop as loop
+    from esreason_lib.grpo.distributed import leave_process_group
     from esreason_lib.models.zoo import build_char_tokenizer, tiny_random_qwen2
 
     torch.set_num_threads(1)
@@ -45,7 +46,7 @@ def _worker(rank: int, world: int, init: str, home: str, phase: str, out: str) -
     torch.save({"params": {k: v.detach().clone() for k, v in model.named_parameters()},
                 "trained": any(not torch.equal(v, base[k]) for k, v in model.named_parameters()),
                 "complete": run.is_complete()}, f"{out}.{rank}")
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def _launch(tmp_path: Path, home: Path, phase: str) -> list[dict] | None:

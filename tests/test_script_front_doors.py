@@ -4,6 +4,8 @@ report) says so in one line: the first thing a user runs never ends in a traceba
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 
@@ -55,9 +57,6 @@ def test_gpu_lock_without_a_report_names_the_make_target(tmp_path, monkeypatch):
 def test_make_help_lists_every_documented_target_with_its_line():
     """`make help` prints one line per target whose rule carries a `## ` description, in the Makefile's order,
     the two commands of the README among them."""
-    import re
-    import shutil
-
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     out = subprocess.run(["make", "-s", "help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout

@@ -59,6 +59,7 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
     FakeLLM.made = []
     sys.modules["vllm"] = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: kw)
     sys.modules["cloudpickle"] = pickle
+    from esreason_lib.grpo.distributed import leave_process_group
     from esreason_lib.models.rollouts_vllm import VLLMRollouts
     from esreason_lib.models.sampling import Sampling
     from esreason_lib.models.weights import weights_fingerprint
@@ -75,7 +76,7 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
     torch.save({"ids": ro.completion_ids, "logprobs": ro.logprobs, "batches": llm.batches,
                 "kwargs": {k: llm.kwargs.get(k) for k in ("distributed_executor_backend", "seed")}}, f"{out}.{rank}")
     if world > 1:
-        dist.destroy_process_group()
+        leave_process_group()
 
 
 @pytest.mark.slow
